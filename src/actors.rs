@@ -1,0 +1,38 @@
+//! The actor tree (DESIGN §1), on ractor:
+//!
+//! ```text
+//! Orchestrator                     root supervisor, one per process
+//! ├── PromptQueue (per session)    prompts that arrive while busy        permanent
+//! └── Session (per conversation)                                         transient
+//!     ├── LlmStream                one per model turn                    transient
+//!     └── ToolRunner × n           one per tool call                     temporary
+//! ```
+//!
+//! A session's PromptQueue is spawned by the Orchestrator beside the session rather
+//! than under it: a crashing ractor actor takes its linked children with it, and the
+//! queue must outlive a session crash so that no prompt is lost.
+//!
+//! Actors are plumbing: each `handle` is a `match` that calls plain functions. Every
+//! parent overrides ractor's default `handle_supervisor_evt`, which would stop the
+//! parent whenever any child exits.
+
+pub(crate) mod orchestrator;
+pub(crate) mod prompt_queue;
+pub(crate) mod session;
+pub mod supervision;
+
+/// A spawned task that is aborted when this handle is dropped, so work never
+/// outlives the actor that owns it.
+#[derive(Debug)]
+pub(crate) struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A sample in `[0, 1)` for backoff jitter.
+pub(crate) fn jitter() -> f64 {
+    rand::random::<f64>()
+}

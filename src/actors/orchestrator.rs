@@ -1,0 +1,290 @@
+//! Orchestrator: the root supervisor, one per process. It starts sessions (each with
+//! its PromptQueue beside it), routes prompts and cancels to them, and applies the
+//! restart policy when one crashes: restart it from its journal after a backoff, or,
+//! past the restart intensity, give up and end its run with a `crash` failure.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+
+use super::jitter;
+use super::prompt_queue::{PromptQueueActor, PromptQueueMsg, QueuedPrompt};
+use super::session::{SessionActor, SessionArgs, SessionMsg};
+use super::supervision::{Decision, Exit, Intensity, RestartTracker, RestartType};
+use crate::error::SessionError;
+use crate::events::Publisher;
+use crate::journal::{Record, journal_path};
+use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
+use crate::runtime::{SessionEnv, SessionSpec};
+
+/// Messages of the Orchestrator.
+#[derive(Debug)]
+pub(crate) enum OrchestratorMsg {
+    /// Start a session; replies with its id.
+    Start(SessionSpec, RpcReplyPort<Result<SessionId, SessionError>>),
+    /// Deliver a prompt.
+    Prompt {
+        session: SessionId,
+        seq: u64,
+        text: String,
+    },
+    /// Cancel a session's run.
+    Cancel { session: SessionId, seq: u64 },
+    /// The backoff after a crash is over: start the session again.
+    Restart(SessionId),
+}
+
+/// What the Orchestrator is started with.
+#[derive(Debug)]
+pub(crate) struct OrchestratorArgs {
+    pub(crate) env: Arc<SessionEnv>,
+    pub(crate) restart: Intensity,
+}
+
+/// The Orchestrator's state.
+#[derive(Debug)]
+pub(crate) struct OrchestratorState {
+    env: Arc<SessionEnv>,
+    restart: Intensity,
+    sessions: HashMap<SessionId, Entry>,
+    by_actor: HashMap<ActorId, SessionId>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    spec: Arc<SessionSpec>,
+    /// `None` while the session waits to be restarted.
+    actor: Option<ActorRef<SessionMsg>>,
+    queue: ActorRef<PromptQueueMsg>,
+    tracker: RestartTracker,
+    /// Messages that arrived while the session was down, delivered on restart.
+    pending: Vec<SessionMsg>,
+}
+
+/// The Orchestrator actor.
+#[derive(Debug)]
+pub(crate) struct OrchestratorActor;
+
+impl Actor for OrchestratorActor {
+    type Msg = OrchestratorMsg;
+    type State = OrchestratorState;
+    type Arguments = OrchestratorArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: OrchestratorArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(OrchestratorState {
+            env: args.env,
+            restart: args.restart,
+            sessions: HashMap::new(),
+            by_actor: HashMap::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            OrchestratorMsg::Start(spec, reply) => {
+                let _ = reply.send(start(&myself, state, spec).await);
+            }
+            OrchestratorMsg::Prompt { session, seq, text } => {
+                deliver(
+                    state,
+                    session,
+                    SessionMsg::Prompt(QueuedPrompt { seq, text }),
+                );
+            }
+            OrchestratorMsg::Cancel { session, seq } => {
+                deliver(state, session, SessionMsg::Cancel { seq })
+            }
+            OrchestratorMsg::Restart(session) => restart(&myself, state, session).await,
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match event {
+            SupervisionEvent::ActorStarted(_) | SupervisionEvent::ProcessGroupChanged(_) => {}
+            SupervisionEvent::ActorTerminated(cell, _, reason) => {
+                // A session stops only when told to; a queue only with its session.
+                if let Some(id) = state.by_actor.remove(&cell.get_id()) {
+                    tracing::debug!(session = %id, ?reason, "session stopped");
+                    if let Some(entry) = state.sessions.remove(&id) {
+                        entry.queue.stop(None);
+                    }
+                }
+            }
+            SupervisionEvent::ActorFailed(cell, err) => {
+                let Some(id) = state.by_actor.remove(&cell.get_id()) else {
+                    // A PromptQueue is plain bookkeeping and has never been seen to
+                    // fail; if one does, its session keeps running without queueing.
+                    tracing::error!(actor = %cell.get_id(), error = %err, "a prompt queue crashed");
+                    return Ok(());
+                };
+                on_session_crash(&myself, state, id, &err.to_string());
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn start(
+    myself: &ActorRef<OrchestratorMsg>,
+    state: &mut OrchestratorState,
+    spec: SessionSpec,
+) -> Result<SessionId, SessionError> {
+    let id = SessionId::new();
+    let (queue, _) = Actor::spawn_linked(None, PromptQueueActor, (), myself.get_cell())
+        .await
+        .map_err(|e| SessionError::Spawn(e.to_string()))?;
+    let spec = Arc::new(spec);
+    let entry = Entry {
+        spec: spec.clone(),
+        actor: None,
+        queue: queue.clone(),
+        tracker: RestartTracker::new(RestartType::Transient, state.restart),
+        pending: Vec::new(),
+    };
+    state.sessions.insert(id, entry);
+    if let Err(e) = spawn_session(myself, state, id, false).await {
+        if let Some(entry) = state.sessions.remove(&id) {
+            entry.queue.stop(None);
+        }
+        return Err(e);
+    }
+    Ok(id)
+}
+
+async fn spawn_session(
+    myself: &ActorRef<OrchestratorMsg>,
+    state: &mut OrchestratorState,
+    id: SessionId,
+    resume: bool,
+) -> Result<(), SessionError> {
+    let Some(entry) = state.sessions.get_mut(&id) else {
+        return Err(SessionError::Spawn(format!("unknown session {id}")));
+    };
+    let args = SessionArgs {
+        id,
+        spec: entry.spec.clone(),
+        env: state.env.clone(),
+        queue: entry.queue.clone(),
+        resume,
+    };
+    let (actor, _) = Actor::spawn_linked(None, SessionActor, args, myself.get_cell())
+        .await
+        .map_err(|e| SessionError::Spawn(e.to_string()))?;
+    for msg in entry.pending.drain(..) {
+        let _ = actor.cast(msg);
+    }
+    state.by_actor.insert(actor.get_id(), id);
+    entry.actor = Some(actor);
+    Ok(())
+}
+
+fn deliver(state: &mut OrchestratorState, session: SessionId, msg: SessionMsg) {
+    match state.sessions.get_mut(&session) {
+        Some(Entry {
+            actor: Some(actor), ..
+        }) => {
+            let _ = actor.cast(msg);
+        }
+        Some(entry) => entry.pending.push(msg),
+        None => tracing::warn!(%session, "message for an unknown session dropped"),
+    }
+}
+
+fn on_session_crash(
+    myself: &ActorRef<OrchestratorMsg>,
+    state: &mut OrchestratorState,
+    id: SessionId,
+    reason: &str,
+) {
+    let Some(entry) = state.sessions.get_mut(&id) else {
+        return;
+    };
+    entry.actor = None;
+    let publisher = Publisher::new(
+        state.env.bus.clone(),
+        id,
+        entry.spec.parent,
+        &entry.spec.agent,
+    );
+    match entry
+        .tracker
+        .on_exit(Exit::Abnormal, Instant::now(), jitter())
+    {
+        Decision::Restart { after, restarts } => {
+            tracing::warn!(session = %id, restarts, ?after, reason, "session crashed; restarting from its journal");
+            publisher.publish(EventKind::Restarted {
+                restarts,
+                reason: reason.to_owned(),
+            });
+            myself.send_after(after, move || OrchestratorMsg::Restart(id));
+        }
+        Decision::Escalate { restarts } => escalate(state, id, restarts, reason),
+        Decision::Stop => {
+            // A transient child's crash always restarts or escalates; a stop here
+            // would mean the policy changed under us: let the session go.
+            tracing::error!(session = %id, reason, "crashed session not restarted");
+            escalate(state, id, 0, reason);
+        }
+    }
+}
+
+/// Past the restart intensity: the session's run ends with a `crash` failure, in its
+/// journal and as its terminal event, and the session is forgotten.
+fn escalate(state: &mut OrchestratorState, id: SessionId, restarts: u32, reason: &str) {
+    let Some(entry) = state.sessions.remove(&id) else {
+        return;
+    };
+    entry.queue.stop(None);
+    let error = SessionError::CrashLoop {
+        restarts,
+        window: entry.tracker.intensity().window,
+        last: reason.to_owned(),
+    };
+    tracing::error!(session = %id, %error, "giving up on the session");
+    let outcome = Outcome::Failed {
+        class: error.class().name().to_owned(),
+        message: error.to_string(),
+        partial: String::new(),
+        stats: RunStats::default(),
+    };
+    let path = journal_path(&state.env.workspace, id);
+    if let Err(e) = state.env.journal.append(
+        &path,
+        &Record::Terminal {
+            outcome: outcome.clone(),
+        },
+    ) {
+        tracing::error!(session = %id, error = %e, "cannot journal the escalation");
+    }
+    Publisher::new(
+        state.env.bus.clone(),
+        id,
+        entry.spec.parent,
+        &entry.spec.agent,
+    )
+    .publish(EventKind::Terminal(outcome));
+}
+
+async fn restart(myself: &ActorRef<OrchestratorMsg>, state: &mut OrchestratorState, id: SessionId) {
+    if let Err(e) = spawn_session(myself, state, id, true).await {
+        // Rebuilding failed (an unreadable journal, say): that is final.
+        escalate(state, id, 0, &e.to_string());
+    }
+}

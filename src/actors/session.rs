@@ -1,0 +1,833 @@
+//! Session: one conversation (DESIGN §2). It holds the transcript, enforces the
+//! protocol before every request, spawns one LlmStream per model turn and one
+//! ToolRunner per tool call, retries retryable failures with backoff, journals every
+//! message, and ends every run with exactly one terminal event.
+//!
+//! A session is transient under the Orchestrator: after a crash it is started again
+//! from its journal and carries on with the turn it was in.
+
+pub(crate) mod llm_stream;
+pub(crate) mod resume;
+pub(crate) mod tool_runner;
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
+use tokio_util::sync::CancellationToken;
+
+use self::llm_stream::{LlmStreamActor, LlmStreamArgs, LlmStreamMsg};
+use self::resume::{ActiveRun, Next};
+use self::tool_runner::{ToolRunnerActor, ToolRunnerArgs};
+use crate::actors::jitter;
+use crate::actors::prompt_queue::{PromptQueueMsg, QueuedPrompt};
+use crate::conversation::{
+    AssistantMessage, AssistantTurn, FinishReason, Message, ToolCall, ToolResult, enforce_protocol,
+};
+use crate::error::{ErrorClass, LlmError, SessionError, StreamError};
+use crate::events::Publisher;
+use crate::journal::{Record, journal_path, read_journal};
+use crate::llm::ChatRequest;
+use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
+use crate::runtime::{SessionEnv, SessionSpec};
+use crate::tools::scheduler::{Batch, plan};
+use crate::tools::{Concurrency, ToolContext};
+
+/// Messages of a Session.
+#[derive(Debug)]
+pub(crate) enum SessionMsg {
+    /// A prompt: starts a run when idle, else waits in the PromptQueue.
+    Prompt(QueuedPrompt),
+    /// Cancel the current run and drop the prompts queued before this cancel.
+    Cancel {
+        /// The cancel's place in arrival order.
+        seq: u64,
+    },
+    /// An LlmStream ended.
+    TurnFinished {
+        /// Which stream.
+        stream_id: u64,
+        /// The assembled turn, or why there is none.
+        result: Result<AssistantTurn, LlmError>,
+    },
+    /// The backoff before another attempt is over.
+    Retry {
+        /// The stream id reserved for the new attempt.
+        stream_id: u64,
+    },
+    /// A ToolRunner ended.
+    ToolDone {
+        /// Which tool turn.
+        turn_seq: u64,
+        /// The call's position in its turn.
+        index: usize,
+        /// Its result.
+        result: ToolResult,
+    },
+    /// Start the next queued prompt, if idle.
+    PullQueue,
+}
+
+/// What a Session is started with.
+#[derive(Debug)]
+pub(crate) struct SessionArgs {
+    pub(crate) id: SessionId,
+    pub(crate) spec: Arc<SessionSpec>,
+    pub(crate) env: Arc<SessionEnv>,
+    pub(crate) queue: ActorRef<PromptQueueMsg>,
+    /// Rebuild from the journal instead of starting a new one.
+    pub(crate) resume: bool,
+}
+
+/// A Session's state.
+#[derive(Debug)]
+pub(crate) struct SessionState {
+    id: SessionId,
+    spec: Arc<SessionSpec>,
+    env: Arc<SessionEnv>,
+    queue: ActorRef<PromptQueueMsg>,
+    publisher: Publisher,
+    journal_path: PathBuf,
+    transcript: Vec<Message>,
+    run: Option<Run>,
+    next_id: u64,
+    resume: Option<ActiveRun>,
+}
+
+#[derive(Debug)]
+struct Run {
+    started: Instant,
+    stats: RunStats,
+    last_text: String,
+    cancelled: bool,
+    phase: Phase,
+}
+
+#[derive(Debug)]
+enum Phase {
+    Starting,
+    Streaming {
+        stream: ActorRef<LlmStreamMsg>,
+        id: u64,
+        attempt: u32,
+    },
+    Backoff {
+        id: u64,
+        attempt: u32,
+    },
+    Tools(ToolTurn),
+}
+
+#[derive(Debug)]
+struct ToolTurn {
+    seq: u64,
+    calls: Vec<ToolCall>,
+    batches: VecDeque<Batch>,
+    waiting: VecDeque<usize>,
+    parallel: bool,
+    running: HashMap<ActorId, usize>,
+    results: Vec<Option<ToolResult>>,
+    cancel: CancellationToken,
+}
+
+impl Run {
+    fn new(turns: u32) -> Self {
+        Self {
+            started: Instant::now(),
+            stats: RunStats {
+                turns,
+                ..RunStats::default()
+            },
+            last_text: String::new(),
+            cancelled: false,
+            phase: Phase::Starting,
+        }
+    }
+}
+
+/// The Session actor.
+#[derive(Debug)]
+pub(crate) struct SessionActor;
+
+impl Actor for SessionActor {
+    type Msg = SessionMsg;
+    type State = SessionState;
+    type Arguments = SessionArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: SessionArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let SessionArgs {
+            id,
+            spec,
+            env,
+            queue,
+            resume,
+        } = args;
+        let journal_path = journal_path(&env.workspace, id);
+        let publisher = Publisher::new(env.bus.clone(), id, spec.parent, &spec.agent);
+        let mut state = SessionState {
+            id,
+            publisher,
+            journal_path,
+            transcript: Vec::new(),
+            run: None,
+            next_id: 0,
+            resume: None,
+            spec,
+            env,
+            queue,
+        };
+        if resume {
+            let resumed = resume::resume(&read_journal(&state.journal_path)?);
+            state.transcript = resumed.transcript;
+            state.resume = resumed.active;
+        } else {
+            state.journal(&Record::Header {
+                session: id,
+                agent: state.spec.agent.clone(),
+                model: state.spec.model.clone(),
+                parent: state.spec.parent,
+                tool_call_id: state.spec.tool_call_id.clone(),
+            })?;
+            for message in state.spec.history.clone() {
+                state.record(message)?;
+            }
+        }
+        state.publisher.publish(EventKind::SessionStarted {
+            model: state.spec.model.clone(),
+            resumed: resume,
+        });
+        Ok(state)
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match state.resume.take() {
+            Some(active) => resume_run(&myself, state, active).await,
+            None => {
+                let _ = myself.cast(SessionMsg::PullQueue);
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            SessionMsg::Prompt(prompt) => on_prompt(&myself, state, prompt).await,
+            SessionMsg::Cancel { seq } => on_cancel(&myself, state, seq).await,
+            SessionMsg::TurnFinished { stream_id, result } => {
+                on_turn_finished(&myself, state, stream_id, result).await
+            }
+            SessionMsg::Retry { stream_id } => on_retry(&myself, state, stream_id).await,
+            SessionMsg::ToolDone {
+                turn_seq,
+                index,
+                result,
+            } => on_tool_done(&myself, state, turn_seq, index, result).await,
+            SessionMsg::PullQueue => pull_queue(&myself, state).await,
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match event {
+            // Streams and runners report through messages before they stop, so a
+            // clean stop needs nothing; it must not stop the session (ractor's default).
+            SupervisionEvent::ActorStarted(_) | SupervisionEvent::ProcessGroupChanged(_) => {}
+            SupervisionEvent::ActorTerminated(cell, _, _) => {
+                tracing::trace!(session = %state.id, child = %cell.get_id(), "child stopped");
+            }
+            SupervisionEvent::ActorFailed(cell, err) => {
+                let id = cell.get_id();
+                tracing::warn!(session = %state.id, child = %id, error = %err, "child crashed");
+                let phase = state.run.as_ref().map(|r| &r.phase);
+                match phase {
+                    Some(Phase::Streaming {
+                        stream,
+                        id: stream_id,
+                        ..
+                    }) if stream.get_id() == id => {
+                        let stream_id = *stream_id;
+                        let error =
+                            StreamError::Disconnected(format!("the stream actor crashed: {err}"));
+                        on_turn_finished(&myself, state, stream_id, Err(error.into())).await;
+                    }
+                    Some(Phase::Tools(turn)) => {
+                        if let Some(&index) = turn.running.get(&id) {
+                            let seq = turn.seq;
+                            let call_id = turn.calls[index].id.clone();
+                            let result = ToolResult {
+                                tool_call_id: call_id,
+                                content: format!("Error: the tool runner crashed: {err}"),
+                                is_error: true,
+                            };
+                            on_tool_done(&myself, state, seq, index, result).await;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl SessionState {
+    fn journal(&self, record: &Record) -> Result<(), SessionError> {
+        self.env
+            .journal
+            .append(&self.journal_path, record)
+            .map_err(SessionError::Journal)
+    }
+
+    fn record(&mut self, message: Message) -> Result<(), SessionError> {
+        self.journal(&Record::Message {
+            message: message.clone(),
+        })?;
+        self.transcript.push(message);
+        Ok(())
+    }
+
+    async fn sync(&self) -> Result<(), SessionError> {
+        self.env.journal.sync().await.map_err(SessionError::Journal)
+    }
+
+    fn next_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+}
+
+async fn resume_run(myself: &ActorRef<SessionMsg>, state: &mut SessionState, active: ActiveRun) {
+    state.run = Some(Run::new(active.turns));
+    match active.next {
+        Next::Request => begin_turn(myself, state, 1).await,
+        Next::Finish(text) => {
+            if let Some(run) = state.run.as_mut() {
+                run.last_text = text.clone();
+            }
+            end_run(myself, state, |stats| Outcome::Finished {
+                text,
+                truncated: false,
+                stats,
+            })
+            .await;
+        }
+        Next::Tools(calls) => {
+            // Only read-only calls are safe to run twice; the others may have done
+            // their work already, so the model is told they were interrupted.
+            let (replay, lost): (Vec<ToolCall>, Vec<ToolCall>) = calls
+                .into_iter()
+                .partition(|c| state.spec.tools.get(&c.name).is_some_and(|t| t.read_only()));
+            for call in lost {
+                if let Err(e) = state.record(Message::Tool(ToolResult::interrupted(&call.id))) {
+                    return fail(myself, state, e).await;
+                }
+            }
+            if replay.is_empty() {
+                begin_turn(myself, state, 1).await;
+            } else {
+                start_tools(myself, state, replay).await;
+            }
+        }
+    }
+}
+
+async fn on_prompt(myself: &ActorRef<SessionMsg>, state: &mut SessionState, prompt: QueuedPrompt) {
+    if state.run.is_none() {
+        return start_run(myself, state, prompt.text).await;
+    }
+    match ractor::call!(state.queue, PromptQueueMsg::Push, prompt) {
+        Ok(waiting) => state.publisher.publish(EventKind::PromptQueued { waiting }),
+        Err(e) => {
+            tracing::error!(session = %state.id, error = %e, "the prompt queue is gone; prompt dropped")
+        }
+    }
+}
+
+async fn pull_queue(myself: &ActorRef<SessionMsg>, state: &mut SessionState) {
+    if state.run.is_some() {
+        return;
+    }
+    if let Ok(Some(prompt)) = ractor::call!(state.queue, PromptQueueMsg::TakeOne) {
+        start_run(myself, state, prompt.text).await;
+    }
+}
+
+async fn start_run(myself: &ActorRef<SessionMsg>, state: &mut SessionState, prompt: String) {
+    state.run = Some(Run::new(0));
+    if let Err(e) = state.record(Message::user(prompt)) {
+        return fail(myself, state, e).await;
+    }
+    if let Err(e) = state.sync().await {
+        return fail(myself, state, e).await;
+    }
+    begin_turn(myself, state, 1).await;
+}
+
+async fn begin_turn(myself: &ActorRef<SessionMsg>, state: &mut SessionState, attempt: u32) {
+    let max_turns = state.spec.max_turns;
+    let Some(run) = state.run.as_mut() else {
+        return;
+    };
+    if attempt == 1 {
+        if run.stats.turns >= max_turns {
+            return fail(myself, state, SessionError::MaxTurns(max_turns)).await;
+        }
+        run.stats.turns += 1;
+        if let Some(fault) = &state.spec.faults
+            && fault.panic_at_turn == run.stats.turns
+            && fault
+                .remaining
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            panic!(
+                "injected fault: session panicked at turn {}",
+                run.stats.turns
+            );
+        }
+    }
+    let turn = run.stats.turns;
+    let (messages, repairs) = enforce_protocol(&state.transcript);
+    if repairs.inserted + repairs.dropped > 0 {
+        tracing::warn!(session = %state.id, ?repairs, "repaired the transcript before the request");
+    }
+    let mut all = Vec::with_capacity(messages.len() + 1);
+    if !state.spec.system_prompt.is_empty() {
+        all.push(Message::system(state.spec.system_prompt.clone()));
+    }
+    all.extend(messages);
+    let request = ChatRequest {
+        model: state.spec.model.clone(),
+        messages: all,
+        tools: state.spec.tools.specs(),
+        max_tokens: None,
+    };
+    let id = state.next_id();
+    let args = LlmStreamArgs {
+        request,
+        provider: state.env.provider.clone(),
+        publisher: state.publisher.clone(),
+        session: myself.clone(),
+        stream_id: id,
+    };
+    match Actor::spawn_linked(None, LlmStreamActor, args, myself.get_cell()).await {
+        Ok((stream, _)) => {
+            if let Some(run) = state.run.as_mut() {
+                run.phase = Phase::Streaming {
+                    stream,
+                    id,
+                    attempt,
+                };
+            }
+            state
+                .publisher
+                .publish(EventKind::TurnStarted { turn, attempt });
+        }
+        Err(e) => fail(myself, state, SessionError::Spawn(e.to_string())).await,
+    }
+}
+
+async fn on_turn_finished(
+    myself: &ActorRef<SessionMsg>,
+    state: &mut SessionState,
+    stream_id: u64,
+    result: Result<AssistantTurn, LlmError>,
+) {
+    let Some(run) = state.run.as_mut() else {
+        return;
+    };
+    let Phase::Streaming { id, attempt, .. } = run.phase else {
+        return;
+    };
+    if id != stream_id {
+        return;
+    }
+    let result = match result {
+        Ok(turn)
+            if turn.is_empty() && turn.finish != Some(FinishReason::Length) && !run.cancelled =>
+        {
+            Err(StreamError::Empty.into())
+        }
+        other => other,
+    };
+    let error = match result {
+        Ok(turn) => return on_turn(myself, state, turn).await,
+        Err(LlmError::Cancelled { partial }) => {
+            let text = partial.message.text;
+            if !text.is_empty() {
+                let message = Message::Assistant(AssistantMessage {
+                    text: text.clone(),
+                    ..AssistantMessage::default()
+                });
+                if let Err(e) = state.record(message) {
+                    tracing::error!(session = %state.id, error = %e, "cannot journal the partial answer");
+                }
+            }
+            return end_run(myself, state, |stats| Outcome::Cancelled {
+                partial: text,
+                stats,
+            })
+            .await;
+        }
+        Err(error) => error,
+    };
+    let max = state.env.retry.max_attempts;
+    match error.class() {
+        ErrorClass::Retryable { after } if attempt < max && !run.cancelled => {
+            let delay = state.env.retry.delay(attempt, after, jitter());
+            state.publisher.publish(EventKind::Retrying {
+                attempt,
+                max_attempts: max,
+                delay_ms: delay.as_millis() as u64,
+                reason: error.to_string(),
+            });
+            tracing::info!(session = %state.id, attempt, ?delay, %error, "retrying the model turn");
+            let id = state.next_id();
+            if let Some(run) = state.run.as_mut() {
+                run.phase = Phase::Backoff { id, attempt };
+            }
+            myself.send_after(delay, move || SessionMsg::Retry { stream_id: id });
+        }
+        ErrorClass::Retryable { .. } if !run.cancelled => {
+            let e = SessionError::RetriesExhausted {
+                attempts: attempt,
+                last: Box::new(error),
+            };
+            fail(myself, state, e).await;
+        }
+        ErrorClass::Retryable { .. }
+        | ErrorClass::ContextOverflow
+        | ErrorClass::Permanent
+        | ErrorClass::Cancelled
+        | ErrorClass::ToolFailure
+        | ErrorClass::Crash => fail(myself, state, SessionError::Llm(error)).await,
+    }
+}
+
+async fn on_retry(myself: &ActorRef<SessionMsg>, state: &mut SessionState, stream_id: u64) {
+    let Some(Run {
+        phase: Phase::Backoff { id, attempt },
+        ..
+    }) = state.run
+    else {
+        return;
+    };
+    if id == stream_id {
+        begin_turn(myself, state, attempt + 1).await;
+    }
+}
+
+async fn on_turn(myself: &ActorRef<SessionMsg>, state: &mut SessionState, turn: AssistantTurn) {
+    let Some(run) = state.run.as_mut() else {
+        return;
+    };
+    let usage = turn.usage.unwrap_or_default();
+    run.stats.usage.add(&usage);
+    let text = match (&turn.message.text, &turn.message.refusal) {
+        (t, Some(refusal)) if t.is_empty() => refusal.clone(),
+        (t, _) => t.clone(),
+    };
+    if !text.is_empty() {
+        run.last_text = text.clone();
+    }
+    let cancelled = run.cancelled;
+    state.publisher.publish(EventKind::TurnFinished {
+        turn: run.stats.turns,
+        text: text.clone(),
+        tool_calls: turn.message.tool_calls.len(),
+        usage,
+    });
+    let calls = turn.message.tool_calls.clone();
+    if let Err(e) = state.record(Message::Assistant(turn.message)) {
+        return fail(myself, state, e).await;
+    }
+    if cancelled {
+        let _ = state.sync().await;
+        return end_run(myself, state, |stats| Outcome::Cancelled {
+            partial: text,
+            stats,
+        })
+        .await;
+    }
+    if !calls.is_empty() {
+        return start_tools(myself, state, calls).await;
+    }
+    if let Err(e) = state.sync().await {
+        return fail(myself, state, e).await;
+    }
+    let truncated = turn.finish == Some(FinishReason::Length);
+    end_run(myself, state, |stats| Outcome::Finished {
+        text,
+        truncated,
+        stats,
+    })
+    .await;
+}
+
+async fn start_tools(
+    myself: &ActorRef<SessionMsg>,
+    state: &mut SessionState,
+    calls: Vec<ToolCall>,
+) {
+    let classes: Vec<Concurrency> = calls
+        .iter()
+        .map(
+            |c| match (state.spec.tools.get(&c.name), c.parsed_arguments()) {
+                (Some(tool), Ok(input)) => tool.concurrency(&input),
+                // An unknown tool or bad JSON fails at once without touching anything.
+                _ => Concurrency::Safe,
+            },
+        )
+        .collect();
+    let seq = state.next_id();
+    let Some(run) = state.run.as_mut() else {
+        return;
+    };
+    run.stats.tool_calls += calls.len() as u32;
+    run.phase = Phase::Tools(ToolTurn {
+        seq,
+        results: vec![None; calls.len()],
+        calls,
+        batches: plan(&classes).into(),
+        waiting: VecDeque::new(),
+        parallel: false,
+        running: HashMap::new(),
+        cancel: CancellationToken::new(),
+    });
+    advance_tools(myself, state).await;
+}
+
+/// Starts whatever may start now; when the last batch is done, finishes the tool turn.
+async fn advance_tools(myself: &ActorRef<SessionMsg>, state: &mut SessionState) {
+    loop {
+        let limit = state.env.max_parallel_tools.max(1);
+        let Some(Run {
+            phase: Phase::Tools(turn),
+            ..
+        }) = state.run.as_mut()
+        else {
+            return;
+        };
+        if turn.cancel.is_cancelled() {
+            turn.waiting.clear();
+            turn.batches.clear();
+        }
+        let cap = if turn.parallel { limit } else { 1 };
+        if turn.running.len() < cap
+            && let Some(index) = turn.waiting.pop_front()
+        {
+            let call = turn.calls[index].clone();
+            let args = ToolRunnerArgs {
+                turn_seq: turn.seq,
+                index,
+                tool: state.spec.tools.get(&call.name),
+                ctx: ToolContext {
+                    workspace: state.env.workspace.clone(),
+                    session: state.id,
+                    call_id: call.id.clone(),
+                    cancel: turn.cancel.clone(),
+                },
+                timeout: state.spec.tools.timeout(),
+                session: myself.clone(),
+                call: call.clone(),
+            };
+            match Actor::spawn_linked(None, ToolRunnerActor, args, myself.get_cell()).await {
+                Ok((runner, _)) => {
+                    if let Some(Run {
+                        phase: Phase::Tools(turn),
+                        ..
+                    }) = state.run.as_mut()
+                    {
+                        turn.running.insert(runner.get_id(), index);
+                    }
+                    state.publisher.publish(EventKind::ToolStarted {
+                        call_id: call.id,
+                        name: call.name,
+                        arguments: call.arguments,
+                    });
+                }
+                Err(e) => {
+                    if let Some(Run {
+                        phase: Phase::Tools(turn),
+                        ..
+                    }) = state.run.as_mut()
+                    {
+                        turn.results[index] = Some(ToolResult {
+                            tool_call_id: call.id,
+                            content: format!("Error: the tool could not be started: {e}"),
+                            is_error: true,
+                        });
+                    }
+                }
+            }
+            continue;
+        }
+        if !turn.running.is_empty() || !turn.waiting.is_empty() {
+            return;
+        }
+        match turn.batches.pop_front() {
+            Some(batch) => {
+                turn.parallel = batch.parallel;
+                turn.waiting = batch.calls.into();
+            }
+            None => return finish_tools(myself, state).await,
+        }
+    }
+}
+
+async fn on_tool_done(
+    myself: &ActorRef<SessionMsg>,
+    state: &mut SessionState,
+    turn_seq: u64,
+    index: usize,
+    result: ToolResult,
+) {
+    let Some(Run {
+        phase: Phase::Tools(turn),
+        ..
+    }) = state.run.as_mut()
+    else {
+        return;
+    };
+    if turn.seq != turn_seq || turn.results.get(index).is_none_or(Option::is_some) {
+        return;
+    }
+    turn.running.retain(|_, i| *i != index);
+    let name = turn.calls[index].name.clone();
+    turn.results[index] = Some(result.clone());
+    let preview: String = result.content.chars().take(200).collect();
+    state.publisher.publish(EventKind::ToolFinished {
+        call_id: result.tool_call_id.clone(),
+        name,
+        is_error: result.is_error,
+        preview,
+    });
+    // Journaled as it finishes (a tool's work must not be forgotten); it joins the
+    // transcript in call order once the whole turn is done.
+    if let Err(e) = state.journal(&Record::Message {
+        message: Message::Tool(result),
+    }) {
+        tracing::error!(session = %state.id, error = %e, "cannot journal a tool result");
+    }
+    advance_tools(myself, state).await;
+}
+
+async fn finish_tools(myself: &ActorRef<SessionMsg>, state: &mut SessionState) {
+    let Some(run) = state.run.as_mut() else {
+        return;
+    };
+    let Phase::Tools(turn) = std::mem::replace(&mut run.phase, Phase::Starting) else {
+        return;
+    };
+    let cancelled = run.cancelled;
+    for (call, result) in turn.calls.iter().zip(turn.results) {
+        match result {
+            Some(result) => state.transcript.push(Message::Tool(result)),
+            None => {
+                if let Err(e) = state.record(Message::Tool(ToolResult::interrupted(&call.id))) {
+                    return fail(myself, state, e).await;
+                }
+            }
+        }
+    }
+    if cancelled {
+        let _ = state.sync().await;
+        let partial = state
+            .run
+            .as_ref()
+            .map(|r| r.last_text.clone())
+            .unwrap_or_default();
+        return end_run(myself, state, |stats| Outcome::Cancelled { partial, stats }).await;
+    }
+    // A tool-turn boundary: prompts that arrived meanwhile join the conversation.
+    if let Ok(queued) = ractor::call!(state.queue, PromptQueueMsg::TakeAll) {
+        for prompt in queued {
+            if let Err(e) = state.record(Message::user(prompt.text)) {
+                return fail(myself, state, e).await;
+            }
+        }
+    }
+    if let Err(e) = state.sync().await {
+        return fail(myself, state, e).await;
+    }
+    begin_turn(myself, state, 1).await;
+}
+
+async fn on_cancel(myself: &ActorRef<SessionMsg>, state: &mut SessionState, seq: u64) {
+    let _ = state.queue.cast(PromptQueueMsg::DropBefore(seq));
+    let Some(run) = state.run.as_mut() else {
+        return;
+    };
+    run.cancelled = true;
+    match &run.phase {
+        Phase::Streaming { stream, .. } => {
+            let _ = stream.cast(LlmStreamMsg::Cancel);
+        }
+        Phase::Tools(turn) => turn.cancel.cancel(),
+        Phase::Backoff { .. } | Phase::Starting => {
+            let partial = run.last_text.clone();
+            end_run(myself, state, |stats| Outcome::Cancelled { partial, stats }).await;
+        }
+    }
+}
+
+async fn fail(myself: &ActorRef<SessionMsg>, state: &mut SessionState, error: SessionError) {
+    tracing::warn!(session = %state.id, %error, "run failed");
+    let partial = state
+        .run
+        .as_ref()
+        .map(|r| r.last_text.clone())
+        .unwrap_or_default();
+    let class = error.class().name().to_owned();
+    let message = error.to_string();
+    end_run(myself, state, |stats| Outcome::Failed {
+        class,
+        message,
+        partial,
+        stats,
+    })
+    .await;
+}
+
+/// Ends the run with exactly one terminal record and event, then looks for the next
+/// queued prompt.
+async fn end_run(
+    myself: &ActorRef<SessionMsg>,
+    state: &mut SessionState,
+    outcome: impl FnOnce(RunStats) -> Outcome,
+) {
+    let Some(mut run) = state.run.take() else {
+        return;
+    };
+    run.stats.duration_ms = run.started.elapsed().as_millis() as u64;
+    let outcome = outcome(run.stats);
+    let journaled = state.journal(&Record::Terminal {
+        outcome: outcome.clone(),
+    });
+    if let Err(e) = journaled.and(state.sync().await) {
+        tracing::error!(session = %state.id, error = %e, "cannot journal the end of the run");
+    }
+    state.publisher.publish(EventKind::Terminal(outcome));
+    let _ = myself.cast(SessionMsg::PullQueue);
+}

@@ -1,0 +1,189 @@
+//! Where a session restarted from its journal picks up. Pure code.
+
+use crate::conversation::{Message, ToolCall};
+use crate::journal::Record;
+
+/// The state a journal describes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Resumed {
+    /// Every message, in order.
+    pub(crate) transcript: Vec<Message>,
+    /// The run in progress when the journal ends, if one was.
+    pub(crate) active: Option<ActiveRun>,
+}
+
+/// A run the journal shows as started but not ended.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct ActiveRun {
+    /// Model turns it had made.
+    pub(crate) turns: u32,
+    /// What to do next.
+    pub(crate) next: Next,
+}
+
+/// The next step of a resumed run.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Next {
+    /// Ask the model (the last message is a prompt or a tool result).
+    Request,
+    /// The last turn's calls without results, in call order.
+    Tools(Vec<ToolCall>),
+    /// The model had given its final answer; only the terminal record is missing.
+    Finish(String),
+}
+
+/// Reads the records of one journal.
+pub(crate) fn resume(records: &[Record]) -> Resumed {
+    let mut transcript = Vec::new();
+    let mut run_start: Option<usize> = None;
+    for record in records {
+        match record {
+            Record::Header { .. } => {}
+            Record::Message { message } => {
+                if run_start.is_none() && matches!(message, Message::User { .. }) {
+                    run_start = Some(transcript.len());
+                }
+                transcript.push(message.clone());
+            }
+            Record::Terminal { .. } => run_start = None,
+        }
+    }
+    let active = run_start.map(|start| {
+        let run = &transcript[start..];
+        let turns = run
+            .iter()
+            .filter(|m| matches!(m, Message::Assistant(_)))
+            .count() as u32;
+        let last_assistant = run.iter().rposition(|m| matches!(m, Message::Assistant(_)));
+        let next = match last_assistant.map(|i| (i, &run[i])) {
+            Some((i, Message::Assistant(a))) if !a.tool_calls.is_empty() => {
+                let answered: Vec<&str> = run[i + 1..]
+                    .iter()
+                    .filter_map(|m| match m {
+                        Message::Tool(r) => Some(r.tool_call_id.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                let missing: Vec<ToolCall> = a
+                    .tool_calls
+                    .iter()
+                    .filter(|c| !answered.contains(&c.id.as_str()))
+                    .cloned()
+                    .collect();
+                if missing.is_empty() {
+                    Next::Request
+                } else {
+                    Next::Tools(missing)
+                }
+            }
+            Some((i, Message::Assistant(a))) if i + 1 == run.len() => Next::Finish(a.text.clone()),
+            _ => Next::Request,
+        };
+        ActiveRun { turns, next }
+    });
+    Resumed { transcript, active }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conversation::{AssistantMessage, ToolResult};
+    use crate::protocol::{Outcome, RunStats};
+
+    fn msg(m: Message) -> Record {
+        Record::Message { message: m }
+    }
+
+    fn assistant(text: &str, calls: &[&str]) -> Message {
+        Message::Assistant(AssistantMessage {
+            text: text.into(),
+            tool_calls: calls
+                .iter()
+                .map(|id| ToolCall {
+                    id: (*id).into(),
+                    name: "t".into(),
+                    arguments: "{}".into(),
+                })
+                .collect(),
+            ..AssistantMessage::default()
+        })
+    }
+
+    fn result(id: &str) -> Message {
+        Message::Tool(ToolResult {
+            tool_call_id: id.into(),
+            content: "ok".into(),
+            is_error: false,
+        })
+    }
+
+    fn terminal() -> Record {
+        Record::Terminal {
+            outcome: Outcome::Cancelled {
+                partial: String::new(),
+                stats: RunStats::default(),
+            },
+        }
+    }
+
+    #[test]
+    fn a_finished_journal_has_no_active_run() {
+        let r = resume(&[
+            msg(Message::user("a")),
+            msg(assistant("done", &[])),
+            terminal(),
+        ]);
+        assert_eq!(r.active, None);
+        assert_eq!(r.transcript.len(), 2);
+    }
+
+    #[test]
+    fn a_run_cut_after_tool_results_asks_the_model_again() {
+        let r = resume(&[
+            msg(Message::user("a")),
+            msg(assistant("", &["1", "2"])),
+            msg(result("2")),
+            msg(result("1")),
+        ]);
+        assert_eq!(
+            r.active,
+            Some(ActiveRun {
+                turns: 1,
+                next: Next::Request
+            })
+        );
+    }
+
+    #[test]
+    fn a_run_cut_mid_tools_names_the_unanswered_calls() {
+        let r = resume(&[
+            terminal(),
+            msg(Message::user("b")),
+            msg(assistant("", &["1", "2", "3"])),
+            msg(result("2")),
+        ]);
+        let Some(ActiveRun {
+            turns: 1,
+            next: Next::Tools(calls),
+        }) = r.active
+        else {
+            panic!("{:?}", r.active)
+        };
+        assert_eq!(
+            calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+            ["1", "3"]
+        );
+    }
+
+    #[test]
+    fn a_recorded_final_answer_only_needs_its_terminal() {
+        let r = resume(&[msg(Message::user("a")), msg(assistant("the answer", &[]))]);
+        assert_eq!(
+            r.active,
+            Some(ActiveRun {
+                turns: 1,
+                next: Next::Finish("the answer".into())
+            })
+        );
+    }
+}

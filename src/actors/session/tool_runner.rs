@@ -1,0 +1,112 @@
+//! ToolRunner: one tool call (temporary: never restarted, never replayed). The call
+//! runs in a task with a timeout and the turn's cancellation token; a panic inside
+//! the tool becomes an error result for the model, not a crash of the session.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+use super::SessionMsg;
+use crate::actors::AbortOnDrop;
+use crate::conversation::{ToolCall, ToolResult};
+use crate::error::ToolError;
+use crate::tools::{Tool, ToolContext};
+
+/// A ToolRunner takes no messages: it runs its call and stops.
+#[derive(Debug)]
+pub(crate) enum ToolRunnerMsg {}
+
+/// What a ToolRunner needs.
+#[derive(Debug)]
+pub(crate) struct ToolRunnerArgs {
+    /// Which tool turn the call belongs to.
+    pub(crate) turn_seq: u64,
+    /// The call's position in its turn.
+    pub(crate) index: usize,
+    pub(crate) call: ToolCall,
+    /// `None` when the model asked for a tool that is not offered.
+    pub(crate) tool: Option<Arc<dyn Tool>>,
+    pub(crate) ctx: ToolContext,
+    pub(crate) timeout: Duration,
+    pub(crate) session: ActorRef<SessionMsg>,
+}
+
+/// The ToolRunner actor.
+#[derive(Debug)]
+pub(crate) struct ToolRunnerActor;
+
+impl Actor for ToolRunnerActor {
+    type Msg = ToolRunnerMsg;
+    type State = AbortOnDrop;
+    type Arguments = ToolRunnerArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: ToolRunnerArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let task = tokio::spawn(async move {
+            let outcome = run_call(args.tool.as_deref(), &args.call, &args.ctx, args.timeout).await;
+            let result = match outcome {
+                Ok(content) => ToolResult {
+                    tool_call_id: args.call.id.clone(),
+                    content,
+                    is_error: false,
+                },
+                Err(e) => ToolResult {
+                    tool_call_id: args.call.id.clone(),
+                    content: format!("Error: {e}"),
+                    is_error: true,
+                },
+            };
+            let _ = args.session.cast(SessionMsg::ToolDone {
+                turn_seq: args.turn_seq,
+                index: args.index,
+                result,
+            });
+            myself.stop(None);
+        });
+        Ok(AbortOnDrop(task))
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        _state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {}
+    }
+}
+
+async fn run_call(
+    tool: Option<&dyn Tool>,
+    call: &ToolCall,
+    ctx: &ToolContext,
+    timeout: Duration,
+) -> Result<String, ToolError> {
+    let tool = tool.ok_or_else(|| ToolError::UnknownTool(call.name.clone()))?;
+    let input = call
+        .parsed_arguments()
+        .map_err(|e| ToolError::InvalidInput(format!("the arguments are not valid JSON ({e})")))?;
+    let work = AssertUnwindSafe(tool.call(input, ctx)).catch_unwind();
+    tokio::select! {
+        () = ctx.cancel.cancelled() => Err(ToolError::Cancelled),
+        done = tokio::time::timeout(timeout, work) => match done {
+            Err(_) => Err(ToolError::Timeout(timeout)),
+            Ok(Err(panic)) => Err(ToolError::Crashed(panic_message(panic.as_ref()))),
+            Ok(Ok(result)) => result,
+        },
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(ToString::to_string)
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".to_owned())
+}

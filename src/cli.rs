@@ -1,0 +1,224 @@
+//! The command line: flags, configuration, one session, and the exit code. Output
+//! goes to writers the caller passes (main passes stdout and stderr).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::config;
+use crate::error::ConfigError;
+use crate::llm::openai::{OpenAiClient, OpenAiConfig};
+use crate::protocol::{Event, EventKind, Outcome};
+use crate::runtime::{DEFAULT_MAX_TURNS, FaultPlan, Runtime, RuntimeConfig, SessionSpec};
+
+/// Exit codes (DESIGN §8).
+pub mod exit {
+    /// The task finished.
+    pub const DONE: u8 = 0;
+    /// The task failed.
+    pub const FAILED: u8 = 1;
+    /// Bad usage or configuration.
+    pub const USAGE: u8 = 2;
+    /// Cancelled by the user.
+    pub const CANCELLED: u8 = 130;
+}
+
+/// Run a task with an LLM agent in a repository.
+#[derive(Debug, Parser)]
+#[command(name = "orchestrate", version, about)]
+pub struct Cli {
+    /// The task, in plain words.
+    pub task: String,
+    /// Work in DIR instead of the current directory.
+    #[arg(short = 'C', value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// API root of an OpenAI-compatible server, including /v1 [env: OPENAI_BASE_URL].
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// Model id [env: ORCHESTRATE_MODEL].
+    #[arg(long, value_name = "M")]
+    pub model: Option<String>,
+    /// Print one JSON event per line instead of the answer.
+    #[arg(long)]
+    pub json: bool,
+    /// Model turns allowed before the run fails.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_TURNS)]
+    pub max_turns: u32,
+    /// Requests made at most for one model turn.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub max_attempts: u32,
+    /// Seconds without a streamed event before a stream counts as stalled.
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    pub idle_timeout: u64,
+    /// First retry backoff in milliseconds (doubles each attempt).
+    #[arg(long, value_name = "MS", default_value_t = 500, hide = true)]
+    pub retry_base_ms: u64,
+    /// Supervision drill: the session panics when it reaches this turn…
+    #[arg(long, value_name = "TURN", hide = true)]
+    pub inject_panic_at_turn: Option<u32>,
+    /// …this many times (restarts included).
+    #[arg(long, value_name = "N", default_value_t = 1, hide = true)]
+    pub inject_panics: u32,
+}
+
+const SYSTEM_PROMPT: &str = "You are orchestrate, a careful software engineering agent working in a code repository. \
+Answer the user's task directly and precisely. When you use tools, use them to check facts rather than guess; \
+when you are done, reply with the final answer only.";
+
+/// Runs the CLI to its exit code. `interrupt` resolves on each Ctrl-C.
+pub async fn run<I>(
+    cli: Cli,
+    env: impl Fn(&str) -> Option<String>,
+    mut interrupt: I,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> ExitCode
+where
+    I: FnMut() -> futures::future::BoxFuture<'static, ()>,
+{
+    let setup = match setup(&cli, &env) {
+        Ok(setup) => setup,
+        Err(e) => {
+            let _ = writeln!(err, "orchestrate: {e}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let (config, spec) = setup;
+    let runtime = match Runtime::start(config).await {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            let _ = writeln!(err, "orchestrate: {e}");
+            return ExitCode::from(exit::FAILED);
+        }
+    };
+    let id = match runtime.start_session(spec).await {
+        Ok(id) => id,
+        Err(e) => {
+            let _ = writeln!(err, "orchestrate: {e}");
+            runtime.shutdown().await;
+            return ExitCode::from(exit::FAILED);
+        }
+    };
+    let mut events = runtime.subscribe();
+    runtime.prompt(id, cli.task.clone());
+    let mut interrupts = 0;
+    let mut ctrl_c = interrupt();
+    let outcome = loop {
+        tokio::select! {
+            event = events.recv() => {
+                let Some(event) = event else { break None };
+                if cli.json {
+                    print_json(out, &event);
+                }
+                if event.session == id && let EventKind::Terminal(outcome) = event.kind {
+                    break Some(outcome);
+                }
+            }
+            () = &mut ctrl_c => {
+                interrupts += 1;
+                if interrupts > 1 {
+                    let _ = writeln!(err, "orchestrate: interrupted");
+                    return ExitCode::from(exit::CANCELLED);
+                }
+                runtime.cancel(id);
+                ctrl_c = interrupt();
+            }
+        }
+    };
+    runtime.shutdown().await;
+    report(cli.json, outcome, out, err)
+}
+
+fn setup(
+    cli: &Cli,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<(RuntimeConfig, SessionSpec), ConfigError> {
+    let workspace = match &cli.workspace {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().map_err(|e| ConfigError::Workspace {
+            path: ".".into(),
+            reason: e.to_string(),
+        })?,
+    };
+    let workspace = workspace
+        .canonicalize()
+        .map_err(|e| ConfigError::Workspace {
+            path: workspace.display().to_string(),
+            reason: e.to_string(),
+        })?;
+    if !workspace.is_dir() {
+        return Err(ConfigError::Workspace {
+            path: workspace.display().to_string(),
+            reason: "not a directory".into(),
+        });
+    }
+    let settings = config::resolve(cli.base_url.as_deref(), cli.model.as_deref(), env)?;
+    let mut client = OpenAiConfig::new(settings.base_url, settings.api_key);
+    client.idle_timeout = Duration::from_secs(cli.idle_timeout.max(1));
+    let provider = Arc::new(OpenAiClient::new(client)?);
+    let mut config = RuntimeConfig::new(workspace, provider);
+    config.retry.max_attempts = cli.max_attempts.max(1);
+    config.retry.base_delay = Duration::from_millis(cli.retry_base_ms);
+    let mut spec = SessionSpec::new("main", settings.model, SYSTEM_PROMPT);
+    spec.max_turns = cli.max_turns.max(1);
+    spec.faults = cli
+        .inject_panic_at_turn
+        .map(|turn| FaultPlan::panic_at(turn, cli.inject_panics));
+    Ok((config, spec))
+}
+
+fn print_json(out: &mut dyn Write, event: &Event) {
+    if let Ok(line) = serde_json::to_string(event) {
+        // A closed pipe (`| head`) is not an error worth reporting.
+        let _ = writeln!(out, "{line}");
+    }
+}
+
+fn report(
+    json: bool,
+    outcome: Option<Outcome>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> ExitCode {
+    match outcome {
+        Some(Outcome::Finished {
+            text, truncated, ..
+        }) => {
+            if !json {
+                let _ = writeln!(out, "{text}");
+            }
+            if truncated {
+                let _ = writeln!(
+                    err,
+                    "orchestrate: the answer was cut at the model's output limit"
+                );
+            }
+            let _ = out.flush();
+            ExitCode::from(exit::DONE)
+        }
+        Some(Outcome::Failed {
+            message, partial, ..
+        }) => {
+            if !json && !partial.is_empty() {
+                let _ = writeln!(out, "{partial}");
+            }
+            let _ = writeln!(err, "orchestrate: {message}");
+            ExitCode::from(exit::FAILED)
+        }
+        Some(Outcome::Cancelled { partial, .. }) => {
+            if !json && !partial.is_empty() {
+                let _ = writeln!(out, "{partial}");
+            }
+            let _ = writeln!(err, "orchestrate: cancelled");
+            ExitCode::from(exit::CANCELLED)
+        }
+        None => {
+            let _ = writeln!(err, "orchestrate: the session ended without a result");
+            ExitCode::from(exit::FAILED)
+        }
+    }
+}

@@ -1,0 +1,486 @@
+//! The error taxonomy (DESIGN §3): one typed error per layer and one exhaustive
+//! classification that decides what supervision does with each.
+//!
+//! Every `Display` here is safe to show a person: it carries no API key, no stack trace
+//! and at most a short excerpt of what a server said.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::conversation::AssistantTurn;
+
+/// What supervision does with an error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "class", rename_all = "snake_case")]
+pub enum ErrorClass {
+    /// Back off (honouring `after` when the server said) and try again.
+    Retryable {
+        /// The delay the server asked for, if any.
+        #[serde(default, with = "opt_millis")]
+        after: Option<Duration>,
+    },
+    /// The prompt is too long for the model.
+    ContextOverflow,
+    /// Trying again cannot help; the session fails.
+    Permanent,
+    /// The user or the parent cancelled.
+    Cancelled,
+    /// A tool failed; the model sees an error result and goes on.
+    ToolFailure,
+    /// An actor panicked or broke an invariant; its supervisor decides.
+    Crash,
+}
+
+impl ErrorClass {
+    /// A short lowercase name, as used in events and exit messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Retryable { .. } => "retryable",
+            Self::ContextOverflow => "context_overflow",
+            Self::Permanent => "permanent",
+            Self::Cancelled => "cancelled",
+            Self::ToolFailure => "tool_failure",
+            Self::Crash => "crash",
+        }
+    }
+}
+
+mod opt_millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(v: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(d) => s.serialize_some(&(d.as_millis() as u64)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
+    }
+}
+
+/// Bad or missing configuration: exit code 2.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Neither a key nor a base URL says which provider to use.
+    #[error(
+        "no provider configured: set OPENAI_API_KEY (for api.openai.com), or OPENAI_BASE_URL / --base-url for any OpenAI-compatible server such as http://localhost:11434/v1"
+    )]
+    NoProvider,
+    /// A custom server is configured but no model was named.
+    #[error("no model given: pass --model M or set ORCHESTRATE_MODEL")]
+    NoModel,
+    /// The base URL does not parse or is not http(s).
+    #[error("invalid base URL {url:?}: {reason}")]
+    BadBaseUrl {
+        /// The URL as given.
+        url: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// The workspace directory is unusable.
+    #[error("workspace {path}: {reason}")]
+    Workspace {
+        /// The directory as given.
+        path: String,
+        /// Why it was refused.
+        reason: String,
+    },
+}
+
+/// A failure talking to the provider before or outside the streamed body.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum ProviderError {
+    /// The server answered with a non-success status.
+    #[error("HTTP {status}{}", fmt_detail(message))]
+    Status {
+        /// The HTTP status code.
+        status: u16,
+        /// The provider's error message, shortened.
+        message: String,
+        /// The provider's error code (`context_length_exceeded`, `insufficient_quota`, …).
+        code: Option<String>,
+        /// How long the server asked us to wait.
+        retry_after: Option<Duration>,
+    },
+    /// The server sent an error object inside a 200 stream (`{"error": …}`).
+    #[error("provider error{}{}", fmt_kind(kind), fmt_detail(message))]
+    InBand {
+        /// The error's `type` (`server_error`, `rate_limit_error`, …).
+        kind: Option<String>,
+        /// The error's `code`.
+        code: Option<String>,
+        /// The message, shortened.
+        message: String,
+    },
+    /// The connection could not be made or was refused.
+    #[error("cannot connect to {host}: {reason}")]
+    Connect {
+        /// Host and port, never the full URL with credentials.
+        host: String,
+        /// The transport's reason.
+        reason: String,
+    },
+    /// A non-streaming request ran past its fixed timeout.
+    #[error("request timed out after {0:?}")]
+    Timeout(Duration),
+    /// Any other transport failure while sending the request.
+    #[error("request failed: {0}")]
+    Transport(String),
+    /// The response body was not the JSON we expected.
+    #[error("cannot decode the response: {0}")]
+    Decode(String),
+}
+
+fn fmt_detail(message: &str) -> String {
+    if message.is_empty() {
+        String::new()
+    } else {
+        format!(": {message}")
+    }
+}
+
+fn fmt_kind(kind: &Option<String>) -> String {
+    kind.as_ref().map(|k| format!(" ({k})")).unwrap_or_default()
+}
+
+/// A failure while reading a streamed answer.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum StreamError {
+    /// No event arrived for the idle timeout.
+    #[error("stream stalled: no event for {0:?}")]
+    IdleTimeout(Duration),
+    /// The stream ended with neither a finish reason nor `[DONE]`.
+    #[error("stream ended before its finish event")]
+    EndedEarly,
+    /// The connection broke mid-stream.
+    #[error("connection lost mid-stream: {0}")]
+    Disconnected(String),
+    /// An event's data was not valid JSON of the expected shape.
+    #[error("malformed stream chunk: {0}")]
+    Malformed(String),
+    /// The assembled answer grew past the cap.
+    #[error("answer exceeded the {limit}-byte cap")]
+    TooLarge {
+        /// The cap, in bytes.
+        limit: usize,
+    },
+    /// The model finished without saying anything.
+    #[error("the model returned an empty answer")]
+    Empty,
+}
+
+/// Everything one model turn can end with, short of success.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum LlmError {
+    /// The request failed.
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    /// The stream failed.
+    #[error(transparent)]
+    Stream(#[from] StreamError),
+    /// The turn was cancelled; `partial` is what had arrived.
+    #[error("cancelled")]
+    Cancelled {
+        /// What had been assembled before the cancel.
+        partial: Box<AssistantTurn>,
+    },
+}
+
+/// A tool call that failed; the model receives the message as an error result.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum ToolError {
+    /// The model asked for a tool that is not offered.
+    #[error("unknown tool {0:?}")]
+    UnknownTool(String),
+    /// The arguments are not valid JSON or do not fit the schema.
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// The tool ran and failed.
+    #[error("{0}")]
+    Failed(String),
+    /// The tool ran past its timeout.
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    /// The tool panicked; nothing is replayed.
+    #[error("the tool crashed: {0}")]
+    Crashed(String),
+    /// The call was cancelled before it finished.
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// Why a session could not go on.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum SessionError {
+    /// A model turn failed with a non-retryable error.
+    #[error("{0}")]
+    Llm(LlmError),
+    /// Every attempt failed; carries the last error.
+    #[error("gave up after {attempts} attempts: {last}")]
+    RetriesExhausted {
+        /// How many requests were made.
+        attempts: u32,
+        /// The last attempt's error.
+        last: Box<LlmError>,
+    },
+    /// The session reached its turn limit.
+    #[error("reached the limit of {0} turns")]
+    MaxTurns(u32),
+    /// The session actor crashed more often than its restart intensity allows.
+    #[error("session crashed {restarts} times within {window:?}; giving up: {last}")]
+    CrashLoop {
+        /// Restarts attempted inside the window.
+        restarts: u32,
+        /// The intensity window.
+        window: Duration,
+        /// The last crash's message.
+        last: String,
+    },
+    /// The journal could not be written or read.
+    #[error("journal: {0}")]
+    Journal(String),
+    /// The session could not be started.
+    #[error("cannot start session: {0}")]
+    Spawn(String),
+}
+
+/// Classification of provider error objects by their `type`/`code`, shared by the
+/// HTTP-status path and the in-band path.
+fn classify_api_code(kind: Option<&str>, code: Option<&str>, message: &str) -> Option<ErrorClass> {
+    let is = |s: &str| kind == Some(s) || code == Some(s);
+    if is("context_length_exceeded")
+        || message.contains("prompt is too long")
+        || message.contains("maximum context length")
+    {
+        return Some(ErrorClass::ContextOverflow);
+    }
+    if is("insufficient_quota")
+        || is("invalid_api_key")
+        || is("model_not_found")
+        || is("content_filter")
+    {
+        return Some(ErrorClass::Permanent);
+    }
+    None
+}
+
+impl ProviderError {
+    /// The class of this error.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Self::Status {
+                status,
+                message,
+                code,
+                retry_after,
+            } => {
+                if let Some(class) = classify_api_code(None, code.as_deref(), message) {
+                    return class;
+                }
+                match status {
+                    408 | 409 | 425 | 429 | 500..=504 | 520..=529 => ErrorClass::Retryable {
+                        after: *retry_after,
+                    },
+                    413 => ErrorClass::ContextOverflow,
+                    _ => ErrorClass::Permanent,
+                }
+            }
+            Self::InBand {
+                kind,
+                code,
+                message,
+            } => {
+                if let Some(class) = classify_api_code(kind.as_deref(), code.as_deref(), message) {
+                    return class;
+                }
+                match kind.as_deref() {
+                    Some(
+                        "invalid_request_error"
+                        | "authentication_error"
+                        | "permission_error"
+                        | "not_found_error"
+                        | "invalid_api_key",
+                    ) => ErrorClass::Permanent,
+                    // server_error, rate_limit_error, overloaded_error, api_error and
+                    // unknown kinds: the same request may well succeed again.
+                    _ => ErrorClass::Retryable { after: None },
+                }
+            }
+            Self::Connect { .. } | Self::Timeout(_) | Self::Transport(_) => {
+                ErrorClass::Retryable { after: None }
+            }
+            Self::Decode(_) => ErrorClass::Retryable { after: None },
+        }
+    }
+}
+
+impl StreamError {
+    /// The class of this error.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Self::IdleTimeout(_)
+            | Self::EndedEarly
+            | Self::Disconnected(_)
+            | Self::Malformed(_)
+            | Self::Empty => ErrorClass::Retryable { after: None },
+            Self::TooLarge { .. } => ErrorClass::Permanent,
+        }
+    }
+}
+
+impl LlmError {
+    /// The class of this error.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Self::Provider(e) => e.class(),
+            Self::Stream(e) => e.class(),
+            Self::Cancelled { .. } => ErrorClass::Cancelled,
+        }
+    }
+}
+
+impl ToolError {
+    /// The class of this error: always a tool failure, which the model gets to see.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Self::UnknownTool(_)
+            | Self::InvalidInput(_)
+            | Self::Failed(_)
+            | Self::Timeout(_)
+            | Self::Crashed(_) => ErrorClass::ToolFailure,
+            Self::Cancelled => ErrorClass::Cancelled,
+        }
+    }
+}
+
+impl SessionError {
+    /// The class of this error.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Self::Llm(e) => e.class(),
+            Self::RetriesExhausted { .. }
+            | Self::MaxTurns(_)
+            | Self::Journal(_)
+            | Self::Spawn(_) => ErrorClass::Permanent,
+            Self::CrashLoop { .. } => ErrorClass::Crash,
+        }
+    }
+}
+
+/// Shortens a server-provided message for display, on a char boundary, on one line.
+pub(crate) fn excerpt(message: &str) -> String {
+    const MAX: usize = 300;
+    let one_line: String = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.len() <= MAX {
+        return one_line;
+    }
+    let mut end = MAX;
+    while !one_line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &one_line[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(status: u16) -> ProviderError {
+        ProviderError::Status {
+            status,
+            message: String::new(),
+            code: None,
+            retry_after: None,
+        }
+    }
+
+    #[test]
+    fn http_statuses_classify_as_the_taxonomy_says() {
+        for s in [408, 429, 500, 502, 503, 504, 529] {
+            assert!(
+                matches!(status(s).class(), ErrorClass::Retryable { .. }),
+                "{s}"
+            );
+        }
+        for s in [400, 401, 403, 404, 422] {
+            assert_eq!(status(s).class(), ErrorClass::Permanent, "{s}");
+        }
+    }
+
+    #[test]
+    fn codes_override_statuses() {
+        let overflow = ProviderError::Status {
+            status: 400,
+            message: "This model's maximum context length is 8192 tokens".into(),
+            code: Some("context_length_exceeded".into()),
+            retry_after: None,
+        };
+        assert_eq!(overflow.class(), ErrorClass::ContextOverflow);
+        let quota = ProviderError::Status {
+            status: 429,
+            message: "You exceeded your current quota".into(),
+            code: Some("insufficient_quota".into()),
+            retry_after: None,
+        };
+        assert_eq!(quota.class(), ErrorClass::Permanent);
+    }
+
+    #[test]
+    fn retry_after_travels_with_the_class() {
+        let e = ProviderError::Status {
+            status: 429,
+            message: String::new(),
+            code: None,
+            retry_after: Some(Duration::from_secs(2)),
+        };
+        assert_eq!(
+            e.class(),
+            ErrorClass::Retryable {
+                after: Some(Duration::from_secs(2))
+            }
+        );
+    }
+
+    #[test]
+    fn in_band_errors_classify_by_type() {
+        let server = ProviderError::InBand {
+            kind: Some("server_error".into()),
+            code: None,
+            message: "boom".into(),
+        };
+        assert!(matches!(server.class(), ErrorClass::Retryable { .. }));
+        let invalid = ProviderError::InBand {
+            kind: Some("invalid_request_error".into()),
+            code: None,
+            message: "bad".into(),
+        };
+        assert_eq!(invalid.class(), ErrorClass::Permanent);
+    }
+
+    #[test]
+    fn stream_errors_are_retryable_except_overflow_of_the_cap() {
+        assert!(matches!(
+            StreamError::EndedEarly.class(),
+            ErrorClass::Retryable { .. }
+        ));
+        assert_eq!(
+            StreamError::TooLarge { limit: 1 }.class(),
+            ErrorClass::Permanent
+        );
+    }
+
+    #[test]
+    fn excerpt_is_one_bounded_line() {
+        let long = "a\nb ".repeat(400);
+        let e = excerpt(&long);
+        assert!(!e.contains('\n'));
+        assert!(e.chars().count() <= 301);
+    }
+}

@@ -1,0 +1,44 @@
+//! `orchestrate`: an actor-model orchestrator for LLM coding agents.
+//!
+//! A [`Runtime`] runs a supervision tree on ractor:
+//!
+//! ```text
+//! Orchestrator                     root supervisor, one per process
+//! ├── PromptQueue (per session)    prompts that arrive while busy        permanent
+//! └── Session (per conversation)                                         transient
+//!     ├── LlmStream                one per model turn                    transient
+//!     └── ToolRunner × n           one per tool call                     temporary
+//! ```
+//!
+//! A session streams each model turn from a [`Provider`] (any OpenAI-compatible server
+//! through [`OpenAiClient`]), runs the tool calls (safe ones in parallel, unsafe ones
+//! alone, results in call order), loops until the model is done, retries what the
+//! [error taxonomy](error) calls retryable, journals every message under
+//! `.orchestrate/sessions/`, and comes back from a crash by replaying its journal.
+//! Everything that happens is an [`Event`]; the library never prints.
+
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+pub mod actors;
+pub mod cli;
+pub mod config;
+pub mod conversation;
+pub mod error;
+pub mod events;
+pub mod journal;
+pub mod llm;
+pub mod protocol;
+pub mod runtime;
+pub mod tools;
+
+pub use crate::conversation::{
+    AssistantMessage, AssistantTurn, FinishReason, Message, ToolCall, ToolResult, Usage,
+};
+pub use crate::error::{ErrorClass, LlmError, ProviderError, SessionError, StreamError, ToolError};
+pub use crate::events::{EventBus, EventStream};
+pub use crate::llm::openai::{OpenAiClient, OpenAiConfig};
+pub use crate::llm::retry::RetryPolicy;
+pub use crate::llm::{ChatRequest, Provider, ToolSpec};
+pub use crate::protocol::{Event, EventKind, Outcome, RunStats, SessionId};
+pub use crate::runtime::{FaultPlan, Runtime, RuntimeConfig, SessionSpec};
+pub use crate::tools::{Concurrency, Tool, ToolContext, ToolRegistry};

@@ -1,0 +1,77 @@
+//! Talking to models: the [`Provider`] trait, the provider-neutral request, and the
+//! pure pieces every provider shares (assembly, retry timing). No actors live here.
+
+pub mod assembler;
+pub mod openai;
+pub mod retry;
+
+use std::fmt::Debug;
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::conversation::{AssistantTurn, Message};
+use crate::error::LlmError;
+
+/// One model request, provider-neutral.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChatRequest {
+    /// The model id to ask.
+    pub model: String,
+    /// The transcript, system prompt first.
+    pub messages: Vec<Message>,
+    /// The tools the model may call.
+    pub tools: Vec<ToolSpec>,
+    /// An upper bound on generated tokens, when the caller wants one.
+    pub max_tokens: Option<u32>,
+}
+
+/// A tool as offered to a model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// The name the model calls it by.
+    pub name: String,
+    /// What it does, written for the model.
+    pub description: String,
+    /// JSON schema of its input.
+    pub parameters: serde_json::Value,
+}
+
+/// A piece of a turn as it streams in, for progress display.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StreamDelta {
+    /// Visible text.
+    Text(String),
+    /// Reasoning text.
+    Reasoning(String),
+    /// A tool call began (its name is known).
+    ToolCall {
+        /// The tool's name.
+        name: String,
+    },
+}
+
+/// Receives deltas while a turn streams. Must not block.
+pub type DeltaSink<'a> = &'a (dyn Fn(StreamDelta) + Send + Sync);
+
+/// A model provider: turns a [`ChatRequest`] into one assembled [`AssistantTurn`].
+///
+/// Implementations make exactly one request per call: retrying is the session's
+/// decision, made from the error's class.
+pub trait Provider: Send + Sync + Debug + 'static {
+    /// Streams one turn, reporting deltas to `sink`. Cancelling `cancel` drops the
+    /// request and returns [`LlmError::Cancelled`] with what had arrived.
+    fn stream_turn<'a>(
+        &'a self,
+        request: &'a ChatRequest,
+        sink: DeltaSink<'a>,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<AssistantTurn, LlmError>>;
+
+    /// One non-streaming request with a fixed timeout.
+    fn complete<'a>(
+        &'a self,
+        request: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<AssistantTurn, LlmError>>;
+}

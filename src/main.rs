@@ -1,0 +1,34 @@
+//! The `orchestrate` binary: parse flags, set up tracing, run, map to an exit code.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use futures::FutureExt;
+use orchestrate::cli::{self, Cli};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let interrupt = || {
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        .boxed()
+    };
+    let mut out = std::io::stdout();
+    let mut err = std::io::stderr();
+    cli::run(
+        args,
+        |k| std::env::var(k).ok(),
+        interrupt,
+        &mut out,
+        &mut err,
+    )
+    .await
+}

@@ -1,0 +1,210 @@
+//! The public boundary: ids, the [`Event`]s every consumer sees, and the
+//! [`Outcome`] a run ends with.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::conversation::Usage;
+
+/// Identifies one session (conversation). Time-ordered (UUIDv7), so journal file
+/// names sort by creation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SessionId(uuid::Uuid);
+
+impl SessionId {
+    /// A fresh id.
+    pub fn new() -> Self {
+        Self(uuid::Uuid::now_v7())
+    }
+}
+
+impl Default for SessionId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::str::FromStr for SessionId {
+    type Err = uuid::Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Self(s.parse()?))
+    }
+}
+
+/// Counters for one run (a prompt and everything it caused).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunStats {
+    /// Model turns made.
+    pub turns: u32,
+    /// Tool calls run.
+    pub tool_calls: u32,
+    /// Wall time in milliseconds.
+    pub duration_ms: u64,
+    /// Tokens used, summed over the turns.
+    pub usage: Usage,
+}
+
+/// How a run ended. Every run ends with exactly one.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    /// The model gave its final answer.
+    Finished {
+        /// The final answer.
+        text: String,
+        /// True when the answer was cut by the output token limit.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        truncated: bool,
+        /// The run's counters.
+        stats: RunStats,
+    },
+    /// The run could not finish.
+    Failed {
+        /// The error class (`permanent`, `crash`, …).
+        class: String,
+        /// One line saying what failed and why.
+        message: String,
+        /// The last text the model produced, if any.
+        partial: String,
+        /// The run's counters.
+        stats: RunStats,
+    },
+    /// The run was cancelled.
+    Cancelled {
+        /// What the model had said when the cancel came.
+        partial: String,
+        /// The run's counters.
+        stats: RunStats,
+    },
+}
+
+/// One thing that happened, stamped with where it happened.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Process-wide sequence number, increasing.
+    pub seq: u64,
+    /// The session it concerns.
+    pub session: SessionId,
+    /// The session's parent, for sub-agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<SessionId>,
+    /// The role running the session.
+    pub agent: String,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// What happened.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EventKind {
+    /// A session began (or began again after a restart).
+    SessionStarted {
+        /// The model it talks to.
+        model: String,
+        /// True when it was rebuilt from its journal.
+        resumed: bool,
+    },
+    /// A prompt arrived while the session was busy and waits in its queue.
+    PromptQueued {
+        /// Prompts now waiting.
+        waiting: usize,
+    },
+    /// A model request began.
+    TurnStarted {
+        /// The turn within the run, from 1.
+        turn: u32,
+        /// The attempt for this turn, from 1.
+        attempt: u32,
+    },
+    /// Streamed answer text (progress: may be coalesced).
+    TextDelta {
+        /// The new text.
+        text: String,
+    },
+    /// Streamed reasoning (progress: may be coalesced).
+    ReasoningDelta {
+        /// The new reasoning.
+        text: String,
+    },
+    /// A model turn completed.
+    TurnFinished {
+        /// The turn within the run.
+        turn: u32,
+        /// The turn's visible text.
+        text: String,
+        /// How many tool calls it made.
+        tool_calls: usize,
+        /// Tokens it used.
+        usage: Usage,
+    },
+    /// A tool call began.
+    ToolStarted {
+        /// The call's id.
+        call_id: String,
+        /// The tool.
+        name: String,
+        /// The arguments as the model wrote them.
+        arguments: String,
+    },
+    /// A tool call ended.
+    ToolFinished {
+        /// The call's id.
+        call_id: String,
+        /// The tool.
+        name: String,
+        /// Whether it failed.
+        is_error: bool,
+        /// The start of its output.
+        preview: String,
+    },
+    /// A model turn failed and will be tried again.
+    Retrying {
+        /// The attempt that failed, from 1.
+        attempt: u32,
+        /// Attempts allowed.
+        max_attempts: u32,
+        /// Milliseconds until the next attempt.
+        delay_ms: u64,
+        /// Why.
+        reason: String,
+    },
+    /// The session crashed and its supervisor restarted it.
+    Restarted {
+        /// Restarts inside the current intensity window.
+        restarts: u32,
+        /// The crash.
+        reason: String,
+    },
+    /// The run ended.
+    Terminal(Outcome),
+}
+
+impl EventKind {
+    /// Progress events may be dropped or coalesced under back-pressure; lifecycle
+    /// events never are.
+    pub fn is_progress(&self) -> bool {
+        match self {
+            Self::TextDelta { .. } | Self::ReasoningDelta { .. } => true,
+            Self::SessionStarted { .. }
+            | Self::PromptQueued { .. }
+            | Self::TurnStarted { .. }
+            | Self::TurnFinished { .. }
+            | Self::ToolStarted { .. }
+            | Self::ToolFinished { .. }
+            | Self::Retrying { .. }
+            | Self::Restarted { .. }
+            | Self::Terminal(_) => false,
+        }
+    }
+}

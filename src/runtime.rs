@@ -1,0 +1,225 @@
+//! The public handle on a running actor tree: start sessions, send prompts, cancel,
+//! watch events, shut down. Everything behind it is actors.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use ractor::{Actor, ActorRef};
+
+use crate::actors::orchestrator::{OrchestratorActor, OrchestratorArgs, OrchestratorMsg};
+use crate::actors::supervision::Intensity;
+use crate::conversation::Message;
+use crate::error::SessionError;
+use crate::events::{EventBus, EventStream};
+use crate::journal::Journal;
+use crate::llm::Provider;
+use crate::llm::retry::RetryPolicy;
+use crate::protocol::{EventKind, Outcome, SessionId};
+use crate::tools::ToolRegistry;
+use crate::tools::scheduler::DEFAULT_MAX_PARALLEL;
+
+/// The default limit on model turns per run.
+pub const DEFAULT_MAX_TURNS: u32 = 50;
+
+/// Process-wide settings.
+#[derive(Debug)]
+pub struct RuntimeConfig {
+    /// The workspace: journals go under `.orchestrate/` here and tools work here.
+    pub workspace: PathBuf,
+    /// The model provider every session talks to.
+    pub provider: Arc<dyn Provider>,
+    /// How failed model turns are retried.
+    pub retry: RetryPolicy,
+    /// How often a crashed session is restarted before its failure escalates.
+    pub restart: Intensity,
+    /// Concurrency-safe tool calls run at once within one turn, at most.
+    pub max_parallel_tools: usize,
+}
+
+impl RuntimeConfig {
+    /// Defaults for everything but the workspace and the provider.
+    pub fn new(workspace: impl Into<PathBuf>, provider: Arc<dyn Provider>) -> Self {
+        Self {
+            workspace: workspace.into(),
+            provider,
+            retry: RetryPolicy::default(),
+            restart: Intensity::default(),
+            max_parallel_tools: DEFAULT_MAX_PARALLEL,
+        }
+    }
+}
+
+/// A deliberate fault, for exercising supervision: the session panics when it is
+/// about to start turn `panic_at_turn`, the first `times` times it gets there
+/// (restarts included).
+#[derive(Debug)]
+pub struct FaultPlan {
+    /// The turn (from 1) at which to panic.
+    pub panic_at_turn: u32,
+    /// Panics left.
+    pub remaining: AtomicU32,
+}
+
+impl FaultPlan {
+    /// Panic at `turn`, `times` times.
+    pub fn panic_at(turn: u32, times: u32) -> Arc<Self> {
+        Arc::new(Self {
+            panic_at_turn: turn,
+            remaining: AtomicU32::new(times),
+        })
+    }
+}
+
+/// What a session is: its role, model, prompt and tools.
+#[derive(Clone, Debug)]
+pub struct SessionSpec {
+    /// The role's name, shown in events.
+    pub agent: String,
+    /// The model id.
+    pub model: String,
+    /// The system prompt.
+    pub system_prompt: String,
+    /// The tools offered.
+    pub tools: ToolRegistry,
+    /// Model turns allowed per run.
+    pub max_turns: u32,
+    /// Messages the conversation starts with (after the system prompt).
+    pub history: Vec<Message>,
+    /// The parent session, for sub-agents.
+    pub parent: Option<SessionId>,
+    /// The parent's tool call that spawned this session.
+    pub tool_call_id: Option<String>,
+    /// Injected faults, for supervision tests.
+    pub faults: Option<Arc<FaultPlan>>,
+}
+
+impl SessionSpec {
+    /// A session with no tools and default limits.
+    pub fn new(
+        agent: impl Into<String>,
+        model: impl Into<String>,
+        system_prompt: impl Into<String>,
+    ) -> Self {
+        Self {
+            agent: agent.into(),
+            model: model.into(),
+            system_prompt: system_prompt.into(),
+            tools: ToolRegistry::new(),
+            max_turns: DEFAULT_MAX_TURNS,
+            history: Vec::new(),
+            parent: None,
+            tool_call_id: None,
+            faults: None,
+        }
+    }
+}
+
+/// What every session of a runtime shares.
+#[derive(Debug)]
+pub(crate) struct SessionEnv {
+    pub(crate) provider: Arc<dyn Provider>,
+    pub(crate) workspace: PathBuf,
+    pub(crate) bus: EventBus,
+    pub(crate) journal: Journal,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) max_parallel_tools: usize,
+}
+
+/// A running actor tree.
+#[derive(Debug)]
+pub struct Runtime {
+    orchestrator: ActorRef<OrchestratorMsg>,
+    bus: EventBus,
+    journal: Journal,
+    seq: Arc<AtomicU64>,
+    join: tokio::task::JoinHandle<()>,
+}
+
+impl Runtime {
+    /// Starts the Orchestrator and the journal writer.
+    pub async fn start(config: RuntimeConfig) -> Result<Self, SessionError> {
+        let bus = EventBus::new();
+        let journal = Journal::start().map_err(|e| SessionError::Journal(e.to_string()))?;
+        let env = Arc::new(SessionEnv {
+            provider: config.provider,
+            workspace: config.workspace,
+            bus: bus.clone(),
+            journal: journal.clone(),
+            retry: config.retry,
+            max_parallel_tools: config.max_parallel_tools,
+        });
+        let args = OrchestratorArgs {
+            env,
+            restart: config.restart,
+        };
+        let (orchestrator, join) = Actor::spawn(None, OrchestratorActor, args)
+            .await
+            .map_err(|e| SessionError::Spawn(e.to_string()))?;
+        Ok(Self {
+            orchestrator,
+            bus,
+            journal,
+            seq: Arc::new(AtomicU64::new(1)),
+            join,
+        })
+    }
+
+    /// Subscribes to every event from now on.
+    pub fn subscribe(&self) -> EventStream {
+        self.bus.subscribe()
+    }
+
+    /// Starts a session; it waits for prompts.
+    pub async fn start_session(&self, spec: SessionSpec) -> Result<SessionId, SessionError> {
+        ractor::call!(self.orchestrator, OrchestratorMsg::Start, spec)
+            .map_err(|e| SessionError::Spawn(e.to_string()))?
+    }
+
+    /// Sends a prompt: it starts a run, or waits in the session's queue while busy.
+    pub fn prompt(&self, session: SessionId, text: impl Into<String>) {
+        let seq = self.seq.fetch_add(1, Ordering::SeqCst);
+        let _ = self.orchestrator.cast(OrchestratorMsg::Prompt {
+            session,
+            seq,
+            text: text.into(),
+        });
+    }
+
+    /// Cancels the session's current run and drops the prompts queued before now.
+    pub fn cancel(&self, session: SessionId) {
+        let seq = self.seq.fetch_add(1, Ordering::SeqCst);
+        let _ = self
+            .orchestrator
+            .cast(OrchestratorMsg::Cancel { session, seq });
+    }
+
+    /// Runs one prompt to its end: subscribes, prompts, and waits for the run's
+    /// terminal event. `events` sees every event of the session on the way.
+    pub async fn run_prompt(
+        &self,
+        session: SessionId,
+        text: impl Into<String>,
+        mut events: impl FnMut(&crate::protocol::Event),
+    ) -> Option<Outcome> {
+        let mut stream = self.subscribe();
+        self.prompt(session, text);
+        while let Some(event) = stream.recv().await {
+            if event.session != session {
+                continue;
+            }
+            events(&event);
+            if let EventKind::Terminal(outcome) = event.kind {
+                return Some(outcome);
+            }
+        }
+        None
+    }
+
+    /// Stops every session and the Orchestrator, and flushes the journals.
+    pub async fn shutdown(self) {
+        self.orchestrator.stop(Some("shutdown".into()));
+        let _ = self.join.await;
+        let _ = self.journal.sync().await;
+    }
+}

@@ -1,0 +1,117 @@
+//! Tools: the [`Tool`] trait, the [`ToolRegistry`] a session offers its model, and the
+//! scheduler that decides which calls of a turn may run together.
+
+pub mod scheduler;
+
+use std::fmt::Debug;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::ToolError;
+use crate::llm::ToolSpec;
+use crate::protocol::SessionId;
+
+/// Whether a call may run beside others.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Concurrency {
+    /// No side effects another call could observe: runs in a parallel group.
+    Safe,
+    /// Touches these resources (paths, or `*` for the whole workspace): runs alone.
+    Unsafe {
+        /// What the call writes.
+        resources: Vec<String>,
+    },
+}
+
+/// What a tool call gets besides its input.
+#[derive(Clone, Debug)]
+pub struct ToolContext {
+    /// The workspace root every path is resolved against.
+    pub workspace: PathBuf,
+    /// The calling session.
+    pub session: SessionId,
+    /// The id of the call being run.
+    pub call_id: String,
+    /// Cancelled when the turn is cancelled; long tools should watch it.
+    pub cancel: CancellationToken,
+}
+
+/// A tool the model can call.
+pub trait Tool: Send + Sync + Debug + 'static {
+    /// The name the model calls it by (Claude Code's names: `Read`, `Bash`, …).
+    fn name(&self) -> &str;
+    /// What it does, written for a model.
+    fn description(&self) -> &str;
+    /// JSON schema of the input.
+    fn input_schema(&self) -> Value;
+    /// True when the tool never changes anything (and so is safe to replay).
+    fn read_only(&self) -> bool;
+    /// Whether this particular call may run beside others.
+    fn concurrency(&self, input: &Value) -> Concurrency;
+    /// Runs the call. The returned text goes back to the model; an error becomes an
+    /// error result the model also sees.
+    fn call<'a>(
+        &'a self,
+        input: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<String, ToolError>>;
+}
+
+/// The tools offered to one session.
+#[derive(Clone, Debug, Default)]
+pub struct ToolRegistry {
+    tools: Vec<Arc<dyn Tool>>,
+    timeout: Option<Duration>,
+}
+
+impl ToolRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a tool; a later tool with the same name replaces the earlier one.
+    pub fn with(mut self, tool: impl Tool) -> Self {
+        self.tools.retain(|t| t.name() != tool.name());
+        self.tools.push(Arc::new(tool));
+        self
+    }
+
+    /// Sets the time one call may take (default 10 minutes).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// The time one call may take.
+    pub fn timeout(&self) -> Duration {
+        self.timeout.unwrap_or(Duration::from_secs(600))
+    }
+
+    /// The tool with this name.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.tools.iter().find(|t| t.name() == name).cloned()
+    }
+
+    /// What the model is told about each tool.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.tools
+            .iter()
+            .map(|t| ToolSpec {
+                name: t.name().to_owned(),
+                description: t.description().to_owned(),
+                parameters: t.input_schema(),
+            })
+            .collect()
+    }
+
+    /// True when no tool is offered.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+}
