@@ -1,2 +1,5 @@
-//! Shared test support: the mock LLM server and helpers.
+//! Shared test support: the mock LLM server, test tools and a harness around the
+//! public [`orchestrate::Runtime`].
+
+pub mod harness;
 pub mod mock_llm;

@@ -1,0 +1,211 @@
+//! A whole multi-turn conversation through the public API, checked down to the
+//! exact requests the agent sent.
+
+use std::time::Duration;
+
+use orchestrate::{EventKind, Outcome, ToolRegistry};
+use serde_json::{Value, json};
+
+use crate::support::harness::{self, Lookup, TEST_KEY};
+use crate::support::mock_llm::{MockLlm, Reply};
+
+fn system() -> Value {
+    json!({"role": "system", "content": "You are a test agent."})
+}
+
+fn tools() -> Value {
+    json!([{
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Looks up the weather in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }])
+}
+
+fn body(messages: Vec<Value>) -> Value {
+    json!({
+        "model": "mock-model",
+        "messages": messages,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+        "tools": tools(),
+    })
+}
+
+fn call(id: &str, city: &str) -> Value {
+    json!({"id": id, "type": "function", "function": {"name": "lookup", "arguments": json!({"city": city, "units": "celsius"}).to_string()}})
+}
+
+fn result(id: &str, city: &str) -> Value {
+    json!({"role": "tool", "tool_call_id": id, "content": format!("{city}: 12°C")})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_turns_with_parallel_tool_calls_split_mid_json() {
+    let args = |city: &str| json!({"city": city, "units": "celsius"});
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[
+            ("call_a", "lookup", args("Edinburgh")),
+            ("call_b", "lookup", args("Paris")),
+        ]),
+        Reply::tool_calls(&[("call_c", "lookup", args("Rome"))]),
+        Reply::text("Edinburgh, Paris and Rome are all at 12°C."),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = harness::runtime(&mock, dir.path()).await;
+    let lookup = Lookup::new(Duration::from_millis(300), true);
+    let session = runtime
+        .start_session(harness::spec(ToolRegistry::new().with(lookup.clone())))
+        .await
+        .unwrap();
+
+    let prompt = "Weather in Edinburgh and Paris, then Rome?";
+    let (outcome, events) = harness::run(&runtime, session, prompt).await;
+
+    assert_eq!(
+        harness::finished_text(&outcome),
+        "Edinburgh, Paris and Rome are all at 12°C."
+    );
+    let Outcome::Finished { stats, .. } = &outcome else {
+        unreachable!()
+    };
+    assert_eq!((stats.turns, stats.tool_calls), (3, 3));
+    assert_eq!(
+        (stats.usage.input_tokens, stats.usage.output_tokens),
+        (30, 15)
+    );
+
+    let user = json!({"role": "user", "content": prompt});
+    let turn1 = json!({"role": "assistant", "content": null, "tool_calls": [call("call_a", "Edinburgh"), call("call_b", "Paris")]});
+    let turn2 =
+        json!({"role": "assistant", "content": null, "tool_calls": [call("call_c", "Rome")]});
+    let sent: Vec<Value> = mock.requests().into_iter().map(|r| r.body).collect();
+    assert_eq!(
+        sent,
+        vec![
+            body(vec![system(), user.clone()]),
+            body(vec![
+                system(),
+                user.clone(),
+                turn1.clone(),
+                result("call_a", "Edinburgh"),
+                result("call_b", "Paris")
+            ]),
+            body(vec![
+                system(),
+                user,
+                turn1,
+                result("call_a", "Edinburgh"),
+                result("call_b", "Paris"),
+                turn2,
+                result("call_c", "Rome"),
+            ]),
+        ]
+    );
+    for request in mock.requests() {
+        assert_eq!(
+            request.authorization.as_deref(),
+            Some(format!("Bearer {TEST_KEY}").as_str())
+        );
+    }
+
+    // The two calls of the first turn ran at the same time.
+    let calls = lookup.invocations();
+    assert_eq!(calls.len(), 3);
+    let (a, b) = (&calls[0], &calls[1]);
+    assert!(
+        a.started < b.ended && b.started < a.ended,
+        "the parallel calls did not overlap"
+    );
+
+    let tool_events: Vec<(String, bool)> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ToolFinished {
+                call_id, is_error, ..
+            } => Some((call_id.clone(), *is_error)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tool_events.len(), 3);
+    assert!(tool_events.iter().all(|(_, is_error)| !is_error));
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsafe_calls_run_one_at_a_time_and_results_keep_call_order() {
+    let args = |city: &str| json!({"city": city});
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[
+            ("u1", "lookup", args("A")),
+            ("u2", "lookup", args("B")),
+            ("u3", "lookup", args("C")),
+        ]),
+        Reply::text("done"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = harness::runtime(&mock, dir.path()).await;
+    let lookup = Lookup::new(Duration::from_millis(50), false);
+    let session = runtime
+        .start_session(harness::spec(ToolRegistry::new().with(lookup.clone())))
+        .await
+        .unwrap();
+    let (outcome, _) = harness::run(&runtime, session, "go").await;
+    assert_eq!(harness::finished_text(&outcome), "done");
+
+    let calls = lookup.invocations();
+    assert_eq!(calls.len(), 3);
+    for pair in calls.windows(2) {
+        assert!(pair[0].ended <= pair[1].started, "unsafe calls overlapped");
+    }
+    let second = &mock.requests()[1].body["messages"];
+    let ids: Vec<&str> = second
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["tool_call_id"].as_str())
+        .collect();
+    assert_eq!(ids, ["u1", "u2", "u3"]);
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_tool_call_becomes_an_error_result_and_the_session_goes_on() {
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[
+            ("x1", "no_such_tool", json!({})),
+            ("x2", "lookup", json!({"town": "?"})),
+        ]),
+        Reply::text("sorry"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = harness::runtime(&mock, dir.path()).await;
+    let lookup = Lookup::new(Duration::ZERO, true);
+    let session = runtime
+        .start_session(harness::spec(ToolRegistry::new().with(lookup)))
+        .await
+        .unwrap();
+    let (outcome, _) = harness::run(&runtime, session, "go").await;
+    assert_eq!(harness::finished_text(&outcome), "sorry");
+    let messages = mock.requests()[1].body["messages"].clone();
+    let results: Vec<&Value> = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    assert_eq!(
+        results[0]["content"],
+        "Error: unknown tool \"no_such_tool\""
+    );
+    assert_eq!(
+        results[1]["content"],
+        "Error: invalid input: `city` is required"
+    );
+    runtime.shutdown().await;
+}

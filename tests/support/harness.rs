@@ -1,0 +1,188 @@
+//! Helpers that start a [`Runtime`] against a [`MockLlm`] and drive runs to their
+//! end, never waiting forever.
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use orchestrate::{
+    Concurrency, Event, EventKind, EventStream, OpenAiClient, OpenAiConfig, Outcome, Runtime,
+    RuntimeConfig, SessionId, SessionSpec, Tool, ToolContext, ToolError, ToolRegistry,
+};
+use serde_json::{Value, json};
+
+use super::mock_llm::MockLlm;
+
+/// No test waits longer than this for anything.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// The key tests send; it must never show up anywhere but the Authorization header.
+pub const TEST_KEY: &str = "sk-test-0123456789-secret";
+
+/// A client for the mock with a short idle timeout.
+pub fn client(mock: &MockLlm, idle: Duration) -> Arc<OpenAiClient> {
+    let mut config = OpenAiConfig::new(mock.base_url(), Some(TEST_KEY.to_owned()));
+    config.idle_timeout = idle;
+    Arc::new(OpenAiClient::new(config).unwrap())
+}
+
+/// A runtime on the mock with fast retries (10 ms base backoff).
+pub async fn runtime(mock: &MockLlm, workspace: &Path) -> Runtime {
+    runtime_with(mock, workspace, Duration::from_secs(5)).await
+}
+
+/// A runtime on the mock with the given idle timeout.
+pub async fn runtime_with(mock: &MockLlm, workspace: &Path, idle: Duration) -> Runtime {
+    let mut config = RuntimeConfig::new(workspace, client(mock, idle));
+    config.retry.base_delay = Duration::from_millis(10);
+    config.restart.backoff_base = Duration::from_millis(10);
+    Runtime::start(config).await.unwrap()
+}
+
+/// A spec with the `lookup` test tool.
+pub fn spec(tools: ToolRegistry) -> SessionSpec {
+    let mut spec = SessionSpec::new("tester", "mock-model", "You are a test agent.");
+    spec.tools = tools;
+    spec
+}
+
+/// Prompts a session and collects its events up to the run's terminal event.
+pub async fn run(runtime: &Runtime, session: SessionId, prompt: &str) -> (Outcome, Vec<Event>) {
+    let mut stream = runtime.subscribe();
+    runtime.prompt(session, prompt);
+    until_terminal(&mut stream, session).await
+}
+
+/// Collects a session's events up to its next terminal event.
+pub async fn until_terminal(stream: &mut EventStream, session: SessionId) -> (Outcome, Vec<Event>) {
+    let mut events = Vec::new();
+    let collect = async {
+        while let Some(event) = stream.recv().await {
+            if event.session != session {
+                continue;
+            }
+            let terminal = match &event.kind {
+                EventKind::Terminal(outcome) => Some(outcome.clone()),
+                _ => None,
+            };
+            events.push(event);
+            if let Some(outcome) = terminal {
+                return outcome;
+            }
+        }
+        panic!("the event bus closed before the run ended");
+    };
+    let outcome = tokio::time::timeout(DEADLINE, collect)
+        .await
+        .expect("the run did not end in time");
+    (outcome, events)
+}
+
+/// Waits for the first event of `session` that `pred` accepts.
+pub async fn wait_for(
+    stream: &mut EventStream,
+    session: SessionId,
+    pred: impl Fn(&EventKind) -> bool,
+) -> Event {
+    let find = async {
+        while let Some(event) = stream.recv().await {
+            if event.session == session && pred(&event.kind) {
+                return event;
+            }
+        }
+        panic!("the event bus closed");
+    };
+    tokio::time::timeout(DEADLINE, find)
+        .await
+        .expect("the event never came")
+}
+
+/// The final text of a finished run, or a panic naming what happened instead.
+pub fn finished_text(outcome: &Outcome) -> &str {
+    match outcome {
+        Outcome::Finished { text, .. } => text,
+        other => panic!("expected a finished run, got {other:?}"),
+    }
+}
+
+/// One recorded tool invocation.
+#[derive(Clone, Debug)]
+pub struct Invocation {
+    pub input: Value,
+    pub started: Instant,
+    pub ended: Instant,
+}
+
+/// A test tool: `lookup {city}` answers `"<city>: 12°C"` after `delay`.
+#[derive(Clone, Debug)]
+pub struct Lookup {
+    pub delay: Duration,
+    pub safe: bool,
+    pub calls: Arc<Mutex<Vec<Invocation>>>,
+}
+
+impl Lookup {
+    pub fn new(delay: Duration, safe: bool) -> Self {
+        Self {
+            delay,
+            safe,
+            calls: Arc::default(),
+        }
+    }
+
+    pub fn invocations(&self) -> Vec<Invocation> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+impl Tool for Lookup {
+    fn name(&self) -> &str {
+        "lookup"
+    }
+
+    fn description(&self) -> &str {
+        "Looks up the weather in a city."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+    }
+
+    fn read_only(&self) -> bool {
+        self.safe
+    }
+
+    fn concurrency(&self, _input: &Value) -> Concurrency {
+        if self.safe {
+            Concurrency::Safe
+        } else {
+            Concurrency::Unsafe {
+                resources: vec!["*".into()],
+            }
+        }
+    }
+
+    fn call<'a>(
+        &'a self,
+        input: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<String, ToolError>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            tokio::time::sleep(self.delay).await;
+            let city = input
+                .get("city")
+                .and_then(Value::as_str)
+                .ok_or_else(|| ToolError::InvalidInput("`city` is required".into()))?
+                .to_owned();
+            self.calls.lock().unwrap().push(Invocation {
+                input,
+                started,
+                ended: Instant::now(),
+            });
+            Ok(format!("{city}: 12°C"))
+        })
+    }
+}
