@@ -95,6 +95,7 @@ where
             return ExitCode::from(exit::FAILED);
         }
     };
+    let mut events = runtime.subscribe();
     let id = match runtime.start_session(spec).await {
         Ok(id) => id,
         Err(e) => {
@@ -103,7 +104,6 @@ where
             return ExitCode::from(exit::FAILED);
         }
     };
-    let mut events = runtime.subscribe();
     runtime.prompt(id, cli.task.clone());
     let mut interrupts = 0;
     let mut ctrl_c = interrupt();

@@ -15,6 +15,9 @@ async fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+    // A panic inside an actor is a supervision event, not something to show a person:
+    // it goes to the log (RUST_LOG) and the supervisor decides what happens next.
+    std::panic::set_hook(Box::new(|info| tracing::error!(%info, "panic")));
     let interrupt = || {
         async {
             let _ = tokio::signal::ctrl_c().await;

@@ -24,7 +24,7 @@ fn tools() -> Value {
     }])
 }
 
-fn body(messages: Vec<Value>) -> Value {
+fn body(messages: &[Value]) -> Value {
     json!({
         "model": "mock-model",
         "messages": messages,
@@ -86,15 +86,15 @@ async fn three_turns_with_parallel_tool_calls_split_mid_json() {
     assert_eq!(
         sent,
         vec![
-            body(vec![system(), user.clone()]),
-            body(vec![
+            body(&[system(), user.clone()]),
+            body(&[
                 system(),
                 user.clone(),
                 turn1.clone(),
                 result("call_a", "Edinburgh"),
                 result("call_b", "Paris")
             ]),
-            body(vec![
+            body(&[
                 system(),
                 user,
                 turn1,

@@ -3,5 +3,11 @@
 
 mod support;
 
+mod cancel;
+mod cli;
 mod conversation;
 mod faults;
+mod fixtures;
+mod prompt_queue;
+mod protocol;
+mod supervision;

@@ -186,3 +186,12 @@ impl Tool for Lookup {
         })
     }
 }
+
+/// Polls `cond` every 10 ms until it holds; panics past the deadline.
+pub async fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -1,0 +1,113 @@
+//! Cancelling a run mid-stream drops the HTTP request, ends the run with a
+//! `Cancelled` terminal event carrying the partial text, and leaves the journal
+//! holding everything up to it.
+
+use std::time::Duration;
+
+use orchestrate::journal::{Record, journal_path, read_journal};
+use orchestrate::{AssistantMessage, EventKind, Message, Outcome, ToolRegistry};
+
+use crate::support::harness;
+use crate::support::mock_llm::{MockLlm, Reply, StreamReply, ev_role, ev_text};
+
+fn slow_words(words: &[&str]) -> Reply {
+    let mut chunks = vec![ev_role()];
+    chunks.extend(words.iter().map(|w| ev_text(format!("{w} "))));
+    Reply::Stream(StreamReply {
+        chunks,
+        ttft: Duration::ZERO,
+        delay: Duration::from_millis(100),
+        end: crate::support::mock_llm::End::Done,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_mid_stream_drops_the_request_and_keeps_the_partial_text() {
+    let words = [
+        "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+    ];
+    let mock = MockLlm::start(vec![slow_words(&words)]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = harness::runtime(&mock, dir.path()).await;
+    let session = runtime
+        .start_session(harness::spec(ToolRegistry::new()))
+        .await
+        .unwrap();
+    let mut events = runtime.subscribe();
+    runtime.prompt(session, "count to ten slowly");
+    harness::wait_for(
+        &mut events,
+        session,
+        |k| matches!(k, EventKind::TextDelta { text } if text == "two "),
+    )
+    .await;
+    runtime.cancel(session);
+    let (outcome, _) = harness::until_terminal(&mut events, session).await;
+
+    let Outcome::Cancelled { partial, stats } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(partial.starts_with("one two "), "{partial:?}");
+    assert!(
+        partial.len() < "one two three four five six seven eight nine ten ".len(),
+        "{partial:?}"
+    );
+    assert_eq!(stats.turns, 1);
+    assert!(
+        mock.wait_for_disconnects(1, Duration::from_secs(5)).await,
+        "the HTTP request was not dropped"
+    );
+    assert_eq!(mock.request_count(), 1);
+    runtime.shutdown().await;
+
+    let records = read_journal(&journal_path(dir.path(), session)).unwrap();
+    let tail: Vec<Record> = records.into_iter().skip(1).collect();
+    assert_eq!(
+        tail,
+        vec![
+            Record::Message {
+                message: Message::user("count to ten slowly")
+            },
+            Record::Message {
+                message: Message::Assistant(AssistantMessage {
+                    text: partial.clone(),
+                    ..AssistantMessage::default()
+                })
+            },
+            Record::Terminal {
+                outcome: outcome.clone()
+            },
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_cancel_the_session_takes_new_prompts() {
+    let mock = MockLlm::start(vec![
+        slow_words(&["a", "b", "c", "d", "e", "f"]),
+        Reply::text("fresh answer"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = harness::runtime(&mock, dir.path()).await;
+    let session = runtime
+        .start_session(harness::spec(ToolRegistry::new()))
+        .await
+        .unwrap();
+    let mut events = runtime.subscribe();
+    runtime.prompt(session, "first");
+    harness::wait_for(&mut events, session, |k| {
+        matches!(k, EventKind::TextDelta { .. })
+    })
+    .await;
+    runtime.cancel(session);
+    let (outcome, _) = harness::until_terminal(&mut events, session).await;
+    assert!(matches!(outcome, Outcome::Cancelled { .. }), "{outcome:?}");
+    let (outcome, _) = harness::run(&runtime, session, "second").await;
+    assert_eq!(harness::finished_text(&outcome), "fresh answer");
+    // The model saw what it had said before the cancel.
+    let messages = mock.requests()[1].body["messages"].clone();
+    assert_eq!(messages[2]["role"], "assistant");
+    assert_eq!(messages[3]["content"], "second");
+    runtime.shutdown().await;
+}

@@ -1,0 +1,286 @@
+//! The real `orchestrate` binary against the mock server: answers, exit codes, one-line
+//! errors, `--json`, and keys that never leak.
+
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support::harness::{DEADLINE, TEST_KEY};
+use crate::support::mock_llm::{MockLlm, Reply, StreamReply, ev_role, ev_text};
+
+fn command(workspace: &Path, args: &[&str], env: &[(&str, &str)]) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_orchestrate"));
+    cmd.arg("-C").arg(workspace).args(args).kill_on_drop(true);
+    for var in [
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "ORCHESTRATE_MODEL",
+        "RUST_LOG",
+        "ANTHROPIC_API_KEY",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.envs(env.iter().copied());
+    cmd.stdin(std::process::Stdio::null());
+    cmd
+}
+
+async fn orchestrate(workspace: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let child = command(workspace, args, env).output();
+    tokio::time::timeout(DEADLINE, child)
+        .await
+        .expect("orchestrate did not exit in time")
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn it_prints_the_final_answer_and_exits_zero() {
+    let mock = MockLlm::start(vec![Reply::text("Hello from the model.")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = mock.base_url();
+    let out = orchestrate(
+        dir.path(),
+        &["--base-url", &url, "--model", "mock-model", "say hello"],
+        &[("OPENAI_API_KEY", TEST_KEY)],
+    )
+    .await;
+    assert_eq!(text(&out.stderr), "");
+    assert_eq!(text(&out.stdout), "Hello from the model.\n");
+    assert_eq!(out.status.code(), Some(0));
+    let request = &mock.requests()[0];
+    assert_eq!(request.path, "/v1/chat/completions");
+    assert_eq!(
+        request.authorization.as_deref(),
+        Some(format!("Bearer {TEST_KEY}").as_str())
+    );
+    assert_eq!(request.body["model"], "mock-model");
+    assert_eq!(request.body["messages"][1]["content"], "say hello");
+
+    let journals: Vec<_> = std::fs::read_dir(dir.path().join(".orchestrate/sessions"))
+        .unwrap()
+        .collect();
+    assert_eq!(journals.len(), 1);
+    let journal = std::fs::read_to_string(journals[0].as_ref().unwrap().path()).unwrap();
+    assert!(journal.contains("Hello from the model."));
+    assert!(
+        !journal.contains(TEST_KEY),
+        "the key leaked into the journal"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_base_url_and_model_come_from_the_environment_too() {
+    let mock = MockLlm::start(vec![Reply::text("from env")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = mock.base_url();
+    let out = orchestrate(
+        dir.path(),
+        &["hi"],
+        &[
+            ("OPENAI_BASE_URL", &url),
+            ("ORCHESTRATE_MODEL", "env-model"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (text(&out.stdout).as_str(), out.status.code()),
+        ("from env\n", Some(0))
+    );
+    assert_eq!(mock.requests()[0].body["model"], "env-model");
+    assert_eq!(mock.requests()[0].authorization, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unauthorized_exits_one_with_one_line_and_no_key() {
+    let mock = MockLlm::start(vec![Reply::status(401, "Incorrect API key provided")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = mock.base_url();
+    let out = orchestrate(
+        dir.path(),
+        &["--base-url", &url, "--model", "m", "hi"],
+        &[("OPENAI_API_KEY", TEST_KEY)],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "orchestrate: HTTP 401: Incorrect API key provided\n"
+    );
+    assert_eq!(text(&out.stdout), "");
+    assert_eq!(mock.request_count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_configuration_exits_two_and_names_what_to_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = orchestrate(dir.path(), &["hi"], &[]).await;
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    for name in ["OPENAI_API_KEY", "OPENAI_BASE_URL", "--base-url"] {
+        assert!(err.contains(name), "{err}");
+    }
+    let out = orchestrate(
+        dir.path(),
+        &["--base-url", "http://127.0.0.1:9/v1", "hi"],
+        &[],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr),
+        "orchestrate: no model given: pass --model M or set ORCHESTRATE_MODEL\n"
+    );
+    let out = orchestrate(
+        dir.path(),
+        &["--base-url", "ftp://nowhere/v1", "--model", "m", "hi"],
+        &[],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("invalid base URL"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_exhausted_and_unreachable_servers_fail_with_one_line() {
+    let mock = MockLlm::start(
+        (0..3)
+            .map(|_| Reply::status(503, "Service Unavailable"))
+            .collect(),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = mock.base_url();
+    let fast = ["--max-attempts", "3", "--retry-base-ms", "10"];
+    let mut args = vec!["--base-url", url.as_str(), "--model", "m"];
+    args.extend(fast);
+    args.push("hi");
+    let out = orchestrate(dir.path(), &args, &[]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "orchestrate: gave up after 3 attempts: HTTP 503: Service Unavailable\n"
+    );
+    assert_eq!(mock.request_count(), 3);
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let url = format!("http://127.0.0.1:{port}/v1");
+    let mut args = vec!["--base-url", url.as_str(), "--model", "m"];
+    args.extend(fast);
+    args.push("hi");
+    let out = orchestrate(dir.path(), &args, &[]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "orchestrate: gave up after 3 attempts: cannot connect to 127.0.0.1:{port}"
+        )),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_prints_one_event_per_line() {
+    let mock = MockLlm::start(vec![Reply::text("json answer")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = mock.base_url();
+    let out = orchestrate(
+        dir.path(),
+        &["--json", "--base-url", &url, "--model", "m", "hi"],
+        &[],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0));
+    let events: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(types.first(), Some(&"session_started"));
+    assert!(
+        types.contains(&"turn_started")
+            && types.contains(&"text_delta")
+            && types.contains(&"turn_finished")
+    );
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "terminal");
+    assert_eq!(last["outcome"], "finished");
+    assert_eq!(last["text"], "json answer");
+    assert_eq!(last["agent"], "main");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_keeps_crashing_exits_one_instead_of_hanging() {
+    let mock = MockLlm::start(vec![Reply::text("unreachable")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = mock.base_url();
+    let args = [
+        "--base-url",
+        &url,
+        "--model",
+        "m",
+        "--inject-panic-at-turn",
+        "1",
+        "--inject-panics",
+        "100",
+        "hi",
+    ];
+    let out = orchestrate(dir.path(), &args, &[]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "orchestrate: session crashed 3 times within 60s; giving up: injected fault: session panicked at turn 1\n"
+    );
+    assert_eq!(mock.request_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_cancels_gracefully_prints_the_partial_answer_and_exits_130() {
+    let mut chunks = vec![ev_role()];
+    chunks.extend((0..50).map(|i| ev_text(format!("w{i} "))));
+    let slow = Reply::Stream(StreamReply {
+        chunks,
+        ttft: Duration::ZERO,
+        delay: Duration::from_millis(100),
+        end: crate::support::mock_llm::End::Done,
+    });
+    let mock = MockLlm::start(vec![slow]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = mock.base_url();
+    let child = command(
+        dir.path(),
+        &["--base-url", &url, "--model", "m", "count"],
+        &[],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    crate::support::harness::wait_until("the request arrived", || mock.request_count() == 1).await;
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let pid = child.id().unwrap().to_string();
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = tokio::time::timeout(DEADLINE, child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    assert_eq!(text(&out.stderr), "orchestrate: cancelled\n");
+    let partial = text(&out.stdout);
+    assert!(partial.starts_with("w0 w1 "), "{partial:?}");
+    assert!(!partial.contains("w49"), "{partial:?}");
+    assert!(mock.wait_for_disconnects(1, Duration::from_secs(5)).await);
+}

@@ -1,0 +1,142 @@
+//! The prompt queue: prompts that arrive while the session is busy wait, and are
+//! answered in order; a cancel drops only the prompts queued before it.
+
+use std::time::Duration;
+
+use orchestrate::{EventKind, Outcome, ToolRegistry};
+use serde_json::{Value, json};
+
+use crate::support::harness::{self, Lookup};
+use crate::support::mock_llm::{MockLlm, Reply};
+
+fn slow(reply: Reply) -> Reply {
+    reply.with_timing(Duration::from_millis(400), Duration::ZERO)
+}
+
+fn last_user(body: &Value) -> String {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_prompts_sent_while_busy_are_both_answered_in_order() {
+    let mock = MockLlm::start(vec![
+        slow(Reply::text("answer one")),
+        Reply::text("answer two"),
+        Reply::text("answer three"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = harness::runtime(&mock, dir.path()).await;
+    let session = runtime
+        .start_session(harness::spec(ToolRegistry::new()))
+        .await
+        .unwrap();
+    let mut events = runtime.subscribe();
+    runtime.prompt(session, "one");
+    harness::wait_for(&mut events, session, |k| {
+        matches!(k, EventKind::TurnStarted { .. })
+    })
+    .await;
+    runtime.prompt(session, "two");
+    runtime.prompt(session, "three");
+
+    let mut answers = Vec::new();
+    let mut queued = Vec::new();
+    while answers.len() < 3 {
+        let (outcome, seen) = harness::until_terminal(&mut events, session).await;
+        queued.extend(seen.iter().filter_map(|e| match e.kind {
+            EventKind::PromptQueued { waiting } => Some(waiting),
+            _ => None,
+        }));
+        answers.push(harness::finished_text(&outcome).to_owned());
+    }
+    assert_eq!(answers, ["answer one", "answer two", "answer three"]);
+    assert_eq!(queued, [1, 2]);
+    let asked: Vec<String> = mock.requests().iter().map(|r| last_user(&r.body)).collect();
+    assert_eq!(asked, ["one", "two", "three"]);
+    // Each answer saw the whole conversation before it.
+    let third = &mock.requests()[2].body["messages"];
+    let roles: Vec<&str> = third
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        ["system", "user", "assistant", "user", "assistant", "user"]
+    );
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_queued_during_tools_joins_at_the_tool_turn_boundary() {
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[("t1", "lookup", json!({"city": "Lima"}))]),
+        Reply::text("Lima, and noted."),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = harness::runtime(&mock, dir.path()).await;
+    let lookup = Lookup::new(Duration::from_millis(300), true);
+    let session = runtime
+        .start_session(harness::spec(ToolRegistry::new().with(lookup)))
+        .await
+        .unwrap();
+    let mut events = runtime.subscribe();
+    runtime.prompt(session, "weather in Lima");
+    harness::wait_for(&mut events, session, |k| {
+        matches!(k, EventKind::ToolStarted { .. })
+    })
+    .await;
+    runtime.prompt(session, "also, use metric");
+    let (outcome, _) = harness::until_terminal(&mut events, session).await;
+    assert_eq!(harness::finished_text(&outcome), "Lima, and noted.");
+    let second = mock.requests()[1].body["messages"].clone();
+    let tail: Vec<Value> = second.as_array().unwrap()[3..].to_vec();
+    assert_eq!(
+        tail,
+        vec![
+            json!({"role": "tool", "tool_call_id": "t1", "content": "Lima: 12°C"}),
+            json!({"role": "user", "content": "also, use metric"}),
+        ]
+    );
+    assert_eq!(mock.request_count(), 2);
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_drops_only_the_prompts_queued_before_it() {
+    let mock = MockLlm::start(vec![
+        slow(Reply::text("never finished")),
+        Reply::text("answer to after"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = harness::runtime(&mock, dir.path()).await;
+    let session = runtime
+        .start_session(harness::spec(ToolRegistry::new()))
+        .await
+        .unwrap();
+    let mut events = runtime.subscribe();
+    runtime.prompt(session, "first");
+    harness::wait_until("the first request arrived", || mock.request_count() == 1).await;
+    runtime.prompt(session, "before the cancel");
+    runtime.cancel(session);
+    runtime.prompt(session, "after the cancel");
+
+    let (first, _) = harness::until_terminal(&mut events, session).await;
+    assert!(matches!(first, Outcome::Cancelled { .. }), "{first:?}");
+    let (second, _) = harness::until_terminal(&mut events, session).await;
+    assert_eq!(harness::finished_text(&second), "answer to after");
+    let asked: Vec<String> = mock.requests().iter().map(|r| last_user(&r.body)).collect();
+    assert_eq!(asked, ["first", "after the cancel"]);
+    runtime.shutdown().await;
+}

@@ -1,0 +1,117 @@
+//! Supervision: a session that panics mid-conversation is restarted from its journal
+//! and finishes; one that keeps panicking escalates instead of hanging.
+
+use std::time::Duration;
+
+use orchestrate::journal::{Record, journal_path, read_journal};
+use orchestrate::{EventKind, FaultPlan, Message, Outcome, ToolRegistry};
+use serde_json::json;
+
+use crate::support::harness::{self, Lookup};
+use crate::support::mock_llm::{MockLlm, Reply};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_session_is_restarted_from_its_journal_and_finishes() {
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[("c1", "lookup", json!({"city": "Oslo"}))]),
+        Reply::text("Oslo is at 12°C."),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = harness::runtime(&mock, dir.path()).await;
+    let lookup = Lookup::new(Duration::ZERO, false);
+    let mut spec = harness::spec(ToolRegistry::new().with(lookup.clone()));
+    spec.faults = Some(FaultPlan::panic_at(2, 1));
+    let session = runtime.start_session(spec).await.unwrap();
+
+    let (outcome, events) = harness::run(&runtime, session, "Weather in Oslo?").await;
+
+    assert_eq!(harness::finished_text(&outcome), "Oslo is at 12°C.");
+    let Outcome::Finished { stats, .. } = &outcome else {
+        unreachable!()
+    };
+    assert_eq!(stats.turns, 2, "the resumed run kept its turn count");
+    let restarts: Vec<u32> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Restarted { restarts, reason } => {
+                assert!(
+                    reason.contains("injected fault: session panicked at turn 2"),
+                    "{reason}"
+                );
+                Some(*restarts)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(restarts, [1]);
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::SessionStarted { resumed: true, .. }))
+    );
+    // Nothing was done twice: one request per turn, one tool call.
+    assert_eq!(mock.request_count(), 2);
+    assert_eq!(lookup.invocations().len(), 1);
+    let second = &mock.requests()[1].body["messages"];
+    assert_eq!(
+        second[3],
+        json!({"role": "tool", "tool_call_id": "c1", "content": "Oslo: 12°C"})
+    );
+    runtime.shutdown().await;
+
+    let records = read_journal(&journal_path(dir.path(), session)).unwrap();
+    let messages: Vec<&Message> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Message { message } => Some(message),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        messages.len(),
+        4,
+        "user, assistant call, tool result, answer: {messages:?}"
+    );
+    assert!(matches!(
+        records.last(),
+        Some(Record::Terminal {
+            outcome: Outcome::Finished { .. }
+        })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_panics_than_the_intensity_allows_escalate_with_a_clear_failure() {
+    let mock = MockLlm::start(vec![Reply::text("never reached")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = harness::runtime(&mock, dir.path()).await;
+    let mut spec = harness::spec(ToolRegistry::new());
+    spec.faults = Some(FaultPlan::panic_at(1, 100));
+    let session = runtime.start_session(spec).await.unwrap();
+
+    let (outcome, events) = harness::run(&runtime, session, "hello").await;
+
+    let Outcome::Failed { class, message, .. } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(class, "crash");
+    assert_eq!(
+        message,
+        "session crashed 3 times within 60s; giving up: injected fault: session panicked at turn 1"
+    );
+    let restarts = events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Restarted { .. }))
+        .count();
+    assert_eq!(restarts, 3);
+    assert_eq!(mock.request_count(), 0);
+    runtime.shutdown().await;
+    let records = read_journal(&journal_path(dir.path(), session)).unwrap();
+    assert!(matches!(
+        records.last(),
+        Some(Record::Terminal {
+            outcome: Outcome::Failed { .. }
+        })
+    ));
+}
