@@ -4,22 +4,22 @@
 //! All writes go through one writer thread that commits in groups: every record that
 //! arrived while the previous sync ran is covered by the next single `syncfs`, so
 //! thousands of sessions finishing turns at once cost a handful of syncs, not thousands,
-//! and no fsync ever blocks the async runtime.
+//! and no fsync ever blocks the async runtime. Appends only queue (no wake-up, no
+//! I/O); a sync request wakes the writer, which writes everything queued, syncs once
+//! and answers every sync that was waiting.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use crate::conversation::Message;
 use crate::protocol::{Outcome, SessionId};
-
-/// Open journal files kept at once; past this the writer closes them all.
-const MAX_OPEN_FILES: usize = 512;
 
 /// One line of a journal.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -114,105 +114,169 @@ pub fn read_journal(path: &Path) -> Result<Vec<Record>, JournalError> {
     Ok(records)
 }
 
-enum Command {
-    Append {
-        path: PathBuf,
-        line: Vec<u8>,
-    },
-    Sync {
-        done: oneshot::Sender<Result<(), String>>,
-    },
+/// How long appended records may sit in memory before the writer flushes them to
+/// the files (without a sync) on its own.
+const IDLE_FLUSH: Duration = Duration::from_millis(100);
+
+/// Appends queued past this wake the writer early, bounding memory.
+const WAKE_AT: usize = 4096;
+
+type Waiter = oneshot::Sender<Result<(), String>>;
+
+#[derive(Default)]
+struct Pending {
+    appends: Vec<(PathBuf, Vec<u8>)>,
+    waiters: Vec<Waiter>,
+    closed: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    pending: Mutex<Pending>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Pending> {
+        // The writer only moves Vecs in and out under this lock; a panic cannot
+        // leave them half-updated.
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// A handle to the journal writer. Cheap to clone; the writer thread ends when the
-/// last handle is dropped, after flushing.
-#[derive(Clone, Debug)]
+/// last handle is dropped, after flushing and syncing what it holds.
+#[derive(Clone)]
 pub struct Journal {
-    tx: std_mpsc::Sender<Command>,
+    handle: Arc<Handle>,
 }
 
-impl std::fmt::Debug for Command {
+struct Handle {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.shared.lock().closed = true;
+        self.shared.wake.notify_one();
+    }
+}
+
+impl std::fmt::Debug for Journal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Append { path, .. } => write!(f, "Append({})", path.display()),
-            Self::Sync { .. } => f.write_str("Sync"),
-        }
+        f.debug_struct("Journal").finish_non_exhaustive()
     }
 }
 
 impl Journal {
     /// Starts the writer thread.
     pub fn start() -> std::io::Result<Self> {
-        let (tx, rx) = std_mpsc::channel();
+        let shared = Arc::new(Shared::default());
+        let writer = Writer {
+            shared: shared.clone(),
+            files: HashMap::new(),
+            dirs: HashSet::new(),
+            max_open: max_open_files(),
+        };
         std::thread::Builder::new()
             .name("orchestrate-journal".into())
-            .spawn(move || Writer::default().run(&rx))?;
-        Ok(Self { tx })
+            .spawn(move || writer.run())?;
+        Ok(Self {
+            handle: Arc::new(Handle { shared }),
+        })
     }
 
-    /// Queues one record for `path`. It is durable after the next [`Journal::sync`].
+    /// Queues one record for `path`. It reaches the file within [`IDLE_FLUSH`] and is
+    /// durable after the next [`Journal::sync`]. Appending never blocks on I/O and
+    /// never wakes the writer thread, so sessions can journal every message cheaply.
     pub fn append(&self, path: &Path, record: &Record) -> Result<(), String> {
         let mut line = serde_json::to_vec(record).map_err(|e| e.to_string())?;
         line.push(b'\n');
-        self.tx
-            .send(Command::Append {
-                path: path.to_owned(),
-                line,
-            })
-            .map_err(|_| "the journal writer has stopped".to_owned())
+        let shared = &self.handle.shared;
+        let mut pending = shared.lock();
+        pending.appends.push((path.to_owned(), line));
+        if pending.appends.len() >= WAKE_AT {
+            shared.wake.notify_one();
+        }
+        Ok(())
     }
 
-    /// Waits until everything appended so far is on disk.
+    /// Waits until everything appended so far (by any session) is on disk. Syncs
+    /// requested while one is running are served together by the next one.
     pub async fn sync(&self) -> Result<(), String> {
         let (done, wait) = oneshot::channel();
-        self.tx
-            .send(Command::Sync { done })
-            .map_err(|_| "the journal writer has stopped".to_owned())?;
+        let shared = &self.handle.shared;
+        shared.lock().waiters.push(done);
+        shared.wake.notify_one();
         wait.await
             .map_err(|_| "the journal writer has stopped".to_owned())?
     }
 }
 
-#[derive(Default)]
+/// A quarter of the process's file-descriptor limit, so journals never starve the
+/// sockets and tools of descriptors.
+fn max_open_files() -> usize {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    limit.map_or(256, |n| (n / 4).clamp(16, 8192) as usize)
+}
+
 struct Writer {
+    shared: Arc<Shared>,
     files: HashMap<PathBuf, BufWriter<File>>,
-    error: Option<String>,
+    dirs: HashSet<PathBuf>,
+    max_open: usize,
 }
 
 impl Writer {
-    fn run(mut self, rx: &std_mpsc::Receiver<Command>) {
-        while let Ok(first) = rx.recv() {
-            // Take everything that is already waiting: one group, one sync.
-            let mut waiters = Vec::new();
-            for command in std::iter::once(first).chain(rx.try_iter()) {
-                match command {
-                    Command::Append { path, line } => {
-                        if let Err(e) = self.write(&path, &line) {
-                            self.error = Some(format!("{}: {e}", path.display()));
-                        }
-                    }
-                    Command::Sync { done } => waiters.push(done),
+    fn run(mut self) {
+        loop {
+            let (appends, waiters, closed) = {
+                let mut pending = self.shared.lock();
+                while pending.appends.is_empty() && pending.waiters.is_empty() && !pending.closed {
+                    pending = match self.shared.wake.wait_timeout(pending, IDLE_FLUSH) {
+                        Ok((guard, _)) => guard,
+                        Err(poisoned) => poisoned.into_inner().0,
+                    };
+                }
+                (
+                    std::mem::take(&mut pending.appends),
+                    std::mem::take(&mut pending.waiters),
+                    pending.closed,
+                )
+            };
+            let mut error = None;
+            for (path, line) in appends {
+                if let Err(e) = self.write(&path, &line) {
+                    error = Some(format!("{}: {e}", path.display()));
                 }
             }
-            let flushed = self.flush_and_sync(!waiters.is_empty());
-            for done in waiters {
-                let _ = done.send(match (&self.error, &flushed) {
-                    (Some(e), _) => Err(e.clone()),
-                    (None, Err(e)) => Err(e.clone()),
-                    (None, Ok(())) => Ok(()),
-                });
+            let synced = self.flush_and_sync(!waiters.is_empty() || closed);
+            let result = match (error, synced) {
+                (Some(e), _) | (None, Err(e)) => Err(e),
+                (None, Ok(())) => Ok(()),
+            };
+            if let Err(e) = &result {
+                tracing::error!(error = %e, "journal write failed");
             }
-            if self.files.len() > MAX_OPEN_FILES {
+            for done in waiters {
+                let _ = done.send(result.clone());
+            }
+            if self.files.len() > self.max_open {
                 self.files.clear();
             }
+            if closed && self.shared.lock().appends.is_empty() {
+                return;
+            }
         }
-        let _ = self.flush_and_sync(true);
     }
 
     fn write(&mut self, path: &Path, line: &[u8]) -> std::io::Result<()> {
         if !self.files.contains_key(path) {
-            if let Some(dir) = path.parent() {
+            if let Some(dir) = path.parent()
+                && !self.dirs.contains(dir)
+            {
                 std::fs::create_dir_all(dir)?;
+                self.dirs.insert(dir.to_owned());
             }
             let file = OpenOptions::new().create(true).append(true).open(path)?;
             self.files.insert(path.to_owned(), BufWriter::new(file));
@@ -230,7 +294,7 @@ impl Writer {
         if !sync {
             return Ok(());
         }
-        // Every journal lives under one directory, so one syncfs covers them all.
+        // Journals live under one directory, so one syncfs covers every file.
         if let Some((path, w)) = self.files.iter().next() {
             rustix::fs::syncfs(w.get_ref())
                 .map_err(|e| format!("{}: sync: {e}", path.display()))?;

@@ -4,6 +4,7 @@
 pub mod assembler;
 pub mod openai;
 pub mod retry;
+mod sse;
 
 use std::fmt::Debug;
 

@@ -235,28 +235,27 @@ fn on_session_crash(
             });
             myself.send_after(after, move || OrchestratorMsg::Restart(id));
         }
-        Decision::Escalate { restarts } => escalate(state, id, restarts, reason),
+        Decision::Escalate { restarts } => {
+            let error = crash_loop(state, id, restarts, reason);
+            escalate(state, id, &error);
+        }
         Decision::Stop => {
             // A transient child's crash always restarts or escalates; a stop here
             // would mean the policy changed under us: let the session go.
             tracing::error!(session = %id, reason, "crashed session not restarted");
-            escalate(state, id, 0, reason);
+            let error = crash_loop(state, id, 0, reason);
+            escalate(state, id, &error);
         }
     }
 }
 
-/// Past the restart intensity: the session's run ends with a `crash` failure, in its
-/// journal and as its terminal event, and the session is forgotten.
-fn escalate(state: &mut OrchestratorState, id: SessionId, restarts: u32, reason: &str) {
+/// Gives up on a session: its run ends with a failure, in its journal and as its
+/// terminal event, and the session is forgotten.
+fn escalate(state: &mut OrchestratorState, id: SessionId, error: &SessionError) {
     let Some(entry) = state.sessions.remove(&id) else {
         return;
     };
     entry.queue.stop(None);
-    let error = SessionError::CrashLoop {
-        restarts,
-        window: entry.tracker.intensity().window,
-        last: reason.to_owned(),
-    };
     tracing::error!(session = %id, %error, "giving up on the session");
     let outcome = Outcome::Failed {
         class: error.class().name().to_owned(),
@@ -265,26 +264,44 @@ fn escalate(state: &mut OrchestratorState, id: SessionId, restarts: u32, reason:
         stats: RunStats::default(),
     };
     let path = journal_path(&state.env.workspace, id);
-    if let Err(e) = state.env.journal.append(
-        &path,
-        &Record::Terminal {
-            outcome: outcome.clone(),
-        },
-    ) {
+    let terminal = Record::Terminal {
+        outcome: outcome.clone(),
+    };
+    if let Err(e) = state.env.journal.append(&path, &terminal) {
         tracing::error!(session = %id, error = %e, "cannot journal the escalation");
     }
-    Publisher::new(
+    let publisher = Publisher::new(
         state.env.bus.clone(),
         id,
         entry.spec.parent,
         &entry.spec.agent,
-    )
-    .publish(EventKind::Terminal(outcome));
+    );
+    publisher.publish(EventKind::Terminal(outcome));
+}
+
+fn crash_loop(state: &OrchestratorState, id: SessionId, restarts: u32, last: &str) -> SessionError {
+    let window = state
+        .sessions
+        .get(&id)
+        .map_or(state.restart.window, |e| e.tracker.intensity().window);
+    SessionError::CrashLoop {
+        restarts,
+        window,
+        last: last.to_owned(),
+    }
 }
 
 async fn restart(myself: &ActorRef<OrchestratorMsg>, state: &mut OrchestratorState, id: SessionId) {
-    if let Err(e) = spawn_session(myself, state, id, true).await {
+    // The crashed session's last records may still be queued in the writer: make
+    // them reach the file before the new incarnation reads it.
+    let synced = state
+        .env
+        .journal
+        .sync()
+        .await
+        .map_err(SessionError::Journal);
+    if let Err(e) = synced.and(spawn_session(myself, state, id, true).await) {
         // Rebuilding failed (an unreadable journal, say): that is final.
-        escalate(state, id, 0, &e.to_string());
+        escalate(state, id, &e);
     }
 }

@@ -375,10 +375,9 @@ async fn pull_queue(myself: &ActorRef<SessionMsg>, state: &mut SessionState) {
 
 async fn start_run(myself: &ActorRef<SessionMsg>, state: &mut SessionState, prompt: String) {
     state.run = Some(Run::new(0));
+    // Not synced here: the prompt is durable with the first turn boundary's group,
+    // and a crashed session still finds it, since the writer outlives sessions.
     if let Err(e) = state.record(Message::user(prompt)) {
-        return fail(myself, state, e).await;
-    }
-    if let Err(e) = state.sync().await {
         return fail(myself, state, e).await;
     }
     begin_turn(myself, state, 1).await;
@@ -573,9 +572,7 @@ async fn on_turn(myself: &ActorRef<SessionMsg>, state: &mut SessionState, turn: 
     if !calls.is_empty() {
         return start_tools(myself, state, calls).await;
     }
-    if let Err(e) = state.sync().await {
-        return fail(myself, state, e).await;
-    }
+    // The final answer becomes durable with the terminal record's sync in end_run.
     let truncated = turn.finish == Some(FinishReason::Length);
     end_run(myself, state, |stats| Outcome::Finished {
         text,
@@ -826,6 +823,7 @@ async fn end_run(
         outcome: outcome.clone(),
     });
     if let Err(e) = journaled.and(state.sync().await) {
+        // The run has ended either way; say so rather than lose the outcome too.
         tracing::error!(session = %state.id, error = %e, "cannot journal the end of the run");
     }
     state.publisher.publish(EventKind::Terminal(outcome));

@@ -96,7 +96,6 @@ impl OpenAiClient {
         );
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
-            .pool_max_idle_per_host(256)
             .build()
             .map_err(|e| bad(&e.without_url().to_string()))?;
         Ok(Self {
@@ -160,7 +159,8 @@ impl OpenAiClient {
         if !response.status().is_success() {
             return Err(status_error(response).await.into());
         }
-        let mut events = response.bytes_stream().eventsource();
+        let mut events =
+            crate::llm::sse::split_lines(Box::pin(response.bytes_stream())).eventsource();
         let mut decoder = ChatStreamDecoder::new(self.config.max_answer_bytes);
         loop {
             let next = tokio::select! {

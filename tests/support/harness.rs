@@ -84,7 +84,7 @@ pub async fn until_terminal(stream: &mut EventStream, session: SessionId) -> (Ou
 pub async fn wait_for(
     stream: &mut EventStream,
     session: SessionId,
-    pred: impl Fn(&EventKind) -> bool,
+    mut pred: impl FnMut(&EventKind) -> bool,
 ) -> Event {
     let find = async {
         while let Some(event) = stream.recv().await {

@@ -3,7 +3,8 @@
 //! its session exactly one `TurnFinished`, then stops the actor. If the actor dies
 //! first (its session crashed), the task is aborted and the request dropped.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio_util::sync::CancellationToken;
@@ -56,18 +57,13 @@ impl Actor for LlmStreamActor {
         let cancel = CancellationToken::new();
         let token = cancel.clone();
         let task = tokio::spawn(async move {
-            let publisher = args.publisher;
-            let sink = |delta: StreamDelta| match delta {
-                StreamDelta::Text(text) => publisher.publish(EventKind::TextDelta { text }),
-                StreamDelta::Reasoning(text) => {
-                    publisher.publish(EventKind::ReasoningDelta { text })
-                }
-                StreamDelta::ToolCall { .. } => {}
-            };
+            let deltas = Coalescer::new(args.publisher);
+            let sink = |delta: StreamDelta| deltas.push(delta);
             let result = args
                 .provider
                 .stream_turn(&args.request, &sink, &token)
                 .await;
+            deltas.flush();
             let _ = args.session.cast(SessionMsg::TurnFinished {
                 stream_id: args.stream_id,
                 result,
@@ -90,5 +86,61 @@ impl Actor for LlmStreamActor {
             LlmStreamMsg::Cancel => state.cancel.cancel(),
         }
         Ok(())
+    }
+}
+
+/// Progress deltas are coalesced to at most one event per window: a renderer needs
+/// no more, and thousands of parallel streams would otherwise flood the bus. The
+/// first delta goes out at once, so a turn shows as streaming without delay.
+const DELTA_WINDOW: Duration = Duration::from_millis(50);
+
+#[derive(Debug)]
+struct Coalescer {
+    publisher: Publisher,
+    pending: Mutex<Pending>,
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    text: String,
+    reasoning: String,
+    last: Option<Instant>,
+}
+
+impl Coalescer {
+    fn new(publisher: Publisher) -> Self {
+        Self {
+            publisher,
+            pending: Mutex::default(),
+        }
+    }
+
+    fn push(&self, delta: StreamDelta) {
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        match delta {
+            StreamDelta::Text(text) => pending.text.push_str(&text),
+            StreamDelta::Reasoning(text) => pending.reasoning.push_str(&text),
+            StreamDelta::ToolCall { .. } => {}
+        }
+        if pending.last.is_none_or(|at| at.elapsed() >= DELTA_WINDOW) {
+            self.publish(&mut pending);
+        }
+    }
+
+    fn flush(&self) {
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        self.publish(&mut pending);
+    }
+
+    fn publish(&self, pending: &mut Pending) {
+        pending.last = Some(Instant::now());
+        if !pending.reasoning.is_empty() {
+            let text = std::mem::take(&mut pending.reasoning);
+            self.publisher.publish(EventKind::ReasoningDelta { text });
+        }
+        if !pending.text.is_empty() {
+            let text = std::mem::take(&mut pending.text);
+            self.publisher.publish(EventKind::TextDelta { text });
+        }
     }
 }

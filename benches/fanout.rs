@@ -1,0 +1,232 @@
+//! Fan-out scaling: N concurrent sessions (N = 100, 1000, 2000), each three turns
+//! (two tool turns, then the answer) against the mock LLM with 50 ms to first token
+//! and then 20 chunks 5 ms apart, so one turn ideally takes 150 ms and a session
+//! 450 ms. Prints wall time over that ideal, and the peak RSS of the process that
+//! ran the sessions.
+//!
+//! Run with `cargo bench --bench fanout` (optionally `-- 100 1000` to pick sizes).
+//!
+//! The mock server runs in a child process of its own and each N runs in a fresh
+//! child, so the RSS measured is the orchestrator's alone and never a previous
+//! size's high-water mark.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stdout,
+    clippy::print_stderr
+)]
+
+#[path = "../tests/support/mock_llm.rs"]
+mod mock_llm;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use mock_llm::{
+    End, MockLlm, Reply, StreamReply, ev_finish, ev_role, ev_text, ev_tool_args, ev_tool_start,
+    ev_usage,
+};
+use orchestrate::{
+    Concurrency, EventKind, OpenAiClient, OpenAiConfig, Outcome, Runtime, RuntimeConfig,
+    SessionSpec, Tool, ToolContext, ToolError, ToolRegistry,
+};
+use serde_json::{Value, json};
+
+const TTFT: Duration = Duration::from_millis(50);
+const CHUNK_DELAY: Duration = Duration::from_millis(5);
+const CHUNKS: usize = 20;
+const TURNS: u32 = 3;
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    match args.first().map(String::as_str) {
+        Some("mock") => serve_mock(),
+        Some("run") => run_sessions(&args[1], args[2].parse().unwrap()),
+        _ => drive(&args),
+    }
+}
+
+/// The parent: starts the mock, then one runner per size, and prints a table.
+fn drive(sizes: &[String]) {
+    let sizes: Vec<usize> = if sizes.is_empty() {
+        vec![100, 1000, 2000]
+    } else {
+        sizes.iter().map(|s| s.parse().unwrap()).collect()
+    };
+    let me = std::env::current_exe().unwrap();
+    let mut mock = Command::new(&me)
+        .arg("mock")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut url = String::new();
+    BufReader::new(mock.stdout.take().unwrap())
+        .read_line(&mut url)
+        .unwrap();
+    let url = url.trim().to_owned();
+    let ideal = (TTFT + CHUNK_DELAY * CHUNKS as u32) * TURNS;
+    println!(
+        "fanout: {TURNS} turns/session, ttft {TTFT:?}, {CHUNKS} chunks {CHUNK_DELAY:?} apart; ideal {ideal:?}"
+    );
+    println!(
+        "{:>6} {:>10} {:>8} {:>12}",
+        "N", "wall", "ratio", "peak RSS"
+    );
+    for n in sizes {
+        let out = Command::new(&me)
+            .args(["run", &url, &n.to_string()])
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            eprintln!("N={n} failed: {}", String::from_utf8_lossy(&out.stderr));
+            continue;
+        }
+        let line = String::from_utf8_lossy(&out.stdout);
+        let mut parts = line.split_whitespace();
+        let wall_ms: f64 = parts.next().unwrap().parse().unwrap();
+        let rss_kib: u64 = parts.next().unwrap().parse().unwrap();
+        println!(
+            "{n:>6} {:>8.0}ms {:>8.3} {:>9.1} MB",
+            wall_ms,
+            wall_ms / ideal.as_secs_f64() / 1000.0,
+            rss_kib as f64 / 1024.0
+        );
+    }
+    let _ = mock.kill();
+    let _ = mock.wait();
+}
+
+fn runtime(threads: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The mock child: prints its base URL, then serves until killed.
+fn serve_mock() {
+    runtime(2).block_on(async {
+        let mock = MockLlm::start_with(|request, _| reply_for(&request.body)).await;
+        println!("{}", mock.base_url());
+        std::future::pending::<()>().await;
+    });
+}
+
+/// Turn k of a session is decided by how many assistant messages it already sent.
+fn reply_for(body: &Value) -> Reply {
+    let done = body["messages"]
+        .as_array()
+        .map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
+    let mut chunks = vec![ev_role()];
+    if done + 1 < TURNS as usize {
+        let args =
+            json!({"path": format!("src/module_{done}.rs"), "pattern": "fn main"}).to_string();
+        chunks.push(ev_tool_start(0, format!("call_{done}"), "probe"));
+        let step = args.len().div_ceil(CHUNKS - 2);
+        let bytes: Vec<char> = args.chars().collect();
+        chunks.extend(
+            bytes
+                .chunks(step)
+                .map(|c| ev_tool_args(0, c.iter().collect::<String>())),
+        );
+        chunks.push(ev_finish("tool_calls"));
+    } else {
+        chunks.extend((0..CHUNKS - 2).map(|i| ev_text(format!("word{i} "))));
+        chunks.push(ev_finish("stop"));
+    }
+    chunks.truncate(CHUNKS - 1);
+    chunks.push(ev_usage(100, 20));
+    Reply::Stream(StreamReply {
+        chunks,
+        ttft: TTFT,
+        delay: CHUNK_DELAY,
+        end: End::Done,
+    })
+}
+
+/// A cheap read-only tool, so the measurement is the orchestration, not the tool.
+#[derive(Debug)]
+struct Probe;
+
+impl Tool for Probe {
+    fn name(&self) -> &str {
+        "probe"
+    }
+    fn description(&self) -> &str {
+        "Checks a path."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {"path": {"type": "string"}}})
+    }
+    fn read_only(&self) -> bool {
+        true
+    }
+    fn concurrency(&self, _input: &Value) -> Concurrency {
+        Concurrency::Safe
+    }
+    fn call<'a>(
+        &'a self,
+        input: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<String, ToolError>> {
+        Box::pin(async move { Ok(format!("{} looks fine", input["path"])) })
+    }
+}
+
+/// A runner child: N sessions through one Runtime; prints wall ms and peak RSS KiB.
+fn run_sessions(url: &str, n: usize) {
+    let workspace = tempfile::tempdir().unwrap();
+    let wall = runtime(2).block_on(async {
+        let client =
+            Arc::new(OpenAiClient::new(OpenAiConfig::new(url, Some("sk-bench".into()))).unwrap());
+        let orchestrator = Runtime::start(RuntimeConfig::new(workspace.path(), client))
+            .await
+            .unwrap();
+        let mut events = orchestrator.subscribe();
+        let mut ids = Vec::with_capacity(n);
+        for i in 0..n {
+            let mut spec = SessionSpec::new(
+                format!("agent{i}"),
+                "mock-model",
+                "You are a benchmark agent.",
+            );
+            spec.tools = ToolRegistry::new().with(Probe);
+            ids.push(orchestrator.start_session(spec).await.unwrap());
+        }
+        let start = Instant::now();
+        for id in &ids {
+            orchestrator.prompt(*id, "inspect the modules");
+        }
+        let mut finished = 0;
+        while finished < n {
+            let event = events.recv().await.unwrap();
+            if let EventKind::Terminal(outcome) = event.kind {
+                match outcome {
+                    Outcome::Finished { stats, .. } => assert_eq!(stats.turns, TURNS),
+                    other => panic!("a session did not finish: {other:?}"),
+                }
+                finished += 1;
+            }
+        }
+        let wall = start.elapsed();
+        orchestrator.shutdown().await;
+        wall
+    });
+    println!("{:.1} {}", wall.as_secs_f64() * 1000.0, peak_rss_kib());
+}
+
+fn peak_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}

@@ -1,0 +1,37 @@
+//! SSE assembly throughput over the largest OpenAI-family fixtures: the same SSE
+//! parser and decoder the client runs, on bytes already in memory.
+//!
+//! Run with `cargo bench --bench sse_assembly`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use orchestrate::llm::openai::decoder::decode_sse_body;
+
+const FIXTURES: [&str; 3] = [
+    "groq-reasoning-field",
+    "openai-text-obfuscation-usage",
+    "deepseek-reasoning-content",
+];
+
+fn assembly(c: &mut Criterion) {
+    let mut group = c.benchmark_group("sse_assembly");
+    for name in FIXTURES {
+        let path = format!(
+            "{}/tests/fixtures/sse/{name}.sse",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let body = bytes::Bytes::from(std::fs::read(path).unwrap());
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let decoder =
+                    futures::executor::block_on(decode_sse_body(body.clone(), 8 << 20)).unwrap();
+                decoder.into_turn().unwrap()
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, assembly);
+criterion_main!(benches);
