@@ -48,11 +48,15 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("mock") => serve_mock(),
         Some("run") => run_sessions(&args[1], args[2].parse().unwrap()),
+        Some("base") => run_bare(&args[1], args[2].parse().unwrap()),
         _ => drive(&args),
     }
 }
 
-/// The parent: starts the mock, then one runner per size, and prints a table.
+/// The parent: starts the mock, then one child per size and client, and prints a
+/// table. The `bare HTTP` rows run the same requests with plain reqwest and no
+/// orchestration at all: the floor this machine allows, with the mock sharing its
+/// cores.
 fn drive(sizes: &[String]) {
     let sizes: Vec<usize> = if sizes.is_empty() {
         vec![100, 1000, 2000]
@@ -75,31 +79,70 @@ fn drive(sizes: &[String]) {
         "fanout: {TURNS} turns/session, ttft {TTFT:?}, {CHUNKS} chunks {CHUNK_DELAY:?} apart; ideal {ideal:?}"
     );
     println!(
-        "{:>6} {:>10} {:>8} {:>12}",
-        "N", "wall", "ratio", "peak RSS"
+        "{:>6} {:<12} {:>10} {:>8} {:>12}",
+        "N", "client", "wall", "ratio", "peak RSS"
     );
     for n in sizes {
-        let out = Command::new(&me)
-            .args(["run", &url, &n.to_string()])
-            .output()
-            .unwrap();
-        if !out.status.success() {
-            eprintln!("N={n} failed: {}", String::from_utf8_lossy(&out.stderr));
-            continue;
+        for (mode, label) in [("run", "orchestrate"), ("base", "bare HTTP")] {
+            let out = Command::new(&me)
+                .args([mode, &url, &n.to_string()])
+                .output()
+                .unwrap();
+            if !out.status.success() {
+                eprintln!(
+                    "N={n} {label} failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                continue;
+            }
+            let line = String::from_utf8_lossy(&out.stdout);
+            let mut parts = line.split_whitespace();
+            let wall_ms: f64 = parts.next().unwrap().parse().unwrap();
+            let rss_kib: u64 = parts.next().unwrap().parse().unwrap();
+            println!(
+                "{n:>6} {label:<12} {wall_ms:>8.0}ms {:>8.3} {:>9.1} MB",
+                wall_ms / ideal.as_secs_f64() / 1000.0,
+                rss_kib as f64 / 1024.0
+            );
         }
-        let line = String::from_utf8_lossy(&out.stdout);
-        let mut parts = line.split_whitespace();
-        let wall_ms: f64 = parts.next().unwrap().parse().unwrap();
-        let rss_kib: u64 = parts.next().unwrap().parse().unwrap();
-        println!(
-            "{n:>6} {:>8.0}ms {:>8.3} {:>9.1} MB",
-            wall_ms,
-            wall_ms / ideal.as_secs_f64() / 1000.0,
-            rss_kib as f64 / 1024.0
-        );
     }
     let _ = mock.kill();
     let _ = mock.wait();
+}
+
+/// A baseline child: N tasks, each making the same three streamed requests with
+/// plain reqwest and reading the bodies to the end; prints wall ms and peak RSS KiB.
+fn run_bare(url: &str, n: usize) {
+    let wall = runtime(threads("FANOUT_RUNNER_THREADS")).block_on(async {
+        let http = reqwest::Client::new();
+        let endpoint = format!("{url}/chat/completions");
+        let start = Instant::now();
+        let tasks: Vec<_> = (0..n)
+            .map(|_| {
+                let http = http.clone();
+                let endpoint = endpoint.clone();
+                tokio::spawn(async move {
+                    let mut messages =
+                        vec![json!({"role": "user", "content": "inspect the modules"})];
+                    for _ in 0..TURNS {
+                        let body =
+                            json!({"model": "mock-model", "messages": messages, "stream": true});
+                        let response = http.post(&endpoint).json(&body).send().await.unwrap();
+                        let mut bytes = response.bytes_stream();
+                        while let Some(chunk) = futures::StreamExt::next(&mut bytes).await {
+                            chunk.unwrap();
+                        }
+                        messages.push(json!({"role": "assistant", "content": "…"}));
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        start.elapsed()
+    });
+    println!("{:.1} {}", wall.as_secs_f64() * 1000.0, peak_rss_kib());
 }
 
 fn runtime(threads: usize) -> tokio::runtime::Runtime {
@@ -112,7 +155,7 @@ fn runtime(threads: usize) -> tokio::runtime::Runtime {
 
 /// The mock child: prints its base URL, then serves until killed.
 fn serve_mock() {
-    runtime(2).block_on(async {
+    runtime(threads("FANOUT_MOCK_THREADS")).block_on(async {
         let mock = MockLlm::start_with(|request, _| reply_for(&request.body)).await;
         println!("{}", mock.base_url());
         std::future::pending::<()>().await;
@@ -183,7 +226,7 @@ impl Tool for Probe {
 /// A runner child: N sessions through one Runtime; prints wall ms and peak RSS KiB.
 fn run_sessions(url: &str, n: usize) {
     let workspace = tempfile::tempdir().unwrap();
-    let wall = runtime(2).block_on(async {
+    let wall = runtime(threads("FANOUT_RUNNER_THREADS")).block_on(async {
         let client =
             Arc::new(OpenAiClient::new(OpenAiConfig::new(url, Some("sk-bench".into()))).unwrap());
         let orchestrator = Runtime::start(RuntimeConfig::new(workspace.path(), client))
@@ -229,4 +272,11 @@ fn peak_rss_kib() -> u64 {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
+}
+
+fn threads(var: &str) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2)
 }

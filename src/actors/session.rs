@@ -198,6 +198,9 @@ impl Actor for SessionActor {
             for message in state.spec.history.clone() {
                 state.record(message)?;
             }
+            // A started session exists on disk: creating its file is the costly
+            // part of journaling, and it belongs here rather than in its first turn.
+            state.sync().await?;
         }
         state.publisher.publish(EventKind::SessionStarted {
             model: state.spec.model.clone(),

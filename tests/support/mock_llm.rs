@@ -688,6 +688,9 @@ impl Drop for DisconnectGuard {
 struct BodyState {
     steps: VecDeque<Step>,
     guard: DisconnectGuard,
+    /// When the previous step was due. Steps are scheduled against absolute
+    /// deadlines so timer granularity never accumulates across a stream's chunks.
+    due: Option<tokio::time::Instant>,
 }
 
 fn frame(payload: &str) -> Bytes {
@@ -754,12 +757,15 @@ fn stream_response(s: StreamReply, shared: &Arc<Shared>) -> Response {
             shared: Arc::clone(shared),
             finished,
         },
+        due: None,
     };
     let body = stream::unfold(state, |mut st| async move {
         // `finished` was set when the last step was taken (or at the start).
         let step = st.steps.pop_front()?;
+        let due = st.due.unwrap_or_else(tokio::time::Instant::now) + step.wait;
+        st.due = Some(due);
         if !step.wait.is_zero() {
-            tokio::time::sleep(step.wait).await;
+            tokio::time::sleep_until(due).await;
         }
         if st.steps.is_empty() {
             st.guard.finished = true;
