@@ -121,6 +121,8 @@ where
             () = &mut ctrl_c => {
                 interrupts += 1;
                 if interrupts > 1 {
+                    // Exit now, but not before what is journaled reaches the disk.
+                    let _ = tokio::time::timeout(Duration::from_secs(1), runtime.sync_journals()).await;
                     let _ = writeln!(err, "orchestrate: interrupted");
                     return ExitCode::from(exit::CANCELLED);
                 }

@@ -216,6 +216,11 @@ impl Runtime {
         None
     }
 
+    /// Waits until every journal record appended so far is on disk.
+    pub async fn sync_journals(&self) -> Result<(), SessionError> {
+        self.journal.sync().await.map_err(SessionError::Journal)
+    }
+
     /// Stops every session and the Orchestrator, and flushes the journals.
     pub async fn shutdown(self) {
         self.orchestrator.stop(Some("shutdown".into()));

@@ -209,3 +209,92 @@ async fn a_bad_tool_call_becomes_an_error_result_and_the_session_goes_on() {
     );
     runtime.shutdown().await;
 }
+
+#[derive(Debug)]
+struct Explodes;
+
+impl orchestrate::Tool for Explodes {
+    fn name(&self) -> &str {
+        "explode"
+    }
+    fn description(&self) -> &str {
+        "Panics."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    fn read_only(&self) -> bool {
+        true
+    }
+    fn concurrency(&self, _input: &Value) -> orchestrate::Concurrency {
+        orchestrate::Concurrency::Safe
+    }
+    fn call<'a>(
+        &'a self,
+        _input: Value,
+        _ctx: &'a orchestrate::ToolContext,
+    ) -> futures::future::BoxFuture<'a, Result<String, orchestrate::ToolError>> {
+        Box::pin(async { panic!("boom") })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_tool_becomes_an_error_result_and_is_not_replayed() {
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[("p1", "explode", json!({}))]),
+        Reply::text("that tool is broken"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = harness::runtime(&mock, dir.path()).await;
+    let session = runtime
+        .start_session(harness::spec(ToolRegistry::new().with(Explodes)))
+        .await
+        .unwrap();
+    let (outcome, events) = harness::run(&runtime, session, "try it").await;
+    assert_eq!(harness::finished_text(&outcome), "that tool is broken");
+    let result = &mock.requests()[1].body["messages"][3];
+    assert_eq!(
+        *result,
+        json!({"role": "tool", "tool_call_id": "p1", "content": "Error: the tool crashed: boom"})
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::Restarted { .. })),
+        "a tool crash must not crash the session"
+    );
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_stops_at_max_turns_with_its_partial_work() {
+    let call = |id: &str| Reply::tool_calls(&[(id, "lookup", json!({"city": "Quito"}))]);
+    let mock = MockLlm::start(vec![
+        call("m1"),
+        call("m2"),
+        call("m3"),
+        Reply::text("never"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = harness::runtime(&mock, dir.path()).await;
+    let mut spec = harness::spec(ToolRegistry::new().with(Lookup::new(Duration::ZERO, true)));
+    spec.max_turns = 2;
+    let session = runtime.start_session(spec).await.unwrap();
+    let (outcome, _) = harness::run(&runtime, session, "loop forever").await;
+    let Outcome::Failed {
+        class,
+        message,
+        stats,
+        ..
+    } = &outcome
+    else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(class, "permanent");
+    assert_eq!(message, "reached the limit of 2 turns");
+    assert_eq!((stats.turns, stats.tool_calls), (2, 2));
+    assert_eq!(mock.request_count(), 2);
+    runtime.shutdown().await;
+}
