@@ -32,7 +32,11 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// A sample in `[0, 1)` for backoff jitter.
-pub(crate) fn jitter() -> f64 {
-    rand::random::<f64>()
+/// The message of a caught panic.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(ToString::to_string)
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".to_owned())
 }

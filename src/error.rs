@@ -151,7 +151,7 @@ fn fmt_kind(kind: &Option<String>) -> String {
 }
 
 /// A failure while reading a streamed answer.
-#[derive(Clone, Debug, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum StreamError {
     /// No event arrived for the idle timeout.
     #[error("stream stalled: no event for {0:?}")]
@@ -174,6 +174,12 @@ pub enum StreamError {
     /// The model finished without saying anything.
     #[error("the model returned an empty answer")]
     Empty,
+    /// The model hit its output-token limit before producing anything usable.
+    #[error("the model reached its output limit before answering")]
+    LimitBeforeOutput,
+    /// The provider's content filter stopped the answer.
+    #[error("the provider's content filter stopped the answer")]
+    Filtered,
 }
 
 /// Everything one model turn can end with, short of success.
@@ -185,6 +191,9 @@ pub enum LlmError {
     /// The stream failed.
     #[error(transparent)]
     Stream(#[from] StreamError),
+    /// The task reading the stream panicked (a bug in a provider).
+    #[error("the stream task crashed: {0}")]
+    Crashed(String),
     /// The turn was cancelled; `partial` is what had arrived.
     #[error("cancelled")]
     Cancelled {
@@ -330,7 +339,9 @@ impl StreamError {
             | Self::Disconnected(_)
             | Self::Malformed(_)
             | Self::Empty => ErrorClass::Retryable { after: None },
-            Self::TooLarge { .. } => ErrorClass::Permanent,
+            Self::TooLarge { .. } | Self::LimitBeforeOutput | Self::Filtered => {
+                ErrorClass::Permanent
+            }
         }
     }
 }
@@ -341,6 +352,7 @@ impl LlmError {
         match self {
             Self::Provider(e) => e.class(),
             Self::Stream(e) => e.class(),
+            Self::Crashed(_) => ErrorClass::Crash,
             Self::Cancelled { .. } => ErrorClass::Cancelled,
         }
     }

@@ -9,7 +9,6 @@ use std::time::Instant;
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
-use super::jitter;
 use super::prompt_queue::{PromptQueueActor, PromptQueueMsg, QueuedPrompt};
 use super::session::{SessionActor, SessionArgs, SessionMsg};
 use super::supervision::{Decision, Exit, Intensity, RestartTracker, RestartType};
@@ -225,7 +224,7 @@ fn on_session_crash(
     );
     match entry
         .tracker
-        .on_exit(Exit::Abnormal, Instant::now(), jitter())
+        .on_exit(Exit::Abnormal, Instant::now(), rand::random::<f64>())
     {
         Decision::Restart { after, restarts } => {
             tracing::warn!(session = %id, restarts, ?after, reason, "session crashed; restarting from its journal");

@@ -9,6 +9,7 @@
 pub(crate) mod llm_stream;
 pub(crate) mod resume;
 pub(crate) mod tool_runner;
+pub(crate) mod turn;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -22,11 +23,9 @@ use tokio_util::sync::CancellationToken;
 use self::llm_stream::{LlmStreamActor, LlmStreamArgs, LlmStreamMsg};
 use self::resume::{ActiveRun, Next};
 use self::tool_runner::{ToolRunnerActor, ToolRunnerArgs};
-use crate::actors::jitter;
+use self::turn::Decision;
 use crate::actors::prompt_queue::{PromptQueueMsg, QueuedPrompt};
-use crate::conversation::{
-    AssistantMessage, AssistantTurn, FinishReason, Message, ToolCall, ToolResult, enforce_protocol,
-};
+use crate::conversation::{AssistantTurn, Message, ToolCall, ToolResult, enforce_protocol};
 use crate::error::{ErrorClass, LlmError, SessionError, StreamError};
 use crate::events::Publisher;
 use crate::journal::{Record, journal_path, read_journal};
@@ -465,39 +464,38 @@ async fn on_turn_finished(
     if id != stream_id {
         return;
     }
-    let result = match result {
-        Ok(turn)
-            if turn.is_empty() && turn.finish != Some(FinishReason::Length) && !run.cancelled =>
-        {
-            Err(StreamError::Empty.into())
-        }
-        other => other,
-    };
     let error = match result {
-        Ok(turn) => return on_turn(myself, state, turn).await,
-        Err(LlmError::Cancelled { partial }) => {
-            let text = partial.message.text;
-            if !text.is_empty() {
-                let message = Message::Assistant(AssistantMessage {
-                    text: text.clone(),
-                    ..AssistantMessage::default()
-                });
-                if let Err(e) = state.record(message) {
-                    tracing::error!(session = %state.id, error = %e, "cannot journal the partial answer");
-                }
+        Ok(turn) => match turn::decide(&turn) {
+            _ if run.cancelled => return record_turn_and_cancel(myself, state, turn).await,
+            Decision::RunTools => return on_tool_turn(myself, state, turn).await,
+            Decision::Finish { truncated } => {
+                return on_final_turn(myself, state, turn, truncated).await;
             }
-            return end_run(myself, state, |stats| Outcome::Cancelled {
-                partial: text,
-                stats,
-            })
-            .await;
+            Decision::Fail(e) => LlmError::Stream(e),
+        },
+        Err(LlmError::Cancelled { partial }) => {
+            return record_turn_and_cancel(myself, state, *partial).await;
         }
         Err(error) => error,
     };
+    // A cancel that crossed a failing stream still ends the run as cancelled.
+    if run.cancelled {
+        let partial = run.last_text.clone();
+        return end_run(myself, state, |stats| Outcome::Cancelled { partial, stats }).await;
+    }
     let max = state.env.retry.max_attempts;
-    match error.class() {
-        ErrorClass::Retryable { after } if attempt < max && !run.cancelled => {
-            let delay = state.env.retry.delay(attempt, after, jitter());
+    let retry_after = match error.class() {
+        ErrorClass::Retryable { after } => Some(after),
+        // The stream task crashed: a transient child, restarted like a retryable failure.
+        ErrorClass::Crash => Some(None),
+        ErrorClass::ContextOverflow
+        | ErrorClass::Permanent
+        | ErrorClass::Cancelled
+        | ErrorClass::ToolFailure => None,
+    };
+    match retry_after {
+        Some(after) if attempt < max => {
+            let delay = state.env.retry.delay(attempt, after, rand::random::<f64>());
             state.publisher.publish(EventKind::Retrying {
                 attempt,
                 max_attempts: max,
@@ -511,19 +509,14 @@ async fn on_turn_finished(
             }
             myself.send_after(delay, move || SessionMsg::Retry { stream_id: id });
         }
-        ErrorClass::Retryable { .. } if !run.cancelled => {
+        Some(_) => {
             let e = SessionError::RetriesExhausted {
                 attempts: attempt,
                 last: Box::new(error),
             };
             fail(myself, state, e).await;
         }
-        ErrorClass::Retryable { .. }
-        | ErrorClass::ContextOverflow
-        | ErrorClass::Permanent
-        | ErrorClass::Cancelled
-        | ErrorClass::ToolFailure
-        | ErrorClass::Crash => fail(myself, state, SessionError::Llm(error)).await,
+        None => fail(myself, state, SessionError::Llm(error)).await,
     }
 }
 
@@ -540,9 +533,10 @@ async fn on_retry(myself: &ActorRef<SessionMsg>, state: &mut SessionState, strea
     }
 }
 
-async fn on_turn(myself: &ActorRef<SessionMsg>, state: &mut SessionState, turn: AssistantTurn) {
+/// Counts a completed turn: usage, the last text, the event, the journal.
+fn account(state: &mut SessionState, turn: &AssistantTurn) -> Result<String, SessionError> {
     let Some(run) = state.run.as_mut() else {
-        return;
+        return Ok(String::new());
     };
     let usage = turn.usage.unwrap_or_default();
     run.stats.usage.add(&usage);
@@ -553,36 +547,66 @@ async fn on_turn(myself: &ActorRef<SessionMsg>, state: &mut SessionState, turn: 
     if !text.is_empty() {
         run.last_text = text.clone();
     }
-    let cancelled = run.cancelled;
     state.publisher.publish(EventKind::TurnFinished {
         turn: run.stats.turns,
         text: text.clone(),
         tool_calls: turn.message.tool_calls.len(),
         usage,
     });
-    let calls = turn.message.tool_calls.clone();
-    if let Err(e) = state.record(Message::Assistant(turn.message)) {
+    if !turn.is_empty() {
+        state.record(Message::Assistant(turn.message.clone()))?;
+    }
+    Ok(text)
+}
+
+async fn on_tool_turn(
+    myself: &ActorRef<SessionMsg>,
+    state: &mut SessionState,
+    turn: AssistantTurn,
+) {
+    if let Err(e) = account(state, &turn) {
         return fail(myself, state, e).await;
     }
-    if cancelled {
-        let _ = state.sync().await;
-        return end_run(myself, state, |stats| Outcome::Cancelled {
-            partial: text,
-            stats,
-        })
-        .await;
+    start_tools(myself, state, turn.message.tool_calls).await;
+}
+
+async fn on_final_turn(
+    myself: &ActorRef<SessionMsg>,
+    state: &mut SessionState,
+    turn: AssistantTurn,
+    truncated: bool,
+) {
+    match account(state, &turn) {
+        // Durable with the terminal record's sync in end_run.
+        Ok(text) => {
+            end_run(myself, state, |stats| Outcome::Finished {
+                text,
+                truncated,
+                stats,
+            })
+            .await
+        }
+        Err(e) => fail(myself, state, e).await,
     }
-    if !calls.is_empty() {
-        return start_tools(myself, state, calls).await;
+}
+
+/// The run was cancelled: keep what the model had said (without its tool calls,
+/// which will never run) and end the run.
+async fn record_turn_and_cancel(
+    myself: &ActorRef<SessionMsg>,
+    state: &mut SessionState,
+    mut turn: AssistantTurn,
+) {
+    turn.message.tool_calls.clear();
+    if let Err(e) = account(state, &turn) {
+        tracing::error!(session = %state.id, error = %e, "cannot journal the partial answer");
     }
-    // The final answer becomes durable with the terminal record's sync in end_run.
-    let truncated = turn.finish == Some(FinishReason::Length);
-    end_run(myself, state, |stats| Outcome::Finished {
-        text,
-        truncated,
-        stats,
-    })
-    .await;
+    let partial = state
+        .run
+        .as_ref()
+        .map(|r| r.last_text.clone())
+        .unwrap_or_default();
+    end_run(myself, state, |stats| Outcome::Cancelled { partial, stats }).await;
 }
 
 async fn start_tools(

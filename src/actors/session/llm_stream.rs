@@ -3,14 +3,17 @@
 //! its session exactly one `TurnFinished`, then stops the actor. If the actor dies
 //! first (its session crashed), the task is aborted and the request dropped.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio_util::sync::CancellationToken;
 
 use super::SessionMsg;
 use crate::actors::AbortOnDrop;
+use crate::error::LlmError;
 use crate::events::Publisher;
 use crate::llm::{ChatRequest, Provider, StreamDelta};
 use crate::protocol::EventKind;
@@ -59,10 +62,15 @@ impl Actor for LlmStreamActor {
         let task = tokio::spawn(async move {
             let deltas = Coalescer::new(args.publisher);
             let sink = |delta: StreamDelta| deltas.push(delta);
-            let result = args
-                .provider
-                .stream_turn(&args.request, &sink, &token)
-                .await;
+            // A panicking provider must still answer its session, or the session
+            // would wait forever: the panic becomes a `Crash`-class turn failure.
+            let turn = args.provider.stream_turn(&args.request, &sink, &token);
+            let result = match AssertUnwindSafe(turn).catch_unwind().await {
+                Ok(result) => result,
+                Err(panic) => Err(LlmError::Crashed(crate::actors::panic_message(
+                    panic.as_ref(),
+                ))),
+            };
             deltas.flush();
             let _ = args.session.cast(SessionMsg::TurnFinished {
                 stream_id: args.stream_id,

@@ -92,21 +92,15 @@ async fn run_call(
     let input = call
         .parsed_arguments()
         .map_err(|e| ToolError::InvalidInput(format!("the arguments are not valid JSON ({e})")))?;
-    let work = AssertUnwindSafe(tool.call(input, ctx)).catch_unwind();
+    // The call is made inside the guarded future, so a panic in the synchronous
+    // part of an implementation is caught as well.
+    let work = AssertUnwindSafe(async move { tool.call(input, ctx).await }).catch_unwind();
     tokio::select! {
         () = ctx.cancel.cancelled() => Err(ToolError::Cancelled),
         done = tokio::time::timeout(timeout, work) => match done {
             Err(_) => Err(ToolError::Timeout(timeout)),
-            Ok(Err(panic)) => Err(ToolError::Crashed(panic_message(panic.as_ref()))),
+            Ok(Err(panic)) => Err(ToolError::Crashed(crate::actors::panic_message(panic.as_ref()))),
             Ok(Ok(result)) => result,
         },
     }
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(ToString::to_string)
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "panic".to_owned())
 }
