@@ -58,8 +58,6 @@ struct Entry {
     actor: Option<ActorRef<SessionMsg>>,
     queue: ActorRef<PromptQueueMsg>,
     tracker: RestartTracker,
-    /// Messages that arrived while the session was down, delivered on restart.
-    pending: Vec<SessionMsg>,
 }
 
 /// The Orchestrator actor.
@@ -95,14 +93,20 @@ impl Actor for OrchestratorActor {
                 let _ = reply.send(start(&myself, state, spec).await);
             }
             OrchestratorMsg::Prompt { session, seq, text } => {
-                deliver(
+                route(
                     state,
                     session,
-                    SessionMsg::Prompt(QueuedPrompt { seq, text }),
+                    PromptQueueMsg::Push(QueuedPrompt { seq, text }),
+                    SessionMsg::Prompt { seq },
                 );
             }
             OrchestratorMsg::Cancel { session, seq } => {
-                deliver(state, session, SessionMsg::Cancel { seq })
+                route(
+                    state,
+                    session,
+                    PromptQueueMsg::Cancel(seq),
+                    SessionMsg::Cancel { seq },
+                );
             }
             OrchestratorMsg::Restart(session) => restart(&myself, state, session).await,
         }
@@ -155,7 +159,6 @@ async fn start(
         actor: None,
         queue: queue.clone(),
         tracker: RestartTracker::new(RestartType::Transient, state.restart),
-        pending: Vec::new(),
     };
     state.sessions.insert(id, entry);
     if let Err(e) = spawn_session(myself, state, id, false).await {
@@ -186,23 +189,42 @@ async fn spawn_session(
     let (actor, _) = Actor::spawn_linked(None, SessionActor, args, myself.get_cell())
         .await
         .map_err(|e| SessionError::Spawn(e.to_string()))?;
-    for msg in entry.pending.drain(..) {
-        let _ = actor.cast(msg);
-    }
     state.by_actor.insert(actor.get_id(), id);
     entry.actor = Some(actor);
     Ok(())
 }
 
-fn deliver(state: &mut OrchestratorState, session: SessionId, msg: SessionMsg) {
-    match state.sessions.get_mut(&session) {
-        Some(Entry {
-            actor: Some(actor), ..
-        }) => {
-            let _ = actor.cast(msg);
+/// Hands a prompt or a cancel to the session's PromptQueue, which outlives session
+/// crashes, then nudges the session. A session that is down (waiting to restart)
+/// misses only the nudge: it reads its queue when it starts again.
+fn route(
+    state: &mut OrchestratorState,
+    session: SessionId,
+    queued: PromptQueueMsg,
+    nudge: SessionMsg,
+) {
+    let Some(entry) = state.sessions.get(&session) else {
+        tracing::warn!(%session, "prompt or cancel for an unknown session");
+        if matches!(queued, PromptQueueMsg::Push(_)) {
+            // Whoever waits for this prompt's run must not wait forever.
+            let error =
+                SessionError::Spawn(format!("no session {session} (it ended or never existed)"));
+            Publisher::new(state.env.bus.clone(), session, None, "orchestrate").publish(
+                EventKind::Terminal(Outcome::Failed {
+                    class: error.class().name().to_owned(),
+                    message: error.to_string(),
+                    partial: String::new(),
+                    stats: RunStats::default(),
+                }),
+            );
         }
-        Some(entry) => entry.pending.push(msg),
-        None => tracing::warn!(%session, "message for an unknown session dropped"),
+        return;
+    };
+    if entry.queue.cast(queued).is_err() {
+        tracing::error!(%session, "the prompt queue is gone; prompt or cancel dropped");
+    }
+    if let Some(actor) = &entry.actor {
+        let _ = actor.cast(nudge);
     }
 }
 

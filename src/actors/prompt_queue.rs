@@ -1,6 +1,10 @@
-//! PromptQueue: prompts that arrive while their session is busy. They wait here, in
-//! order, until the session takes them at a tool-turn boundary or when its model
-//! would otherwise finish. A cancel drops exactly the prompts queued before it.
+//! PromptQueue: prompts that arrive for a session, in order, until the session takes
+//! them (at once when idle, at a tool-turn boundary, or when its model would
+//! otherwise finish). It also remembers a cancel until the session has acted on it.
+//!
+//! Prompts and cancels are routed here by the Orchestrator rather than through the
+//! session's mailbox, so a session crash loses neither: the queue lives beside the
+//! session, not under it.
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
@@ -16,14 +20,28 @@ pub(crate) struct QueuedPrompt {
 /// Messages of the PromptQueue.
 #[derive(Debug)]
 pub(crate) enum PromptQueueMsg {
-    /// Queue a prompt; replies with how many now wait.
-    Push(QueuedPrompt, RpcReplyPort<usize>),
+    /// Queue a prompt.
+    Push(QueuedPrompt),
+    /// How many prompts that arrived up to `seq` still wait.
+    Waiting(u64, RpcReplyPort<usize>),
     /// Take the oldest prompt.
     TakeOne(RpcReplyPort<Option<QueuedPrompt>>),
     /// Take every waiting prompt, oldest first.
     TakeAll(RpcReplyPort<Vec<QueuedPrompt>>),
-    /// Drop the prompts that arrived before a cancel stamped `seq`.
-    DropBefore(u64),
+    /// A cancel stamped `seq`: drop the prompts that arrived before it and remember
+    /// it until the session has ended its run.
+    Cancel(u64),
+    /// The session ended its run as cancelled, answering cancels up to `seq`.
+    CancelDone(u64),
+    /// Take the remembered cancel, if any (a session resuming after a crash asks).
+    TakeCancel(RpcReplyPort<Option<u64>>),
+}
+
+/// What the queue holds.
+#[derive(Debug, Default)]
+pub(crate) struct PromptQueueState {
+    prompts: Vec<QueuedPrompt>,
+    cancel: Option<u64>,
 }
 
 /// The queue actor.
@@ -32,7 +50,7 @@ pub(crate) struct PromptQueueActor;
 
 impl Actor for PromptQueueActor {
     type Msg = PromptQueueMsg;
-    type State = Vec<QueuedPrompt>;
+    type State = PromptQueueState;
     type Arguments = ();
 
     async fn pre_start(
@@ -40,28 +58,39 @@ impl Actor for PromptQueueActor {
         _myself: ActorRef<Self::Msg>,
         (): (),
     ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(Vec::new())
+        Ok(PromptQueueState::default())
     }
 
     async fn handle(
         &self,
         _myself: ActorRef<Self::Msg>,
         msg: Self::Msg,
-        queue: &mut Self::State,
+        state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            PromptQueueMsg::Push(prompt, reply) => {
-                queue.push(prompt);
-                let _ = reply.send(queue.len());
+            PromptQueueMsg::Push(prompt) => state.prompts.push(prompt),
+            PromptQueueMsg::Waiting(seq, reply) => {
+                let _ = reply.send(state.prompts.iter().filter(|p| p.seq <= seq).count());
             }
             PromptQueueMsg::TakeOne(reply) => {
-                let first = (!queue.is_empty()).then(|| queue.remove(0));
+                let first = (!state.prompts.is_empty()).then(|| state.prompts.remove(0));
                 let _ = reply.send(first);
             }
             PromptQueueMsg::TakeAll(reply) => {
-                let _ = reply.send(std::mem::take(queue));
+                let _ = reply.send(std::mem::take(&mut state.prompts));
             }
-            PromptQueueMsg::DropBefore(seq) => queue.retain(|p| p.seq > seq),
+            PromptQueueMsg::Cancel(seq) => {
+                state.prompts.retain(|p| p.seq > seq);
+                state.cancel = Some(seq);
+            }
+            PromptQueueMsg::CancelDone(seq) => {
+                if state.cancel.is_some_and(|c| c <= seq) {
+                    state.cancel = None;
+                }
+            }
+            PromptQueueMsg::TakeCancel(reply) => {
+                let _ = reply.send(state.cancel.take());
+            }
         }
         Ok(())
     }

@@ -24,7 +24,7 @@ use self::llm_stream::{LlmStreamActor, LlmStreamArgs, LlmStreamMsg};
 use self::resume::{ActiveRun, Next};
 use self::tool_runner::{ToolRunnerActor, ToolRunnerArgs};
 use self::turn::Decision;
-use crate::actors::prompt_queue::{PromptQueueMsg, QueuedPrompt};
+use crate::actors::prompt_queue::PromptQueueMsg;
 use crate::conversation::{AssistantTurn, Message, ToolCall, ToolResult, enforce_protocol};
 use crate::error::{ErrorClass, LlmError, SessionError, StreamError};
 use crate::events::Publisher;
@@ -38,8 +38,11 @@ use crate::tools::{Concurrency, ToolContext};
 /// Messages of a Session.
 #[derive(Debug)]
 pub(crate) enum SessionMsg {
-    /// A prompt: starts a run when idle, else waits in the PromptQueue.
-    Prompt(QueuedPrompt),
+    /// A prompt was pushed to the PromptQueue: take it when idle.
+    Prompt {
+        /// The prompt's place in arrival order.
+        seq: u64,
+    },
     /// Cancel the current run and drop the prompts queued before this cancel.
     Cancel {
         /// The cancel's place in arrival order.
@@ -101,7 +104,8 @@ struct Run {
     started: Instant,
     stats: RunStats,
     last_text: String,
-    cancelled: bool,
+    /// The stamp of the cancel that ended this run, once one arrived.
+    cancelled: Option<u64>,
     phase: Phase,
 }
 
@@ -141,7 +145,7 @@ impl Run {
                 ..RunStats::default()
             },
             last_text: String::new(),
-            cancelled: false,
+            cancelled: None,
             phase: Phase::Starting,
         }
     }
@@ -197,9 +201,6 @@ impl Actor for SessionActor {
             for message in state.spec.history.clone() {
                 state.record(message)?;
             }
-            // A started session exists on disk: creating its file is the costly
-            // part of journaling, and it belongs here rather than in its first turn.
-            state.sync().await?;
         }
         state.publisher.publish(EventKind::SessionStarted {
             model: state.spec.model.clone(),
@@ -213,11 +214,27 @@ impl Actor for SessionActor {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        match state.resume.take() {
-            Some(active) => resume_run(&myself, state, active).await,
-            None => {
-                let _ = myself.cast(SessionMsg::PullQueue);
+        let Some(active) = state.resume.take() else {
+            // A new session exists on disk before it takes its first prompt.
+            // Syncing here rather than in pre_start keeps the Orchestrator free
+            // while many sessions start and lets their syncs share one group.
+            state.sync().await?;
+            let _ = myself.cast(SessionMsg::PullQueue);
+            return Ok(());
+        };
+        // A cancel that arrived just before the crash still cancels the run.
+        match ractor::call!(state.queue, PromptQueueMsg::TakeCancel) {
+            Ok(Some(seq)) => {
+                let mut run = Run::new(active.turns);
+                run.cancelled = Some(seq);
+                state.run = Some(run);
+                end_run(&myself, state, |stats| Outcome::Cancelled {
+                    partial: String::new(),
+                    stats,
+                })
+                .await;
             }
+            Ok(None) | Err(_) => resume_run(&myself, state, active).await,
         }
         Ok(())
     }
@@ -229,7 +246,7 @@ impl Actor for SessionActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            SessionMsg::Prompt(prompt) => on_prompt(&myself, state, prompt).await,
+            SessionMsg::Prompt { seq } => on_prompt(&myself, state, seq).await,
             SessionMsg::Cancel { seq } => on_cancel(&myself, state, seq).await,
             SessionMsg::TurnFinished { stream_id, result } => {
                 on_turn_finished(&myself, state, stream_id, result).await
@@ -354,15 +371,13 @@ async fn resume_run(myself: &ActorRef<SessionMsg>, state: &mut SessionState, act
     }
 }
 
-async fn on_prompt(myself: &ActorRef<SessionMsg>, state: &mut SessionState, prompt: QueuedPrompt) {
+/// A prompt was queued for this session: take it now if idle, else say it waits.
+async fn on_prompt(myself: &ActorRef<SessionMsg>, state: &mut SessionState, seq: u64) {
     if state.run.is_none() {
-        return start_run(myself, state, prompt.text).await;
+        return pull_queue(myself, state).await;
     }
-    match ractor::call!(state.queue, PromptQueueMsg::Push, prompt) {
-        Ok(waiting) => state.publisher.publish(EventKind::PromptQueued { waiting }),
-        Err(e) => {
-            tracing::error!(session = %state.id, error = %e, "the prompt queue is gone; prompt dropped")
-        }
+    if let Ok(waiting) = ractor::call!(state.queue, PromptQueueMsg::Waiting, seq) {
+        state.publisher.publish(EventKind::PromptQueued { waiting });
     }
 }
 
@@ -466,7 +481,9 @@ async fn on_turn_finished(
     }
     let error = match result {
         Ok(turn) => match turn::decide(&turn) {
-            _ if run.cancelled => return record_turn_and_cancel(myself, state, turn).await,
+            _ if run.cancelled.is_some() => {
+                return record_turn_and_cancel(myself, state, turn).await;
+            }
             Decision::RunTools => return on_tool_turn(myself, state, turn).await,
             Decision::Finish { truncated } => {
                 return on_final_turn(myself, state, turn, truncated).await;
@@ -479,7 +496,7 @@ async fn on_turn_finished(
         Err(error) => error,
     };
     // A cancel that crossed a failing stream still ends the run as cancelled.
-    if run.cancelled {
+    if run.cancelled.is_some() {
         let partial = run.last_text.clone();
         return end_run(myself, state, |stats| Outcome::Cancelled { partial, stats }).await;
     }
@@ -764,7 +781,7 @@ async fn finish_tools(myself: &ActorRef<SessionMsg>, state: &mut SessionState) {
     let Phase::Tools(turn) = std::mem::replace(&mut run.phase, Phase::Starting) else {
         return;
     };
-    let cancelled = run.cancelled;
+    let cancelled = run.cancelled.is_some();
     for (call, result) in turn.calls.iter().zip(turn.results) {
         match result {
             Some(result) => state.transcript.push(Message::Tool(result)),
@@ -799,11 +816,11 @@ async fn finish_tools(myself: &ActorRef<SessionMsg>, state: &mut SessionState) {
 }
 
 async fn on_cancel(myself: &ActorRef<SessionMsg>, state: &mut SessionState, seq: u64) {
-    let _ = state.queue.cast(PromptQueueMsg::DropBefore(seq));
     let Some(run) = state.run.as_mut() else {
+        let _ = state.queue.cast(PromptQueueMsg::CancelDone(seq));
         return;
     };
-    run.cancelled = true;
+    run.cancelled = Some(seq);
     match &run.phase {
         Phase::Streaming { stream, .. } => {
             let _ = stream.cast(LlmStreamMsg::Cancel);
@@ -844,6 +861,9 @@ async fn end_run(
     let Some(mut run) = state.run.take() else {
         return;
     };
+    if let Some(seq) = run.cancelled {
+        let _ = state.queue.cast(PromptQueueMsg::CancelDone(seq));
+    }
     run.stats.duration_ms = run.started.elapsed().as_millis() as u64;
     let outcome = outcome(run.stats);
     let journaled = state.journal(&Record::Terminal {

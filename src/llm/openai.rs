@@ -135,6 +135,36 @@ impl OpenAiClient {
         ProviderError::Transport(excerpt(&chain.replace(self.endpoint.as_str(), &self.host)))
     }
 
+    /// Turns a non-success response into a typed error, reading at most 64 KiB of
+    /// its body, and never waiting on it longer than the idle timeout per chunk.
+    async fn status_error(&self, response: reqwest::Response) -> ProviderError {
+        let status = response.status().as_u16();
+        let retry_after = retry::retry_after(response.headers(), SystemTime::now());
+        let body = match read_capped(response, 64 * 1024, self.config.idle_timeout).await {
+            Ok((body, _)) | Err(ReadError::Stalled(body)) => body,
+            Err(ReadError::Transport(_)) => Vec::new(),
+        };
+        let (code, message) = match serde_json::from_slice::<serde_json::Value>(&body) {
+            Ok(json) => {
+                let error = json.get("error").unwrap_or(&json);
+                let (_, code, message) = wire::error_fields(error);
+                (code, message)
+            }
+            Err(_) => (None, excerpt(&String::from_utf8_lossy(&body))),
+        };
+        // Some proxies echo the request's credentials back in their error text.
+        let message = match &self.config.api_key {
+            Some(key) if !key.is_empty() => message.replace(key.as_str(), "[redacted]"),
+            _ => message,
+        };
+        ProviderError::Status {
+            status,
+            message,
+            code,
+            retry_after,
+        }
+    }
+
     async fn stream_impl(
         &self,
         request: &ChatRequest,
@@ -157,7 +187,11 @@ impl OpenAiClient {
             },
         };
         if !response.status().is_success() {
-            return Err(status_error(response).await.into());
+            return tokio::select! {
+                biased;
+                () = cancel.cancelled() => Err(cancelled(AssistantTurn::default())),
+                error = self.status_error(response) => Err(error.into()),
+            };
         }
         let mut events =
             crate::llm::sse::split_lines(Box::pin(response.bytes_stream())).eventsource();
@@ -200,18 +234,17 @@ impl OpenAiClient {
             .await
             .map_err(|e| self.transport_error(&e))?;
         if !response.status().is_success() {
-            return Err(status_error(response).await.into());
+            return Err(self.status_error(response).await.into());
         }
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| self.transport_error(&e))?;
-        if bytes.len() > self.config.max_answer_bytes {
-            return Err(StreamError::TooLarge {
-                limit: self.config.max_answer_bytes,
+        let limit = self.config.max_answer_bytes;
+        let bytes = match read_capped(response, limit, self.config.request_timeout).await {
+            Ok((_, true)) => return Err(StreamError::TooLarge { limit }.into()),
+            Ok((bytes, false)) => bytes,
+            Err(ReadError::Stalled(_)) => {
+                return Err(ProviderError::Timeout(self.config.request_timeout).into());
             }
-            .into());
-        }
+            Err(ReadError::Transport(e)) => return Err(self.transport_error(&e).into()),
+        };
         let completion: wire::Completion = serde_json::from_slice(&bytes)
             .map_err(|e| ProviderError::Decode(excerpt(&e.to_string())))?;
         if let Some(error) = &completion.error {
@@ -259,32 +292,34 @@ fn cancelled(partial: AssistantTurn) -> LlmError {
     }
 }
 
-/// Turns a non-success response into a typed error, reading at most 64 KiB of body.
-async fn status_error(response: reqwest::Response) -> ProviderError {
-    let status = response.status().as_u16();
-    let retry_after = retry::retry_after(response.headers(), SystemTime::now());
+/// Reads a body up to `limit` bytes, waiting at most `idle` for each chunk. Returns
+/// what was read and whether the body went on past the limit.
+async fn read_capped(
+    response: reqwest::Response,
+    limit: usize,
+    idle: Duration,
+) -> Result<(Vec<u8>, bool), ReadError> {
     let mut body = Vec::new();
     let mut stream = response.bytes_stream();
-    while let Some(Ok(chunk)) = stream.next().await {
-        body.extend_from_slice(&chunk);
-        if body.len() > 64 * 1024 {
-            break;
+    loop {
+        match tokio::time::timeout(idle, stream.next()).await {
+            Err(_) => return Err(ReadError::Stalled(body)),
+            Ok(None) => return Ok((body, false)),
+            Ok(Some(Err(e))) => return Err(ReadError::Transport(e)),
+            Ok(Some(Ok(chunk))) => {
+                if body.len() + chunk.len() > limit {
+                    return Ok((body, true));
+                }
+                body.extend_from_slice(&chunk);
+            }
         }
     }
-    let (code, message) = match serde_json::from_slice::<serde_json::Value>(&body) {
-        Ok(json) => {
-            let error = json.get("error").unwrap_or(&json);
-            let (_, code, message) = wire::error_fields(error);
-            (code, message)
-        }
-        Err(_) => (None, excerpt(&String::from_utf8_lossy(&body))),
-    };
-    ProviderError::Status {
-        status,
-        message,
-        code,
-        retry_after,
-    }
+}
+
+enum ReadError {
+    /// No chunk for the idle time; carries what had arrived.
+    Stalled(Vec<u8>),
+    Transport(reqwest::Error),
 }
 
 impl Provider for OpenAiClient {
