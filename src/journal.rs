@@ -40,6 +40,14 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tool_call_id: Option<String>,
     },
+    /// A run began; the next message is its prompt.
+    RunStarted,
+    /// A tool call is about to run (recorded so that a resumed session knows which
+    /// calls may already have had effects).
+    ToolStarted {
+        /// The call's id.
+        call_id: String,
+    },
     /// A message added to the transcript.
     Message {
         /// The message.
@@ -179,6 +187,7 @@ impl Journal {
             files: HashMap::new(),
             dirs: HashSet::new(),
             max_open: max_open_files(),
+            sync_fd: None,
         };
         std::thread::Builder::new()
             .name("orchestrate-journal".into())
@@ -227,6 +236,8 @@ struct Writer {
     files: HashMap<PathBuf, BufWriter<File>>,
     dirs: HashSet<PathBuf>,
     max_open: usize,
+    /// The journal directory, held open for `syncfs` even when no file is.
+    sync_fd: Option<File>,
 }
 
 impl Writer {
@@ -284,6 +295,9 @@ impl Writer {
                 && !self.dirs.contains(dir)
             {
                 std::fs::create_dir_all(dir)?;
+                if self.sync_fd.is_none() {
+                    self.sync_fd = Some(File::open(dir)?);
+                }
                 self.dirs.insert(dir.to_owned());
             }
             let file = OpenOptions::new().create(true).append(true).open(path)?;
@@ -302,10 +316,10 @@ impl Writer {
         if !sync {
             return Ok(());
         }
-        // Journals live under one directory, so one syncfs covers every file.
-        if let Some((path, w)) = self.files.iter().next() {
-            rustix::fs::syncfs(w.get_ref())
-                .map_err(|e| format!("{}: sync: {e}", path.display()))?;
+        // Journals live under one directory, so one syncfs covers every file,
+        // including those already closed to stay under the descriptor budget.
+        if let Some(dir) = &self.sync_fd {
+            rustix::fs::syncfs(dir).map_err(|e| format!("journal sync: {e}"))?;
         }
         Ok(())
     }

@@ -50,24 +50,46 @@ impl RuntimeConfig {
     }
 }
 
-/// A deliberate fault, for exercising supervision: the session panics when it is
-/// about to start turn `panic_at_turn`, the first `times` times it gets there
-/// (restarts included).
+/// Where a [`FaultPlan`] strikes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultPoint {
+    /// When the session is about to start this turn (from 1).
+    BeforeTurn(u32),
+    /// Right after the session journaled a tool result of this turn.
+    AfterToolResult(u32),
+}
+
+/// A deliberate fault, for exercising supervision: the session panics at `point`,
+/// the first `remaining` times it gets there (restarts included).
 #[derive(Debug)]
 pub struct FaultPlan {
-    /// The turn (from 1) at which to panic.
-    pub panic_at_turn: u32,
+    /// Where to panic.
+    pub point: FaultPoint,
     /// Panics left.
     pub remaining: AtomicU32,
 }
 
 impl FaultPlan {
-    /// Panic at `turn`, `times` times.
+    /// Panic before turn `turn`, `times` times.
     pub fn panic_at(turn: u32, times: u32) -> Arc<Self> {
+        Self::new(FaultPoint::BeforeTurn(turn), times)
+    }
+
+    /// Panic at `point`, `times` times.
+    pub fn new(point: FaultPoint, times: u32) -> Arc<Self> {
         Arc::new(Self {
-            panic_at_turn: turn,
+            point,
             remaining: AtomicU32::new(times),
         })
+    }
+
+    /// True (and one fewer left) when the session, now at `here`, must panic.
+    pub(crate) fn fire(&self, here: FaultPoint) -> bool {
+        here == self.point
+            && self
+                .remaining
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
     }
 }
 

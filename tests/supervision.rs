@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use orchestrate::journal::{Record, journal_path, read_journal};
-use orchestrate::{EventKind, FaultPlan, Message, Outcome, ToolRegistry};
+use orchestrate::{EventKind, FaultPlan, FaultPoint, Message, Outcome, ToolRegistry};
 use serde_json::json;
 
 use crate::support::harness::{self, Lookup};
@@ -114,4 +114,95 @@ async fn more_panics_than_the_intensity_allows_escalate_with_a_clear_failure() {
             outcome: Outcome::Failed { .. }
         })
     ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_mid_tool_batch_keeps_finished_results_and_runs_only_what_is_safe() {
+    // Turn 1 asks for three calls: two safe lookups (a parallel group) and one
+    // unsafe write after them. The session panics right after the first result is
+    // journaled; the other lookup is still running and the write never started.
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[
+            ("fast", "lookup", json!({"city": "Fast"})),
+            ("slow", "lookup", json!({"city": "Slow"})),
+            ("write", "write", json!({"city": "Written"})),
+        ]),
+        Reply::text("all three done"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = harness::runtime(&mock, dir.path()).await;
+    let lookups = Lookup::new(Duration::ZERO, true);
+    let writes = harness::Write::default();
+    let slow = Lookup::new(Duration::from_millis(300), true);
+    let tools = ToolRegistry::new()
+        .with(harness::Routed {
+            fast: lookups.clone(),
+            slow: slow.clone(),
+        })
+        .with(writes.clone());
+    let mut spec = harness::spec(tools);
+    spec.faults = Some(FaultPlan::new(FaultPoint::AfterToolResult(1), 1));
+    let session = runtime.start_session(spec).await.unwrap();
+
+    let (outcome, events) = harness::run(&runtime, session, "do all three").await;
+
+    assert_eq!(harness::finished_text(&outcome), "all three done");
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::Restarted { .. }))
+            .count(),
+        1
+    );
+    let second = mock.requests()[1].body["messages"].clone();
+    let results: Vec<(String, String)> = second
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| {
+            (
+                m["tool_call_id"].as_str().unwrap().to_owned(),
+                m["content"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            ("fast".to_owned(), "Fast: 12°C".to_owned()),
+            ("slow".to_owned(), "Slow: 12°C".to_owned()),
+            ("write".to_owned(), "wrote Written".to_owned()),
+        ]
+    );
+    // The finished lookup was not repeated; the write ran exactly once.
+    assert_eq!(lookups.invocations().len(), 1);
+    assert_eq!(writes.count(), 1);
+    assert_eq!(mock.request_count(), 2);
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsafe_call_cut_off_by_a_crash_is_reported_interrupted_not_repeated() {
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[
+            ("w1", "write", json!({"city": "A"})),
+            ("w2", "write", json!({"city": "B"})),
+        ]),
+        Reply::text("noted"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = harness::runtime(&mock, dir.path()).await;
+    let writes = harness::Write::default();
+    let mut spec = harness::spec(ToolRegistry::new().with(writes.clone()));
+    // The crash comes after w1's result: w2 has not started and is run after the
+    // restart; w1 is not run again.
+    spec.faults = Some(FaultPlan::new(FaultPoint::AfterToolResult(1), 1));
+    let session = runtime.start_session(spec).await.unwrap();
+    let (outcome, _) = harness::run(&runtime, session, "write both").await;
+    assert_eq!(harness::finished_text(&outcome), "noted");
+    assert_eq!(writes.count(), 2);
+    runtime.shutdown().await;
 }

@@ -137,7 +137,7 @@ impl Actor for OrchestratorActor {
                     tracing::error!(actor = %cell.get_id(), error = %err, "a prompt queue crashed");
                     return Ok(());
                 };
-                on_session_crash(&myself, state, id, &err.to_string());
+                on_session_crash(&myself, state, id, &err.to_string()).await;
             }
         }
         Ok(())
@@ -228,7 +228,7 @@ fn route(
     }
 }
 
-fn on_session_crash(
+async fn on_session_crash(
     myself: &ActorRef<OrchestratorMsg>,
     state: &mut OrchestratorState,
     id: SessionId,
@@ -258,21 +258,21 @@ fn on_session_crash(
         }
         Decision::Escalate { restarts } => {
             let error = crash_loop(state, id, restarts, reason);
-            escalate(state, id, &error);
+            escalate(state, id, &error).await;
         }
         Decision::Stop => {
             // A transient child's crash always restarts or escalates; a stop here
             // would mean the policy changed under us: let the session go.
             tracing::error!(session = %id, reason, "crashed session not restarted");
             let error = crash_loop(state, id, 0, reason);
-            escalate(state, id, &error);
+            escalate(state, id, &error).await;
         }
     }
 }
 
 /// Gives up on a session: its run ends with a failure, in its journal and as its
 /// terminal event, and the session is forgotten.
-fn escalate(state: &mut OrchestratorState, id: SessionId, error: &SessionError) {
+async fn escalate(state: &mut OrchestratorState, id: SessionId, error: &SessionError) {
     let Some(entry) = state.sessions.remove(&id) else {
         return;
     };
@@ -288,7 +288,8 @@ fn escalate(state: &mut OrchestratorState, id: SessionId, error: &SessionError) 
     let terminal = Record::Terminal {
         outcome: outcome.clone(),
     };
-    if let Err(e) = state.env.journal.append(&path, &terminal) {
+    let journaled = state.env.journal.append(&path, &terminal);
+    if let Err(e) = journaled.and(state.env.journal.sync().await) {
         tracing::error!(session = %id, error = %e, "cannot journal the escalation");
     }
     let publisher = Publisher::new(
@@ -323,6 +324,6 @@ async fn restart(myself: &ActorRef<OrchestratorMsg>, state: &mut OrchestratorSta
         .map_err(SessionError::Journal);
     if let Err(e) = synced.and(spawn_session(myself, state, id, true).await) {
         // Rebuilding failed (an unreadable journal, say): that is final.
-        escalate(state, id, &e);
+        escalate(state, id, &e).await;
     }
 }

@@ -14,7 +14,6 @@ pub(crate) mod turn;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
@@ -31,7 +30,7 @@ use crate::events::Publisher;
 use crate::journal::{Record, journal_path, read_journal};
 use crate::llm::ChatRequest;
 use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
-use crate::runtime::{SessionEnv, SessionSpec};
+use crate::runtime::{FaultPoint, SessionEnv, SessionSpec};
 use crate::tools::scheduler::{Batch, plan};
 use crate::tools::{Concurrency, ToolContext};
 
@@ -351,12 +350,24 @@ async fn resume_run(myself: &ActorRef<SessionMsg>, state: &mut SessionState, act
             })
             .await;
         }
-        Next::Tools(calls) => {
-            // Only read-only calls are safe to run twice; the others may have done
-            // their work already, so the model is told they were interrupted.
-            let (replay, lost): (Vec<ToolCall>, Vec<ToolCall>) = calls
-                .into_iter()
-                .partition(|c| state.spec.tools.get(&c.name).is_some_and(|t| t.read_only()));
+        Next::Tools(pending) => {
+            // A call that never started, or a read-only one, is safe to run now;
+            // the others may have done their work already, so the model is told
+            // they were interrupted.
+            let mut replay = Vec::new();
+            let mut lost = Vec::new();
+            for p in pending {
+                let read_only = state
+                    .spec
+                    .tools
+                    .get(&p.call.name)
+                    .is_some_and(|t| t.read_only());
+                if p.started && !read_only {
+                    lost.push(p.call);
+                } else {
+                    replay.push(p.call);
+                }
+            }
             for call in lost {
                 if let Err(e) = state.record(Message::Tool(ToolResult::interrupted(&call.id))) {
                     return fail(myself, state, e).await;
@@ -394,7 +405,10 @@ async fn start_run(myself: &ActorRef<SessionMsg>, state: &mut SessionState, prom
     state.run = Some(Run::new(0));
     // Not synced here: the prompt is durable with the first turn boundary's group,
     // and a crashed session still finds it, since the writer outlives sessions.
-    if let Err(e) = state.record(Message::user(prompt)) {
+    let recorded = state
+        .journal(&Record::RunStarted)
+        .and_then(|()| state.record(Message::user(prompt)));
+    if let Err(e) = recorded {
         return fail(myself, state, e).await;
     }
     begin_turn(myself, state, 1).await;
@@ -411,11 +425,7 @@ async fn begin_turn(myself: &ActorRef<SessionMsg>, state: &mut SessionState, att
         }
         run.stats.turns += 1;
         if let Some(fault) = &state.spec.faults
-            && fault.panic_at_turn == run.stats.turns
-            && fault
-                .remaining
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok()
+            && fault.fire(FaultPoint::BeforeTurn(run.stats.turns))
         {
             panic!(
                 "injected fault: session panicked at turn {}",
@@ -660,14 +670,18 @@ async fn start_tools(
 }
 
 /// Starts whatever may start now; when the last batch is done, finishes the tool turn.
+fn tool_turn(state: &mut SessionState) -> Option<&mut ToolTurn> {
+    match state.run.as_mut().map(|r| &mut r.phase) {
+        Some(Phase::Tools(turn)) => Some(turn),
+        Some(Phase::Starting | Phase::Streaming { .. } | Phase::Backoff { .. }) | None => None,
+    }
+}
+
+/// Starts whatever may start now; when the last batch is done, finishes the tool turn.
 async fn advance_tools(myself: &ActorRef<SessionMsg>, state: &mut SessionState) {
     loop {
         let limit = state.env.max_parallel_tools.max(1);
-        let Some(Run {
-            phase: Phase::Tools(turn),
-            ..
-        }) = state.run.as_mut()
-        else {
+        let Some(turn) = tool_turn(state) else {
             return;
         };
         if turn.cancel.is_cancelled() {
@@ -678,50 +692,8 @@ async fn advance_tools(myself: &ActorRef<SessionMsg>, state: &mut SessionState) 
         if turn.running.len() < cap
             && let Some(index) = turn.waiting.pop_front()
         {
-            let call = turn.calls[index].clone();
-            let args = ToolRunnerArgs {
-                turn_seq: turn.seq,
-                index,
-                tool: state.spec.tools.get(&call.name),
-                ctx: ToolContext {
-                    workspace: state.env.workspace.clone(),
-                    session: state.id,
-                    call_id: call.id.clone(),
-                    cancel: turn.cancel.clone(),
-                },
-                timeout: state.spec.tools.timeout(),
-                session: myself.clone(),
-                call: call.clone(),
-            };
-            match Actor::spawn_linked(None, ToolRunnerActor, args, myself.get_cell()).await {
-                Ok((runner, _)) => {
-                    if let Some(Run {
-                        phase: Phase::Tools(turn),
-                        ..
-                    }) = state.run.as_mut()
-                    {
-                        turn.running.insert(runner.get_id(), index);
-                    }
-                    state.publisher.publish(EventKind::ToolStarted {
-                        call_id: call.id,
-                        name: call.name,
-                        arguments: call.arguments,
-                    });
-                }
-                Err(e) => {
-                    if let Some(Run {
-                        phase: Phase::Tools(turn),
-                        ..
-                    }) = state.run.as_mut()
-                    {
-                        turn.results[index] = Some(ToolResult {
-                            tool_call_id: call.id,
-                            content: format!("Error: the tool could not be started: {e}"),
-                            is_error: true,
-                        });
-                    }
-                }
-            }
+            let exclusive = !turn.parallel;
+            start_call(myself, state, index, exclusive).await;
             continue;
         }
         if !turn.running.is_empty() || !turn.waiting.is_empty() {
@@ -737,23 +709,76 @@ async fn advance_tools(myself: &ActorRef<SessionMsg>, state: &mut SessionState) 
     }
 }
 
-async fn on_tool_done(
+/// Spawns the ToolRunner for call `index`. An unsafe (`exclusive`) call first makes
+/// the journal durable: its effects must never precede the record of the turn that
+/// asked for them, or a resumed session could ask for them again.
+async fn start_call(
     myself: &ActorRef<SessionMsg>,
     state: &mut SessionState,
-    turn_seq: u64,
     index: usize,
-    result: ToolResult,
+    exclusive: bool,
 ) {
-    let Some(Run {
-        phase: Phase::Tools(turn),
-        ..
-    }) = state.run.as_mut()
-    else {
+    let Some(turn) = tool_turn(state) else {
         return;
     };
-    if turn.seq != turn_seq || turn.results.get(index).is_none_or(Option::is_some) {
-        return;
+    let call = turn.calls[index].clone();
+    let (turn_seq, cancel) = (turn.seq, turn.cancel.clone());
+    let started = Record::ToolStarted {
+        call_id: call.id.clone(),
+    };
+    let mut ready = state.journal(&started);
+    if exclusive && ready.is_ok() {
+        ready = state.sync().await;
     }
+    let args = ToolRunnerArgs {
+        turn_seq,
+        index,
+        tool: state.spec.tools.get(&call.name),
+        ctx: ToolContext {
+            workspace: state.env.workspace.clone(),
+            session: state.id,
+            call_id: call.id.clone(),
+            cancel,
+        },
+        timeout: state.spec.tools.timeout(),
+        session: myself.clone(),
+        call: call.clone(),
+    };
+    let spawned = match ready {
+        Ok(()) => Actor::spawn_linked(None, ToolRunnerActor, args, myself.get_cell())
+            .await
+            .map_err(|e| format!("the tool could not be started: {e}")),
+        Err(e) => Err(format!("the tool was not run: {e}")),
+    };
+    match spawned {
+        Ok((runner, _)) => {
+            if let Some(turn) = tool_turn(state) {
+                turn.running.insert(runner.get_id(), index);
+            }
+            state.publisher.publish(EventKind::ToolStarted {
+                call_id: call.id,
+                name: call.name,
+                arguments: call.arguments,
+            });
+        }
+        Err(e) => {
+            let result = ToolResult {
+                tool_call_id: call.id,
+                content: format!("Error: {e}"),
+                is_error: true,
+            };
+            store_result(state, index, result);
+        }
+    }
+}
+
+/// Records one call's result: in the turn, as an event, and in the journal (as it
+/// finishes: a tool's work must not be forgotten; it joins the transcript in call
+/// order once the whole turn is done).
+fn store_result(state: &mut SessionState, index: usize, result: ToolResult) {
+    let Some(turn) = tool_turn(state) else {
+        return;
+    };
     turn.running.retain(|_, i| *i != index);
     let name = turn.calls[index].name.clone();
     turn.results[index] = Some(result.clone());
@@ -764,12 +789,33 @@ async fn on_tool_done(
         is_error: result.is_error,
         preview,
     });
-    // Journaled as it finishes (a tool's work must not be forgotten); it joins the
-    // transcript in call order once the whole turn is done.
-    if let Err(e) = state.journal(&Record::Message {
+    let record = Record::Message {
         message: Message::Tool(result),
-    }) {
+    };
+    if let Err(e) = state.journal(&record) {
         tracing::error!(session = %state.id, error = %e, "cannot journal a tool result");
+    }
+}
+
+async fn on_tool_done(
+    myself: &ActorRef<SessionMsg>,
+    state: &mut SessionState,
+    turn_seq: u64,
+    index: usize,
+    result: ToolResult,
+) {
+    let Some(turn) = tool_turn(state) else {
+        return;
+    };
+    if turn.seq != turn_seq || turn.results.get(index).is_none_or(Option::is_some) {
+        return;
+    }
+    store_result(state, index, result);
+    let turn_number = state.run.as_ref().map_or(0, |r| r.stats.turns);
+    if let Some(fault) = &state.spec.faults
+        && fault.fire(FaultPoint::AfterToolResult(turn_number))
+    {
+        panic!("injected fault: session panicked after a tool result in turn {turn_number}");
     }
     advance_tools(myself, state).await;
 }

@@ -195,3 +195,91 @@ pub async fn wait_until(what: &str, cond: impl Fn() -> bool) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A test tool with a side effect: `write {city}` counts its calls and is unsafe.
+#[derive(Clone, Debug, Default)]
+pub struct Write {
+    calls: Arc<Mutex<u32>>,
+}
+
+impl Write {
+    pub fn count(&self) -> u32 {
+        *self.calls.lock().unwrap()
+    }
+}
+
+impl Tool for Write {
+    fn name(&self) -> &str {
+        "write"
+    }
+
+    fn description(&self) -> &str {
+        "Writes a city down."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {"city": {"type": "string"}}})
+    }
+
+    fn read_only(&self) -> bool {
+        false
+    }
+
+    fn concurrency(&self, _input: &Value) -> Concurrency {
+        Concurrency::Unsafe {
+            resources: vec!["cities.txt".into()],
+        }
+    }
+
+    fn call<'a>(
+        &'a self,
+        input: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<String, ToolError>> {
+        Box::pin(async move {
+            *self.calls.lock().unwrap() += 1;
+            Ok(format!("wrote {}", input["city"].as_str().unwrap_or("?")))
+        })
+    }
+}
+
+/// `lookup` that is fast for `"Fast"` and slow otherwise, each half counted apart.
+#[derive(Clone, Debug)]
+pub struct Routed {
+    pub fast: Lookup,
+    pub slow: Lookup,
+}
+
+impl Tool for Routed {
+    fn name(&self) -> &str {
+        "lookup"
+    }
+
+    fn description(&self) -> &str {
+        self.fast.description()
+    }
+
+    fn input_schema(&self) -> Value {
+        self.fast.input_schema()
+    }
+
+    fn read_only(&self) -> bool {
+        true
+    }
+
+    fn concurrency(&self, _input: &Value) -> Concurrency {
+        Concurrency::Safe
+    }
+
+    fn call<'a>(
+        &'a self,
+        input: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<String, ToolError>> {
+        if input["city"] == "Fast" {
+            self.fast.call(input, ctx)
+        } else {
+            self.slow.call(input, ctx)
+        }
+    }
+}

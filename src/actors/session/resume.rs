@@ -27,57 +27,72 @@ pub(crate) enum Next {
     /// Ask the model (the last message is a prompt or a tool result).
     Request,
     /// The last turn's calls without results, in call order.
-    Tools(Vec<ToolCall>),
+    Tools(Vec<Pending>),
     /// The model had given its final answer; only the terminal record is missing.
     Finish(String),
+}
+
+/// A call of the last turn that has no result.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Pending {
+    /// The call.
+    pub(crate) call: ToolCall,
+    /// Whether it had started, and so may have had effects.
+    pub(crate) started: bool,
 }
 
 /// Reads the records of one journal.
 pub(crate) fn resume(records: &[Record]) -> Resumed {
     let mut transcript = Vec::new();
     let mut run_start: Option<usize> = None;
+    let mut started: Vec<&str> = Vec::new();
     for record in records {
         match record {
             Record::Header { .. } => {}
-            Record::Message { message } => {
-                if run_start.is_none() && matches!(message, Message::User { .. }) {
-                    run_start = Some(transcript.len());
-                }
-                transcript.push(message.clone());
+            Record::RunStarted => {
+                run_start = Some(transcript.len());
+                started.clear();
             }
+            Record::ToolStarted { call_id } => started.push(call_id),
+            Record::Message { message } => transcript.push(message.clone()),
             Record::Terminal { .. } => run_start = None,
         }
     }
     let active = run_start.map(|start| {
         let run = &transcript[start..];
-        let turns = run
-            .iter()
-            .filter(|m| matches!(m, Message::Assistant(_)))
-            .count() as u32;
-        let last_assistant = run.iter().rposition(|m| matches!(m, Message::Assistant(_)));
-        let next = match last_assistant.map(|i| (i, &run[i])) {
+        let is_assistant = |m: &Message| match m {
+            Message::Assistant(_) => true,
+            Message::System { .. } | Message::User { .. } | Message::Tool(_) => false,
+        };
+        let turns = run.iter().filter(|m| is_assistant(m)).count() as u32;
+        let next = match run.iter().rposition(is_assistant).map(|i| (i, &run[i])) {
             Some((i, Message::Assistant(a))) if !a.tool_calls.is_empty() => {
                 let answered: Vec<&str> = run[i + 1..]
                     .iter()
                     .filter_map(|m| match m {
                         Message::Tool(r) => Some(r.tool_call_id.as_str()),
-                        _ => None,
+                        Message::System { .. } | Message::User { .. } | Message::Assistant(_) => {
+                            None
+                        }
                     })
                     .collect();
-                let missing: Vec<ToolCall> = a
+                let pending: Vec<Pending> = a
                     .tool_calls
                     .iter()
                     .filter(|c| !answered.contains(&c.id.as_str()))
-                    .cloned()
+                    .map(|c| Pending {
+                        call: c.clone(),
+                        started: started.contains(&c.id.as_str()),
+                    })
                     .collect();
-                if missing.is_empty() {
+                if pending.is_empty() {
                     Next::Request
                 } else {
-                    Next::Tools(missing)
+                    Next::Tools(pending)
                 }
             }
             Some((i, Message::Assistant(a))) if i + 1 == run.len() => Next::Finish(a.text.clone()),
-            _ => Next::Request,
+            Some(_) | None => Next::Request,
         };
         ActiveRun { turns, next }
     });
@@ -117,6 +132,10 @@ mod tests {
         })
     }
 
+    fn started(id: &str) -> Record {
+        Record::ToolStarted { call_id: id.into() }
+    }
+
     fn terminal() -> Record {
         Record::Terminal {
             outcome: Outcome::Cancelled {
@@ -129,6 +148,7 @@ mod tests {
     #[test]
     fn a_finished_journal_has_no_active_run() {
         let r = resume(&[
+            Record::RunStarted,
             msg(Message::user("a")),
             msg(assistant("done", &[])),
             terminal(),
@@ -138,8 +158,16 @@ mod tests {
     }
 
     #[test]
+    fn history_before_any_run_is_not_a_run() {
+        let r = resume(&[msg(Message::user("old")), msg(assistant("old answer", &[]))]);
+        assert_eq!(r.active, None);
+        assert_eq!(r.transcript.len(), 2);
+    }
+
+    #[test]
     fn a_run_cut_after_tool_results_asks_the_model_again() {
         let r = resume(&[
+            Record::RunStarted,
             msg(Message::user("a")),
             msg(assistant("", &["1", "2"])),
             msg(result("2")),
@@ -155,29 +183,38 @@ mod tests {
     }
 
     #[test]
-    fn a_run_cut_mid_tools_names_the_unanswered_calls() {
+    fn a_run_cut_mid_tools_names_the_unanswered_calls_and_which_had_started() {
         let r = resume(&[
-            terminal(),
+            msg(Message::user("history")),
+            msg(assistant("history", &[])),
+            Record::RunStarted,
             msg(Message::user("b")),
             msg(assistant("", &["1", "2", "3"])),
+            started("1"),
+            started("2"),
             msg(result("2")),
         ]);
         let Some(ActiveRun {
             turns: 1,
-            next: Next::Tools(calls),
+            next: Next::Tools(pending),
         }) = r.active
         else {
             panic!("{:?}", r.active)
         };
-        assert_eq!(
-            calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
-            ["1", "3"]
-        );
+        let summary: Vec<(&str, bool)> = pending
+            .iter()
+            .map(|p| (p.call.id.as_str(), p.started))
+            .collect();
+        assert_eq!(summary, [("1", true), ("3", false)]);
     }
 
     #[test]
     fn a_recorded_final_answer_only_needs_its_terminal() {
-        let r = resume(&[msg(Message::user("a")), msg(assistant("the answer", &[]))]);
+        let r = resume(&[
+            Record::RunStarted,
+            msg(Message::user("a")),
+            msg(assistant("the answer", &[])),
+        ]);
         assert_eq!(
             r.active,
             Some(ActiveRun {
