@@ -1,16 +1,16 @@
-//! The event bus (DESIGN §4). Two delivery classes: progress events go through a
-//! bounded channel per subscriber and are dropped when it is full; lifecycle events go
-//! through an unbounded one and are never dropped.
+//! The event bus (DESIGN §4). Every subscriber gets every event in publication
+//! order through one queue. Two delivery classes: a progress event is dropped when
+//! the subscriber has fallen too far behind; a lifecycle event never is.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
 use crate::protocol::{Event, EventKind, SessionId};
 
-/// Progress events a slow subscriber may fall behind by before new ones are dropped.
-const PROGRESS_BUFFER: usize = 4096;
+/// Events a subscriber may have waiting before new progress events are dropped.
+const PROGRESS_BACKLOG: usize = 4096;
 
 /// Publishes events to every subscriber. Cheap to clone.
 #[derive(Clone, Debug, Default)]
@@ -26,8 +26,8 @@ struct BusInner {
 
 #[derive(Debug)]
 struct Subscriber {
-    lifecycle: mpsc::UnboundedSender<Event>,
-    progress: mpsc::Sender<Event>,
+    tx: mpsc::UnboundedSender<Event>,
+    backlog: Arc<AtomicUsize>,
 }
 
 impl EventBus {
@@ -38,16 +38,13 @@ impl EventBus {
 
     /// A new subscription; it sees events published from now on.
     pub fn subscribe(&self) -> EventStream {
-        let (lifecycle_tx, lifecycle) = mpsc::unbounded_channel();
-        let (progress_tx, progress) = mpsc::channel(PROGRESS_BUFFER);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let backlog = Arc::new(AtomicUsize::new(0));
         self.lock().push(Subscriber {
-            lifecycle: lifecycle_tx,
-            progress: progress_tx,
+            tx,
+            backlog: backlog.clone(),
         });
-        EventStream {
-            lifecycle,
-            progress,
-        }
+        EventStream { rx, backlog }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Subscriber>> {
@@ -58,7 +55,8 @@ impl EventBus {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Stamps and delivers one event.
+    /// Stamps and delivers one event. Holding the lock while stamping keeps every
+    /// subscriber's queue in `seq` order.
     pub fn publish(
         &self,
         session: SessionId,
@@ -79,14 +77,11 @@ impl EventBus {
         };
         let progress = event.kind.is_progress();
         subscribers.retain(|s| {
-            if progress {
-                match s.progress.try_send(event.clone()) {
-                    Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => true,
-                    Err(mpsc::error::TrySendError::Closed(_)) => false,
-                }
-            } else {
-                s.lifecycle.send(event.clone()).is_ok()
+            if progress && s.backlog.load(Ordering::Relaxed) >= PROGRESS_BACKLOG {
+                return !s.tx.is_closed();
             }
+            s.backlog.fetch_add(1, Ordering::Relaxed);
+            s.tx.send(event.clone()).is_ok()
         });
     }
 }
@@ -94,19 +89,16 @@ impl EventBus {
 /// A subscription to the bus.
 #[derive(Debug)]
 pub struct EventStream {
-    lifecycle: mpsc::UnboundedReceiver<Event>,
-    progress: mpsc::Receiver<Event>,
+    rx: mpsc::UnboundedReceiver<Event>,
+    backlog: Arc<AtomicUsize>,
 }
 
 impl EventStream {
-    /// The next event; `None` once the bus is gone. Pending progress is delivered
-    /// before pending lifecycle events, so a turn's deltas precede its end.
+    /// The next event, in publication order; `None` once the bus is gone.
     pub async fn recv(&mut self) -> Option<Event> {
-        tokio::select! {
-            biased;
-            Some(event) = self.progress.recv() => Some(event),
-            event = self.lifecycle.recv() => event,
-        }
+        let event = self.rx.recv().await?;
+        self.backlog.fetch_sub(1, Ordering::Relaxed);
+        Some(event)
     }
 }
 
@@ -146,7 +138,7 @@ mod tests {
         let bus = EventBus::new();
         let mut sub = bus.subscribe();
         let id = SessionId::new();
-        for i in 0..(PROGRESS_BUFFER + 100) {
+        for i in 0..(PROGRESS_BACKLOG + 100) {
             bus.publish(
                 id,
                 None,
@@ -161,16 +153,20 @@ mod tests {
         }
         let mut progress = 0;
         let mut lifecycle = 0;
-        while progress + lifecycle < PROGRESS_BUFFER + 10_000 {
-            match sub.recv().await.map(|e| e.kind) {
-                Some(EventKind::TextDelta { .. }) => progress += 1,
-                Some(EventKind::PromptQueued { waiting }) => {
+        let mut last_seq = None;
+        while progress + lifecycle < PROGRESS_BACKLOG + 10_000 {
+            let event = sub.recv().await.unwrap();
+            assert!(last_seq < Some(event.seq), "events out of order");
+            last_seq = Some(event.seq);
+            match event.kind {
+                EventKind::TextDelta { .. } => progress += 1,
+                EventKind::PromptQueued { waiting } => {
                     assert_eq!(waiting, lifecycle);
                     lifecycle += 1;
                 }
                 other => panic!("unexpected {other:?}"),
             }
         }
-        assert_eq!((progress, lifecycle), (PROGRESS_BUFFER, 10_000));
+        assert_eq!((progress, lifecycle), (PROGRESS_BACKLOG, 10_000));
     }
 }

@@ -265,8 +265,7 @@ async fn ctrl_c_cancels_gracefully_prints_the_partial_answer_and_exits_130() {
     .stderr(std::process::Stdio::piped())
     .spawn()
     .unwrap();
-    crate::support::harness::wait_until("the request arrived", || mock.request_count() == 1).await;
-    tokio::time::sleep(Duration::from_millis(350)).await;
+    crate::support::harness::wait_until("five words were sent", || mock.frames_sent() >= 6).await;
     let pid = child.id().unwrap().to_string();
     let kill = std::process::Command::new("kill")
         .args(["-INT", &pid])

@@ -407,6 +407,8 @@ struct Log {
 struct Shared {
     log: Mutex<Log>,
     disconnects: AtomicUsize,
+    /// `data:` frames handed to the connection so far, over all streams.
+    frames_sent: AtomicUsize,
     responder: Box<Responder>,
 }
 
@@ -454,6 +456,7 @@ impl MockLlm {
                 chat_requests: 0,
             }),
             disconnects: AtomicUsize::new(0),
+            frames_sent: AtomicUsize::new(0),
             responder: Box::new(responder),
         });
         let (listener, addr) = match listen() {
@@ -503,6 +506,11 @@ impl MockLlm {
     /// server finished sending them.
     pub fn disconnects(&self) -> usize {
         self.shared.disconnects.load(Ordering::SeqCst)
+    }
+
+    /// How many `data:` frames the mock has sent so far, over all streams.
+    pub fn frames_sent(&self) -> usize {
+        self.shared.frames_sent.load(Ordering::SeqCst)
     }
 
     /// Waits (polling every 5 ms, up to `timeout`) until `disconnects() >= n`;
@@ -771,7 +779,10 @@ fn stream_response(s: StreamReply, shared: &Arc<Shared>) -> Response {
             st.guard.finished = true;
         }
         let item = match step.item {
-            Item::Data(b) => Ok(b),
+            Item::Data(b) => {
+                st.guard.shared.frames_sent.fetch_add(1, Ordering::SeqCst);
+                Ok(b)
+            }
             Item::Abort => Err(std::io::Error::new(
                 std::io::ErrorKind::ConnectionAborted,
                 "mock_llm: stream aborted (End::DropAfter)",
