@@ -17,7 +17,13 @@ async fn main() -> ExitCode {
         .init();
     // A panic inside an actor is a supervision event, not something to show a person:
     // it goes to the log (RUST_LOG) and the supervisor decides what happens next.
-    std::panic::set_hook(Box::new(|info| tracing::error!(%info, "panic")));
+    // A panic on the main thread is a bug in the command itself: say so in one line.
+    std::panic::set_hook(Box::new(|info| {
+        tracing::error!(%info, "panic");
+        if std::thread::current().name() == Some("main") {
+            eprintln!("orchestrate: internal error: {info}");
+        }
+    }));
     let interrupt = || {
         async {
             let _ = tokio::signal::ctrl_c().await;

@@ -8,31 +8,28 @@
 
 pub(crate) mod llm_stream;
 pub(crate) mod resume;
+mod tool_phase;
 pub(crate) mod tool_runner;
 pub(crate) mod turn;
 
-use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
-use tokio_util::sync::CancellationToken;
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 
 use self::llm_stream::{LlmStreamActor, LlmStreamArgs, LlmStreamMsg};
 use self::resume::{ActiveRun, Next};
-use self::tool_runner::{ToolRunnerActor, ToolRunnerArgs};
+use self::tool_phase::{ToolTurn, on_tool_done, start_tools};
 use self::turn::Decision;
 use crate::actors::prompt_queue::PromptQueueMsg;
-use crate::conversation::{AssistantTurn, Message, ToolCall, ToolResult, enforce_protocol};
-use crate::error::{ErrorClass, LlmError, SessionError, StreamError};
+use crate::conversation::{AssistantTurn, Message, ToolResult, enforce_protocol};
+use crate::error::{ErrorClass, LlmError, SessionError};
 use crate::events::Publisher;
 use crate::journal::{Record, journal_path, read_journal};
 use crate::llm::ChatRequest;
 use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
 use crate::runtime::{FaultPoint, SessionEnv, SessionSpec};
-use crate::tools::scheduler::{Batch, plan};
-use crate::tools::{Concurrency, ToolContext};
 
 /// Messages of a Session.
 #[derive(Debug)]
@@ -121,18 +118,6 @@ enum Phase {
         attempt: u32,
     },
     Tools(ToolTurn),
-}
-
-#[derive(Debug)]
-struct ToolTurn {
-    seq: u64,
-    calls: Vec<ToolCall>,
-    batches: VecDeque<Batch>,
-    waiting: VecDeque<usize>,
-    parallel: bool,
-    running: HashMap<ActorId, usize>,
-    results: Vec<Option<ToolResult>>,
-    cancel: CancellationToken,
 }
 
 impl Run {
@@ -285,9 +270,8 @@ impl Actor for SessionActor {
                         ..
                     }) if stream.get_id() == id => {
                         let stream_id = *stream_id;
-                        let error =
-                            StreamError::Disconnected(format!("the stream actor crashed: {err}"));
-                        on_turn_finished(&myself, state, stream_id, Err(error.into())).await;
+                        let error = LlmError::Crashed(format!("the stream actor failed: {err}"));
+                        on_turn_finished(&myself, state, stream_id, Err(error)).await;
                     }
                     Some(Phase::Tools(turn)) => {
                         if let Some(&index) = turn.running.get(&id) {
@@ -301,7 +285,9 @@ impl Actor for SessionActor {
                             on_tool_done(&myself, state, seq, index, result).await;
                         }
                     }
-                    _ => {}
+                    // A child of an earlier turn or phase: its result no longer matters.
+                    Some(Phase::Streaming { .. } | Phase::Starting | Phase::Backoff { .. })
+                    | None => {}
                 }
             }
         }
@@ -634,231 +620,6 @@ async fn record_turn_and_cancel(
         .map(|r| r.last_text.clone())
         .unwrap_or_default();
     end_run(myself, state, |stats| Outcome::Cancelled { partial, stats }).await;
-}
-
-async fn start_tools(
-    myself: &ActorRef<SessionMsg>,
-    state: &mut SessionState,
-    calls: Vec<ToolCall>,
-) {
-    let classes: Vec<Concurrency> = calls
-        .iter()
-        .map(
-            |c| match (state.spec.tools.get(&c.name), c.parsed_arguments()) {
-                (Some(tool), Ok(input)) => tool.concurrency(&input),
-                // An unknown tool or bad JSON fails at once without touching anything.
-                _ => Concurrency::Safe,
-            },
-        )
-        .collect();
-    let seq = state.next_id();
-    let Some(run) = state.run.as_mut() else {
-        return;
-    };
-    run.stats.tool_calls += calls.len() as u32;
-    run.phase = Phase::Tools(ToolTurn {
-        seq,
-        results: vec![None; calls.len()],
-        calls,
-        batches: plan(&classes).into(),
-        waiting: VecDeque::new(),
-        parallel: false,
-        running: HashMap::new(),
-        cancel: CancellationToken::new(),
-    });
-    advance_tools(myself, state).await;
-}
-
-/// Starts whatever may start now; when the last batch is done, finishes the tool turn.
-fn tool_turn(state: &mut SessionState) -> Option<&mut ToolTurn> {
-    match state.run.as_mut().map(|r| &mut r.phase) {
-        Some(Phase::Tools(turn)) => Some(turn),
-        Some(Phase::Starting | Phase::Streaming { .. } | Phase::Backoff { .. }) | None => None,
-    }
-}
-
-/// Starts whatever may start now; when the last batch is done, finishes the tool turn.
-async fn advance_tools(myself: &ActorRef<SessionMsg>, state: &mut SessionState) {
-    loop {
-        let limit = state.env.max_parallel_tools.max(1);
-        let Some(turn) = tool_turn(state) else {
-            return;
-        };
-        if turn.cancel.is_cancelled() {
-            turn.waiting.clear();
-            turn.batches.clear();
-        }
-        let cap = if turn.parallel { limit } else { 1 };
-        if turn.running.len() < cap
-            && let Some(index) = turn.waiting.pop_front()
-        {
-            let exclusive = !turn.parallel;
-            start_call(myself, state, index, exclusive).await;
-            continue;
-        }
-        if !turn.running.is_empty() || !turn.waiting.is_empty() {
-            return;
-        }
-        match turn.batches.pop_front() {
-            Some(batch) => {
-                turn.parallel = batch.parallel;
-                turn.waiting = batch.calls.into();
-            }
-            None => return finish_tools(myself, state).await,
-        }
-    }
-}
-
-/// Spawns the ToolRunner for call `index`. An unsafe (`exclusive`) call first makes
-/// the journal durable: its effects must never precede the record of the turn that
-/// asked for them, or a resumed session could ask for them again.
-async fn start_call(
-    myself: &ActorRef<SessionMsg>,
-    state: &mut SessionState,
-    index: usize,
-    exclusive: bool,
-) {
-    let Some(turn) = tool_turn(state) else {
-        return;
-    };
-    let call = turn.calls[index].clone();
-    let (turn_seq, cancel) = (turn.seq, turn.cancel.clone());
-    let started = Record::ToolStarted {
-        call_id: call.id.clone(),
-    };
-    let mut ready = state.journal(&started);
-    if exclusive && ready.is_ok() {
-        ready = state.sync().await;
-    }
-    let args = ToolRunnerArgs {
-        turn_seq,
-        index,
-        tool: state.spec.tools.get(&call.name),
-        ctx: ToolContext {
-            workspace: state.env.workspace.clone(),
-            session: state.id,
-            call_id: call.id.clone(),
-            cancel,
-        },
-        timeout: state.spec.tools.timeout(),
-        session: myself.clone(),
-        call: call.clone(),
-    };
-    let spawned = match ready {
-        Ok(()) => Actor::spawn_linked(None, ToolRunnerActor, args, myself.get_cell())
-            .await
-            .map_err(|e| format!("the tool could not be started: {e}")),
-        Err(e) => Err(format!("the tool was not run: {e}")),
-    };
-    match spawned {
-        Ok((runner, _)) => {
-            if let Some(turn) = tool_turn(state) {
-                turn.running.insert(runner.get_id(), index);
-            }
-            state.publisher.publish(EventKind::ToolStarted {
-                call_id: call.id,
-                name: call.name,
-                arguments: call.arguments,
-            });
-        }
-        Err(e) => {
-            let result = ToolResult {
-                tool_call_id: call.id,
-                content: format!("Error: {e}"),
-                is_error: true,
-            };
-            store_result(state, index, result);
-        }
-    }
-}
-
-/// Records one call's result: in the turn, as an event, and in the journal (as it
-/// finishes: a tool's work must not be forgotten; it joins the transcript in call
-/// order once the whole turn is done).
-fn store_result(state: &mut SessionState, index: usize, result: ToolResult) {
-    let Some(turn) = tool_turn(state) else {
-        return;
-    };
-    turn.running.retain(|_, i| *i != index);
-    let name = turn.calls[index].name.clone();
-    turn.results[index] = Some(result.clone());
-    let preview: String = result.content.chars().take(200).collect();
-    state.publisher.publish(EventKind::ToolFinished {
-        call_id: result.tool_call_id.clone(),
-        name,
-        is_error: result.is_error,
-        preview,
-    });
-    let record = Record::Message {
-        message: Message::Tool(result),
-    };
-    if let Err(e) = state.journal(&record) {
-        tracing::error!(session = %state.id, error = %e, "cannot journal a tool result");
-    }
-}
-
-async fn on_tool_done(
-    myself: &ActorRef<SessionMsg>,
-    state: &mut SessionState,
-    turn_seq: u64,
-    index: usize,
-    result: ToolResult,
-) {
-    let Some(turn) = tool_turn(state) else {
-        return;
-    };
-    if turn.seq != turn_seq || turn.results.get(index).is_none_or(Option::is_some) {
-        return;
-    }
-    store_result(state, index, result);
-    let turn_number = state.run.as_ref().map_or(0, |r| r.stats.turns);
-    if let Some(fault) = &state.spec.faults
-        && fault.fire(FaultPoint::AfterToolResult(turn_number))
-    {
-        panic!("injected fault: session panicked after a tool result in turn {turn_number}");
-    }
-    advance_tools(myself, state).await;
-}
-
-async fn finish_tools(myself: &ActorRef<SessionMsg>, state: &mut SessionState) {
-    let Some(run) = state.run.as_mut() else {
-        return;
-    };
-    let Phase::Tools(turn) = std::mem::replace(&mut run.phase, Phase::Starting) else {
-        return;
-    };
-    let cancelled = run.cancelled.is_some();
-    for (call, result) in turn.calls.iter().zip(turn.results) {
-        match result {
-            Some(result) => state.transcript.push(Message::Tool(result)),
-            None => {
-                if let Err(e) = state.record(Message::Tool(ToolResult::interrupted(&call.id))) {
-                    return fail(myself, state, e).await;
-                }
-            }
-        }
-    }
-    if cancelled {
-        let _ = state.sync().await;
-        let partial = state
-            .run
-            .as_ref()
-            .map(|r| r.last_text.clone())
-            .unwrap_or_default();
-        return end_run(myself, state, |stats| Outcome::Cancelled { partial, stats }).await;
-    }
-    // A tool-turn boundary: prompts that arrived meanwhile join the conversation.
-    if let Ok(queued) = ractor::call!(state.queue, PromptQueueMsg::TakeAll) {
-        for prompt in queued {
-            if let Err(e) = state.record(Message::user(prompt.text)) {
-                return fail(myself, state, e).await;
-            }
-        }
-    }
-    if let Err(e) = state.sync().await {
-        return fail(myself, state, e).await;
-    }
-    begin_turn(myself, state, 1).await;
 }
 
 async fn on_cancel(myself: &ActorRef<SessionMsg>, state: &mut SessionState, seq: u64) {
