@@ -25,12 +25,20 @@ pub(crate) enum OrchestratorMsg {
     Start(SessionSpec, RpcReplyPort<Result<SessionId, SessionError>>),
     /// Deliver a prompt.
     Prompt {
+        /// The session.
         session: SessionId,
+        /// Arrival order, shared with cancels.
         seq: u64,
+        /// The prompt.
         text: String,
     },
     /// Cancel a session's run.
-    Cancel { session: SessionId, seq: u64 },
+    Cancel {
+        /// The session.
+        session: SessionId,
+        /// Arrival order, shared with prompts.
+        seq: u64,
+    },
     /// The backoff after a crash is over: start the session again.
     Restart(SessionId),
 }
@@ -45,18 +53,26 @@ pub(crate) struct OrchestratorArgs {
 /// The Orchestrator's state.
 #[derive(Debug)]
 pub(crate) struct OrchestratorState {
+    /// What every session shares.
     env: Arc<SessionEnv>,
+    /// The restart intensity for sessions.
     restart: Intensity,
+    /// Every live session.
     sessions: HashMap<SessionId, Entry>,
+    /// Which session a running session actor is.
     by_actor: HashMap<ActorId, SessionId>,
 }
 
 #[derive(Debug)]
+/// One supervised session.
 struct Entry {
+    /// What it was started with, reused on restart.
     spec: Arc<SessionSpec>,
     /// `None` while the session waits to be restarted.
     actor: Option<ActorRef<SessionMsg>>,
+    /// Its PromptQueue, which outlives its crashes.
     queue: ActorRef<PromptQueueMsg>,
+    /// Its restart history.
     tracker: RestartTracker,
 }
 

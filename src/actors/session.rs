@@ -96,27 +96,42 @@ pub(crate) struct SessionState {
 }
 
 #[derive(Debug)]
+/// One prompt and everything it caused, until its terminal event.
 struct Run {
+    /// When the run began.
     started: Instant,
+    /// Its counters so far.
     stats: RunStats,
+    /// The last text the model produced: the partial answer if the run stops early.
     last_text: String,
     /// The stamp of the cancel that ended this run, once one arrived.
     cancelled: Option<u64>,
+    /// Where the run is.
     phase: Phase,
 }
 
 #[derive(Debug)]
+/// Where a run is.
 enum Phase {
+    /// Between steps (also while a tool turn is being wrapped up).
     Starting,
+    /// A model turn is streaming.
     Streaming {
+        /// Its LlmStream.
         stream: ActorRef<LlmStreamMsg>,
+        /// The stream's id; a `TurnFinished` with another id is stale.
         id: u64,
+        /// The attempt, from 1.
         attempt: u32,
     },
+    /// Waiting before another attempt.
     Backoff {
+        /// The id the next stream will have.
         id: u64,
+        /// The attempt that failed.
         attempt: u32,
     },
+    /// The turn's tool calls are running.
     Tools(ToolTurn),
 }
 

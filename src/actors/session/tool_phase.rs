@@ -17,15 +17,24 @@ use crate::runtime::FaultPoint;
 use crate::tools::scheduler::{Batch, plan};
 use crate::tools::{Concurrency, ToolContext};
 
+/// One turn's tool calls in flight.
 #[derive(Debug)]
 pub(super) struct ToolTurn {
+    /// Identifies this tool turn; results from an older one are ignored.
     pub(super) seq: u64,
+    /// The calls, in the order the model made them.
     pub(super) calls: Vec<ToolCall>,
+    /// Batches not started yet.
     pub(super) batches: VecDeque<Batch>,
+    /// Calls of the current batch not started yet.
     pub(super) waiting: VecDeque<usize>,
+    /// Whether the current batch is a parallel group.
     pub(super) parallel: bool,
+    /// Running calls by their ToolRunner's id.
     pub(super) running: HashMap<ActorId, usize>,
+    /// Results by call position.
     pub(super) results: Vec<Option<ToolResult>>,
+    /// Cancels every call of the turn.
     pub(super) cancel: CancellationToken,
 }
 
