@@ -105,9 +105,7 @@ impl Actor for OrchestratorActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            OrchestratorMsg::Start(spec, reply) => {
-                let _ = reply.send(start(&myself, state, spec).await);
-            }
+            OrchestratorMsg::Start(spec, reply) => start(&myself, state, spec, reply).await,
             OrchestratorMsg::Prompt { session, seq, text } => {
                 route(
                     state,
@@ -160,37 +158,44 @@ impl Actor for OrchestratorActor {
     }
 }
 
+/// Starts a session; the session itself answers `ready` once its journal is on
+/// disk, so the Orchestrator never waits on a sync.
 async fn start(
     myself: &ActorRef<OrchestratorMsg>,
     state: &mut OrchestratorState,
     spec: SessionSpec,
-) -> Result<SessionId, SessionError> {
+    ready: RpcReplyPort<Result<SessionId, SessionError>>,
+) {
     let id = SessionId::new();
-    let (queue, _) = Actor::spawn_linked(None, PromptQueueActor, (), myself.get_cell())
-        .await
-        .map_err(|e| SessionError::Spawn(e.to_string()))?;
-    let spec = Arc::new(spec);
+    let queue = match Actor::spawn_linked(None, PromptQueueActor, (), myself.get_cell()).await {
+        Ok((queue, _)) => queue,
+        Err(e) => {
+            let _ = ready.send(Err(SessionError::Spawn(e.to_string())));
+            return;
+        }
+    };
     let entry = Entry {
-        spec: spec.clone(),
+        spec: Arc::new(spec),
         actor: None,
-        queue: queue.clone(),
+        queue,
         tracker: RestartTracker::new(RestartType::Transient, state.restart),
     };
     state.sessions.insert(id, entry);
-    if let Err(e) = spawn_session(myself, state, id, false).await {
+    // On a spawn error the reply port is dropped with the arguments, and the
+    // caller's `call` fails; the entry goes.
+    if let Err(e) = spawn_session(myself, state, id, Some(ready)).await {
+        tracing::warn!(session = %id, error = %e, "session did not start");
         if let Some(entry) = state.sessions.remove(&id) {
             entry.queue.stop(None);
         }
-        return Err(e);
     }
-    Ok(id)
 }
 
 async fn spawn_session(
     myself: &ActorRef<OrchestratorMsg>,
     state: &mut OrchestratorState,
     id: SessionId,
-    resume: bool,
+    ready: Option<RpcReplyPort<Result<SessionId, SessionError>>>,
 ) -> Result<(), SessionError> {
     let Some(entry) = state.sessions.get_mut(&id) else {
         return Err(SessionError::Spawn(format!("unknown session {id}")));
@@ -200,7 +205,8 @@ async fn spawn_session(
         spec: entry.spec.clone(),
         env: state.env.clone(),
         queue: entry.queue.clone(),
-        resume,
+        resume: ready.is_none(),
+        ready,
     };
     let (actor, _) = Actor::spawn_linked(None, SessionActor, args, myself.get_cell())
         .await
@@ -338,7 +344,7 @@ async fn restart(myself: &ActorRef<OrchestratorMsg>, state: &mut OrchestratorSta
         .sync()
         .await
         .map_err(SessionError::Journal);
-    if let Err(e) = synced.and(spawn_session(myself, state, id, true).await) {
+    if let Err(e) = synced.and(spawn_session(myself, state, id, None).await) {
         // Rebuilding failed (an unreadable journal, say): that is final.
         escalate(state, id, &e).await;
     }

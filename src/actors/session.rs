@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
 use self::llm_stream::{LlmStreamActor, LlmStreamArgs, LlmStreamMsg};
 use self::resume::{ActiveRun, Next};
@@ -78,6 +78,8 @@ pub(crate) struct SessionArgs {
     pub(crate) queue: ActorRef<PromptQueueMsg>,
     /// Rebuild from the journal instead of starting a new one.
     pub(crate) resume: bool,
+    /// For a new session: answered once the session is on disk.
+    pub(crate) ready: Option<RpcReplyPort<Result<SessionId, SessionError>>>,
 }
 
 /// A Session's state.
@@ -93,6 +95,7 @@ pub(crate) struct SessionState {
     run: Option<Run>,
     next_id: u64,
     resume: Option<ActiveRun>,
+    ready: Option<RpcReplyPort<Result<SessionId, SessionError>>>,
 }
 
 #[derive(Debug)]
@@ -170,6 +173,7 @@ impl Actor for SessionActor {
             env,
             queue,
             resume,
+            ready,
         } = args;
         let journal_path = journal_path(&env.workspace, id);
         let publisher = Publisher::new(env.bus.clone(), id, spec.parent, &spec.agent);
@@ -181,6 +185,7 @@ impl Actor for SessionActor {
             run: None,
             next_id: 0,
             resume: None,
+            ready,
             spec,
             env,
             queue,
@@ -217,7 +222,15 @@ impl Actor for SessionActor {
             // A new session exists on disk before it takes its first prompt.
             // Syncing here rather than in pre_start keeps the Orchestrator free
             // while many sessions start and lets their syncs share one group.
-            state.sync().await?;
+            let synced = state.sync().await;
+            if let Some(ready) = state.ready.take() {
+                let failed = synced.is_err();
+                let _ = ready.send(synced.map(|()| state.id));
+                if failed {
+                    myself.stop(Some("its journal could not be written".into()));
+                    return Ok(());
+                }
+            }
             let _ = myself.cast(SessionMsg::PullQueue);
             return Ok(());
         };
