@@ -16,6 +16,10 @@
     clippy::print_stderr
 )]
 
+// The allocator the orchestrate binary ships with, so the numbers are the product's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[path = "../tests/support/mock_llm.rs"]
 mod mock_llm;
 

@@ -4,6 +4,10 @@
 //! Run with `cargo bench --bench sse_assembly`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+// The allocator the orchestrate binary ships with, so the numbers are the product's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use orchestrate::llm::openai::decoder::decode_sse_body;
 

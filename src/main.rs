@@ -6,6 +6,12 @@ use clap::Parser;
 use futures::FutureExt;
 use orchestrate::cli::{self, Cli};
 
+// Sessions allocate many small, short-lived buffers (SSE events, JSON chunks,
+// messages); mimalloc serves them measurably faster than the system allocator
+// (README, Performance).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Cli::parse();

@@ -194,7 +194,7 @@ impl OpenAiClient {
             };
         }
         let mut events =
-            crate::llm::sse::split_lines(Box::pin(response.bytes_stream())).eventsource();
+            crate::llm::sse::split_events(Box::pin(response.bytes_stream())).eventsource();
         let mut decoder = ChatStreamDecoder::new(self.config.max_answer_bytes);
         loop {
             let next = tokio::select! {

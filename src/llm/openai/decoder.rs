@@ -303,7 +303,7 @@ where
     E: std::fmt::Display,
 {
     use eventsource_stream::Eventsource;
-    let mut events = crate::llm::sse::split_lines(stream).eventsource();
+    let mut events = crate::llm::sse::split_events(stream).eventsource();
     let mut decoder = ChatStreamDecoder::new(limit);
     while let Some(event) = events.next().await {
         let event = event.map_err(|e| StreamError::Malformed(e.to_string()))?;
