@@ -27,12 +27,7 @@ async fn cancel_mid_stream_drops_the_request_and_keeps_the_partial_text() {
         "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
     ];
     let mock = MockLlm::start(vec![slow_words(&words)]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = harness::runtime(&mock, dir.path()).await;
-    let session = runtime
-        .start_session(harness::spec(ToolRegistry::new()))
-        .await
-        .unwrap();
+    let (dir, runtime, session) = harness::start(&mock, harness::spec(ToolRegistry::new())).await;
     let mut events = runtime.subscribe();
     runtime.prompt(session, "count to ten slowly");
     let mut seen = String::new();
@@ -91,12 +86,7 @@ async fn after_a_cancel_the_session_takes_new_prompts() {
         Reply::text("fresh answer"),
     ])
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = harness::runtime(&mock, dir.path()).await;
-    let session = runtime
-        .start_session(harness::spec(ToolRegistry::new()))
-        .await
-        .unwrap();
+    let (_dir, runtime, session) = harness::start(&mock, harness::spec(ToolRegistry::new())).await;
     let mut events = runtime.subscribe();
     runtime.prompt(session, "first");
     harness::wait_for(&mut events, session, |k| {

@@ -245,12 +245,8 @@ async fn a_panicking_tool_becomes_an_error_result_and_is_not_replayed() {
         Reply::text("that tool is broken"),
     ])
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = harness::runtime(&mock, dir.path()).await;
-    let session = runtime
-        .start_session(harness::spec(ToolRegistry::new().with(Explodes)))
-        .await
-        .unwrap();
+    let (_dir, runtime, session) =
+        harness::start(&mock, harness::spec(ToolRegistry::new().with(Explodes))).await;
     let (outcome, events) = harness::run(&runtime, session, "try it").await;
     assert_eq!(harness::finished_text(&outcome), "that tool is broken");
     let result = &mock.requests()[1].body["messages"][3];

@@ -32,12 +32,7 @@ async fn two_prompts_sent_while_busy_are_both_answered_in_order() {
         Reply::text("answer three"),
     ])
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = harness::runtime(&mock, dir.path()).await;
-    let session = runtime
-        .start_session(harness::spec(ToolRegistry::new()))
-        .await
-        .unwrap();
+    let (_dir, runtime, session) = harness::start(&mock, harness::spec(ToolRegistry::new())).await;
     let mut events = runtime.subscribe();
     runtime.prompt(session, "one");
     harness::wait_for(&mut events, session, |k| {
@@ -119,12 +114,7 @@ async fn a_cancel_drops_only_the_prompts_queued_before_it() {
         Reply::text("answer to after"),
     ])
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = harness::runtime(&mock, dir.path()).await;
-    let session = runtime
-        .start_session(harness::spec(ToolRegistry::new()))
-        .await
-        .unwrap();
+    let (_dir, runtime, session) = harness::start(&mock, harness::spec(ToolRegistry::new())).await;
     let mut events = runtime.subscribe();
     runtime.prompt(session, "first");
     harness::wait_until("the first request arrived", || mock.request_count() == 1).await;

@@ -283,3 +283,11 @@ impl Tool for Routed {
         }
     }
 }
+
+/// A workspace, a runtime on `mock` and one session of `spec`: the start of most tests.
+pub async fn start(mock: &MockLlm, spec: SessionSpec) -> (tempfile::TempDir, Runtime, SessionId) {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = runtime(mock, dir.path()).await;
+    let session = runtime.start_session(spec).await.unwrap();
+    (dir, runtime, session)
+}
