@@ -254,7 +254,7 @@ fn run_sessions(url: &str, n: usize) {
         let mut finished = 0;
         while finished < n {
             let event = events.recv().await.unwrap();
-            if let EventKind::Terminal(outcome) = event.kind {
+            if let EventKind::Terminal { outcome, .. } = event.kind {
                 match outcome {
                     Outcome::Finished { stats, .. } => assert_eq!(stats.turns, TURNS),
                     other => panic!("a session did not finish: {other:?}"),

@@ -12,7 +12,7 @@ use clap::Parser;
 use crate::config;
 use crate::error::ConfigError;
 use crate::llm::openai::{OpenAiClient, OpenAiConfig};
-use crate::protocol::{Event, EventKind, Outcome};
+use crate::protocol::{Event, Outcome};
 use crate::runtime::{DEFAULT_MAX_TURNS, FaultPlan, Runtime, RuntimeConfig, SessionSpec};
 
 /// Exit codes (DESIGN §8).
@@ -104,7 +104,7 @@ where
             return ExitCode::from(exit::FAILED);
         }
     };
-    runtime.prompt(id, cli.task.clone());
+    let prompt = runtime.prompt(id, cli.task.clone());
     let mut interrupts = 0;
     let mut ctrl_c = interrupt();
     let outcome = loop {
@@ -114,8 +114,8 @@ where
                 if cli.json {
                     print_json(out, &event);
                 }
-                if event.session == id && let EventKind::Terminal(outcome) = event.kind {
-                    break Some(outcome);
+                if event.session == id && let Some(outcome) = event.kind.answer_to(prompt) {
+                    break Some(outcome.clone());
                 }
             }
             () = &mut ctrl_c => {

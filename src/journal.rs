@@ -41,7 +41,15 @@ pub enum Record {
         tool_call_id: Option<String>,
     },
     /// A run began; the next message is its prompt.
-    RunStarted,
+    RunStarted {
+        /// The prompt's id.
+        prompt: u64,
+    },
+    /// A prompt joined the run in progress; the next message is that prompt.
+    PromptJoined {
+        /// The prompt's id.
+        prompt: u64,
+    },
     /// A tool call is about to run (recorded so that a resumed session knows which
     /// calls may already have had effects).
     ToolStarted {
@@ -204,11 +212,20 @@ impl Journal {
     /// durable after the next [`Journal::sync`]. Appending never blocks on I/O and
     /// never wakes the writer thread, so sessions can journal every message cheaply.
     pub fn append(&self, path: &Path, record: &Record) -> Result<(), String> {
-        let mut line = serde_json::to_vec(record).map_err(|e| e.to_string())?;
-        line.push(b'\n');
+        self.append_all(path, std::slice::from_ref(record))
+    }
+
+    /// Queues several records for `path` at once: they reach the file together, so
+    /// a crash never leaves one without the others.
+    pub fn append_all(&self, path: &Path, records: &[Record]) -> Result<(), String> {
+        let mut lines = Vec::new();
+        for record in records {
+            serde_json::to_writer(&mut lines, record).map_err(|e| e.to_string())?;
+            lines.push(b'\n');
+        }
         let shared = &self.handle.shared;
         let mut pending = shared.lock();
-        pending.appends.push((path.to_owned(), line));
+        pending.appends.push((path.to_owned(), lines));
         if pending.appends.len() >= WAKE_AT {
             shared.wake.notify_one();
         }

@@ -186,11 +186,33 @@ pub enum EventKind {
         /// The crash.
         reason: String,
     },
-    /// The run ended.
-    Terminal(Outcome),
+    /// A run ended (or, with no `prompts`, the whole session did).
+    Terminal {
+        /// The prompts the run answered, by the ids [`crate::Runtime::prompt`]
+        /// returned: the one that started it and any that joined it. Empty when the
+        /// session itself ended (its crashes escalated, or it never existed), which
+        /// ends every run of it.
+        prompts: Vec<u64>,
+        /// How it ended.
+        #[serde(flatten)]
+        outcome: Outcome,
+    },
 }
 
 impl EventKind {
+    /// The outcome this event gives the prompt `prompt`: a terminal event that names
+    /// it, or one that ends the whole session.
+    pub fn answer_to(&self, prompt: u64) -> Option<&Outcome> {
+        match self {
+            Self::Terminal { prompts, outcome }
+                if prompts.is_empty() || prompts.contains(&prompt) =>
+            {
+                Some(outcome)
+            }
+            _ => None,
+        }
+    }
+
     /// Progress events may be dropped or coalesced under back-pressure; lifecycle
     /// events never are.
     pub fn is_progress(&self) -> bool {
@@ -204,7 +226,7 @@ impl EventKind {
             | Self::ToolFinished { .. }
             | Self::Retrying { .. }
             | Self::Restarted { .. }
-            | Self::Terminal(_) => false,
+            | Self::Terminal { .. } => false,
         }
     }
 }

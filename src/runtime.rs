@@ -15,7 +15,7 @@ use crate::events::{EventBus, EventStream};
 use crate::journal::Journal;
 use crate::llm::Provider;
 use crate::llm::retry::RetryPolicy;
-use crate::protocol::{EventKind, Outcome, SessionId};
+use crate::protocol::{Outcome, SessionId};
 use crate::tools::ToolRegistry;
 use crate::tools::scheduler::DEFAULT_MAX_PARALLEL;
 
@@ -199,13 +199,17 @@ impl Runtime {
     }
 
     /// Sends a prompt: it starts a run, or waits in the session's queue while busy.
-    pub fn prompt(&self, session: SessionId, text: impl Into<String>) {
+    ///
+    /// Returns the prompt's id: the terminal event of the run that answers it names
+    /// it in its `prompts`.
+    pub fn prompt(&self, session: SessionId, text: impl Into<String>) -> u64 {
         let seq = self.seq.fetch_add(1, Ordering::SeqCst);
         let _ = self.orchestrator.cast(OrchestratorMsg::Prompt {
             session,
             seq,
             text: text.into(),
         });
+        seq
     }
 
     /// Cancels the session's current run and drops the prompts queued before now.
@@ -217,7 +221,8 @@ impl Runtime {
     }
 
     /// Runs one prompt to its end: subscribes, prompts, and waits for the run's
-    /// terminal event. `events` sees every event of the session on the way.
+    /// terminal event (the one that names this prompt, or one that ends the whole
+    /// session). `events` sees every event of the session on the way.
     pub async fn run_prompt(
         &self,
         session: SessionId,
@@ -225,14 +230,14 @@ impl Runtime {
         mut events: impl FnMut(&crate::protocol::Event),
     ) -> Option<Outcome> {
         let mut stream = self.subscribe();
-        self.prompt(session, text);
+        let prompt = self.prompt(session, text);
         while let Some(event) = stream.recv().await {
             if event.session != session {
                 continue;
             }
             events(&event);
-            if let EventKind::Terminal(outcome) = event.kind {
-                return Some(outcome);
+            if let Some(outcome) = event.kind.answer_to(prompt) {
+                return Some(outcome.clone());
             }
         }
         None

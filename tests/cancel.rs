@@ -29,7 +29,7 @@ async fn cancel_mid_stream_drops_the_request_and_keeps_the_partial_text() {
     let mock = MockLlm::start(vec![slow_words(&words)]).await;
     let (dir, runtime, session) = harness::start(&mock, harness::spec(ToolRegistry::new())).await;
     let mut events = runtime.subscribe();
-    runtime.prompt(session, "count to ten slowly");
+    let prompt = runtime.prompt(session, "count to ten slowly");
     let mut seen = String::new();
     harness::wait_for(&mut events, session, |k| {
         if let EventKind::TextDelta { text } = k {
@@ -62,7 +62,7 @@ async fn cancel_mid_stream_drops_the_request_and_keeps_the_partial_text() {
     assert_eq!(
         tail,
         vec![
-            Record::RunStarted,
+            Record::RunStarted { prompt },
             Record::Message {
                 message: Message::user("count to ten slowly")
             },

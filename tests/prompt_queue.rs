@@ -116,16 +116,38 @@ async fn a_cancel_drops_only_the_prompts_queued_before_it() {
     .await;
     let (_dir, runtime, session) = harness::start(&mock, harness::spec(ToolRegistry::new())).await;
     let mut events = runtime.subscribe();
-    runtime.prompt(session, "first");
+    let first = runtime.prompt(session, "first");
     harness::wait_until("the first request arrived", || mock.request_count() == 1).await;
-    runtime.prompt(session, "before the cancel");
+    let before = runtime.prompt(session, "before the cancel");
     runtime.cancel(session);
-    runtime.prompt(session, "after the cancel");
+    let after = runtime.prompt(session, "after the cancel");
 
-    let (first, _) = harness::until_terminal(&mut events, session).await;
-    assert!(matches!(first, Outcome::Cancelled { .. }), "{first:?}");
-    let (second, _) = harness::until_terminal(&mut events, session).await;
-    assert_eq!(harness::finished_text(&second), "answer to after");
+    // Every prompt gets exactly one terminal event, naming it.
+    let mut outcomes = std::collections::BTreeMap::new();
+    while outcomes.len() < 3 {
+        let event = harness::wait_for(&mut events, session, |k| {
+            matches!(k, EventKind::Terminal { .. })
+        })
+        .await;
+        let EventKind::Terminal { prompts, outcome } = event.kind else {
+            unreachable!()
+        };
+        for prompt in prompts {
+            assert!(
+                outcomes.insert(prompt, outcome.clone()).is_none(),
+                "prompt {prompt} ended twice"
+            );
+        }
+    }
+    assert!(
+        matches!(outcomes[&first], Outcome::Cancelled { .. }),
+        "{outcomes:?}"
+    );
+    assert!(
+        matches!(outcomes[&before], Outcome::Cancelled { .. }),
+        "{outcomes:?}"
+    );
+    assert_eq!(harness::finished_text(&outcomes[&after]), "answer to after");
     let asked: Vec<String> = mock.requests().iter().map(|r| last_user(&r.body)).collect();
     assert_eq!(asked, ["first", "after the cancel"]);
     runtime.shutdown().await;

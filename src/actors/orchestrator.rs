@@ -167,13 +167,15 @@ async fn start(
     ready: RpcReplyPort<Result<SessionId, SessionError>>,
 ) {
     let id = SessionId::new();
-    let queue = match Actor::spawn_linked(None, PromptQueueActor, (), myself.get_cell()).await {
-        Ok((queue, _)) => queue,
-        Err(e) => {
-            let _ = ready.send(Err(SessionError::Spawn(e.to_string())));
-            return;
-        }
-    };
+    let publisher = Publisher::new(state.env.bus.clone(), id, spec.parent, &spec.agent);
+    let queue =
+        match Actor::spawn_linked(None, PromptQueueActor, publisher, myself.get_cell()).await {
+            Ok((queue, _)) => queue,
+            Err(e) => {
+                let _ = ready.send(Err(SessionError::Spawn(e.to_string())));
+                return;
+            }
+        };
     let entry = Entry {
         spec: Arc::new(spec),
         actor: None,
@@ -227,18 +229,15 @@ fn route(
 ) {
     let Some(entry) = state.sessions.get(&session) else {
         tracing::warn!(%session, "prompt or cancel for an unknown session");
-        if matches!(queued, PromptQueueMsg::Push(_)) {
+        if let PromptQueueMsg::Push(prompt) = queued {
             // Whoever waits for this prompt's run must not wait forever.
             let error =
                 SessionError::Spawn(format!("no session {session} (it ended or never existed)"));
-            Publisher::new(state.env.bus.clone(), session, None, "orchestrate").publish(
-                EventKind::Terminal(Outcome::Failed {
-                    class: error.class().name().to_owned(),
-                    message: error.to_string(),
-                    partial: String::new(),
-                    stats: RunStats::default(),
-                }),
-            );
+            let publisher = Publisher::new(state.env.bus.clone(), session, None, "orchestrate");
+            publisher.publish(EventKind::Terminal {
+                prompts: vec![prompt.seq],
+                outcome: failed(&error),
+            });
         }
         return;
     };
@@ -298,14 +297,23 @@ async fn escalate(state: &mut OrchestratorState, id: SessionId, error: &SessionE
     let Some(entry) = state.sessions.remove(&id) else {
         return;
     };
-    entry.queue.stop(None);
     tracing::error!(session = %id, %error, "giving up on the session");
-    let outcome = Outcome::Failed {
-        class: error.class().name().to_owned(),
-        message: error.to_string(),
-        partial: String::new(),
-        stats: RunStats::default(),
-    };
+    let publisher = Publisher::new(
+        state.env.bus.clone(),
+        id,
+        entry.spec.parent,
+        &entry.spec.agent,
+    );
+    // Prompts still waiting will never run: each gets its failure.
+    let waiting = ractor::call!(entry.queue, PromptQueueMsg::TakeAll).unwrap_or_default();
+    entry.queue.stop(None);
+    for prompt in waiting {
+        publisher.publish(EventKind::Terminal {
+            prompts: vec![prompt.seq],
+            outcome: failed(error),
+        });
+    }
+    let outcome = failed(error);
     let path = journal_path(&state.env.workspace, id);
     let terminal = Record::Terminal {
         outcome: outcome.clone(),
@@ -314,13 +322,20 @@ async fn escalate(state: &mut OrchestratorState, id: SessionId, error: &SessionE
     if let Err(e) = journaled.and(state.env.journal.sync().await) {
         tracing::error!(session = %id, error = %e, "cannot journal the escalation");
     }
-    let publisher = Publisher::new(
-        state.env.bus.clone(),
-        id,
-        entry.spec.parent,
-        &entry.spec.agent,
-    );
-    publisher.publish(EventKind::Terminal(outcome));
+    // No prompts named: the session itself has ended, and with it its run.
+    publisher.publish(EventKind::Terminal {
+        prompts: Vec::new(),
+        outcome,
+    });
+}
+
+fn failed(error: &SessionError) -> Outcome {
+    Outcome::Failed {
+        class: error.class().name().to_owned(),
+        message: error.to_string(),
+        partial: String::new(),
+        stats: RunStats::default(),
+    }
 }
 
 fn crash_loop(state: &OrchestratorState, id: SessionId, restarts: u32, last: &str) -> SessionError {

@@ -8,6 +8,9 @@
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
+use crate::events::Publisher;
+use crate::protocol::{EventKind, Outcome, RunStats};
+
 /// A prompt stamped with its arrival order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct QueuedPrompt {
@@ -38,10 +41,12 @@ pub(crate) enum PromptQueueMsg {
 }
 
 /// What the queue holds.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct PromptQueueState {
     prompts: Vec<QueuedPrompt>,
     cancel: Option<u64>,
+    /// Tells waiters about prompts a cancel dropped.
+    publisher: Publisher,
 }
 
 /// The queue actor.
@@ -51,14 +56,18 @@ pub(crate) struct PromptQueueActor;
 impl Actor for PromptQueueActor {
     type Msg = PromptQueueMsg;
     type State = PromptQueueState;
-    type Arguments = ();
+    type Arguments = Publisher;
 
     async fn pre_start(
         &self,
         _myself: ActorRef<Self::Msg>,
-        (): (),
+        publisher: Publisher,
     ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(PromptQueueState::default())
+        Ok(PromptQueueState {
+            prompts: Vec::new(),
+            cancel: None,
+            publisher,
+        })
     }
 
     async fn handle(
@@ -80,8 +89,22 @@ impl Actor for PromptQueueActor {
                 let _ = reply.send(std::mem::take(&mut state.prompts));
             }
             PromptQueueMsg::Cancel(seq) => {
-                state.prompts.retain(|p| p.seq > seq);
+                let (dropped, kept): (Vec<QueuedPrompt>, Vec<QueuedPrompt>) =
+                    std::mem::take(&mut state.prompts)
+                        .into_iter()
+                        .partition(|p| p.seq < seq);
+                state.prompts = kept;
                 state.cancel = Some(seq);
+                // Every prompt gets exactly one terminal event, a dropped one too.
+                for prompt in dropped {
+                    state.publisher.publish(EventKind::Terminal {
+                        prompts: vec![prompt.seq],
+                        outcome: Outcome::Cancelled {
+                            partial: String::new(),
+                            stats: RunStats::default(),
+                        },
+                    });
+                }
             }
             PromptQueueMsg::CancelDone(seq) => {
                 if state.cancel.is_some_and(|c| c <= seq) {

@@ -22,7 +22,7 @@ use self::llm_stream::{LlmStreamActor, LlmStreamArgs, LlmStreamMsg};
 use self::resume::{ActiveRun, Next};
 use self::tool_phase::{ToolTurn, on_tool_done, start_tools};
 use self::turn::Decision;
-use crate::actors::prompt_queue::PromptQueueMsg;
+use crate::actors::prompt_queue::{PromptQueueMsg, QueuedPrompt};
 use crate::conversation::{AssistantTurn, Message, ToolResult, enforce_protocol};
 use crate::error::{ErrorClass, LlmError, SessionError};
 use crate::events::Publisher;
@@ -101,6 +101,8 @@ pub(crate) struct SessionState {
 #[derive(Debug)]
 /// One prompt and everything it caused, until its terminal event.
 struct Run {
+    /// The prompts it answers: the one that started it, then any that joined.
+    prompts: Vec<u64>,
     /// When the run began.
     started: Instant,
     /// Its counters so far.
@@ -139,8 +141,9 @@ enum Phase {
 }
 
 impl Run {
-    fn new(turns: u32) -> Self {
+    fn new(prompts: Vec<u64>, turns: u32) -> Self {
         Self {
+            prompts,
             started: Instant::now(),
             stats: RunStats {
                 turns,
@@ -236,8 +239,8 @@ impl Actor for SessionActor {
         };
         // A cancel that arrived just before the crash still cancels the run.
         match ractor::call!(state.queue, PromptQueueMsg::TakeCancel) {
-            Ok(Some(seq)) => {
-                let mut run = Run::new(active.turns);
+            Ok(Some(seq)) if active.prompts.iter().all(|p| *p < seq) => {
+                let mut run = Run::new(active.prompts, active.turns);
                 run.cancelled = Some(seq);
                 state.run = Some(run);
                 end_run(&myself, state, |stats| Outcome::Cancelled {
@@ -246,7 +249,7 @@ impl Actor for SessionActor {
                 })
                 .await;
             }
-            Ok(None) | Err(_) => resume_run(&myself, state, active).await,
+            Ok(_) | Err(_) => resume_run(&myself, state, active).await,
         }
         Ok(())
     }
@@ -331,6 +334,22 @@ impl SessionState {
             .map_err(SessionError::Journal)
     }
 
+    /// Journals `marker` and `message` together, then adds the message.
+    fn record_after(&mut self, marker: Record, message: Message) -> Result<(), SessionError> {
+        let records = [
+            marker,
+            Record::Message {
+                message: message.clone(),
+            },
+        ];
+        self.env
+            .journal
+            .append_all(&self.journal_path, &records)
+            .map_err(SessionError::Journal)?;
+        self.transcript.push(message);
+        Ok(())
+    }
+
     fn record(&mut self, message: Message) -> Result<(), SessionError> {
         self.journal(&Record::Message {
             message: message.clone(),
@@ -350,7 +369,7 @@ impl SessionState {
 }
 
 async fn resume_run(myself: &ActorRef<SessionMsg>, state: &mut SessionState, active: ActiveRun) {
-    state.run = Some(Run::new(active.turns));
+    state.run = Some(Run::new(active.prompts, active.turns));
     match active.next {
         Next::Request => begin_turn(myself, state, 1).await,
         Next::Finish(text) => {
@@ -411,18 +430,16 @@ async fn pull_queue(myself: &ActorRef<SessionMsg>, state: &mut SessionState) {
         return;
     }
     if let Ok(Some(prompt)) = ractor::call!(state.queue, PromptQueueMsg::TakeOne) {
-        start_run(myself, state, prompt.text).await;
+        start_run(myself, state, prompt).await;
     }
 }
 
-async fn start_run(myself: &ActorRef<SessionMsg>, state: &mut SessionState, prompt: String) {
-    state.run = Some(Run::new(0));
+async fn start_run(myself: &ActorRef<SessionMsg>, state: &mut SessionState, prompt: QueuedPrompt) {
+    state.run = Some(Run::new(vec![prompt.seq], 0));
     // Not synced here: the prompt is durable with the first turn boundary's group,
     // and a crashed session still finds it, since the writer outlives sessions.
-    let recorded = state
-        .journal(&Record::RunStarted)
-        .and_then(|()| state.record(Message::user(prompt)));
-    if let Err(e) = recorded {
+    let started = Record::RunStarted { prompt: prompt.seq };
+    if let Err(e) = state.record_after(started, Message::user(prompt.text)) {
         return fail(myself, state, e).await;
     }
     begin_turn(myself, state, 1).await;
@@ -651,7 +668,13 @@ async fn record_turn_and_cancel(
 }
 
 async fn on_cancel(myself: &ActorRef<SessionMsg>, state: &mut SessionState, seq: u64) {
-    let Some(run) = state.run.as_mut() else {
+    // A cancel applies to the run in progress only if it came after the run's
+    // prompts: a prompt sent after a cancel is never cancelled by it.
+    let Some(run) = state
+        .run
+        .as_mut()
+        .filter(|r| r.prompts.iter().all(|p| *p < seq))
+    else {
         let _ = state.queue.cast(PromptQueueMsg::CancelDone(seq));
         return;
     };
@@ -708,6 +731,9 @@ async fn end_run(
         // The run has ended either way; say so rather than lose the outcome too.
         tracing::error!(session = %state.id, error = %e, "cannot journal the end of the run");
     }
-    state.publisher.publish(EventKind::Terminal(outcome));
+    state.publisher.publish(EventKind::Terminal {
+        prompts: run.prompts,
+        outcome,
+    });
     let _ = myself.cast(SessionMsg::PullQueue);
 }

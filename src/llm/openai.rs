@@ -140,9 +140,13 @@ impl OpenAiClient {
     async fn status_error(&self, response: reqwest::Response) -> ProviderError {
         let status = response.status().as_u16();
         let retry_after = retry::retry_after(response.headers(), SystemTime::now());
-        let body = match read_capped(response, 64 * 1024, self.config.idle_timeout).await {
-            Ok((body, _)) | Err(ReadError::Stalled(body)) => body,
-            Err(ReadError::Transport(_)) => Vec::new(),
+        // Bounded per chunk and overall: a server that trickles its error must not
+        // hold the turn past one idle timeout.
+        let idle = self.config.idle_timeout;
+        let read = tokio::time::timeout(idle, read_capped(response, 64 * 1024, idle)).await;
+        let body = match read {
+            Ok(Ok((body, _)) | Err(ReadError::Stalled(body))) => body,
+            Ok(Err(ReadError::Transport(_))) | Err(_) => Vec::new(),
         };
         let (code, message) = match serde_json::from_slice::<serde_json::Value>(&body) {
             Ok(json) => {

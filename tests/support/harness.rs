@@ -64,7 +64,7 @@ pub async fn until_terminal(stream: &mut EventStream, session: SessionId) -> (Ou
                 continue;
             }
             let terminal = match &event.kind {
-                EventKind::Terminal(outcome) => Some(outcome.clone()),
+                EventKind::Terminal { outcome, .. } => Some(outcome.clone()),
                 _ => None,
             };
             events.push(event);

@@ -64,7 +64,13 @@ impl Actor for LlmStreamActor {
             let sink = |delta: StreamDelta| deltas.push(delta);
             // A panicking provider must still answer its session, or the session
             // would wait forever: the panic becomes a `Crash`-class turn failure.
-            let turn = args.provider.stream_turn(&args.request, &sink, &token);
+            // The call is made inside the guarded future, so a provider that panics
+            // before returning its future is caught too.
+            let turn = async {
+                args.provider
+                    .stream_turn(&args.request, &sink, &token)
+                    .await
+            };
             let result = match AssertUnwindSafe(turn).catch_unwind().await {
                 Ok(result) => result,
                 Err(panic) => Err(LlmError::Crashed(crate::actors::panic_message(

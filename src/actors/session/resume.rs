@@ -15,6 +15,8 @@ pub(crate) struct Resumed {
 /// A run the journal shows as started but not ended.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct ActiveRun {
+    /// The prompts it answers, the one that started it first.
+    pub(crate) prompts: Vec<u64>,
     /// Model turns it had made.
     pub(crate) turns: u32,
     /// What to do next.
@@ -45,14 +47,17 @@ pub(crate) struct Pending {
 pub(crate) fn resume(records: &[Record]) -> Resumed {
     let mut transcript = Vec::new();
     let mut run_start: Option<usize> = None;
+    let mut prompts: Vec<u64> = Vec::new();
     let mut started: Vec<&str> = Vec::new();
     for record in records {
         match record {
             Record::Header { .. } => {}
-            Record::RunStarted => {
+            Record::RunStarted { prompt } => {
                 run_start = Some(transcript.len());
+                prompts = vec![*prompt];
                 started.clear();
             }
+            Record::PromptJoined { prompt } => prompts.push(*prompt),
             Record::ToolStarted { call_id } => started.push(call_id),
             Record::Message { message } => transcript.push(message.clone()),
             Record::Terminal { .. } => run_start = None,
@@ -94,7 +99,11 @@ pub(crate) fn resume(records: &[Record]) -> Resumed {
             Some((i, Message::Assistant(a))) if i + 1 == run.len() => Next::Finish(a.text.clone()),
             Some(_) | None => Next::Request,
         };
-        ActiveRun { turns, next }
+        ActiveRun {
+            prompts: prompts.clone(),
+            turns,
+            next,
+        }
     });
     Resumed { transcript, active }
 }
@@ -148,7 +157,7 @@ mod tests {
     #[test]
     fn a_finished_journal_has_no_active_run() {
         let r = resume(&[
-            Record::RunStarted,
+            Record::RunStarted { prompt: 1 },
             msg(Message::user("a")),
             msg(assistant("done", &[])),
             terminal(),
@@ -167,7 +176,7 @@ mod tests {
     #[test]
     fn a_run_cut_after_tool_results_asks_the_model_again() {
         let r = resume(&[
-            Record::RunStarted,
+            Record::RunStarted { prompt: 1 },
             msg(Message::user("a")),
             msg(assistant("", &["1", "2"])),
             msg(result("2")),
@@ -176,6 +185,7 @@ mod tests {
         assert_eq!(
             r.active,
             Some(ActiveRun {
+                prompts: vec![1],
                 turns: 1,
                 next: Next::Request
             })
@@ -187,7 +197,7 @@ mod tests {
         let r = resume(&[
             msg(Message::user("history")),
             msg(assistant("history", &[])),
-            Record::RunStarted,
+            Record::RunStarted { prompt: 1 },
             msg(Message::user("b")),
             msg(assistant("", &["1", "2", "3"])),
             started("1"),
@@ -197,6 +207,7 @@ mod tests {
         let Some(ActiveRun {
             turns: 1,
             next: Next::Tools(pending),
+            ..
         }) = r.active
         else {
             panic!("{:?}", r.active)
@@ -211,16 +222,30 @@ mod tests {
     #[test]
     fn a_recorded_final_answer_only_needs_its_terminal() {
         let r = resume(&[
-            Record::RunStarted,
+            Record::RunStarted { prompt: 1 },
             msg(Message::user("a")),
             msg(assistant("the answer", &[])),
         ]);
         assert_eq!(
             r.active,
             Some(ActiveRun {
+                prompts: vec![1],
                 turns: 1,
                 next: Next::Finish("the answer".into())
             })
         );
+    }
+
+    #[test]
+    fn joined_prompts_belong_to_the_run() {
+        let r = resume(&[
+            Record::RunStarted { prompt: 4 },
+            msg(Message::user("a")),
+            msg(assistant("", &["1"])),
+            msg(result("1")),
+            Record::PromptJoined { prompt: 6 },
+            msg(Message::user("also b")),
+        ]);
+        assert_eq!(r.active.map(|a| a.prompts), Some(vec![4, 6]));
     }
 }

@@ -94,8 +94,7 @@ async fn advance_tools(myself: &ActorRef<SessionMsg>, state: &mut SessionState) 
         if turn.running.len() < cap
             && let Some(index) = turn.waiting.pop_front()
         {
-            let exclusive = !turn.parallel;
-            start_call(myself, state, index, exclusive).await;
+            start_call(myself, state, index).await;
             continue;
         }
         if !turn.running.is_empty() || !turn.waiting.is_empty() {
@@ -111,15 +110,11 @@ async fn advance_tools(myself: &ActorRef<SessionMsg>, state: &mut SessionState) 
     }
 }
 
-/// Spawns the ToolRunner for call `index`. An unsafe (`exclusive`) call first makes
-/// the journal durable: its effects must never precede the record of the turn that
-/// asked for them, or a resumed session could ask for them again.
-async fn start_call(
-    myself: &ActorRef<SessionMsg>,
-    state: &mut SessionState,
-    index: usize,
-    exclusive: bool,
-) {
+/// Spawns the ToolRunner for call `index`. A call of a tool that is not read-only
+/// first makes the journal durable (its start record included): its effects must
+/// never precede the record of the turn that asked for them, or a resumed session
+/// could run it again.
+async fn start_call(myself: &ActorRef<SessionMsg>, state: &mut SessionState, index: usize) {
     let Some(turn) = tool_turn(state) else {
         return;
     };
@@ -128,14 +123,15 @@ async fn start_call(
     let started = Record::ToolStarted {
         call_id: call.id.clone(),
     };
+    let tool = state.spec.tools.get(&call.name);
     let mut ready = state.journal(&started);
-    if exclusive && ready.is_ok() {
+    if ready.is_ok() && tool.as_ref().is_some_and(|t| !t.read_only()) {
         ready = state.sync().await;
     }
     let args = ToolRunnerArgs {
         turn_seq,
         index,
-        tool: state.spec.tools.get(&call.name),
+        tool,
         ctx: ToolContext {
             workspace: state.env.workspace.clone(),
             session: state.id,
@@ -241,7 +237,8 @@ async fn finish_tools(myself: &ActorRef<SessionMsg>, state: &mut SessionState) {
         }
     }
     if cancelled {
-        let _ = state.sync().await;
+        // No sync before the terminal record: a crash in between must not leave a
+        // cancelled run looking resumable. end_run syncs both together.
         let partial = state
             .run
             .as_ref()
@@ -252,7 +249,11 @@ async fn finish_tools(myself: &ActorRef<SessionMsg>, state: &mut SessionState) {
     // A tool-turn boundary: prompts that arrived meanwhile join the conversation.
     if let Ok(queued) = ractor::call!(state.queue, PromptQueueMsg::TakeAll) {
         for prompt in queued {
-            if let Err(e) = state.record(Message::user(prompt.text)) {
+            if let Some(run) = state.run.as_mut() {
+                run.prompts.push(prompt.seq);
+            }
+            let joined = Record::PromptJoined { prompt: prompt.seq };
+            if let Err(e) = state.record_after(joined, Message::user(prompt.text)) {
                 return fail(myself, state, e).await;
             }
         }
