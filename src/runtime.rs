@@ -57,6 +57,8 @@ pub enum FaultPoint {
     BeforeTurn(u32),
     /// Right after the session journaled a tool result of this turn.
     AfterToolResult(u32),
+    /// Right after the session started a tool call of this turn.
+    AfterToolStarted(u32),
 }
 
 /// A deliberate fault, for exercising supervision: the session panics at `point`,

@@ -152,3 +152,60 @@ async fn a_cancel_drops_only_the_prompts_queued_before_it() {
     assert_eq!(asked, ["first", "after the cancel"]);
     runtime.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_never_cancels_a_prompt_sent_after_it() {
+    let mock = MockLlm::start_with(|request, _| {
+        if last_user(&request.body) == "later" {
+            Reply::text("answer to later")
+        } else {
+            slow(Reply::text("answer to earlier"))
+        }
+    })
+    .await;
+    let (_dir, runtime, session) = harness::start(&mock, harness::spec(ToolRegistry::new())).await;
+    let mut events = runtime.subscribe();
+    let earlier = runtime.prompt(session, "earlier");
+    runtime.cancel(session);
+    let later = runtime.prompt(session, "later");
+    let mut outcomes = std::collections::BTreeMap::new();
+    while outcomes.len() < 2 {
+        let event = harness::wait_for(&mut events, session, |k| {
+            matches!(k, EventKind::Terminal { .. })
+        })
+        .await;
+        let EventKind::Terminal { prompts, outcome } = event.kind else {
+            unreachable!()
+        };
+        for prompt in prompts {
+            outcomes.insert(prompt, outcome.clone());
+        }
+    }
+    assert!(
+        matches!(outcomes[&earlier], Outcome::Cancelled { .. }),
+        "{outcomes:?}"
+    );
+    assert_eq!(harness::finished_text(&outcomes[&later]), "answer to later");
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_for_an_unknown_session_fails_instead_of_waiting_forever() {
+    let mock = MockLlm::start(vec![]).await;
+    let (_dir, runtime, _session) = harness::start(&mock, harness::spec(ToolRegistry::new())).await;
+    let stranger = orchestrate::SessionId::new();
+    let outcome = tokio::time::timeout(
+        harness::DEADLINE,
+        runtime.run_prompt(stranger, "anyone?", |_| {}),
+    )
+    .await
+    .expect("run_prompt hung");
+    let Some(Outcome::Failed { message, .. }) = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(
+        message,
+        format!("cannot start session: no session {stranger} (it ended or never existed)")
+    );
+    runtime.shutdown().await;
+}

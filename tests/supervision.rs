@@ -184,7 +184,7 @@ async fn a_crash_mid_tool_batch_keeps_finished_results_and_runs_only_what_is_saf
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unsafe_call_cut_off_by_a_crash_is_reported_interrupted_not_repeated() {
+async fn after_a_crash_a_finished_unsafe_call_is_not_repeated_and_an_unstarted_one_runs() {
     let mock = MockLlm::start(vec![
         Reply::tool_calls(&[
             ("w1", "write", json!({"city": "A"})),
@@ -204,5 +204,108 @@ async fn an_unsafe_call_cut_off_by_a_crash_is_reported_interrupted_not_repeated(
     let (outcome, _) = harness::run(&runtime, session, "write both").await;
     assert_eq!(harness::finished_text(&outcome), "noted");
     assert_eq!(writes.count(), 2);
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsafe_call_cut_off_by_a_crash_is_reported_interrupted_not_repeated() {
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[
+            ("w1", "write", json!({"city": "A"})),
+            ("w2", "write", json!({"city": "B"})),
+        ]),
+        Reply::text("noted"),
+    ])
+    .await;
+    let writes = harness::Write::default();
+    let mut spec = harness::spec(ToolRegistry::new().with(writes.clone()));
+    // The session dies right after starting w1: w1 may or may not have written,
+    // so it must not run again; w2 never started and runs after the restart.
+    spec.faults = Some(FaultPlan::new(FaultPoint::AfterToolStarted(1), 1));
+    let (_dir, runtime, session) = harness::start(&mock, spec).await;
+    let (outcome, _) = harness::run(&runtime, session, "write both").await;
+    assert_eq!(harness::finished_text(&outcome), "noted");
+    let second = mock.requests()[1].body["messages"].clone();
+    let results: Vec<(&str, &str)> = second
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| {
+            (
+                m["tool_call_id"].as_str().unwrap(),
+                m["content"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            (
+                "w1",
+                "interrupted: this tool call did not complete and its result was lost"
+            ),
+            ("w2", "wrote B"),
+        ]
+    );
+    assert!(
+        (1..=2).contains(&writes.count()),
+        "w1 ran at most once, w2 once: {}",
+        writes.count()
+    );
+    runtime.shutdown().await;
+}
+
+#[derive(Debug)]
+struct PanickingProvider;
+
+impl orchestrate::Provider for PanickingProvider {
+    fn stream_turn<'a>(
+        &'a self,
+        _request: &'a orchestrate::ChatRequest,
+        _sink: orchestrate::llm::DeltaSink<'a>,
+        _cancel: &'a tokio_util::sync::CancellationToken,
+    ) -> futures::future::BoxFuture<'a, Result<orchestrate::AssistantTurn, orchestrate::LlmError>>
+    {
+        panic!("provider bug before any future exists")
+    }
+
+    fn complete<'a>(
+        &'a self,
+        _request: &'a orchestrate::ChatRequest,
+    ) -> futures::future::BoxFuture<'a, Result<orchestrate::AssistantTurn, orchestrate::LlmError>>
+    {
+        panic!("provider bug")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_provider_fails_the_run_instead_of_hanging_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config =
+        orchestrate::RuntimeConfig::new(dir.path(), std::sync::Arc::new(PanickingProvider));
+    config.retry.base_delay = Duration::from_millis(1);
+    config.retry.max_attempts = 3;
+    let runtime = orchestrate::Runtime::start(config).await.unwrap();
+    let session = runtime
+        .start_session(harness::spec(ToolRegistry::new()))
+        .await
+        .unwrap();
+    let (outcome, events) = harness::run(&runtime, session, "hello").await;
+    let Outcome::Failed { class, message, .. } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(class, "permanent");
+    assert_eq!(
+        message,
+        "gave up after 3 attempts: the stream task crashed: provider bug before any future exists"
+    );
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::Retrying { .. }))
+            .count(),
+        2
+    );
     runtime.shutdown().await;
 }

@@ -158,6 +158,14 @@ async fn start_call(myself: &ActorRef<SessionMsg>, state: &mut SessionState, ind
                 name: call.name,
                 arguments: call.arguments,
             });
+            let turn_number = state.run.as_ref().map_or(0, |r| r.stats.turns);
+            if let Some(fault) = &state.spec.faults
+                && fault.fire(FaultPoint::AfterToolStarted(turn_number))
+            {
+                panic!(
+                    "injected fault: session panicked after starting a tool in turn {turn_number}"
+                );
+            }
         }
         Err(e) => {
             let result = ToolResult {
