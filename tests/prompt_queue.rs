@@ -26,8 +26,10 @@ fn last_user(body: &Value) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_prompts_sent_while_busy_are_both_answered_in_order() {
+    // The first answer takes a second, so that both prompts surely arrive while the
+    // session is busy, even on a loaded machine.
     let mock = MockLlm::start(vec![
-        slow(Reply::text("answer one")),
+        Reply::text("answer one").with_timing(Duration::from_secs(1), Duration::ZERO),
         Reply::text("answer two"),
         Reply::text("answer three"),
     ])
@@ -53,7 +55,11 @@ async fn two_prompts_sent_while_busy_are_both_answered_in_order() {
         answers.push(harness::finished_text(&outcome).to_owned());
     }
     assert_eq!(answers, ["answer one", "answer two", "answer three"]);
-    assert_eq!(queued, [1, 2]);
+    assert_eq!(
+        queued,
+        [1, 2],
+        "how many waited when each prompt was queued"
+    );
     let asked: Vec<String> = mock.requests().iter().map(|r| last_user(&r.body)).collect();
     assert_eq!(asked, ["one", "two", "three"]);
     // Each answer saw the whole conversation before it.
