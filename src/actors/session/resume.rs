@@ -96,7 +96,13 @@ pub(crate) fn resume(records: &[Record]) -> Resumed {
                     Next::Tools(pending)
                 }
             }
-            Some((i, Message::Assistant(a))) if i + 1 == run.len() => Next::Finish(a.text.clone()),
+            Some((i, Message::Assistant(a))) if i + 1 == run.len() => {
+                let answer = match (&a.text, &a.refusal) {
+                    (text, Some(refusal)) if text.is_empty() => refusal.clone(),
+                    (text, _) => text.clone(),
+                };
+                Next::Finish(answer)
+            }
             Some(_) | None => Next::Request,
         };
         ActiveRun {
