@@ -1,6 +1,11 @@
 //! Tools: the [`Tool`] trait, the [`ToolRegistry`] a session offers its model, and the
 //! scheduler that decides which calls of a turn may run together.
 
+pub mod bash;
+pub mod glob;
+pub mod grep;
+pub mod ls;
+pub mod sandbox;
 pub mod scheduler;
 
 use std::fmt::Debug;
@@ -39,6 +44,18 @@ pub struct ToolContext {
     pub call_id: String,
     /// Cancelled when the turn is cancelled; long tools should watch it.
     pub cancel: CancellationToken,
+}
+
+impl ToolContext {
+    /// Resolves a path the model gave against the workspace; refuses one outside it.
+    pub fn resolve(&self, path: &str) -> Result<PathBuf, ToolError> {
+        sandbox::resolve(&self.workspace, path)
+    }
+
+    /// How a path is shown to the model: relative to the workspace when inside it.
+    pub fn display(&self, path: &std::path::Path) -> String {
+        sandbox::display(&self.workspace, path)
+    }
 }
 
 /// A tool the model can call.

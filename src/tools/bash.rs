@@ -1,0 +1,1 @@
+//! The `Bash` tool (being written).

@@ -1,0 +1,1 @@
+//! The `Glob` tool (being written).

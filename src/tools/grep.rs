@@ -1,0 +1,1 @@
+//! The `Grep` tool (being written).

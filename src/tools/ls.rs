@@ -1,0 +1,1 @@
+//! The `Ls` tool (being written).
