@@ -2,11 +2,15 @@
 //! scheduler that decides which calls of a turn may run together.
 
 pub mod bash;
+pub mod edit;
+pub(crate) mod files;
 pub mod glob;
 pub mod grep;
 pub mod ls;
+pub mod read;
 pub mod sandbox;
 pub mod scheduler;
+pub mod write;
 
 use std::fmt::Debug;
 use std::path::PathBuf;
@@ -130,5 +134,60 @@ impl ToolRegistry {
     /// True when no tool is offered.
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
+    }
+}
+
+/// The JSON schema of a tool's input type, as models are shown it.
+pub(crate) fn schema<T: schemars::JsonSchema>() -> Value {
+    serde_json::to_value(schemars::schema_for!(T))
+        .unwrap_or_else(|_| serde_json::json!({"type": "object"}))
+}
+
+/// Parses a call's arguments into the tool's input type; a mismatch is an
+/// invalid-input error the model can correct.
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(input: Value) -> Result<T, ToolError> {
+    serde_json::from_value(input).map_err(|e| ToolError::InvalidInput(e.to_string()))
+}
+
+/// A context on a fresh temporary workspace, for the tools' unit tests.
+#[cfg(test)]
+pub(crate) fn test_context() -> (tempfile::TempDir, ToolContext) {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().canonicalize().unwrap();
+    let ctx = ToolContext {
+        workspace,
+        session: SessionId::new(),
+        call_id: "call_test".into(),
+        cancel: CancellationToken::new(),
+    };
+    (dir, ctx)
+}
+
+/// A write-like call is unsafe on the path it names.
+pub(crate) fn unsafe_on_path(input: &Value) -> Concurrency {
+    let path = input
+        .get("file_path")
+        .and_then(Value::as_str)
+        .unwrap_or("*");
+    Concurrency::Unsafe {
+        resources: vec![path.to_owned()],
+    }
+}
+
+/// A unified diff of one file's change, as shown to people and models.
+pub(crate) fn unified_diff(shown: &str, old: &str, new: &str) -> String {
+    similar::TextDiff::from_lines(old, new)
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("a/{shown}"), &format!("b/{shown}"))
+        .to_string()
+}
+
+/// A tool's summary followed by its diff.
+pub(crate) fn with_diff(summary: String, diff: &str) -> String {
+    if diff.is_empty() {
+        summary
+    } else {
+        format!("{summary}\n{diff}")
     }
 }

@@ -17,7 +17,11 @@ pub fn resolve(root: &Path, input: &str) -> Result<PathBuf, ToolError> {
         return Err(ToolError::InvalidInput("the path is empty".into()));
     }
     let given = Path::new(input);
-    let start = if given.is_absolute() { given.to_path_buf() } else { root.join(given) };
+    let start = if given.is_absolute() {
+        given.to_path_buf()
+    } else {
+        root.join(given)
+    };
     let mut pending: Vec<PathBuf> = vec![start];
     let mut out = PathBuf::new();
     let mut links = 0;
@@ -38,19 +42,28 @@ pub fn resolve(root: &Path, input: &str) -> Result<PathBuf, ToolError> {
                 }
                 Component::Normal(name) => {
                     out.push(name);
-                    let Ok(meta) = std::fs::symlink_metadata(&out) else { continue };
+                    let Ok(meta) = std::fs::symlink_metadata(&out) else {
+                        continue;
+                    };
                     if !meta.file_type().is_symlink() {
                         continue;
                     }
                     links += 1;
                     if links > MAX_LINKS {
-                        return Err(ToolError::Failed(format!("{input}: too many levels of symbolic links")));
+                        return Err(ToolError::Failed(format!(
+                            "{input}: too many levels of symbolic links"
+                        )));
                     }
-                    let target = std::fs::read_link(&out).map_err(|e| ToolError::Failed(format!("{input}: {e}")))?;
+                    let target = std::fs::read_link(&out)
+                        .map_err(|e| ToolError::Failed(format!("{input}: {e}")))?;
                     out.pop();
                     rest.clear();
                     rest.extend(comps.drain(..).rev().map(|c| c.as_os_str().to_owned()));
-                    let mut next = if target.is_absolute() { target } else { out.join(target) };
+                    let mut next = if target.is_absolute() {
+                        target
+                    } else {
+                        out.join(target)
+                    };
                     for part in &rest {
                         next.push(part);
                     }
@@ -61,14 +74,20 @@ pub fn resolve(root: &Path, input: &str) -> Result<PathBuf, ToolError> {
         }
     }
     if !out.starts_with(root) {
-        return Err(ToolError::Failed(format!("{input}: outside the workspace ({})", root.display())));
+        return Err(ToolError::Failed(format!(
+            "{input}: outside the workspace ({})",
+            root.display()
+        )));
     }
     Ok(out)
 }
 
 /// The path as the model should see it: relative to the root when inside it.
 pub fn display(root: &Path, path: &Path) -> String {
-    path.strip_prefix(root).unwrap_or(path).display().to_string()
+    path.strip_prefix(root)
+        .unwrap_or(path)
+        .display()
+        .to_string()
 }
 
 #[cfg(test)]
@@ -85,8 +104,14 @@ mod tests {
     #[test]
     fn relative_and_absolute_paths_inside_resolve() {
         let (_d, root) = root();
-        assert_eq!(resolve(&root, "src/main.rs").unwrap(), root.join("src/main.rs"));
-        assert_eq!(resolve(&root, "./src/../src/lib.rs").unwrap(), root.join("src/lib.rs"));
+        assert_eq!(
+            resolve(&root, "src/main.rs").unwrap(),
+            root.join("src/main.rs")
+        );
+        assert_eq!(
+            resolve(&root, "./src/../src/lib.rs").unwrap(),
+            root.join("src/lib.rs")
+        );
         let abs = root.join("new/dir/file.txt");
         assert_eq!(resolve(&root, abs.to_str().unwrap()).unwrap(), abs);
     }
@@ -96,7 +121,12 @@ mod tests {
         let (_d, root) = root();
         let err = resolve(&root, "../../etc/passwd").unwrap_err().to_string();
         assert!(err.contains("outside the workspace"), "{err}");
-        assert!(resolve(&root, "/etc/passwd").unwrap_err().to_string().contains("outside the workspace"));
+        assert!(
+            resolve(&root, "/etc/passwd")
+                .unwrap_err()
+                .to_string()
+                .contains("outside the workspace")
+        );
         assert!(resolve(&root, "src/../../x").is_err());
     }
 
@@ -106,12 +136,20 @@ mod tests {
         let outside = d.path().canonicalize().unwrap().join("outside");
         std::fs::create_dir_all(&outside).unwrap();
         std::os::unix::fs::symlink(&outside, root.join("escape")).unwrap();
-        assert!(resolve(&root, "escape/secret.txt").unwrap_err().to_string().contains("outside the workspace"));
+        assert!(
+            resolve(&root, "escape/secret.txt")
+                .unwrap_err()
+                .to_string()
+                .contains("outside the workspace")
+        );
         std::os::unix::fs::symlink(root.join("src"), root.join("alias")).unwrap();
         assert_eq!(resolve(&root, "alias/x.rs").unwrap(), root.join("src/x.rs"));
         // `..` after a link climbs from where the link points.
         std::os::unix::fs::symlink(root.join("src"), root.join("deep")).unwrap();
-        assert_eq!(resolve(&root, "deep/../README.md").unwrap(), root.join("README.md"));
+        assert_eq!(
+            resolve(&root, "deep/../README.md").unwrap(),
+            root.join("README.md")
+        );
         // A dangling link pointing outside is refused too.
         std::os::unix::fs::symlink("/nonexistent/place", root.join("dangling")).unwrap();
         assert!(resolve(&root, "dangling").is_err());
@@ -122,6 +160,11 @@ mod tests {
         let (_d, root) = root();
         std::os::unix::fs::symlink(root.join("b"), root.join("a")).unwrap();
         std::os::unix::fs::symlink(root.join("a"), root.join("b")).unwrap();
-        assert!(resolve(&root, "a/x").unwrap_err().to_string().contains("too many levels"));
+        assert!(
+            resolve(&root, "a/x")
+                .unwrap_err()
+                .to_string()
+                .contains("too many levels")
+        );
     }
 }

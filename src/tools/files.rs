@@ -1,0 +1,224 @@
+//! What the file tools share: the process-wide lock table keyed by canonical path,
+//! each session's record of what it has read, and text helpers (binary detection,
+//! line endings, byte-order marks, atomic writes).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock};
+use std::time::SystemTime;
+
+use dashmap::DashMap;
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+use crate::error::ToolError;
+use crate::protocol::SessionId;
+
+/// Write locks by canonical path, shared by every session of the process: writes to
+/// one file serialize, writes to different files proceed in parallel.
+static LOCKS: LazyLock<DashMap<PathBuf, Arc<Mutex<()>>>> = LazyLock::new(DashMap::new);
+
+/// What each session has read: the file's modification time and length then.
+static READS: LazyLock<DashMap<(SessionId, PathBuf), Stamp>> = LazyLock::new(DashMap::new);
+
+/// A file's identity at one moment: enough to notice it changed since.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    modified: Option<SystemTime>,
+    len: u64,
+}
+
+/// Takes the write lock of `path` (canonical), waiting for other writers.
+pub(crate) async fn lock(path: &Path) -> OwnedMutexGuard<()> {
+    let mutex = LOCKS.entry(path.to_owned()).or_default().clone();
+    mutex.lock_owned().await
+}
+
+/// The current stamp of a file, if it exists.
+pub(crate) fn stamp(path: &Path) -> Option<Stamp> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some(Stamp {
+        modified: meta.modified().ok(),
+        len: meta.len(),
+    })
+}
+
+/// Records that `session` has seen `path` as it is now.
+pub(crate) fn record_read(session: SessionId, path: &Path) {
+    if let Some(stamp) = stamp(path) {
+        READS.insert((session, path.to_owned()), stamp);
+    }
+}
+
+/// Whether `session` may change `path`: it must have read the file, and the file
+/// must not have changed since. The error says which and what to do.
+pub(crate) fn check_fresh(session: SessionId, path: &Path, shown: &str) -> Result<(), ToolError> {
+    let Some(read) = READS.get(&(session, path.to_owned())).map(|r| *r) else {
+        return Err(ToolError::Failed(format!(
+            "{shown} exists but has not been read in this session: Read it first, then change it"
+        )));
+    };
+    if stamp(path) != Some(read) {
+        return Err(ToolError::Failed(format!(
+            "{shown} has changed on disk since this session read it: Read it again before changing it"
+        )));
+    }
+    Ok(())
+}
+
+/// True when the bytes look binary (a NUL in the first 8 KiB, as git and ripgrep judge).
+pub(crate) fn is_binary(bytes: &[u8]) -> bool {
+    memchr::memchr(0, &bytes[..bytes.len().min(8192)]).is_some()
+}
+
+/// A text file taken apart so that an edit can put it back the way it was.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Text {
+    /// The content without BOM, with `\n` line endings.
+    pub(crate) body: String,
+    bom: bool,
+    crlf: bool,
+}
+
+impl Text {
+    /// Decodes a file's bytes; `None` when they are not UTF-8 text.
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Self> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        let (bom, text) = match text.strip_prefix('\u{feff}') {
+            Some(rest) => (true, rest),
+            None => (false, text),
+        };
+        let crlf = text.contains("\r\n");
+        let body = if crlf {
+            text.replace("\r\n", "\n")
+        } else {
+            text.to_owned()
+        };
+        Some(Self { body, bom, crlf })
+    }
+
+    /// Encodes `body` with this file's BOM and line endings.
+    pub(crate) fn encode(&self, body: &str) -> Vec<u8> {
+        let mut out = String::with_capacity(body.len() + 3);
+        if self.bom {
+            out.push('\u{feff}');
+        }
+        if self.crlf {
+            out.push_str(&body.replace("\r\n", "\n").replace('\n', "\r\n"));
+        } else {
+            out.push_str(body);
+        }
+        out.into_bytes()
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory and a
+/// rename, so that no reader ever sees half a file and a crash leaves the old one.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(
+        ".{name}.orchestrate-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let result = (|| {
+        std::fs::write(&tmp, bytes)?;
+        if let Ok(meta) = std::fs::metadata(path) {
+            std::fs::set_permissions(&tmp, meta.permissions())?;
+        }
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Edit distance between two short strings, for "did you mean" suggestions.
+pub(crate) fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_round_trips_bom_and_crlf() {
+        let bytes = "\u{feff}a\r\nb\r\n".as_bytes();
+        let text = Text::decode(bytes).unwrap();
+        assert_eq!(text.body, "a\nb\n");
+        assert_eq!(text.encode("a\nc\n"), "\u{feff}a\r\nc\r\n".as_bytes());
+        let plain = Text::decode(b"x\ny").unwrap();
+        assert_eq!(plain.encode("x\nz"), b"x\nz");
+    }
+
+    #[test]
+    fn binary_means_a_nul_early_on() {
+        assert!(is_binary(b"abc\0def"));
+        assert!(!is_binary("héllo".as_bytes()));
+    }
+
+    #[test]
+    fn distance_counts_edits() {
+        assert_eq!(distance("main.rs", "mian.rs"), 2);
+        assert_eq!(distance("", "abc"), 3);
+        assert_eq!(distance("same", "same"), 0);
+    }
+
+    #[tokio::test]
+    async fn a_stale_read_is_caught() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.txt");
+        std::fs::write(&path, "one").unwrap();
+        let session = SessionId::new();
+        assert!(
+            check_fresh(session, &path, "f.txt")
+                .unwrap_err()
+                .to_string()
+                .contains("has not been read")
+        );
+        record_read(session, &path);
+        check_fresh(session, &path, "f.txt").unwrap();
+        std::fs::write(&path, "changed!").unwrap();
+        assert!(
+            check_fresh(session, &path, "f.txt")
+                .unwrap_err()
+                .to_string()
+                .contains("changed on disk")
+        );
+    }
+
+    #[tokio::test]
+    async fn one_path_serializes_and_different_paths_do_not() {
+        let a = Path::new("/ws/a.txt");
+        let b = Path::new("/ws/b.txt");
+        let held = lock(a).await;
+        let other = tokio::time::timeout(std::time::Duration::from_millis(200), lock(b)).await;
+        assert!(other.is_ok(), "a write to another file had to wait");
+        let same = tokio::time::timeout(std::time::Duration::from_millis(200), lock(a)).await;
+        assert!(
+            same.is_err(),
+            "a second writer of the same file did not wait"
+        );
+        drop(held);
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(200), lock(a))
+                .await
+                .is_ok()
+        );
+    }
+}

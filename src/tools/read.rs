@@ -1,0 +1,241 @@
+//! The `Read` tool: a text file with numbered lines, a window at a time.
+
+use futures::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::files;
+use crate::error::ToolError;
+use crate::tools::{Concurrency, Tool, ToolContext};
+
+/// Lines shown per call, at most.
+const MAX_LINES: usize = 2000;
+/// Bytes of output per call, at most.
+const MAX_BYTES: usize = 256 * 1024;
+/// Characters of one line shown, at most.
+const MAX_LINE_CHARS: usize = 2000;
+
+/// Input of `Read`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadInput {
+    /// The file to read: absolute, or relative to the workspace root.
+    pub file_path: String,
+    /// The line to start at, from 1 (default 1).
+    #[serde(default)]
+    pub offset: Option<usize>,
+    /// How many lines to show (default and maximum 2000).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// Reads a text file.
+#[derive(Debug)]
+pub struct Read;
+
+impl Tool for Read {
+    fn name(&self) -> &str {
+        "Read"
+    }
+
+    fn description(&self) -> &str {
+        "Reads a text file from the workspace and returns it with line numbers (`   N\\tline`). \
+         Shows at most 2000 lines or 256 KiB per call; longer files end with a note giving the \
+         `offset` to read on from. Lines longer than 2000 characters are cut. Binary files are \
+         refused. Read a file before you Write over it or Edit it: changes to files this \
+         session has not read (or that changed since) are refused."
+    }
+
+    fn input_schema(&self) -> Value {
+        super::schema::<ReadInput>()
+    }
+
+    fn read_only(&self) -> bool {
+        true
+    }
+
+    fn concurrency(&self, _input: &Value) -> Concurrency {
+        Concurrency::Safe
+    }
+
+    fn call<'a>(
+        &'a self,
+        input: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<String, ToolError>> {
+        Box::pin(async move {
+            let input: ReadInput = super::parse(input)?;
+            let path = ctx.resolve(&input.file_path)?;
+            let shown = ctx.display(&path);
+            let session = ctx.session;
+            tokio::task::spawn_blocking(move || {
+                let result = read(&path, &shown, input.offset.unwrap_or(1), input.limit);
+                if result.is_ok() {
+                    files::record_read(session, &path);
+                }
+                result
+            })
+            .await
+            .map_err(|e| ToolError::Failed(format!("the read was interrupted: {e}")))?
+        })
+    }
+}
+
+fn read(
+    path: &std::path::Path,
+    shown: &str,
+    offset: usize,
+    limit: Option<usize>,
+) -> Result<String, ToolError> {
+    if path.is_dir() {
+        return Err(ToolError::Failed(format!(
+            "{shown} is a directory: use Ls to list it"
+        )));
+    }
+    let bytes = std::fs::read(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => ToolError::Failed(format!("{shown} does not exist")),
+        _ => ToolError::Failed(format!("{shown}: {e}")),
+    })?;
+    if files::is_binary(&bytes) {
+        return Err(ToolError::Failed(format!(
+            "{shown} is a binary file ({} bytes); Read shows text files only",
+            bytes.len()
+        )));
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    if text.is_empty() {
+        return Ok(format!("{shown} is empty."));
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    let total = lines.len();
+    let first = offset.max(1);
+    if first > total {
+        return Err(ToolError::InvalidInput(format!(
+            "offset {first} is past the end of {shown}, which has {total} lines"
+        )));
+    }
+    let limit = limit.unwrap_or(MAX_LINES).clamp(1, MAX_LINES);
+    let mut out = String::new();
+    let mut last = first - 1;
+    for (i, line) in lines.iter().enumerate().skip(first - 1).take(limit) {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        let shown_line = match line.char_indices().nth(MAX_LINE_CHARS) {
+            Some((cut, _)) => format!(
+                "{}… [line cut at {MAX_LINE_CHARS} characters]",
+                &line[..cut]
+            ),
+            None => line.to_owned(),
+        };
+        let entry = format!("{:>6}\t{shown_line}\n", i + 1);
+        if out.len() + entry.len() > MAX_BYTES && last >= first {
+            break;
+        }
+        out.push_str(&entry);
+        last = i + 1;
+    }
+    if last < total {
+        out.push_str(&format!(
+            "\n[Showing lines {first}-{last} of {total}. To read on, call Read with offset={}.]\n",
+            last + 1
+        ));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::test_context;
+
+    #[tokio::test]
+    async fn lines_come_numbered_and_windowed() {
+        let (_dir, ctx) = test_context();
+        std::fs::write(ctx.workspace.join("a.txt"), "one\r\ntwo\nthree\n").unwrap();
+        let out = Read
+            .call(serde_json::json!({"file_path": "a.txt"}), &ctx)
+            .await
+            .unwrap();
+        assert_eq!(out, "     1\tone\n     2\ttwo\n     3\tthree\n");
+        let out = Read
+            .call(
+                serde_json::json!({"file_path": "a.txt", "offset": 2, "limit": 1}),
+                &ctx,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            out,
+            "     2\ttwo\n\n[Showing lines 2-2 of 3. To read on, call Read with offset=3.]\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_caps_hold_and_say_how_to_read_on() {
+        let (_dir, ctx) = test_context();
+        let many: String = (1..=2500).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(ctx.workspace.join("many.txt"), many).unwrap();
+        let out = Read
+            .call(serde_json::json!({"file_path": "many.txt"}), &ctx)
+            .await
+            .unwrap();
+        assert!(out.contains("  2000\tline 2000\n"));
+        assert!(!out.contains("line 2001\n"));
+        assert!(out.ends_with(
+            "[Showing lines 1-2000 of 2500. To read on, call Read with offset=2001.]\n"
+        ));
+
+        let wide = format!("{}\n", "x".repeat(5000));
+        std::fs::write(ctx.workspace.join("wide.txt"), wide.repeat(100)).unwrap();
+        let out = Read
+            .call(serde_json::json!({"file_path": "wide.txt"}), &ctx)
+            .await
+            .unwrap();
+        assert!(out.contains("… [line cut at 2000 characters]"));
+        assert!(out.len() <= MAX_BYTES + 200, "{}", out.len());
+
+        let huge = format!("{}\n", "y".repeat(1900)).repeat(1000);
+        std::fs::write(ctx.workspace.join("huge.txt"), huge).unwrap();
+        let out = Read
+            .call(serde_json::json!({"file_path": "huge.txt"}), &ctx)
+            .await
+            .unwrap();
+        assert!(out.len() <= MAX_BYTES + 200, "{}", out.len());
+        assert!(out.contains("To read on, call Read with offset="));
+    }
+
+    #[tokio::test]
+    async fn binary_files_directories_and_missing_files_are_refused_clearly() {
+        let (_dir, ctx) = test_context();
+        std::fs::write(
+            ctx.workspace.join("img.png"),
+            b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR",
+        )
+        .unwrap();
+        let err = Read
+            .call(serde_json::json!({"file_path": "img.png"}), &ctx)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "img.png is a binary file (16 bytes); Read shows text files only"
+        );
+        std::fs::create_dir(ctx.workspace.join("src")).unwrap();
+        let err = Read
+            .call(serde_json::json!({"file_path": "src"}), &ctx)
+            .await
+            .unwrap_err();
+        assert_eq!(err.to_string(), "src is a directory: use Ls to list it");
+        let err = Read
+            .call(serde_json::json!({"file_path": "nope.txt"}), &ctx)
+            .await
+            .unwrap_err();
+        assert_eq!(err.to_string(), "nope.txt does not exist");
+        let err = Read
+            .call(serde_json::json!({"file_path": "../../etc/passwd"}), &ctx)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("outside the workspace"));
+    }
+}
