@@ -14,6 +14,7 @@ use crate::error::ConfigError;
 use crate::llm::openai::{OpenAiClient, OpenAiConfig};
 use crate::protocol::{Event, Outcome};
 use crate::runtime::{DEFAULT_MAX_TURNS, FaultPlan, Runtime, RuntimeConfig, SessionSpec};
+use crate::tools::permissions::{Approver, PermissionMode};
 
 /// Exit codes (DESIGN §8).
 pub mod exit {
@@ -45,6 +46,10 @@ pub struct Cli {
     /// Print one JSON event per line instead of the answer.
     #[arg(long)]
     pub json: bool,
+    /// What tools may do without asking: default (asks for edits and commands),
+    /// acceptEdits (asks for commands), plan (read-only), bypassPermissions.
+    #[arg(long, value_name = "MODE", default_value = "default", value_parser = parse_mode)]
+    pub permission_mode: PermissionMode,
     /// Model turns allowed before the run fails.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_TURNS)]
     pub max_turns: u32,
@@ -72,6 +77,7 @@ when you are done, reply with the final answer only.";
 /// Runs the CLI to its exit code. `interrupt` resolves on each Ctrl-C.
 pub async fn run<I>(
     cli: Cli,
+    approver: Arc<dyn Approver>,
     env: impl Fn(&str) -> Option<String>,
     mut interrupt: I,
     out: &mut dyn Write,
@@ -80,7 +86,7 @@ pub async fn run<I>(
 where
     I: FnMut() -> futures::future::BoxFuture<'static, ()>,
 {
-    let setup = match setup(&cli, &env) {
+    let setup = match setup(&cli, &env, approver) {
         Ok(setup) => setup,
         Err(e) => {
             let _ = writeln!(err, "orchestrate: {e}");
@@ -138,6 +144,7 @@ where
 fn setup(
     cli: &Cli,
     env: &impl Fn(&str) -> Option<String>,
+    approver: Arc<dyn Approver>,
 ) -> Result<(RuntimeConfig, SessionSpec), ConfigError> {
     let workspace = match &cli.workspace {
         Some(dir) => dir.clone(),
@@ -163,14 +170,20 @@ fn setup(
     client.idle_timeout = Duration::from_secs(cli.idle_timeout.max(1));
     let provider = Arc::new(OpenAiClient::new(client)?);
     let mut config = RuntimeConfig::new(workspace, provider);
+    config.approver = approver;
     config.retry.max_attempts = cli.max_attempts.max(1);
     config.retry.base_delay = Duration::from_millis(cli.retry_base_ms);
     let mut spec = SessionSpec::new("main", settings.model, SYSTEM_PROMPT);
     spec.max_turns = cli.max_turns.max(1);
+    spec.permission_mode = cli.permission_mode;
     spec.faults = cli
         .inject_panic_at_turn
         .map(|turn| FaultPlan::panic_at(turn, cli.inject_panics));
     Ok((config, spec))
+}
+
+fn parse_mode(value: &str) -> Result<PermissionMode, String> {
+    value.parse()
 }
 
 fn print_json(out: &mut dyn Write, event: &Event) {

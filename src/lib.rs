@@ -30,6 +30,7 @@ pub mod llm;
 pub mod protocol;
 pub mod runtime;
 pub mod tools;
+pub mod ui;
 
 pub use crate::conversation::{
     AssistantMessage, AssistantTurn, FinishReason, Message, ToolCall, ToolResult, Usage,

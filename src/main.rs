@@ -4,7 +4,12 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use futures::FutureExt;
+use std::io::IsTerminal;
+use std::sync::Arc;
+
 use orchestrate::cli::{self, Cli};
+use orchestrate::tools::permissions::{Approver, DenyAll};
+use orchestrate::ui::TerminalApprover;
 
 // Sessions allocate many small, short-lived buffers (SSE events, JSON chunks,
 // messages); mimalloc serves them measurably faster than the system allocator
@@ -36,10 +41,23 @@ async fn main() -> ExitCode {
         }
         .boxed()
     };
+    // A person at a terminal is asked about edits and commands; anywhere else
+    // (a pipe, CI) those calls are refused with a message naming the flag to pass.
+    let approver: Arc<dyn Approver> =
+        if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
+            let input = std::io::BufReader::new(std::io::stdin());
+            Arc::new(TerminalApprover::new(
+                Box::new(std::io::stderr()),
+                Box::new(input),
+            ))
+        } else {
+            Arc::new(DenyAll)
+        };
     let mut out = std::io::stdout();
     let mut err = std::io::stderr();
     cli::run(
         args,
+        approver,
         |k| std::env::var(k).ok(),
         interrupt,
         &mut out,

@@ -17,6 +17,7 @@ use crate::llm::Provider;
 use crate::llm::retry::RetryPolicy;
 use crate::protocol::{Outcome, SessionId};
 use crate::tools::ToolRegistry;
+use crate::tools::permissions::{Approver, DenyAll, PermissionMode, Remembered};
 use crate::tools::scheduler::DEFAULT_MAX_PARALLEL;
 
 /// The default limit on model turns per run.
@@ -35,6 +36,9 @@ pub struct RuntimeConfig {
     pub restart: Intensity,
     /// Concurrency-safe tool calls run at once within one turn, at most.
     pub max_parallel_tools: usize,
+    /// Who is asked when a permission mode wants a person's yes (default: nobody,
+    /// so those calls are refused).
+    pub approver: Arc<dyn Approver>,
 }
 
 impl RuntimeConfig {
@@ -46,6 +50,7 @@ impl RuntimeConfig {
             retry: RetryPolicy::default(),
             restart: Intensity::default(),
             max_parallel_tools: DEFAULT_MAX_PARALLEL,
+            approver: Arc::new(DenyAll),
         }
     }
 }
@@ -116,6 +121,8 @@ pub struct SessionSpec {
     pub tool_call_id: Option<String>,
     /// Injected faults, for supervision tests.
     pub faults: Option<Arc<FaultPlan>>,
+    /// What the session's tools may do without asking.
+    pub permission_mode: PermissionMode,
 }
 
 impl SessionSpec {
@@ -135,6 +142,7 @@ impl SessionSpec {
             parent: None,
             tool_call_id: None,
             faults: None,
+            permission_mode: PermissionMode::Default,
         }
     }
 }
@@ -148,6 +156,8 @@ pub(crate) struct SessionEnv {
     pub(crate) journal: Journal,
     pub(crate) retry: RetryPolicy,
     pub(crate) max_parallel_tools: usize,
+    pub(crate) approver: Arc<dyn Approver>,
+    pub(crate) remembered: Arc<Remembered>,
 }
 
 /// A running actor tree.
@@ -172,6 +182,8 @@ impl Runtime {
             journal: journal.clone(),
             retry: config.retry,
             max_parallel_tools: config.max_parallel_tools,
+            approver: config.approver,
+            remembered: Arc::new(Remembered::default()),
         });
         let args = OrchestratorArgs {
             env,

@@ -7,6 +7,7 @@ pub(crate) mod files;
 pub mod glob;
 pub mod grep;
 pub mod ls;
+pub mod permissions;
 pub mod read;
 pub mod sandbox;
 pub mod scheduler;

@@ -8,6 +8,7 @@ mod cli;
 mod conversation;
 mod faults;
 mod fixtures;
+mod permissions;
 mod prompt_queue;
 mod protocol;
 mod supervision;

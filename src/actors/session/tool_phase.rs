@@ -14,6 +14,7 @@ use crate::conversation::{Message, ToolCall, ToolResult};
 use crate::journal::Record;
 use crate::protocol::{EventKind, Outcome};
 use crate::runtime::FaultPoint;
+use crate::tools::permissions::Gate;
 use crate::tools::scheduler::{Batch, plan};
 use crate::tools::{Concurrency, ToolContext};
 
@@ -139,6 +140,12 @@ async fn start_call(myself: &ActorRef<SessionMsg>, state: &mut SessionState, ind
             cancel,
         },
         timeout: state.spec.tools.timeout(),
+        gate: Gate {
+            mode: state.spec.permission_mode,
+            agent: state.spec.agent.clone(),
+            approver: state.env.approver.clone(),
+            remembered: state.env.remembered.clone(),
+        },
         session: myself.clone(),
         call: call.clone(),
     };

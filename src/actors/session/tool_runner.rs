@@ -13,6 +13,7 @@ use super::SessionMsg;
 use crate::actors::AbortOnDrop;
 use crate::conversation::{ToolCall, ToolResult};
 use crate::error::ToolError;
+use crate::tools::permissions::Gate;
 use crate::tools::{Tool, ToolContext};
 
 /// A ToolRunner takes no messages: it runs its call and stops.
@@ -31,6 +32,8 @@ pub(crate) struct ToolRunnerArgs {
     pub(crate) tool: Option<Arc<dyn Tool>>,
     pub(crate) ctx: ToolContext,
     pub(crate) timeout: Duration,
+    /// Decides whether the call may run.
+    pub(crate) gate: Gate,
     pub(crate) session: ActorRef<SessionMsg>,
 }
 
@@ -49,7 +52,14 @@ impl Actor for ToolRunnerActor {
         args: ToolRunnerArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
         let task = tokio::spawn(async move {
-            let outcome = run_call(args.tool.as_deref(), &args.call, &args.ctx, args.timeout).await;
+            let outcome = run_call(
+                args.tool.as_deref(),
+                &args.call,
+                &args.ctx,
+                &args.gate,
+                args.timeout,
+            )
+            .await;
             let result = match outcome {
                 Ok(content) => ToolResult {
                     tool_call_id: args.call.id.clone(),
@@ -86,12 +96,18 @@ async fn run_call(
     tool: Option<&dyn Tool>,
     call: &ToolCall,
     ctx: &ToolContext,
+    gate: &Gate,
     timeout: Duration,
 ) -> Result<String, ToolError> {
     let tool = tool.ok_or_else(|| ToolError::UnknownTool(call.name.clone()))?;
     let input = call
         .parsed_arguments()
         .map_err(|e| ToolError::InvalidInput(format!("the arguments are not valid JSON ({e})")))?;
+    // Asking a person may take a while; a cancel still gets through.
+    tokio::select! {
+        () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
+        allowed = gate.check(ctx.session, tool.name(), tool.read_only(), &input) => allowed?,
+    }
     // The call is made inside the guarded future, so a panic in the synchronous
     // part of an implementation is caught as well.
     let work = AssertUnwindSafe(async move { tool.call(input, ctx).await }).catch_unwind();

@@ -1,0 +1,363 @@
+//! Permission modes (Claude Code's): which tool calls run at once, which need a
+//! person's yes, and which are refused. The decision is pure; asking is done by an
+//! [`Approver`] the caller provides (a terminal prompt, or a refusal when there is
+//! no terminal).
+
+use std::collections::HashSet;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Mutex;
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::SessionId;
+
+/// How much a session may do without asking.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum PermissionMode {
+    /// Read-only tools only; edits and commands are refused.
+    Plan,
+    /// Edits and commands need a yes.
+    #[default]
+    Default,
+    /// Edits run; commands need a yes.
+    AcceptEdits,
+    /// Everything runs.
+    BypassPermissions,
+}
+
+impl PermissionMode {
+    /// The mode a child runs with: its own, but never more than its parent's.
+    pub fn narrowed_by(self, parent: PermissionMode) -> PermissionMode {
+        self.min(parent)
+    }
+
+    /// The name as written in flags and role files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Plan => "plan",
+            Self::Default => "default",
+            Self::AcceptEdits => "acceptEdits",
+            Self::BypassPermissions => "bypassPermissions",
+        }
+    }
+}
+
+impl fmt::Display for PermissionMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for PermissionMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "plan" => Ok(Self::Plan),
+            "default" => Ok(Self::Default),
+            "acceptEdits" => Ok(Self::AcceptEdits),
+            "bypassPermissions" => Ok(Self::BypassPermissions),
+            other => Err(format!(
+                "unknown permission mode {other:?} (expected default, acceptEdits, plan or bypassPermissions)"
+            )),
+        }
+    }
+}
+
+/// What a call is, for permission purposes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Reads only (Read, Ls, Glob, Grep).
+    Read,
+    /// Changes files (Write, Edit).
+    Edit,
+    /// Runs commands or anything else with effects (Bash, custom tools).
+    Execute,
+}
+
+impl Action {
+    /// Classifies a tool by its name and whether it is read-only.
+    pub fn of(name: &str, read_only: bool) -> Self {
+        match (read_only, name) {
+            (true, _) => Self::Read,
+            (false, "Write" | "Edit") => Self::Edit,
+            (false, _) => Self::Execute,
+        }
+    }
+}
+
+/// The verdict on one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Run it.
+    Allow,
+    /// Ask a person first.
+    Ask,
+    /// Refuse it.
+    Deny,
+}
+
+/// Decides a call under a mode.
+pub fn verdict(mode: PermissionMode, action: Action) -> Verdict {
+    match (mode, action) {
+        (_, Action::Read) | (PermissionMode::BypassPermissions, _) => Verdict::Allow,
+        (PermissionMode::AcceptEdits, Action::Edit) => Verdict::Allow,
+        (PermissionMode::Plan, Action::Edit | Action::Execute) => Verdict::Deny,
+        (PermissionMode::Default, Action::Edit | Action::Execute)
+        | (PermissionMode::AcceptEdits, Action::Execute) => Verdict::Ask,
+    }
+}
+
+/// What a person is asked about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PermissionRequest {
+    /// The session asking.
+    pub session: SessionId,
+    /// Its role.
+    pub agent: String,
+    /// The tool.
+    pub tool: String,
+    /// What it would do: the command, or the file and its change.
+    pub summary: String,
+}
+
+/// A person's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// Run this call.
+    Yes,
+    /// Refuse this call.
+    No,
+    /// Run this and every later call of this tool in this session.
+    Always,
+}
+
+/// Asks a person whether a call may run.
+pub trait Approver: Send + Sync + fmt::Debug + 'static {
+    /// The answer for `request`. With no one to ask, implementations answer `No`.
+    fn ask(&self, request: PermissionRequest) -> BoxFuture<'_, Answer>;
+
+    /// Why a call is refused when the answer was no, naming what would allow it.
+    fn refusal(&self, request: &PermissionRequest, mode: PermissionMode) -> String {
+        let needed = match Action::of(&request.tool, false) {
+            Action::Edit => "acceptEdits",
+            Action::Read | Action::Execute => "bypassPermissions",
+        };
+        format!(
+            "permission denied: {} was not approved (permission mode {mode}); run with --permission-mode {needed} to allow it",
+            request.tool
+        )
+    }
+}
+
+/// The approver when no person can be asked (no terminal): every ask is a no.
+#[derive(Debug, Default)]
+pub struct DenyAll;
+
+impl Approver for DenyAll {
+    fn ask(&self, _request: PermissionRequest) -> BoxFuture<'_, Answer> {
+        Box::pin(async { Answer::No })
+    }
+
+    fn refusal(&self, request: &PermissionRequest, mode: PermissionMode) -> String {
+        let needed = match Action::of(&request.tool, false) {
+            Action::Edit => "acceptEdits",
+            Action::Read | Action::Execute => "bypassPermissions",
+        };
+        format!(
+            "permission denied: {} needs approval under permission mode {mode}, and there is no terminal to ask; run with --permission-mode {needed} to allow it",
+            request.tool
+        )
+    }
+}
+
+/// Remembers "always" answers, per session and tool.
+#[derive(Debug, Default)]
+pub struct Remembered {
+    always: Mutex<HashSet<(SessionId, String)>>,
+}
+
+impl Remembered {
+    /// Whether a person already said "always" for this tool in this session.
+    pub fn allows(&self, session: SessionId, tool: &str) -> bool {
+        self.always
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&(session, tool.to_owned()))
+    }
+
+    /// Records an "always".
+    pub fn remember(&self, session: SessionId, tool: &str) {
+        self.always
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert((session, tool.to_owned()));
+    }
+}
+
+/// One session's permission checkpoint: its mode, who to ask, and what was
+/// already allowed "always".
+#[derive(Clone, Debug)]
+pub struct Gate {
+    /// The session's mode.
+    pub mode: PermissionMode,
+    /// The session's role, named in questions.
+    pub agent: String,
+    /// Who answers questions.
+    pub approver: std::sync::Arc<dyn Approver>,
+    /// "Always" answers, shared by every session of the process.
+    pub remembered: std::sync::Arc<Remembered>,
+}
+
+impl Gate {
+    /// Whether `tool` may run with `input` in `session`: allowed, asked and
+    /// answered yes, or refused with a message the model (and person) can act on.
+    pub async fn check(
+        &self,
+        session: SessionId,
+        tool: &str,
+        read_only: bool,
+        input: &serde_json::Value,
+    ) -> Result<(), crate::error::ToolError> {
+        let denied = crate::error::ToolError::Failed;
+        match verdict(self.mode, Action::of(tool, read_only)) {
+            Verdict::Allow => Ok(()),
+            Verdict::Deny => Err(denied(format!(
+                "permission denied: {tool} is not allowed in {} mode, which allows read-only tools only",
+                self.mode
+            ))),
+            Verdict::Ask if self.remembered.allows(session, tool) => Ok(()),
+            Verdict::Ask => {
+                let request = PermissionRequest {
+                    session,
+                    agent: self.agent.clone(),
+                    tool: tool.to_owned(),
+                    summary: summarize(tool, input),
+                };
+                match self.approver.ask(request.clone()).await {
+                    Answer::Yes => Ok(()),
+                    Answer::Always => {
+                        self.remembered.remember(session, tool);
+                        Ok(())
+                    }
+                    Answer::No => Err(denied(self.approver.refusal(&request, self.mode))),
+                }
+            }
+        }
+    }
+}
+
+/// What a call would do, for a person deciding on it: the command, or the file and
+/// the change.
+pub fn summarize(tool: &str, input: &serde_json::Value) -> String {
+    let text = |key: &str| {
+        input
+            .get(key)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("")
+    };
+    match tool {
+        "Bash" => text("command").to_owned(),
+        "Edit" => {
+            let diff = similar::TextDiff::from_lines(text("old_string"), text("new_string"))
+                .unified_diff()
+                .context_radius(2)
+                .to_string();
+            format!("{}\n{diff}", text("file_path"))
+        }
+        "Write" => format!(
+            "{} ({} lines)",
+            text("file_path"),
+            text("content").lines().count()
+        ),
+        _ => input.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_modes_allow_ask_and_deny_as_claude_code_does() {
+        use Action::*;
+        use PermissionMode::*;
+        use Verdict::*;
+        let table = [
+            (Plan, [Allow, Deny, Deny]),
+            (Default, [Allow, Ask, Ask]),
+            (AcceptEdits, [Allow, Allow, Ask]),
+            (BypassPermissions, [Allow, Allow, Allow]),
+        ];
+        for (mode, expected) in table {
+            assert_eq!(
+                [
+                    verdict(mode, Read),
+                    verdict(mode, Edit),
+                    verdict(mode, Execute)
+                ],
+                expected,
+                "{mode}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_child_can_only_narrow() {
+        use PermissionMode::*;
+        assert_eq!(BypassPermissions.narrowed_by(Default), Default);
+        assert_eq!(Plan.narrowed_by(BypassPermissions), Plan);
+        assert_eq!(AcceptEdits.narrowed_by(AcceptEdits), AcceptEdits);
+    }
+
+    #[test]
+    fn modes_parse_by_their_claude_code_names() {
+        assert_eq!(
+            "acceptEdits".parse::<PermissionMode>(),
+            Ok(PermissionMode::AcceptEdits)
+        );
+        assert!(
+            "yolo"
+                .parse::<PermissionMode>()
+                .unwrap_err()
+                .contains(r#"unknown permission mode "yolo""#)
+        );
+    }
+
+    #[test]
+    fn tools_are_classified_by_effect() {
+        assert_eq!(Action::of("Read", true), Action::Read);
+        assert_eq!(Action::of("Edit", false), Action::Edit);
+        assert_eq!(Action::of("Bash", false), Action::Execute);
+        assert_eq!(Action::of("deploy", false), Action::Execute);
+    }
+
+    #[test]
+    fn without_a_terminal_the_refusal_names_the_flag() {
+        let request = PermissionRequest {
+            session: SessionId::new(),
+            agent: "main".into(),
+            tool: "Bash".into(),
+            summary: "rm -rf target".into(),
+        };
+        let text = DenyAll.refusal(&request, PermissionMode::Default);
+        assert!(
+            text.contains("--permission-mode bypassPermissions"),
+            "{text}"
+        );
+        let edit = PermissionRequest {
+            tool: "Edit".into(),
+            ..request
+        };
+        assert!(
+            DenyAll
+                .refusal(&edit, PermissionMode::Default)
+                .contains("--permission-mode acceptEdits")
+        );
+    }
+}
