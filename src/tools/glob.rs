@@ -1,1 +1,317 @@
-//! The `Glob` tool (being written).
+//! The `Glob` tool: finds files by a glob on their path, newest first. It also owns the
+//! directory walk `Grep` shares (which files a search sees, and in what order they are
+//! shown). It does not read contents (that is `Grep`) or list one directory (`Ls`).
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use futures::future::BoxFuture;
+use globset::GlobBuilder;
+use ignore::WalkBuilder;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::ToolError;
+use crate::tools::{Concurrency, Tool, ToolContext};
+
+/// Paths shown at most; the model is told how many more there were.
+const MAX_RESULTS: usize = 100;
+
+/// Names no search descends into (unless asked to search inside one): version-control
+/// internals (`.git` may also be a file, in a worktree), and the session journals,
+/// which would otherwise match whatever the model has just searched for.
+const SKIPPED_DIRS: [&str; 2] = [".git", ".orchestrate"];
+
+const DESCRIPTION: &str = "\
+Finds files whose path matches a glob pattern and returns their paths (relative to the \
+workspace), most recently modified first.
+
+- The pattern is matched against each file's path relative to `path` (a directory; the \
+workspace root by default). `*` does not cross `/`: `*.toml` matches only files directly \
+in `path`; use `**/` to match at any depth, e.g. `**/*.rs`, `src/**/*.{ts,tsx}`, \
+`**/test_*.py`.
+- Files ignored by .gitignore or .ignore are skipped, as is the .git directory. Hidden \
+files are included.
+- At most 100 paths are returned; when there are more, the output says how many. Narrow \
+with a more specific pattern or a deeper `path`.
+- To search inside files use Grep; to list one directory use Ls.";
+
+/// Input of `Glob`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct GlobInput {
+    /// The glob to match file paths against, relative to `path`: `**/*.rs`,
+    /// `src/**/*.{ts,tsx}`, `*.toml` (directly in `path` only).
+    pattern: String,
+    /// The directory to search in. Defaults to the workspace root.
+    path: Option<String>,
+}
+
+/// Finds files by name pattern.
+#[derive(Debug)]
+pub struct Glob;
+
+impl Tool for Glob {
+    fn name(&self) -> &str {
+        "Glob"
+    }
+
+    fn description(&self) -> &str {
+        DESCRIPTION
+    }
+
+    fn input_schema(&self) -> Value {
+        schemars::schema_for!(GlobInput).to_value()
+    }
+
+    fn read_only(&self) -> bool {
+        true
+    }
+
+    fn concurrency(&self, _input: &Value) -> Concurrency {
+        Concurrency::Safe
+    }
+
+    fn call<'a>(
+        &'a self,
+        input: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<String, ToolError>> {
+        Box::pin(async move {
+            let input: GlobInput = serde_json::from_value(input)
+                .map_err(|e| ToolError::InvalidInput(e.to_string()))?;
+            let pattern = input.pattern.trim_start_matches("./");
+            if Path::new(pattern).is_absolute() {
+                return Err(ToolError::InvalidInput(format!(
+                    "the pattern {pattern:?} is absolute; give the directory as `path` and a \
+                     pattern relative to it"
+                )));
+            }
+            let matcher = GlobBuilder::new(pattern)
+                .literal_separator(true)
+                .build()
+                .map_err(|e| ToolError::InvalidInput(e.to_string()))?
+                .compile_matcher();
+            let dir = match input.path.as_deref().filter(|p| !p.is_empty()) {
+                Some(path) => ctx.resolve(path)?,
+                None => ctx.workspace.clone(),
+            };
+            if !dir.is_dir() {
+                let shown = ctx.display(&dir);
+                return Err(ToolError::Failed(if dir.exists() {
+                    format!("{shown} is a file, not a directory; give a directory as `path`")
+                } else {
+                    format!("{shown}: no such directory")
+                }));
+            }
+            let cancel = ctx.cancel.clone();
+            let found = tokio::task::spawn_blocking(move || {
+                let mut found = Vec::new();
+                for entry in walker(&dir).build() {
+                    if cancel.is_cancelled() {
+                        return Err(ToolError::Cancelled);
+                    }
+                    let Ok(entry) = entry else { continue };
+                    let is_file = entry.file_type().is_some_and(|t| t.is_file());
+                    let relative = entry.path().strip_prefix(&dir).unwrap_or(entry.path());
+                    if is_file && matcher.is_match(relative) {
+                        found.push(entry.into_path());
+                    }
+                }
+                Ok(newest_first(found))
+            })
+            .await
+            .map_err(|e| ToolError::Crashed(e.to_string()))??;
+            if found.is_empty() {
+                return Ok("No files found".into());
+            }
+            let mut out: Vec<String> = found
+                .iter()
+                .take(MAX_RESULTS)
+                .map(|p| ctx.display(p))
+                .collect();
+            if found.len() > MAX_RESULTS {
+                let more = found.len() - MAX_RESULTS;
+                out.push(format!(
+                    "[{more} more files not shown; narrow the search with a more specific \
+                     pattern or path]"
+                ));
+            }
+            Ok(out.join("\n"))
+        })
+    }
+}
+
+/// The walk every search uses: honours .gitignore and .ignore files (also outside a
+/// git repository, and those of the directories above `root`), includes hidden files,
+/// never follows symlinks (their targets may lie outside the workspace), and skips
+/// [`SKIPPED_DIRS`]. The user's global git excludes are not read: what a search sees
+/// depends on the workspace alone.
+pub(crate) fn walker(root: &Path) -> WalkBuilder {
+    let mut builder = WalkBuilder::new(root);
+    builder
+        .hidden(false)
+        .require_git(false)
+        .git_global(false)
+        .follow_links(false)
+        .filter_entry(|entry| !SKIPPED_DIRS.iter().any(|d| entry.file_name() == *d));
+    builder
+}
+
+/// Sorts files by modification time, newest first, ties by path; a file whose time
+/// cannot be read counts as oldest.
+pub(crate) fn newest_first(files: Vec<PathBuf>) -> Vec<PathBuf> {
+    let mut timed: Vec<(SystemTime, PathBuf)> = files
+        .into_iter()
+        .map(|path| {
+            let modified = std::fs::metadata(&path)
+                .and_then(|m| m.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            (modified, path)
+        })
+        .collect();
+    timed.sort_by(|(ta, pa), (tb, pb)| tb.cmp(ta).then_with(|| pa.cmp(pb)));
+    timed.into_iter().map(|(_, path)| path).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::protocol::SessionId;
+
+    /// A workspace `ws` inside a temporary directory (so `../outside` exists).
+    fn workspace() -> (tempfile::TempDir, ToolContext) {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = dir.path().canonicalize().unwrap().join("ws");
+        std::fs::create_dir_all(&workspace).unwrap();
+        std::fs::create_dir_all(dir.path().join("outside")).unwrap();
+        let ctx = ToolContext {
+            workspace,
+            session: SessionId::new(),
+            call_id: "call-1".into(),
+            cancel: CancellationToken::new(),
+        };
+        (dir, ctx)
+    }
+
+    /// Writes `files` under the workspace, each modified `i` seconds after the epoch
+    /// plus a day, so later files in the list are newer.
+    fn write(ctx: &ToolContext, files: &[&str]) {
+        for (i, name) in (0u64..).zip(files) {
+            let path = ctx.workspace.join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            let file = std::fs::File::create(&path).unwrap();
+            let at = SystemTime::UNIX_EPOCH + Duration::from_secs(86_400 + i);
+            file.set_modified(at).unwrap();
+        }
+    }
+
+    async fn glob(ctx: &ToolContext, input: Value) -> Result<String, ToolError> {
+        Glob.call(input, ctx).await
+    }
+
+    #[tokio::test]
+    async fn matches_by_path_relative_to_the_directory() {
+        let (_d, ctx) = workspace();
+        write(
+            &ctx,
+            &["Cargo.toml", "src/lib.rs", "src/tools/glob.rs", "README.md"],
+        );
+        let all = glob(&ctx, json!({"pattern": "**/*.rs"})).await.unwrap();
+        assert_eq!(all, "src/tools/glob.rs\nsrc/lib.rs");
+        let top = glob(&ctx, json!({"pattern": "*.toml"})).await.unwrap();
+        assert_eq!(top, "Cargo.toml");
+        let under = glob(&ctx, json!({"pattern": "*.rs", "path": "src"}))
+            .await
+            .unwrap();
+        assert_eq!(under, "src/lib.rs");
+        let braces = glob(&ctx, json!({"pattern": "*.{md,toml}"})).await.unwrap();
+        assert_eq!(braces, "README.md\nCargo.toml");
+        let none = glob(&ctx, json!({"pattern": "**/*.py"})).await.unwrap();
+        assert_eq!(none, "No files found");
+    }
+
+    #[tokio::test]
+    async fn honours_gitignore_without_a_git_directory_and_skips_dot_git() {
+        let (_d, ctx) = workspace();
+        write(
+            &ctx,
+            &[
+                "target/debug/out.rs",
+                "src/main.rs",
+                ".git/hooks/pre-commit.rs",
+                ".orchestrate/sessions/a.rs",
+                ".github/build.rs",
+                "notes/skip.rs",
+            ],
+        );
+        std::fs::write(ctx.workspace.join(".gitignore"), "target/\n").unwrap();
+        std::fs::write(ctx.workspace.join(".ignore"), "notes/\n").unwrap();
+        let out = glob(&ctx, json!({"pattern": "**/*.rs"})).await.unwrap();
+        assert_eq!(out, ".github/build.rs\nsrc/main.rs");
+    }
+
+    #[tokio::test]
+    async fn newest_first_ties_by_path() {
+        let (_d, ctx) = workspace();
+        write(&ctx, &["old.txt", "mid.txt", "new.txt"]);
+        let same = SystemTime::UNIX_EPOCH + Duration::from_secs(86_400);
+        for name in ["b-tie.txt", "a-tie.txt"] {
+            let file = std::fs::File::create(ctx.workspace.join(name)).unwrap();
+            file.set_modified(same).unwrap();
+        }
+        let out = glob(&ctx, json!({"pattern": "*.txt"})).await.unwrap();
+        assert_eq!(out, "new.txt\nmid.txt\na-tie.txt\nb-tie.txt\nold.txt");
+    }
+
+    #[tokio::test]
+    async fn caps_at_one_hundred_and_says_how_many_more() {
+        let (_d, ctx) = workspace();
+        let names: Vec<String> = (0..130).map(|i| format!("f{i:03}.txt")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        write(&ctx, &names);
+        let out = glob(&ctx, json!({"pattern": "*.txt"})).await.unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 101);
+        assert_eq!(lines[0], "f129.txt");
+        assert_eq!(lines[99], "f030.txt");
+        assert_eq!(
+            lines[100],
+            "[30 more files not shown; narrow the search with a more specific pattern or path]"
+        );
+    }
+
+    #[tokio::test]
+    async fn refuses_paths_outside_the_workspace_and_bad_input() {
+        let (_d, ctx) = workspace();
+        let err = glob(&ctx, json!({"pattern": "*", "path": "../outside"}))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("outside the workspace"), "{err}");
+        let err = glob(&ctx, json!({"pattern": "*", "path": "missing"}))
+            .await
+            .unwrap_err();
+        assert_eq!(err.to_string(), "missing: no such directory");
+        let err = glob(&ctx, json!({"pattern": "a[", "path": "."}))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ToolError::InvalidInput(_)), "{err}");
+        let err = glob(&ctx, json!({"pattern": "/etc/*"})).await.unwrap_err();
+        assert!(matches!(err, ToolError::InvalidInput(_)), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_call_stops() {
+        let (_d, ctx) = workspace();
+        write(&ctx, &["a.txt"]);
+        ctx.cancel.cancel();
+        let err = glob(&ctx, json!({"pattern": "*"})).await.unwrap_err();
+        assert!(matches!(err, ToolError::Cancelled), "{err}");
+    }
+}

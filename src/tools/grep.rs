@@ -1,1 +1,698 @@
-//! The `Grep` tool (being written).
+//! The `Grep` tool: searches file contents with ripgrep's crates (grep-regex for the
+//! pattern, grep-searcher for the lines and their context) over the files the shared
+//! walk (`glob::walker`) sees, and prints the result the way ripgrep would. It does not
+//! find files by name (that is `Glob`) or read whole files (`Read`).
+
+use std::path::PathBuf;
+
+use futures::future::BoxFuture;
+use grep_regex::{RegexMatcher, RegexMatcherBuilder};
+use grep_searcher::{
+    BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkFinish, SinkMatch,
+};
+use ignore::WalkBuilder;
+use ignore::overrides::OverrideBuilder;
+use ignore::types::TypesBuilder;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::ToolError;
+use crate::tools::glob::{newest_first, walker};
+use crate::tools::{Concurrency, Tool, ToolContext};
+
+/// Entries shown when the model gives no `head_limit`: enough for any focused search,
+/// few enough that a careless one does not flood the context.
+const DEFAULT_HEAD_LIMIT: usize = 500;
+
+/// Characters of one line shown at most (minified files have lines of megabytes).
+const MAX_LINE_CHARS: usize = 500;
+
+const DESCRIPTION: &str = "\
+Searches file contents for a regular expression (ripgrep's engine and syntax) under \
+`path`: a file or a directory, the workspace root by default. Files ignored by .gitignore \
+or .ignore, the .git directory and binary files are skipped; hidden files are searched.
+
+Output modes (`output_mode`):
+- `files_with_matches` (default): the paths of matching files, most recently modified \
+first.
+- `content`: the matching lines as `path:line:text` (`-n`, on by default; `path:text` \
+with `\"-n\": false`). `-A`, `-B` and `-C` add context lines, printed as `path-line-text`, \
+with `--` between groups that are not adjacent.
+- `count`: `path:N`, the number of matching lines in each file.
+
+Narrow a search with `glob` (e.g. `*.rs`, `*.{ts,tsx}`, `src/**/*.py`: a glob without `/` \
+matches file names at any depth, one with `/` matches paths from the workspace root), \
+with `type` (a ripgrep file type: `rust`, `py`, `js`, `ts`, `go`, `java`, `c`, `cpp`, \
+`md`, …) or with a deeper `path`. `-i` ignores case. Patterns match within one line; set \
+`multiline: true` to let a pattern span lines (`.` then matches newlines too). Escape \
+regex metacharacters to find them literally: `interface\\{\\}` finds `interface{}`.
+
+At most `head_limit` entries (lines, paths or counts; 500 by default, 0 for no limit) are \
+shown, then a note says how many more there were. Lines longer than 500 characters are \
+cut.";
+
+/// What a search prints.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[schemars(inline)]
+enum OutputMode {
+    Content,
+    #[default]
+    FilesWithMatches,
+    Count,
+}
+
+/// Input of `Grep`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct GrepInput {
+    /// The regular expression to search file contents for (ripgrep syntax).
+    pattern: String,
+    /// The file or directory to search in. Defaults to the workspace root.
+    path: Option<String>,
+    /// Only search files matching this glob (rg --glob), e.g. `*.rs`, `*.{ts,tsx}`,
+    /// `src/**/*.py`.
+    glob: Option<String>,
+    /// Only search files of this type (rg --type), e.g. `rust`, `py`, `js`, `ts`, `go`.
+    #[serde(rename = "type")]
+    file_type: Option<String>,
+    /// `files_with_matches` (default): paths of matching files, newest first; `content`:
+    /// the matching lines; `count`: the number of matching lines per file.
+    output_mode: Option<OutputMode>,
+    /// Case-insensitive search (rg -i).
+    #[serde(rename = "-i")]
+    case_insensitive: Option<bool>,
+    /// Show line numbers (rg -n). `content` mode only; defaults to true.
+    #[serde(rename = "-n")]
+    line_numbers: Option<bool>,
+    /// Lines to show after each match (rg -A). `content` mode only.
+    #[serde(rename = "-A")]
+    after: Option<usize>,
+    /// Lines to show before each match (rg -B). `content` mode only.
+    #[serde(rename = "-B")]
+    before: Option<usize>,
+    /// Lines to show before and after each match (rg -C). `content` mode only.
+    #[serde(rename = "-C")]
+    context: Option<usize>,
+    /// Show only the first N entries (lines, paths or counts), like `| head -N`.
+    /// Defaults to 500; 0 means no limit.
+    head_limit: Option<usize>,
+    /// Let the pattern span lines, with `.` matching newlines (rg -U --multiline-dotall).
+    multiline: Option<bool>,
+}
+
+/// Searches file contents.
+#[derive(Debug)]
+pub struct Grep;
+
+impl Tool for Grep {
+    fn name(&self) -> &str {
+        "Grep"
+    }
+
+    fn description(&self) -> &str {
+        DESCRIPTION
+    }
+
+    fn input_schema(&self) -> Value {
+        schemars::schema_for!(GrepInput).to_value()
+    }
+
+    fn read_only(&self) -> bool {
+        true
+    }
+
+    fn concurrency(&self, _input: &Value) -> Concurrency {
+        Concurrency::Safe
+    }
+
+    fn call<'a>(
+        &'a self,
+        input: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<String, ToolError>> {
+        Box::pin(async move {
+            let input: GrepInput = serde_json::from_value(input)
+                .map_err(|e| ToolError::InvalidInput(e.to_string()))?;
+            let search = Search::new(&input, ctx)?;
+            tokio::task::spawn_blocking(move || search.run())
+                .await
+                .map_err(|e| ToolError::Crashed(e.to_string()))?
+        })
+    }
+}
+
+/// A search whose input has been checked, ready to run off the async runtime.
+#[derive(Debug)]
+struct Search {
+    ctx: ToolContext,
+    walker: WalkBuilder,
+    matcher: RegexMatcher,
+    searcher: Searcher,
+    mode: OutputMode,
+    line_numbers: bool,
+    /// Whether context lines were asked for (ripgrep then puts `--` between files too).
+    context: bool,
+    limit: usize,
+}
+
+impl Search {
+    fn new(input: &GrepInput, ctx: &ToolContext) -> Result<Self, ToolError> {
+        let multiline = input.multiline.unwrap_or(false);
+        let matcher = RegexMatcherBuilder::new()
+            .case_insensitive(input.case_insensitive.unwrap_or(false))
+            .multi_line(true)
+            .dot_matches_new_line(multiline)
+            // Without multiline the matcher must never match across a line end.
+            .line_terminator((!multiline).then_some(b'\n'))
+            .build(&input.pattern)
+            .map_err(|e| {
+                ToolError::InvalidInput(format!("the pattern is not a valid regex: {e}"))
+            })?;
+        let root = match input.path.as_deref().filter(|p| !p.is_empty()) {
+            Some(path) => ctx.resolve(path)?,
+            None => ctx.workspace.clone(),
+        };
+        if !root.exists() {
+            let shown = ctx.display(&root);
+            return Err(ToolError::Failed(format!(
+                "{shown}: no such file or directory"
+            )));
+        }
+        let mut walker = walker(&root);
+        if let Some(glob) = input.glob.as_deref().filter(|g| !g.is_empty()) {
+            // Rooted at the workspace, as ripgrep roots `--glob` at its working directory.
+            let mut overrides = OverrideBuilder::new(&ctx.workspace);
+            overrides
+                .add(glob)
+                .map_err(|e| ToolError::InvalidInput(format!("bad glob {glob:?}: {e}")))?;
+            let overrides = overrides
+                .build()
+                .map_err(|e| ToolError::InvalidInput(format!("bad glob {glob:?}: {e}")))?;
+            walker.overrides(overrides);
+        }
+        if let Some(name) = input.file_type.as_deref().filter(|t| !t.is_empty()) {
+            let types = TypesBuilder::new()
+                .add_defaults()
+                .select(name)
+                .build()
+                .map_err(|e| {
+                    ToolError::InvalidInput(format!("{e}; use `glob` to select other files"))
+                })?;
+            walker.types(types);
+        }
+        let mode = input.output_mode.unwrap_or_default();
+        let (before, after) = if mode == OutputMode::Content {
+            (
+                input.before.or(input.context).unwrap_or(0),
+                input.after.or(input.context).unwrap_or(0),
+            )
+        } else {
+            (0, 0)
+        };
+        let searcher = SearcherBuilder::new()
+            .line_number(true)
+            .multi_line(multiline)
+            .before_context(before)
+            .after_context(after)
+            .binary_detection(BinaryDetection::quit(b'\0'))
+            .build();
+        Ok(Self {
+            ctx: ctx.clone(),
+            walker,
+            matcher,
+            searcher,
+            mode,
+            line_numbers: input.line_numbers.unwrap_or(true),
+            context: before > 0 || after > 0,
+            limit: match input.head_limit {
+                Some(0) => usize::MAX,
+                Some(limit) => limit,
+                None => DEFAULT_HEAD_LIMIT,
+            },
+        })
+    }
+
+    /// Walks, searches each file in path order, and renders the output.
+    fn run(mut self) -> Result<String, ToolError> {
+        let mut files = Vec::new();
+        for entry in self.walker.build() {
+            if self.ctx.cancel.is_cancelled() {
+                return Err(ToolError::Cancelled);
+            }
+            let Ok(entry) = entry else { continue };
+            if entry.file_type().is_some_and(|t| t.is_file()) {
+                files.push(entry.into_path());
+            }
+        }
+        files.sort();
+        let mut entries = Entries {
+            shown: Vec::new(),
+            limit: self.limit,
+            omitted: 0,
+        };
+        let mut matched: Vec<PathBuf> = Vec::new();
+        for file in files {
+            if self.ctx.cancel.is_cancelled() {
+                return Err(ToolError::Cancelled);
+            }
+            let path = self.ctx.display(&file);
+            let mut sink = FileSink {
+                mode: self.mode,
+                path: &path,
+                line_numbers: self.line_numbers,
+                room: entries.limit.saturating_sub(entries.shown.len()),
+                cancel: &self.ctx.cancel,
+                lines: Vec::new(),
+                overflow: 0,
+                matched_lines: 0,
+                binary: false,
+            };
+            // A file that cannot be read is skipped, as ripgrep skips it.
+            let searched = self.searcher.search_path(&self.matcher, &file, &mut sink);
+            if searched.is_err() || sink.binary || sink.matched_lines == 0 {
+                continue;
+            }
+            match self.mode {
+                OutputMode::FilesWithMatches => matched.push(file),
+                OutputMode::Count => entries.push(format!("{path}:{}", sink.matched_lines)),
+                OutputMode::Content => {
+                    if self.context && !entries.is_empty() {
+                        entries.push("--".into());
+                    }
+                    let overflow = sink.overflow;
+                    for line in sink.lines {
+                        entries.push(line);
+                    }
+                    entries.omitted += overflow;
+                }
+            }
+        }
+        // A sink stops its file early on cancel; what was found is then incomplete.
+        if self.ctx.cancel.is_cancelled() {
+            return Err(ToolError::Cancelled);
+        }
+        for file in newest_first(matched) {
+            entries.push(self.ctx.display(&file));
+        }
+        Ok(entries.render(self.mode))
+    }
+}
+
+/// The output's entries with the head limit applied: the first `limit` are kept, the
+/// rest only counted.
+#[derive(Debug)]
+struct Entries {
+    shown: Vec<String>,
+    limit: usize,
+    omitted: usize,
+}
+
+impl Entries {
+    fn push(&mut self, entry: String) {
+        if self.shown.len() < self.limit {
+            self.shown.push(entry);
+        } else {
+            self.omitted += 1;
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.shown.is_empty() && self.omitted == 0
+    }
+
+    fn render(self, mode: OutputMode) -> String {
+        if self.is_empty() {
+            return match mode {
+                OutputMode::FilesWithMatches => "No files found".into(),
+                OutputMode::Content | OutputMode::Count => "No matches found".into(),
+            };
+        }
+        let mut out = self.shown.join("\n");
+        if self.omitted > 0 {
+            let what = match mode {
+                OutputMode::Content => "lines",
+                OutputMode::FilesWithMatches => "files",
+                OutputMode::Count => "counts",
+            };
+            out.push_str(&format!(
+                "\n[{} more {what} not shown; narrow the search with path, glob or type, or \
+                 raise head_limit]",
+                self.omitted
+            ));
+        }
+        out
+    }
+}
+
+/// Collects what one file contributes to the output: its lines (at most `room` of
+/// them, the rest counted in `overflow`) or its number of matching lines.
+#[derive(Debug)]
+struct FileSink<'a> {
+    mode: OutputMode,
+    path: &'a str,
+    line_numbers: bool,
+    room: usize,
+    cancel: &'a CancellationToken,
+    lines: Vec<String>,
+    overflow: usize,
+    matched_lines: u64,
+    /// The file turned out to hold a NUL byte; what it matched is dropped.
+    binary: bool,
+}
+
+impl FileSink<'_> {
+    fn push(&mut self, entry: impl FnOnce() -> String) {
+        if self.lines.len() < self.room {
+            self.lines.push(entry());
+        } else {
+            self.overflow += 1;
+        }
+    }
+
+    /// One line as ripgrep prints it: `:` after the path of a matching line, `-` after
+    /// the path of a context line.
+    fn line(&mut self, separator: char, number: u64, bytes: &[u8]) {
+        let path = self.path;
+        let line_numbers = self.line_numbers;
+        self.push(|| {
+            let text = String::from_utf8_lossy(bytes);
+            let text = text.trim_end_matches(['\n', '\r']);
+            let text = match text.char_indices().nth(MAX_LINE_CHARS) {
+                Some((end, _)) => {
+                    format!(
+                        "{} [… line cut at {MAX_LINE_CHARS} characters]",
+                        &text[..end]
+                    )
+                }
+                None => text.to_owned(),
+            };
+            if line_numbers {
+                format!("{path}{separator}{number}{separator}{text}")
+            } else {
+                format!("{path}{separator}{text}")
+            }
+        });
+    }
+}
+
+impl Sink for FileSink<'_> {
+    type Error = std::io::Error;
+
+    fn matched(&mut self, _: &Searcher, mat: &SinkMatch<'_>) -> Result<bool, Self::Error> {
+        let first = mat.line_number().unwrap_or(0);
+        for (number, line) in (first..).zip(mat.lines()) {
+            self.matched_lines += 1;
+            if self.mode == OutputMode::Content {
+                self.line(':', number, line);
+            }
+        }
+        Ok(self.mode != OutputMode::FilesWithMatches && !self.cancel.is_cancelled())
+    }
+
+    fn context(&mut self, _: &Searcher, context: &SinkContext<'_>) -> Result<bool, Self::Error> {
+        self.line('-', context.line_number().unwrap_or(0), context.bytes());
+        Ok(!self.cancel.is_cancelled())
+    }
+
+    fn context_break(&mut self, _: &Searcher) -> Result<bool, Self::Error> {
+        self.push(|| "--".into());
+        Ok(true)
+    }
+
+    fn finish(&mut self, _: &Searcher, finish: &SinkFinish) -> Result<(), Self::Error> {
+        self.binary = finish.binary_byte_offset().is_some();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::protocol::SessionId;
+
+    /// A workspace `ws` inside a temporary directory (so `../outside` exists).
+    fn workspace() -> (tempfile::TempDir, ToolContext) {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = dir.path().canonicalize().unwrap().join("ws");
+        std::fs::create_dir_all(&workspace).unwrap();
+        std::fs::create_dir_all(dir.path().join("outside")).unwrap();
+        std::fs::write(dir.path().join("outside/secret.txt"), "hello\n").unwrap();
+        let ctx = ToolContext {
+            workspace,
+            session: SessionId::new(),
+            call_id: "call-1".into(),
+            cancel: CancellationToken::new(),
+        };
+        (dir, ctx)
+    }
+
+    /// Writes `files` (name, contents) under the workspace; each is modified a second
+    /// after the one before, so later files are newer.
+    fn write(ctx: &ToolContext, files: &[(&str, &[u8])]) {
+        for (i, (name, contents)) in (0u64..).zip(files) {
+            let path = ctx.workspace.join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, contents).unwrap();
+            let at = SystemTime::UNIX_EPOCH + Duration::from_secs(86_400 + i);
+            let file = std::fs::File::options().write(true).open(&path).unwrap();
+            file.set_modified(at).unwrap();
+        }
+    }
+
+    /// The files most tests search.
+    fn fixture() -> (tempfile::TempDir, ToolContext) {
+        let (dir, ctx) = workspace();
+        write(
+            &ctx,
+            &[
+                (
+                    "greek.txt",
+                    b"alpha\nbeta\ngamma\ndelta\nepsilon\nzeta\neta\ntheta\n",
+                ),
+                ("src/lib.rs", b"pub fn hello() {}\nfn Hello() {}\n"),
+                ("src/main.py", b"print('hello')\n"),
+                ("data.bin", b"hello\0\x01\x02binary\n"),
+                (".gitignore", b"target/\n"),
+                ("target/gen.rs", b"fn hello() {}\n"),
+            ],
+        );
+        (dir, ctx)
+    }
+
+    async fn grep(ctx: &ToolContext, input: Value) -> Result<String, ToolError> {
+        Grep.call(input, ctx).await
+    }
+
+    #[tokio::test]
+    async fn files_with_matches_is_the_default_newest_first() {
+        let (_d, ctx) = fixture();
+        let out = grep(&ctx, json!({"pattern": "hello"})).await.unwrap();
+        // The binary file and the ignored target/ are skipped.
+        assert_eq!(out, "src/main.py\nsrc/lib.rs");
+        let none = grep(&ctx, json!({"pattern": "omega"})).await.unwrap();
+        assert_eq!(none, "No files found");
+    }
+
+    #[tokio::test]
+    async fn case_insensitive_finds_more() {
+        let (_d, ctx) = fixture();
+        let sensitive = json!({"pattern": "HELLO", "output_mode": "content"});
+        assert_eq!(grep(&ctx, sensitive).await.unwrap(), "No matches found");
+        let insensitive = json!({"pattern": "HELLO", "-i": true, "output_mode": "content"});
+        assert_eq!(
+            grep(&ctx, insensitive).await.unwrap(),
+            "src/lib.rs:1:pub fn hello() {}\nsrc/lib.rs:2:fn Hello() {}\nsrc/main.py:1:print('hello')"
+        );
+    }
+
+    #[tokio::test]
+    async fn content_with_and_without_line_numbers() {
+        let (_d, ctx) = fixture();
+        let numbered = json!({"pattern": "hello", "output_mode": "content"});
+        assert_eq!(
+            grep(&ctx, numbered).await.unwrap(),
+            "src/lib.rs:1:pub fn hello() {}\nsrc/main.py:1:print('hello')"
+        );
+        let bare = json!({"pattern": "hello", "output_mode": "content", "-n": false});
+        assert_eq!(
+            grep(&ctx, bare).await.unwrap(),
+            "src/lib.rs:pub fn hello() {}\nsrc/main.py:print('hello')"
+        );
+    }
+
+    #[tokio::test]
+    async fn context_lines_and_group_separators_as_ripgrep_prints_them() {
+        let (_d, ctx) = fixture();
+        write(&ctx, &[("more.txt", b"one\ngamma\ntwo\n")]);
+        let both = json!({"pattern": "^(gamma|theta)$", "output_mode": "content", "-C": 1});
+        assert_eq!(
+            grep(&ctx, both).await.unwrap(),
+            "greek.txt-2-beta\ngreek.txt:3:gamma\ngreek.txt-4-delta\n--\n\
+             greek.txt-7-eta\ngreek.txt:8:theta\n--\n\
+             more.txt-1-one\nmore.txt:2:gamma\nmore.txt-3-two"
+        );
+        let after = json!({
+            "pattern": "gamma", "path": "greek.txt", "output_mode": "content", "-A": 2, "-n": false,
+        });
+        assert_eq!(
+            grep(&ctx, after).await.unwrap(),
+            "greek.txt:gamma\ngreek.txt-delta\ngreek.txt-epsilon"
+        );
+        // -B overrides -C on its side.
+        let before = json!({
+            "pattern": "delta", "path": "greek.txt", "output_mode": "content", "-C": 1, "-B": 0,
+        });
+        assert_eq!(
+            grep(&ctx, before).await.unwrap(),
+            "greek.txt:4:delta\ngreek.txt-5-epsilon"
+        );
+    }
+
+    #[tokio::test]
+    async fn count_mode_counts_matching_lines() {
+        let (_d, ctx) = fixture();
+        let out = grep(&ctx, json!({"pattern": "fn|eta", "output_mode": "count"}))
+            .await
+            .unwrap();
+        assert_eq!(out, "greek.txt:4\nsrc/lib.rs:2");
+    }
+
+    #[tokio::test]
+    async fn glob_and_type_filters() {
+        let (_d, ctx) = fixture();
+        let py = grep(&ctx, json!({"pattern": "hello", "glob": "*.py"}))
+            .await
+            .unwrap();
+        assert_eq!(py, "src/main.py");
+        let rooted = json!({"pattern": "hello", "glob": "src/*.rs", "path": "src"});
+        assert_eq!(grep(&ctx, rooted).await.unwrap(), "src/lib.rs");
+        let rust = grep(&ctx, json!({"pattern": "hello", "type": "rust"}))
+            .await
+            .unwrap();
+        assert_eq!(rust, "src/lib.rs");
+        let err = grep(&ctx, json!({"pattern": "hello", "type": "klingon"}))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ToolError::InvalidInput(_)), "{err}");
+        assert!(err.to_string().contains("klingon"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn head_limit_caps_every_mode_and_says_how_many_more() {
+        let (_d, ctx) = fixture();
+        let content = json!({"pattern": "a$", "output_mode": "content", "head_limit": 2});
+        assert_eq!(
+            grep(&ctx, content).await.unwrap(),
+            "greek.txt:1:alpha\ngreek.txt:2:beta\n[5 more lines not shown; narrow the search \
+             with path, glob or type, or raise head_limit]"
+        );
+        let files = json!({"pattern": "hello", "head_limit": 1});
+        assert_eq!(
+            grep(&ctx, files).await.unwrap(),
+            "src/main.py\n[1 more files not shown; narrow the search with path, glob or type, \
+             or raise head_limit]"
+        );
+        let count = json!({"pattern": "fn|eta", "output_mode": "count", "head_limit": 1});
+        assert_eq!(
+            grep(&ctx, count).await.unwrap(),
+            "greek.txt:4\n[1 more counts not shown; narrow the search with path, glob or type, \
+             or raise head_limit]"
+        );
+    }
+
+    #[tokio::test]
+    async fn multiline_patterns_span_lines() {
+        let (_d, ctx) = fixture();
+        let input = json!({"pattern": r"hello\(\) \{\}\nfn", "output_mode": "content"});
+        let err = grep(&ctx, input).await.unwrap_err();
+        assert!(matches!(err, ToolError::InvalidInput(_)), "{err}");
+        let input = json!({"pattern": r"pub.*\nfn", "output_mode": "content", "multiline": true});
+        assert_eq!(
+            grep(&ctx, input).await.unwrap(),
+            "src/lib.rs:1:pub fn hello() {}\nsrc/lib.rs:2:fn Hello() {}"
+        );
+    }
+
+    #[tokio::test]
+    async fn binary_files_are_skipped_in_every_mode() {
+        let (_d, ctx) = fixture();
+        for mode in ["content", "files_with_matches", "count"] {
+            let input = json!({"pattern": "binary", "output_mode": mode});
+            let out = grep(&ctx, input).await.unwrap();
+            assert!(out.starts_with("No "), "{mode}: {out}");
+        }
+    }
+
+    #[tokio::test]
+    async fn long_lines_are_cut() {
+        let (_d, ctx) = workspace();
+        let line = format!("{}\n", "x".repeat(600));
+        write(&ctx, &[("min.js", line.as_bytes())]);
+        let out = grep(&ctx, json!({"pattern": "x", "output_mode": "content"}))
+            .await
+            .unwrap();
+        let expected = format!(
+            "min.js:1:{} [… line cut at 500 characters]",
+            "x".repeat(500)
+        );
+        assert_eq!(out, expected);
+    }
+
+    #[tokio::test]
+    async fn bad_regex_and_bad_paths_are_errors() {
+        let (_d, ctx) = fixture();
+        let err = grep(&ctx, json!({"pattern": "fn("})).await.unwrap_err();
+        assert!(matches!(err, ToolError::InvalidInput(_)), "{err}");
+        assert!(err.to_string().contains("unclosed group"), "{err}");
+        let err = grep(&ctx, json!({"pattern": "hello", "path": "../outside"}))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("outside the workspace"), "{err}");
+        let err = grep(&ctx, json!({"pattern": "hello", "path": "nope"}))
+            .await
+            .unwrap_err();
+        assert_eq!(err.to_string(), "nope: no such file or directory");
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_call_stops() {
+        let (_d, ctx) = fixture();
+        ctx.cancel.cancel();
+        let err = grep(&ctx, json!({"pattern": "hello"})).await.unwrap_err();
+        assert!(matches!(err, ToolError::Cancelled), "{err}");
+    }
+
+    #[tokio::test]
+    async fn the_schema_uses_claude_code_names_inline() {
+        let schema = Grep.input_schema();
+        let properties = schema["properties"].as_object().unwrap();
+        let mut names: Vec<&str> = properties.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            [
+                "-A",
+                "-B",
+                "-C",
+                "-i",
+                "-n",
+                "glob",
+                "head_limit",
+                "multiline",
+                "output_mode",
+                "path",
+                "pattern",
+                "type"
+            ]
+        );
+        assert_eq!(schema["required"], json!(["pattern"]));
+        assert!(!schema.to_string().contains("$ref"), "{schema}");
+    }
+}

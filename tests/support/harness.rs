@@ -41,10 +41,13 @@ pub async fn runtime_with(mock: &MockLlm, workspace: &Path, idle: Duration) -> R
     Runtime::start(config).await.unwrap()
 }
 
-/// A spec with the `lookup` test tool.
+/// A spec offering `tools`, with every tool allowed to run.
 pub fn spec(tools: ToolRegistry) -> SessionSpec {
     let mut spec = SessionSpec::new("tester", "mock-model", "You are a test agent.");
     spec.tools = tools;
+    // Tests of other behaviours run their tools unasked; tests/permissions.rs sets
+    // the modes it checks.
+    spec.permission_mode = orchestrate::tools::permissions::PermissionMode::BypassPermissions;
     spec
 }
 
