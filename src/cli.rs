@@ -14,6 +14,7 @@ use crate::error::ConfigError;
 use crate::llm::openai::{OpenAiClient, OpenAiConfig};
 use crate::protocol::{Event, Outcome};
 use crate::runtime::{DEFAULT_MAX_TURNS, FaultPlan, Runtime, RuntimeConfig, SessionSpec};
+use crate::tools::ToolRegistry;
 use crate::tools::permissions::{Approver, PermissionMode};
 
 /// Exit codes (DESIGN §8).
@@ -176,6 +177,7 @@ fn setup(
     let mut spec = SessionSpec::new("main", settings.model, SYSTEM_PROMPT);
     spec.max_turns = cli.max_turns.max(1);
     spec.permission_mode = cli.permission_mode;
+    spec.tools = ToolRegistry::standard();
     spec.faults = cli
         .inject_panic_at_turn
         .map(|turn| FaultPlan::panic_at(turn, cli.inject_panics));

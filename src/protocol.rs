@@ -157,6 +157,15 @@ pub enum EventKind {
         /// The arguments as the model wrote them.
         arguments: String,
     },
+    /// A tool call changed a file.
+    FileChanged {
+        /// The call's id.
+        call_id: String,
+        /// The file, relative to the workspace.
+        path: String,
+        /// The change as a unified diff.
+        diff: String,
+    },
     /// A tool call ended.
     ToolFinished {
         /// The call's id.
@@ -223,6 +232,7 @@ impl EventKind {
             | Self::TurnStarted { .. }
             | Self::TurnFinished { .. }
             | Self::ToolStarted { .. }
+            | Self::FileChanged { .. }
             | Self::ToolFinished { .. }
             | Self::Retrying { .. }
             | Self::Restarted { .. }

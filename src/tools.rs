@@ -49,9 +49,59 @@ pub struct ToolContext {
     pub call_id: String,
     /// Cancelled when the turn is cancelled; long tools should watch it.
     pub cancel: CancellationToken,
+    /// Where file-changing tools report their diffs; the runner publishes them.
+    pub changes: Changes,
+}
+
+/// The file changes a call made, as unified diffs.
+#[derive(Clone, Debug, Default)]
+pub struct Changes(Arc<std::sync::Mutex<Vec<FileChange>>>);
+
+/// One file's change.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FileChange {
+    /// The file, relative to the workspace.
+    pub path: String,
+    /// Its unified diff.
+    pub diff: String,
+}
+
+impl Changes {
+    /// Records a change.
+    pub fn record(&self, path: &str, diff: &str) {
+        let change = FileChange {
+            path: path.to_owned(),
+            diff: diff.to_owned(),
+        };
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(change);
+    }
+
+    /// Takes every change recorded so far.
+    pub fn take(&self) -> Vec<FileChange> {
+        std::mem::take(
+            &mut *self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
 }
 
 impl ToolContext {
+    /// A context for a call in `session` on `workspace` (a canonical directory).
+    pub fn new(workspace: PathBuf, session: SessionId) -> Self {
+        Self {
+            workspace,
+            session,
+            call_id: String::new(),
+            cancel: CancellationToken::new(),
+            changes: Changes::default(),
+        }
+    }
+
     /// Resolves a path the model gave against the workspace; refuses one outside it.
     pub fn resolve(&self, path: &str) -> Result<PathBuf, ToolError> {
         sandbox::resolve(&self.workspace, path)
@@ -95,6 +145,24 @@ impl ToolRegistry {
     /// An empty registry.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Every built-in tool, by Claude Code's names: Read, Write, Edit, Ls, Glob,
+    /// Grep and Bash.
+    pub fn standard() -> Self {
+        Self::new()
+            .with(read::Read)
+            .with(write::Write)
+            .with(edit::Edit)
+            .with(ls::Ls)
+            .with(glob::Glob)
+            .with(grep::Grep)
+            .with(bash::Bash)
+    }
+
+    /// The tools' names, in the order they are offered.
+    pub fn names(&self) -> Vec<&str> {
+        self.tools.iter().map(|t| t.name()).collect()
     }
 
     /// Adds a tool; a later tool with the same name replaces the earlier one.
@@ -155,13 +223,7 @@ pub(crate) fn parse<T: serde::de::DeserializeOwned>(input: Value) -> Result<T, T
 pub(crate) fn test_context() -> (tempfile::TempDir, ToolContext) {
     let dir = tempfile::tempdir().unwrap();
     let workspace = dir.path().canonicalize().unwrap();
-    let ctx = ToolContext {
-        workspace,
-        session: SessionId::new(),
-        call_id: "call_test".into(),
-        cancel: CancellationToken::new(),
-    };
-    (dir, ctx)
+    (dir, ToolContext::new(workspace, SessionId::new()))
 }
 
 /// A write-like call is unsafe on the path it names.

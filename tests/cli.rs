@@ -283,3 +283,95 @@ async fn ctrl_c_cancels_gracefully_prints_the_partial_answer_and_exits_130() {
     assert!(!partial.contains("w49"), "{partial:?}");
     assert!(mock.wait_for_disconnects(1, Duration::from_secs(5)).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tool_is_offered_and_edits_show_as_diff_events() {
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[(
+            "w1",
+            "Write",
+            serde_json::json!({"file_path": "notes/todo.txt", "content": "buy milk\n"}),
+        )]),
+        Reply::text("noted"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = mock.base_url();
+    let args = [
+        "--json",
+        "--permission-mode",
+        "acceptEdits",
+        "--base-url",
+        &url,
+        "--model",
+        "m",
+        "note it",
+    ];
+    let out = orchestrate(dir.path(), &args, &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("notes/todo.txt")).unwrap(),
+        "buy milk\n"
+    );
+    let offered: Vec<String> = mock.requests()[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        offered,
+        ["Read", "Write", "Edit", "Ls", "Glob", "Grep", "Bash"]
+    );
+    let events: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let change = events
+        .iter()
+        .find(|e| e["type"] == "file_changed")
+        .expect("no file_changed event");
+    assert_eq!(change["path"], "notes/todo.txt");
+    assert_eq!(change["call_id"], "w1");
+    assert_eq!(
+        change["diff"],
+        "--- a/notes/todo.txt\n+++ b/notes/todo.txt\n@@ -0,0 +1 @@\n+buy milk\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_terminal_a_command_is_refused_and_the_run_goes_on() {
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[(
+            "b1",
+            "Bash",
+            serde_json::json!({"command": "touch made-by-bash"}),
+        )]),
+        Reply::text("could not run it"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = mock.base_url();
+    let out = orchestrate(
+        dir.path(),
+        &[
+            "--permission-mode",
+            "acceptEdits",
+            "--base-url",
+            &url,
+            "--model",
+            "m",
+            "run it",
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(text(&out.stdout), "could not run it\n");
+    assert!(!dir.path().join("made-by-bash").exists());
+    let result = &mock.requests()[1].body["messages"][3];
+    assert_eq!(
+        result["content"],
+        "Error: permission denied: Bash needs approval under permission mode acceptEdits, and there is no terminal to ask; run with --permission-mode bypassPermissions to allow it"
+    );
+}

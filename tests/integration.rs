@@ -12,3 +12,4 @@ mod permissions;
 mod prompt_queue;
 mod protocol;
 mod supervision;
+mod tools;

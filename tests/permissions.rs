@@ -5,9 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::future::BoxFuture;
-use orchestrate::tools::edit::Edit;
 use orchestrate::tools::permissions::{Answer, Approver, PermissionMode, PermissionRequest};
-use orchestrate::tools::write::Write;
 use orchestrate::{Runtime, RuntimeConfig, ToolRegistry};
 use serde_json::{Value, json};
 
@@ -46,7 +44,7 @@ async fn run(
         config.approver = approver.clone();
     }
     let runtime = Runtime::start(config).await.unwrap();
-    let mut spec = harness::spec(ToolRegistry::new().with(Write).with(Edit));
+    let mut spec = harness::spec(ToolRegistry::standard());
     spec.permission_mode = mode;
     let session = runtime.start_session(spec).await.unwrap();
     let (outcome, _) = harness::run(&runtime, session, "change things").await;
@@ -179,4 +177,38 @@ async fn a_person_who_says_no_refuses_that_call_only() {
         ]
     );
     assert_eq!(asked, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_mode_refuses_commands_and_bypass_runs_them() {
+    let bash = || {
+        [(
+            "b1".to_owned(),
+            "Bash",
+            json!({"command": "echo ran > ran.txt"}),
+        )]
+    };
+    let (results, dir, _) = run(PermissionMode::Plan, None, &calls(&bash())).await;
+    assert_eq!(
+        results,
+        [
+            "Error: permission denied: Bash is not allowed in plan mode, which allows read-only tools only"
+        ]
+    );
+    assert!(!dir.path().join("ran.txt").exists());
+    let (results, dir, _) = run(PermissionMode::BypassPermissions, None, &calls(&bash())).await;
+    assert_eq!(results, ["(no output)"]);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("ran.txt")).unwrap(),
+        "ran\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_tools_run_in_every_mode() {
+    for mode in [PermissionMode::Plan, PermissionMode::Default] {
+        let list = [("l1".to_owned(), "Ls", json!({}))];
+        let (results, _dir, _) = run(mode, None, &calls(&list)).await;
+        assert!(!results[0].starts_with("Error"), "{mode}: {results:?}");
+    }
 }

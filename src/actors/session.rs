@@ -30,6 +30,7 @@ use crate::journal::{Record, journal_path, read_journal};
 use crate::llm::ChatRequest;
 use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
 use crate::runtime::{FaultPoint, SessionEnv, SessionSpec};
+use crate::tools::FileChange;
 
 /// Messages of a Session.
 #[derive(Debug)]
@@ -64,6 +65,8 @@ pub(crate) enum SessionMsg {
         index: usize,
         /// Its result.
         result: ToolResult,
+        /// The files it changed.
+        changes: Vec<FileChange>,
     },
     /// Start the next queued prompt, if idle.
     PullQueue,
@@ -271,7 +274,17 @@ impl Actor for SessionActor {
                 turn_seq,
                 index,
                 result,
-            } => on_tool_done(&myself, state, turn_seq, index, result).await,
+                changes,
+            } => {
+                for change in changes {
+                    state.publisher.publish(EventKind::FileChanged {
+                        call_id: result.tool_call_id.clone(),
+                        path: change.path,
+                        diff: change.diff,
+                    });
+                }
+                on_tool_done(&myself, state, turn_seq, index, result).await
+            }
             SessionMsg::PullQueue => pull_queue(&myself, state).await,
         }
         Ok(())

@@ -466,7 +466,6 @@ mod tests {
     use std::time::Instant;
 
     use serde_json::json;
-    use tokio_util::sync::CancellationToken;
 
     use super::*;
     use crate::protocol::SessionId;
@@ -475,12 +474,7 @@ mod tests {
 
     fn workspace() -> (tempfile::TempDir, ToolContext) {
         let dir = tempfile::tempdir().unwrap();
-        let ctx = ToolContext {
-            workspace: dir.path().canonicalize().unwrap(),
-            session: SessionId::new(),
-            call_id: "call-1".into(),
-            cancel: CancellationToken::new(),
-        };
+        let ctx = ToolContext::new(dir.path().canonicalize().unwrap(), SessionId::new());
         (dir, ctx)
     }
 

@@ -71,9 +71,10 @@ impl Tool for Edit {
             let shown = ctx.display(&path);
             let _guard = files::lock(&path).await;
             let session = ctx.session;
+            let changes = ctx.changes.clone();
             let root = ctx.workspace.clone();
             tokio::task::spawn_blocking(move || {
-                let summary = edit(session, &root, &path, &shown, &input)?;
+                let summary = edit(session, &root, &path, &shown, &input, &changes)?;
                 files::record_read(session, &path);
                 Ok(summary)
             })
@@ -93,6 +94,7 @@ fn edit(
     path: &Path,
     shown: &str,
     input: &EditInput,
+    changes: &crate::tools::Changes,
 ) -> Result<String, ToolError> {
     if input.old_string == input.new_string {
         return Err(ToolError::InvalidInput(
@@ -112,6 +114,7 @@ fn edit(
         files::write_atomic(path, input.new_string.as_bytes())
             .map_err(|e| fail(format!("{shown}: {e}")))?;
         let diff = super::unified_diff(shown, "", &input.new_string);
+        changes.record(shown, &diff);
         return Ok(super::with_diff(format!("Created {shown}."), &diff));
     }
     if !exists {
@@ -161,6 +164,7 @@ fn edit(
     let out = text.encode(&body);
     files::write_atomic(path, &out).map_err(|e| fail(format!("{shown}: {e}")))?;
     let diff = super::unified_diff(shown, &text.body, &body);
+    changes.record(shown, &diff);
     let times = if count == 1 {
         "1 replacement".to_owned()
     } else {

@@ -180,7 +180,6 @@ mod tests {
     use std::time::Duration;
 
     use serde_json::json;
-    use tokio_util::sync::CancellationToken;
 
     use super::*;
     use crate::protocol::SessionId;
@@ -191,12 +190,7 @@ mod tests {
         let workspace = dir.path().canonicalize().unwrap().join("ws");
         std::fs::create_dir_all(&workspace).unwrap();
         std::fs::create_dir_all(dir.path().join("outside")).unwrap();
-        let ctx = ToolContext {
-            workspace,
-            session: SessionId::new(),
-            call_id: "call-1".into(),
-            cancel: CancellationToken::new(),
-        };
+        let ctx = ToolContext::new(workspace, SessionId::new());
         (dir, ctx)
     }
 

@@ -444,12 +444,7 @@ mod tests {
         std::fs::create_dir_all(&workspace).unwrap();
         std::fs::create_dir_all(dir.path().join("outside")).unwrap();
         std::fs::write(dir.path().join("outside/secret.txt"), "hello\n").unwrap();
-        let ctx = ToolContext {
-            workspace,
-            session: SessionId::new(),
-            call_id: "call-1".into(),
-            cancel: CancellationToken::new(),
-        };
+        let ctx = ToolContext::new(workspace, SessionId::new());
         (dir, ctx)
     }
 

@@ -148,7 +148,6 @@ impl Tool for Ls {
 #[cfg(test)]
 mod tests {
     use serde_json::json;
-    use tokio_util::sync::CancellationToken;
 
     use super::*;
     use crate::protocol::SessionId;
@@ -163,12 +162,7 @@ mod tests {
         for name in ["A.md", "b.txt", ".hidden", "c.log", "a/inner.rs"] {
             std::fs::write(workspace.join(name), "").unwrap();
         }
-        let ctx = ToolContext {
-            workspace,
-            session: SessionId::new(),
-            call_id: "call-1".into(),
-            cancel: CancellationToken::new(),
-        };
+        let ctx = ToolContext::new(workspace, SessionId::new());
         (dir, ctx)
     }
 

@@ -57,6 +57,7 @@ impl Tool for Write {
             let shown = ctx.display(&path);
             let _guard = files::lock(&path).await;
             let session = ctx.session;
+            let changes = ctx.changes.clone();
             tokio::task::spawn_blocking(move || {
                 if path.is_dir() {
                     return Err(ToolError::Failed(format!("{shown} is a directory")));
@@ -82,6 +83,7 @@ impl Tool for Write {
                 let lines = input.content.lines().count();
                 let verb = if existed { "Updated" } else { "Created" };
                 let diff = super::unified_diff(&shown, &old, &String::from_utf8_lossy(&bytes));
+                changes.record(&shown, &diff);
                 Ok(super::with_diff(
                     format!("{verb} {shown} ({lines} lines)."),
                     &diff,

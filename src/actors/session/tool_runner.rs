@@ -76,6 +76,7 @@ impl Actor for ToolRunnerActor {
                 turn_seq: args.turn_seq,
                 index: args.index,
                 result,
+                changes: args.ctx.changes.take(),
             });
             myself.stop(None);
         });

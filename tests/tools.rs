@@ -1,0 +1,114 @@
+//! Tool scheduling through a session: safe calls fan out, unsafe ones run one at a
+//! time, results come back in call order; and the real tools doing real work.
+
+use std::time::Duration;
+
+use orchestrate::ToolRegistry;
+use serde_json::{Value, json};
+
+use crate::support::harness::{self, Lookup};
+use crate::support::mock_llm::{MockLlm, Reply};
+
+const CALL: Duration = Duration::from_millis(200);
+
+/// Runs one turn of eight `lookup` calls; returns the tool's invocations and the
+/// ids of the results as the model got them back.
+async fn eight_calls(safe: bool) -> (Vec<harness::Invocation>, Vec<String>) {
+    let ids: Vec<String> = (0..8).map(|i| format!("c{i}")).collect();
+    let calls: Vec<(&str, &str, Value)> = ids
+        .iter()
+        .map(|id| (id.as_str(), "lookup", json!({"city": id})))
+        .collect();
+    let mock = MockLlm::start(vec![Reply::tool_calls(&calls), Reply::text("done")]).await;
+    let lookup = Lookup::new(CALL, safe);
+    let (_dir, runtime, session) = harness::start(
+        &mock,
+        harness::spec(ToolRegistry::new().with(lookup.clone())),
+    )
+    .await;
+    let (outcome, _) = harness::run(&runtime, session, "look them all up").await;
+    assert_eq!(harness::finished_text(&outcome), "done");
+    runtime.shutdown().await;
+    let messages = mock.requests()[1].body["messages"].clone();
+    let order = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["tool_call_id"].as_str().unwrap().to_owned())
+        .collect();
+    (lookup.invocations(), order)
+}
+
+fn span(calls: &[harness::Invocation]) -> Duration {
+    let start = calls.iter().map(|c| c.started).min().unwrap();
+    let end = calls.iter().map(|c| c.ended).max().unwrap();
+    end - start
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_safe_calls_run_together() {
+    let (calls, order) = eight_calls(true).await;
+    assert_eq!(calls.len(), 8);
+    assert!(
+        span(&calls) < CALL * 2,
+        "eight safe calls took {:?}",
+        span(&calls)
+    );
+    assert_eq!(order, (0..8).map(|i| format!("c{i}")).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_unsafe_calls_run_one_after_another() {
+    let (calls, order) = eight_calls(false).await;
+    assert_eq!(calls.len(), 8);
+    assert!(
+        span(&calls) >= CALL * 8,
+        "eight unsafe calls took only {:?}",
+        span(&calls)
+    );
+    assert_eq!(order, (0..8).map(|i| format!("c{i}")).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_reads_then_edits_a_real_file() {
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[("r1", "Read", json!({"file_path": "src/lib.rs"}))]),
+        Reply::tool_calls(&[(
+            "e1",
+            "Edit",
+            json!({"file_path": "src/lib.rs", "old_string": "a - b", "new_string": "a + b"}),
+        )]),
+        Reply::tool_calls(&[(
+            "g1",
+            "Grep",
+            json!({"pattern": "a \\+ b", "output_mode": "content"}),
+        )]),
+        Reply::text("fixed"),
+    ])
+    .await;
+    let (dir, runtime, session) =
+        harness::start(&mock, harness::spec(ToolRegistry::standard())).await;
+    std::fs::create_dir_all(dir.path().join("src")).unwrap();
+    std::fs::write(
+        dir.path().join("src/lib.rs"),
+        "pub fn add(a: i32, b: i32) -> i32 {\n    a - b\n}\n",
+    )
+    .unwrap();
+    let (outcome, _) = harness::run(&runtime, session, "fix add").await;
+    assert_eq!(harness::finished_text(&outcome), "fixed");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("src/lib.rs")).unwrap(),
+        "pub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n"
+    );
+    let last = mock.requests()[3].body["messages"].clone();
+    let grep = last
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .unwrap();
+    assert_eq!(grep["content"], "src/lib.rs:2:    a + b");
+    runtime.shutdown().await;
+}
