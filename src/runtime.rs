@@ -175,9 +175,12 @@ impl Runtime {
     pub async fn start(config: RuntimeConfig) -> Result<Self, SessionError> {
         let bus = EventBus::new();
         let journal = Journal::start().map_err(|e| SessionError::Journal(e.to_string()))?;
+        // Tools resolve paths against a canonical root: a workspace reached through
+        // a symlink must not make every path look outside it.
+        let workspace = config.workspace.canonicalize().unwrap_or(config.workspace);
         let env = Arc::new(SessionEnv {
             provider: config.provider,
-            workspace: config.workspace,
+            workspace,
             bus: bus.clone(),
             journal: journal.clone(),
             retry: config.retry,

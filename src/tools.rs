@@ -172,7 +172,8 @@ impl ToolRegistry {
         self
     }
 
-    /// Sets the time one call may take (default 10 minutes).
+    /// Sets the time one call may take (default 11 minutes: above Bash's own
+    /// 10-minute maximum, so that Bash reports its timeout itself, with its output).
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
@@ -180,7 +181,7 @@ impl ToolRegistry {
 
     /// The time one call may take.
     pub fn timeout(&self) -> Duration {
-        self.timeout.unwrap_or(Duration::from_secs(600))
+        self.timeout.unwrap_or(Duration::from_secs(660))
     }
 
     /// The tool with this name.

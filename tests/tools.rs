@@ -112,3 +112,101 @@ async fn an_agent_reads_then_edits_a_real_file() {
     assert_eq!(grep["content"], "src/lib.rs:2:    a + b");
     runtime.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_outside_the_workspace_is_read_or_written_even_through_a_symlink() {
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "top secret\n").unwrap();
+    let calls = [
+        ("r1", "Read", json!({"file_path": "link/secret.txt"})),
+        (
+            "r2",
+            "Read",
+            json!({"file_path": "../../../../../../etc/passwd"}),
+        ),
+        (
+            "w1",
+            "Write",
+            json!({"file_path": "link/planted.txt", "content": "x"}),
+        ),
+        (
+            "e1",
+            "Edit",
+            json!({"file_path": "link/secret.txt", "old_string": "top", "new_string": "no"}),
+        ),
+        (
+            "w2",
+            "Write",
+            json!({"file_path": outside.path().join("abs.txt").to_str().unwrap(), "content": "x"}),
+        ),
+        ("g1", "Grep", json!({"pattern": "secret", "path": "link"})),
+    ];
+    let mock = MockLlm::start(vec![Reply::tool_calls(&calls), Reply::text("refused")]).await;
+    let (dir, runtime, session) =
+        harness::start(&mock, harness::spec(ToolRegistry::standard())).await;
+    std::os::unix::fs::symlink(outside.path(), dir.path().join("link")).unwrap();
+    let (outcome, _) = harness::run(&runtime, session, "exfiltrate").await;
+    assert_eq!(harness::finished_text(&outcome), "refused");
+    runtime.shutdown().await;
+    let messages = mock.requests()[1].body["messages"].clone();
+    let results: Vec<&str> = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(results.len(), 6);
+    for result in &results {
+        assert!(
+            result.starts_with("Error:") && result.contains("outside the workspace"),
+            "{result}"
+        );
+        assert!(!result.contains("top secret"), "{result}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("secret.txt")).unwrap(),
+        "top secret\n"
+    );
+    assert!(
+        !outside.path().join("planted.txt").exists() && !outside.path().join("abs.txt").exists()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_publishes_its_diff() {
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[("r1", "Read", json!({"file_path": "a.txt"}))]),
+        Reply::tool_calls(&[(
+            "e1",
+            "Edit",
+            json!({"file_path": "a.txt", "old_string": "old", "new_string": "new"}),
+        )]),
+        Reply::text("done"),
+    ])
+    .await;
+    let (dir, runtime, session) =
+        harness::start(&mock, harness::spec(ToolRegistry::standard())).await;
+    std::fs::write(dir.path().join("a.txt"), "keep\nold\n").unwrap();
+    let (_, events) = harness::run(&runtime, session, "edit").await;
+    runtime.shutdown().await;
+    let diffs: Vec<(String, String, String)> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            orchestrate::EventKind::FileChanged {
+                call_id,
+                path,
+                diff,
+            } => Some((call_id.clone(), path.clone(), diff.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        diffs,
+        [(
+            "e1".to_owned(),
+            "a.txt".to_owned(),
+            "--- a/a.txt\n+++ b/a.txt\n@@ -1,2 +1,2 @@\n keep\n-old\n+new\n".to_owned()
+        )]
+    );
+}

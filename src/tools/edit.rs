@@ -69,11 +69,14 @@ impl Tool for Edit {
             let input: EditInput = super::parse(input)?;
             let path = ctx.resolve(&input.file_path)?;
             let shown = ctx.display(&path);
-            let _guard = files::lock(&path).await;
+            // The lock travels with the blocking work: a cancel that drops this future
+            // must not free the path while the write is still going on.
+            let guard = files::lock(&path).await;
             let session = ctx.session;
             let changes = ctx.changes.clone();
             let root = ctx.workspace.clone();
             tokio::task::spawn_blocking(move || {
+                let _guard = guard;
                 let summary = edit(session, &root, &path, &shown, &input, &changes)?;
                 files::record_read(session, &path);
                 Ok(summary)
@@ -195,10 +198,19 @@ fn closest_passage(body: &str, wanted: &str) -> Option<(usize, String)> {
         return None;
     }
     let height = wanted.lines().count().clamp(1, lines.len());
+    // A suggestion is a courtesy: it gets a small time budget, and each comparison
+    // a smaller one, so a huge file or a long old_string cannot stall the edit.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(250);
     let mut best: Option<(f32, usize)> = None;
     for start in 0..=lines.len() - height {
+        if std::time::Instant::now() > deadline {
+            break;
+        }
         let window = lines[start..start + height].join("\n");
-        let ratio = similar::TextDiff::from_chars(window.as_str(), wanted).ratio();
+        let ratio = similar::TextDiff::configure()
+            .timeout(std::time::Duration::from_millis(10))
+            .diff_chars(window.as_str(), wanted)
+            .ratio();
         if best.is_none_or(|(r, _)| ratio > r) {
             best = Some((ratio, start));
         }

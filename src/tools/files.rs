@@ -19,11 +19,28 @@ static LOCKS: LazyLock<DashMap<PathBuf, Arc<Mutex<()>>>> = LazyLock::new(DashMap
 /// What each session has read: the file's modification time and length then.
 static READS: LazyLock<DashMap<(SessionId, PathBuf), Stamp>> = LazyLock::new(DashMap::new);
 
-/// A file's identity at one moment: enough to notice it changed since.
+/// A file's identity at one moment: enough to notice it changed since, even by a
+/// same-length write within one timestamp tick (the change time and the inode move
+/// too; an atomic replacement always brings a new inode).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Stamp {
     modified: Option<SystemTime>,
+    changed: (i64, i64),
+    inode: (u64, u64),
     len: u64,
+}
+
+impl Stamp {
+    /// The stamp of a file's metadata.
+    pub(crate) fn of(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        Self {
+            modified: meta.modified().ok(),
+            changed: (meta.ctime(), meta.ctime_nsec()),
+            inode: (meta.dev(), meta.ino()),
+            len: meta.len(),
+        }
+    }
 }
 
 /// Takes the write lock of `path` (canonical), waiting for other writers.
@@ -34,18 +51,20 @@ pub(crate) async fn lock(path: &Path) -> OwnedMutexGuard<()> {
 
 /// The current stamp of a file, if it exists.
 pub(crate) fn stamp(path: &Path) -> Option<Stamp> {
-    let meta = std::fs::metadata(path).ok()?;
-    Some(Stamp {
-        modified: meta.modified().ok(),
-        len: meta.len(),
-    })
+    std::fs::metadata(path).ok().map(|meta| Stamp::of(&meta))
 }
 
 /// Records that `session` has seen `path` as it is now.
 pub(crate) fn record_read(session: SessionId, path: &Path) {
     if let Some(stamp) = stamp(path) {
-        READS.insert((session, path.to_owned()), stamp);
+        record_seen(session, path, stamp);
     }
+}
+
+/// Records that `session` has seen `path` as it was at `stamp` (taken before the
+/// read, so that a write during the read does not count as seen).
+pub(crate) fn record_seen(session: SessionId, path: &Path, stamp: Stamp) {
+    READS.insert((session, path.to_owned()), stamp);
 }
 
 /// Whether `session` may change `path`: it must have read the file, and the file
@@ -86,7 +105,10 @@ impl Text {
             Some(rest) => (true, rest),
             None => (false, text),
         };
-        let crlf = text.contains("\r\n");
+        // CRLF only when every line ends so: a file that mixes both is kept as it is,
+        // rather than rewritten whole by a one-line edit.
+        let crlf =
+            text.contains("\r\n") && text.matches('\n').count() == text.matches("\r\n").count();
         let body = if crlf {
             text.replace("\r\n", "\n")
         } else {
@@ -162,6 +184,8 @@ mod tests {
         let text = Text::decode(bytes).unwrap();
         assert_eq!(text.body, "a\nb\n");
         assert_eq!(text.encode("a\nc\n"), "\u{feff}a\r\nc\r\n".as_bytes());
+        let mixed = Text::decode(b"a\r\nb\nc").unwrap();
+        assert_eq!(mixed.encode(&mixed.body), b"a\r\nb\nc");
         let plain = Text::decode(b"x\ny").unwrap();
         assert_eq!(plain.encode("x\nz"), b"x\nz");
     }

@@ -153,6 +153,9 @@ pub(crate) fn walker(root: &Path) -> WalkBuilder {
     builder
         .hidden(false)
         .require_git(false)
+        // Ignore files above the searched directory (a dotfiles repo in $HOME, say)
+        // must not hide the workspace's files.
+        .parents(false)
         .git_global(false)
         .follow_links(false)
         .filter_entry(|entry| !SKIPPED_DIRS.iter().any(|d| entry.file_name() == *d));

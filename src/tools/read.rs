@@ -70,11 +70,9 @@ impl Tool for Read {
             let shown = ctx.display(&path);
             let session = ctx.session;
             tokio::task::spawn_blocking(move || {
-                let result = read(&path, &shown, input.offset.unwrap_or(1), input.limit);
-                if result.is_ok() {
-                    files::record_read(session, &path);
-                }
-                result
+                let (window, stamp) = read(&path, &shown, input.offset.unwrap_or(1), input.limit)?;
+                files::record_seen(session, &path, stamp);
+                Ok(window)
             })
             .await
             .map_err(|e| ToolError::Failed(format!("the read was interrupted: {e}")))?
@@ -82,45 +80,69 @@ impl Tool for Read {
     }
 }
 
+/// Reads the window; returns it with the file's stamp from before the read.
 fn read(
     path: &std::path::Path,
     shown: &str,
     offset: usize,
     limit: Option<usize>,
-) -> Result<String, ToolError> {
+) -> Result<(String, files::Stamp), ToolError> {
+    use std::io::BufRead;
     if path.is_dir() {
         return Err(ToolError::Failed(format!(
             "{shown} is a directory: use Ls to list it"
         )));
     }
-    let bytes = std::fs::read(path).map_err(|e| match e.kind() {
+    let file = std::fs::File::open(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => ToolError::Failed(format!("{shown} does not exist")),
         _ => ToolError::Failed(format!("{shown}: {e}")),
     })?;
-    if files::is_binary(&bytes) {
+    let meta = file
+        .metadata()
+        .map_err(|e| ToolError::Failed(format!("{shown}: {e}")))?;
+    if !meta.is_file() {
+        return Err(ToolError::Failed(format!("{shown} is not a regular file")));
+    }
+    let stamp = files::Stamp::of(&meta);
+    // The file is streamed: a huge log costs time to count its lines, not memory.
+    let mut reader = std::io::BufReader::with_capacity(64 * 1024, file);
+    let head = reader
+        .fill_buf()
+        .map_err(|e| ToolError::Failed(format!("{shown}: {e}")))?;
+    if files::is_binary(head) {
         return Err(ToolError::Failed(format!(
             "{shown} is a binary file ({} bytes); Read shows text files only",
-            bytes.len()
+            meta.len()
         )));
     }
-    let text = String::from_utf8_lossy(&bytes);
-    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-    if text.is_empty() {
-        return Ok(format!("{shown} is empty."));
+    if head.is_empty() {
+        return Ok((format!("{shown} is empty."), stamp));
     }
-    let lines: Vec<&str> = text.lines().collect();
-    let total = lines.len();
     let first = offset.max(1);
-    if first > total {
-        return Err(ToolError::InvalidInput(format!(
-            "offset {first} is past the end of {shown}, which has {total} lines"
-        )));
-    }
     let limit = limit.unwrap_or(MAX_LINES).clamp(1, MAX_LINES);
     let mut out = String::new();
     let mut last = first - 1;
-    for (i, line) in lines.iter().enumerate().skip(first - 1).take(limit) {
-        let line = line.strip_suffix('\r').unwrap_or(line);
+    let mut full = false;
+    let mut total = 0;
+    let mut raw = Vec::new();
+    loop {
+        raw.clear();
+        let n = reader
+            .read_until(b'\n', &mut raw)
+            .map_err(|e| ToolError::Failed(format!("{shown}: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        total += 1;
+        if total < first || full || total >= first + limit {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&raw);
+        let mut line = text.strip_suffix('\n').unwrap_or(&text);
+        line = line.strip_suffix('\r').unwrap_or(line);
+        if total == 1 {
+            line = line.strip_prefix('\u{feff}').unwrap_or(line);
+        }
         let shown_line = match line.char_indices().nth(MAX_LINE_CHARS) {
             Some((cut, _)) => format!(
                 "{}… [line cut at {MAX_LINE_CHARS} characters]",
@@ -128,12 +150,18 @@ fn read(
             ),
             None => line.to_owned(),
         };
-        let entry = format!("{:>6}\t{shown_line}\n", i + 1);
+        let entry = format!("{total:>6}\t{shown_line}\n");
         if out.len() + entry.len() > MAX_BYTES && last >= first {
-            break;
+            full = true;
+            continue;
         }
         out.push_str(&entry);
-        last = i + 1;
+        last = total;
+    }
+    if first > total {
+        return Err(ToolError::InvalidInput(format!(
+            "offset {first} is past the end of {shown}, which has {total} lines"
+        )));
     }
     if last < total {
         out.push_str(&format!(
@@ -141,7 +169,7 @@ fn read(
             last + 1
         ));
     }
-    Ok(out)
+    Ok((out, stamp))
 }
 
 #[cfg(test)]

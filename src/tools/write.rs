@@ -55,10 +55,13 @@ impl Tool for Write {
             let input: WriteInput = super::parse(input)?;
             let path = ctx.resolve(&input.file_path)?;
             let shown = ctx.display(&path);
-            let _guard = files::lock(&path).await;
+            // The lock travels with the blocking work: a cancel that drops this future
+            // must not free the path while the write is still going on.
+            let guard = files::lock(&path).await;
             let session = ctx.session;
             let changes = ctx.changes.clone();
             tokio::task::spawn_blocking(move || {
+                let _guard = guard;
                 if path.is_dir() {
                     return Err(ToolError::Failed(format!("{shown} is a directory")));
                 }

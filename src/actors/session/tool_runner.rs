@@ -63,12 +63,12 @@ impl Actor for ToolRunnerActor {
             let result = match outcome {
                 Ok(content) => ToolResult {
                     tool_call_id: args.call.id.clone(),
-                    content,
+                    content: cap(content),
                     is_error: false,
                 },
                 Err(e) => ToolResult {
                     tool_call_id: args.call.id.clone(),
-                    content: format!("Error: {e}"),
+                    content: cap(format!("Error: {e}")),
                     is_error: true,
                 },
             };
@@ -119,5 +119,43 @@ async fn run_call(
             Ok(Err(panic)) => Err(ToolError::Crashed(crate::actors::panic_message(panic.as_ref()))),
             Ok(Ok(result)) => result,
         },
+    }
+}
+
+/// No tool result is longer than this, whatever the tool: a model's context is
+/// finite and a careless call must not flood it.
+const MAX_RESULT_BYTES: usize = 256 * 1024;
+
+/// Cuts `content` at [`MAX_RESULT_BYTES`] (on a character boundary) with a note.
+fn cap(mut content: String) -> String {
+    if content.len() <= MAX_RESULT_BYTES {
+        return content;
+    }
+    let total = content.len();
+    let mut end = MAX_RESULT_BYTES;
+    while !content.is_char_boundary(end) {
+        end -= 1;
+    }
+    content.truncate(end);
+    content.push_str(&format!(
+        "\n[output cut at {end} of {total} bytes; narrow the call to see the rest]"
+    ));
+    content
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_are_capped_on_a_character_boundary() {
+        assert_eq!(cap("short".into()), "short");
+        let long = "é".repeat(MAX_RESULT_BYTES);
+        let capped = cap(long);
+        assert!(capped.len() < MAX_RESULT_BYTES + 100);
+        assert!(capped.ends_with(&format!(
+            "of {} bytes; narrow the call to see the rest]",
+            MAX_RESULT_BYTES * 2
+        )));
     }
 }
