@@ -132,11 +132,25 @@ impl Text {
     }
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same directory and a
-/// rename, so that no reader ever sees half a file and a crash leaves the old one.
+/// Writes `bytes` to `path` through a temporary file in the same directory, synced,
+/// then renamed over it: no reader ever sees half a file, a crash leaves the old one,
+/// and the new one has the old one's permissions from its first byte. A file its
+/// owner cannot write is refused rather than replaced.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
+    let mode = match std::fs::metadata(path) {
+        Ok(meta) if meta.permissions().mode() & 0o200 == 0 => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                "the file is read-only",
+            ));
+        }
+        Ok(meta) => meta.permissions().mode() & 0o7777,
+        Err(_) => 0o644,
+    };
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -146,10 +160,13 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         uuid::Uuid::new_v4().simple()
     ));
     let result = (|| {
-        std::fs::write(&tmp, bytes)?;
-        if let Ok(meta) = std::fs::metadata(path) {
-            std::fs::set_permissions(&tmp, meta.permissions())?;
-        }
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
         std::fs::rename(&tmp, path)
     })();
     if result.is_err() {
@@ -194,6 +211,30 @@ mod tests {
     fn binary_means_a_nul_early_on() {
         assert!(is_binary(b"abc\0def"));
         assert!(!is_binary("héllo".as_bytes()));
+    }
+
+    #[test]
+    fn atomic_writes_keep_permissions_and_refuse_read_only_files() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("script.sh");
+        std::fs::write(&path, "old").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o750)).unwrap();
+        write_atomic(&path, b"new").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o750
+        );
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+        let err = write_atomic(&path, b"newer").unwrap_err();
+        assert_eq!(err.to_string(), "the file is read-only");
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "no temporary file left behind"
+        );
     }
 
     #[test]

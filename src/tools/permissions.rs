@@ -270,11 +270,16 @@ pub fn summarize(tool: &str, input: &serde_json::Value) -> String {
                 .to_string();
             format!("{}\n{diff}", text("file_path"))
         }
-        "Write" => format!(
-            "{} ({} lines)",
-            text("file_path"),
-            text("content").lines().count()
-        ),
+        "Write" => {
+            let diff = similar::TextDiff::from_lines("", text("content"))
+                .unified_diff()
+                .to_string();
+            format!(
+                "{} ({} lines)\n{diff}",
+                text("file_path"),
+                text("content").lines().count()
+            )
+        }
         _ => input.to_string(),
     }
 }
