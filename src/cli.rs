@@ -13,6 +13,7 @@ use crate::config;
 use crate::error::ConfigError;
 use crate::llm::openai::{OpenAiClient, OpenAiConfig};
 use crate::protocol::{Event, Outcome};
+use crate::roles::catalog::{self, Catalog};
 use crate::runtime::{DEFAULT_MAX_TURNS, FaultPlan, Runtime, RuntimeConfig, SessionSpec};
 use crate::tools::ToolRegistry;
 use crate::tools::permissions::{Approver, PermissionMode};
@@ -33,11 +34,17 @@ pub mod exit {
 #[derive(Debug, Parser)]
 #[command(name = "orchestrate", version, about)]
 pub struct Cli {
+    /// What to do instead of running a task.
+    #[command(subcommand)]
+    pub command: Option<Command>,
     /// The task, in plain words.
-    pub task: String,
+    pub task: Option<String>,
     /// Work in DIR instead of the current directory.
-    #[arg(short = 'C', value_name = "DIR")]
+    #[arg(short = 'C', value_name = "DIR", global = true)]
     pub workspace: Option<PathBuf>,
+    /// A directory of role files searched last (later roles replace earlier ones).
+    #[arg(long, value_name = "DIR", global = true)]
+    pub agents_dir: Option<PathBuf>,
     /// API root of an OpenAI-compatible server, including /v1 [env: OPENAI_BASE_URL].
     #[arg(long, value_name = "URL")]
     pub base_url: Option<String>,
@@ -71,6 +78,31 @@ pub struct Cli {
     pub inject_panics: u32,
 }
 
+/// Subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Inspect the agent roles: built-in, the user's, the workspace's.
+    Agents {
+        /// What to do with them.
+        #[command(subcommand)]
+        action: AgentsAction,
+    },
+}
+
+/// `orchestrate agents …`
+#[derive(Debug, clap::Subcommand)]
+pub enum AgentsAction {
+    /// List every role with where it comes from.
+    List,
+    /// Show one role: its settings and its prompt.
+    Show {
+        /// The role's name.
+        name: String,
+    },
+    /// Check every role file; exits 1 and lists every problem if there is one.
+    Check,
+}
+
 const SYSTEM_PROMPT: &str = "You are orchestrate, a careful software engineering agent working in a code repository. \
 Answer the user's task directly and precisely. When you use tools, use them to check facts rather than guess; \
 when you are done, reply with the final answer only.";
@@ -87,6 +119,16 @@ pub async fn run<I>(
 where
     I: FnMut() -> futures::future::BoxFuture<'static, ()>,
 {
+    if let Some(Command::Agents { action }) = &cli.command {
+        return agents(&cli, action, &env, out, err);
+    }
+    if cli.task.as_deref().is_none_or(|t| t.trim().is_empty()) {
+        let _ = writeln!(
+            err,
+            "orchestrate: no task given: run `orchestrate \"what to do\"` (or `orchestrate --help`)"
+        );
+        return ExitCode::from(exit::USAGE);
+    }
     let setup = match setup(&cli, &env, approver) {
         Ok(setup) => setup,
         Err(e) => {
@@ -111,7 +153,7 @@ where
             return ExitCode::from(exit::FAILED);
         }
     };
-    let prompt = runtime.prompt(id, cli.task.clone());
+    let prompt = runtime.prompt(id, cli.task.clone().unwrap_or_default());
     let mut interrupts = 0;
     let mut ctrl_c = interrupt();
     let outcome = loop {
@@ -147,25 +189,7 @@ fn setup(
     env: &impl Fn(&str) -> Option<String>,
     approver: Arc<dyn Approver>,
 ) -> Result<(RuntimeConfig, SessionSpec), ConfigError> {
-    let workspace = match &cli.workspace {
-        Some(dir) => dir.clone(),
-        None => std::env::current_dir().map_err(|e| ConfigError::Workspace {
-            path: ".".into(),
-            reason: e.to_string(),
-        })?,
-    };
-    let workspace = workspace
-        .canonicalize()
-        .map_err(|e| ConfigError::Workspace {
-            path: workspace.display().to_string(),
-            reason: e.to_string(),
-        })?;
-    if !workspace.is_dir() {
-        return Err(ConfigError::Workspace {
-            path: workspace.display().to_string(),
-            reason: "not a directory".into(),
-        });
-    }
+    let workspace = workspace(cli)?;
     let settings = config::resolve(cli.base_url.as_deref(), cli.model.as_deref(), env)?;
     let mut client = OpenAiConfig::new(settings.base_url, settings.api_key);
     client.idle_timeout = Duration::from_secs(cli.idle_timeout.max(1));
@@ -182,6 +206,109 @@ fn setup(
         .inject_panic_at_turn
         .map(|turn| FaultPlan::panic_at(turn, cli.inject_panics));
     Ok((config, spec))
+}
+
+fn workspace(cli: &Cli) -> Result<PathBuf, ConfigError> {
+    let dir = match &cli.workspace {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().map_err(|e| ConfigError::Workspace {
+            path: ".".into(),
+            reason: e.to_string(),
+        })?,
+    };
+    let dir = dir.canonicalize().map_err(|e| ConfigError::Workspace {
+        path: dir.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    if !dir.is_dir() {
+        return Err(ConfigError::Workspace {
+            path: dir.display().to_string(),
+            reason: "not a directory".into(),
+        });
+    }
+    Ok(dir)
+}
+
+/// `orchestrate agents list | show NAME | check`.
+fn agents(
+    cli: &Cli,
+    action: &AgentsAction,
+    env: &impl Fn(&str) -> Option<String>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> ExitCode {
+    let workspace = match workspace(cli) {
+        Ok(dir) => dir,
+        Err(e) => {
+            let _ = writeln!(err, "orchestrate: {e}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let home = env("HOME").map(PathBuf::from);
+    let dirs = catalog::search_dirs(&workspace, home.as_deref(), cli.agents_dir.as_deref());
+    let catalog = Catalog::load(&dirs);
+    match action {
+        AgentsAction::List => {
+            for role in catalog.roles() {
+                let summary = role
+                    .description
+                    .split(". ")
+                    .next()
+                    .unwrap_or(&role.description);
+                let _ = writeln!(
+                    out,
+                    "{:<14} {}  [{}]",
+                    role.name,
+                    summary.trim_end_matches('.'),
+                    role.source
+                );
+            }
+            for problem in &catalog.problems {
+                let _ = writeln!(err, "orchestrate: {problem}");
+            }
+            ExitCode::from(if catalog.problems.is_empty() {
+                exit::DONE
+            } else {
+                exit::FAILED
+            })
+        }
+        AgentsAction::Show { name } => match catalog.get(name) {
+            Some(role) => {
+                let _ = write!(out, "{}", crate::ui::role_card(role));
+                ExitCode::from(exit::DONE)
+            }
+            None => {
+                let names: Vec<&str> = catalog.roles().map(|r| r.name.as_str()).collect();
+                let _ = writeln!(
+                    err,
+                    "orchestrate: no role named {name:?} (roles: {})",
+                    names.join(", ")
+                );
+                ExitCode::from(exit::FAILED)
+            }
+        },
+        AgentsAction::Check => {
+            for warning in &catalog.warnings {
+                let _ = writeln!(out, "warning: {warning}");
+            }
+            for problem in &catalog.problems {
+                let _ = writeln!(out, "{problem}");
+            }
+            let roles = catalog.roles().count();
+            if catalog.problems.is_empty() {
+                let _ = writeln!(out, "{roles} roles, no problems");
+                ExitCode::from(exit::DONE)
+            } else {
+                let n = catalog.problems.len();
+                let _ = writeln!(
+                    out,
+                    "{n} problem{} in the role files",
+                    if n == 1 { "" } else { "s" }
+                );
+                ExitCode::from(exit::FAILED)
+            }
+        }
+    }
 }
 
 fn parse_mode(value: &str) -> Result<PermissionMode, String> {

@@ -28,6 +28,7 @@ pub mod events;
 pub mod journal;
 pub mod llm;
 pub mod protocol;
+pub mod roles;
 pub mod runtime;
 pub mod tools;
 pub mod ui;

@@ -115,6 +115,40 @@ impl Approver for TerminalApprover {
     }
 }
 
+/// A role as `orchestrate agents show` prints it.
+pub fn role_card(role: &crate::roles::Role) -> String {
+    let tools = role
+        .tools
+        .as_ref()
+        .map_or_else(|| "every tool of its caller".to_owned(), |t| t.join(", "));
+    let model = match &role.model {
+        crate::roles::ModelChoice::Inherit => "inherit".to_owned(),
+        crate::roles::ModelChoice::Named(m) => m.clone(),
+    };
+    let mut card = format!(
+        "name:           {}\ndescription:    {}\nsource:         {}\ntools:          {tools}\n",
+        role.name, role.description, role.source
+    );
+    if !role.disallowed_tools.is_empty() {
+        card.push_str(&format!(
+            "disallowed:     {}\n",
+            role.disallowed_tools.join(", ")
+        ));
+    }
+    card.push_str(&format!("model:          {model}\n"));
+    if let Some(turns) = role.max_turns {
+        card.push_str(&format!("maxTurns:       {turns}\n"));
+    }
+    if let Some(mode) = role.permission_mode {
+        card.push_str(&format!("permissionMode: {mode}\n"));
+    }
+    if let Some(color) = &role.color {
+        card.push_str(&format!("color:          {color}\n"));
+    }
+    card.push_str(&format!("\n{}\n", role.prompt));
+    card
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

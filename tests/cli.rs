@@ -375,3 +375,84 @@ async fn without_a_terminal_a_command_is_refused_and_the_run_goes_on() {
         "Error: permission denied: Bash needs approval under permission mode acceptEdits, and there is no terminal to ask; run with --permission-mode bypassPermissions to allow it"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_list_show_and_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = orchestrate(
+        dir.path(),
+        &["agents", "list"],
+        &[("HOME", dir.path().to_str().unwrap())],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let listed: Vec<String> = text(&out.stdout)
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        listed,
+        ["coder", "explorer", "orchestrator", "reviewer", "tester"]
+    );
+
+    let out = orchestrate(
+        dir.path(),
+        &["agents", "show", "explorer"],
+        &[("HOME", dir.path().to_str().unwrap())],
+    )
+    .await;
+    let card = text(&out.stdout);
+    assert!(card.starts_with("name:           explorer\n"), "{card}");
+    assert!(
+        card.contains("tools:          Read, Grep, Glob, Ls\n")
+            && card.contains("permissionMode: plan\n"),
+        "{card}"
+    );
+    assert!(card.contains("You are a code explorer."), "{card}");
+
+    let out = orchestrate(
+        dir.path(),
+        &["agents", "check"],
+        &[("HOME", dir.path().to_str().unwrap())],
+    )
+    .await;
+    assert_eq!(
+        (text(&out.stdout).as_str(), out.status.code()),
+        ("5 roles, no problems\n", Some(0))
+    );
+
+    std::fs::create_dir_all(dir.path().join("agents")).unwrap();
+    std::fs::write(
+        dir.path().join("agents/coder.md"),
+        "---\nname: coder\ndescription: mine\npermissionMode: yolo\n---\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("agents/bad.md"), "no frontmatter\n").unwrap();
+    let out = orchestrate(
+        dir.path(),
+        &["agents", "check"],
+        &[("HOME", dir.path().to_str().unwrap())],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    let ws = dir.path().canonicalize().unwrap();
+    assert_eq!(
+        text(&out.stdout),
+        format!(
+            "{}:1: no YAML frontmatter: a role file starts with a line `---`\n{}:4: unknown permissionMode \"yolo\"\n2 problems in the role files\n",
+            ws.join("agents/bad.md").display(),
+            ws.join("agents/coder.md").display()
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_task_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = orchestrate(dir.path(), &[], &[("OPENAI_API_KEY", TEST_KEY)]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr),
+        "orchestrate: no task given: run `orchestrate \"what to do\"` (or `orchestrate --help`)\n"
+    );
+}

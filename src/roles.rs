@@ -1,0 +1,428 @@
+//! Roles: markdown files with YAML frontmatter, in Claude Code's `.claude/agents/*.md`
+//! format, so people can bring the files they have. The frontmatter says who the
+//! agent is and what it may use; the body is its system prompt.
+//!
+//! Parsing is pure and reports every problem as `path:line: what is wrong`; a file
+//! with a problem is never silently skipped. Where roles are found, and which wins,
+//! is [`catalog`].
+
+pub mod catalog;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde_json::Value;
+
+use crate::tools::permissions::PermissionMode;
+
+/// The model a role asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ModelChoice {
+    /// The caller's model (`inherit`, or no `model` field).
+    Inherit,
+    /// An alias (`fast`, `sonnet`, …) or a model id, resolved by the configuration.
+    Named(String),
+}
+
+/// One role.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Role {
+    /// Its name, unique in the catalog; `subagent_type` in Task calls.
+    pub name: String,
+    /// When to use it, written for the agent that delegates.
+    pub description: String,
+    /// The tools it may use; `None` means every tool its caller has.
+    pub tools: Option<Vec<String>>,
+    /// Tools it may never use.
+    pub disallowed_tools: Vec<String>,
+    /// Its model.
+    pub model: ModelChoice,
+    /// Its turn limit, if it sets one.
+    pub max_turns: Option<u32>,
+    /// Its permission mode, which can only narrow its caller's.
+    pub permission_mode: Option<PermissionMode>,
+    /// Its color in the progress display.
+    pub color: Option<String>,
+    /// The system prompt.
+    pub prompt: String,
+    /// Where it came from (a path, or `built-in:NAME.md`).
+    pub source: String,
+    /// Fields accepted but not acted on, one line each.
+    pub warnings: Vec<String>,
+}
+
+/// A problem with a role file, located.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoleError {
+    /// The file.
+    pub path: String,
+    /// The 1-based line.
+    pub line: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for RoleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: {}", self.path, self.line, self.message)
+    }
+}
+
+impl std::error::Error for RoleError {}
+
+/// The tools a role file may name (Claude Code's names, plus Claude Code's older
+/// spelling `LS`).
+pub const KNOWN_TOOLS: [&str; 8] = [
+    "Read", "Write", "Edit", "Ls", "Glob", "Grep", "Bash", "Task",
+];
+
+/// Claude Code fields this version accepts without acting on them yet.
+const ACCEPTED_FIELDS: [&str; 8] = [
+    "hooks",
+    "memory",
+    "skills",
+    "mcpServers",
+    "isolation",
+    "background",
+    "effort",
+    "initialPrompt",
+];
+
+/// Colors the progress display can show.
+pub const COLORS: [&str; 9] = [
+    "red", "blue", "green", "yellow", "purple", "orange", "pink", "cyan", "gray",
+];
+
+/// Parses one role file. `path` is how the file is named in messages.
+pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
+    let err = |line: usize, message: String| RoleError {
+        path: path.to_owned(),
+        line,
+        message,
+    };
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut lines = text.split_inclusive('\n');
+    if lines.next().map(str::trim_end) != Some("---") {
+        return Err(err(
+            1,
+            "no YAML frontmatter: a role file starts with a line `---`".into(),
+        ));
+    }
+    let mut yaml = String::new();
+    let mut closed = None;
+    for (i, line) in lines.by_ref().enumerate() {
+        if line.trim_end() == "---" {
+            closed = Some(i + 2);
+            break;
+        }
+        yaml.push_str(line);
+    }
+    let Some(_close_line) = closed else {
+        return Err(err(
+            1,
+            "the frontmatter is never closed by a line `---`".into(),
+        ));
+    };
+    let body: String = lines.collect();
+    // Frontmatter line N is file line N + 1.
+    let fields: BTreeMap<String, serde_saphyr::Spanned<Value>> = if yaml.trim().is_empty() {
+        BTreeMap::new()
+    } else {
+        serde_saphyr::from_str(&yaml).map_err(|e| {
+            let line = e.location().map_or(1, |l| l.line() as usize + 1);
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("invalid YAML");
+            // The parser's own prefix counts lines within the frontmatter; ours are
+            // the file's, so drop it.
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            let first = match first.strip_prefix("line ") {
+                Some(rest) => rest.splitn(2, ": ").nth(1).unwrap_or(rest),
+                None => first,
+            };
+            err(line, format!("invalid frontmatter: {first}"))
+        })?
+    };
+    let line_of = |key: &str| {
+        fields
+            .get(key)
+            .map_or(1, |v| v.referenced.line() as usize + 1)
+    };
+    let string = |key: &str| -> Result<Option<String>, RoleError> {
+        match fields.get(key).map(|v| &v.value) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.trim().to_owned())),
+            Some(other) => Err(err(
+                line_of(key),
+                format!("{key} must be a string, not {other}"),
+            )),
+        }
+    };
+    let tool_list = |key: &str| -> Result<Option<Vec<String>>, RoleError> {
+        let names: Vec<String> = match fields.get(key).map(|v| &v.value) {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::String(s)) => s
+                .split(',')
+                .map(|t| t.trim().to_owned())
+                .filter(|t| !t.is_empty())
+                .collect(),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|item| match item {
+                    Value::String(s) => Ok(s.trim().to_owned()),
+                    other => Err(err(
+                        line_of(key),
+                        format!("{key} must list tool names, not {other}"),
+                    )),
+                })
+                .collect::<Result<_, _>>()?,
+            Some(other) => {
+                return Err(err(
+                    line_of(key),
+                    format!("{key} must be a list or a comma-separated string, not {other}"),
+                ));
+            }
+        };
+        names
+            .into_iter()
+            .map(|name| {
+                KNOWN_TOOLS
+                    .iter()
+                    .find(|known| known.eq_ignore_ascii_case(&name))
+                    .map(|known| (*known).to_owned())
+                    .ok_or_else(|| {
+                        err(
+                            line_of(key),
+                            format!(
+                                "unknown tool {name:?} in {key} (known: {})",
+                                KNOWN_TOOLS.join(", ")
+                            ),
+                        )
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    };
+
+    let name = string("name")?
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| err(1, "name is required".into()))?;
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(err(
+            line_of("name"),
+            format!("name {name:?} may use only letters, digits, - and _"),
+        ));
+    }
+    let description = string("description")?
+        .filter(|d| !d.is_empty())
+        .ok_or_else(|| err(1, "description is required".into()))?;
+    let model = match string("model")?.as_deref() {
+        None | Some("inherit") => ModelChoice::Inherit,
+        Some(named) => ModelChoice::Named(named.to_owned()),
+    };
+    let max_turns = match fields.get("maxTurns").map(|v| &v.value) {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n))
+            if n.as_u64()
+                .is_some_and(|n| n >= 1 && n <= u64::from(u32::MAX)) =>
+        {
+            n.as_u64().map(|n| n as u32)
+        }
+        Some(other) => {
+            return Err(err(
+                line_of("maxTurns"),
+                format!("maxTurns must be a positive whole number, not {other}"),
+            ));
+        }
+    };
+    let permission_mode = match string("permissionMode")? {
+        None => None,
+        Some(mode) => Some(mode.parse::<PermissionMode>().map_err(|_| {
+            err(
+                line_of("permissionMode"),
+                format!("unknown permissionMode {mode:?}"),
+            )
+        })?),
+    };
+    let color = match string("color")? {
+        Some(color) if !COLORS.contains(&color.as_str()) => {
+            return Err(err(
+                line_of("color"),
+                format!("unknown color {color:?} (known: {})", COLORS.join(", ")),
+            ));
+        }
+        other => other,
+    };
+    let mut warnings = Vec::new();
+    for (key, value) in &fields {
+        let known = [
+            "name",
+            "description",
+            "tools",
+            "disallowedTools",
+            "model",
+            "maxTurns",
+            "permissionMode",
+            "color",
+        ];
+        if known.contains(&key.as_str()) {
+            continue;
+        }
+        let line = value.referenced.line() as usize + 1;
+        let what = if ACCEPTED_FIELDS.contains(&key.as_str()) {
+            "is not supported yet and is ignored"
+        } else {
+            "is not a role field and is ignored"
+        };
+        warnings.push(format!("{path}:{line}: {key} {what}"));
+    }
+    Ok(Role {
+        name,
+        description,
+        tools: tool_list("tools")?,
+        disallowed_tools: tool_list("disallowedTools")?.unwrap_or_default(),
+        model,
+        max_turns,
+        permission_mode,
+        color,
+        prompt: body.trim().to_owned(),
+        source: path.to_owned(),
+        warnings,
+    })
+}
+
+impl Role {
+    /// The tools this role gets when its caller has `offered`: its own list (or all
+    /// of the caller's) intersected with the caller's, less its disallowed ones.
+    pub fn allowed_tools<'a>(&self, offered: &[&'a str]) -> Vec<&'a str> {
+        offered
+            .iter()
+            .copied()
+            .filter(|t| {
+                self.tools
+                    .as_ref()
+                    .is_none_or(|own| own.iter().any(|o| o == t))
+            })
+            .filter(|t| !self.disallowed_tools.iter().any(|d| d == t))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CODER: &str = "---\nname: coder\ndescription: Writes code.\ntools: Read, Edit, Bash\nmodel: inherit\nmaxTurns: 30\npermissionMode: acceptEdits\ncolor: green\n---\nYou write code.\n";
+
+    #[test]
+    fn a_claude_code_role_parses_whole() {
+        let role = parse("agents/coder.md", CODER).unwrap();
+        assert_eq!(
+            role,
+            Role {
+                name: "coder".into(),
+                description: "Writes code.".into(),
+                tools: Some(vec!["Read".into(), "Edit".into(), "Bash".into()]),
+                disallowed_tools: vec![],
+                model: ModelChoice::Inherit,
+                max_turns: Some(30),
+                permission_mode: Some(PermissionMode::AcceptEdits),
+                color: Some("green".into()),
+                prompt: "You write code.".into(),
+                source: "agents/coder.md".into(),
+                warnings: vec![],
+            }
+        );
+    }
+
+    #[test]
+    fn tools_may_be_a_yaml_list_and_ls_is_accepted_as_claude_code_spells_it() {
+        let text = "---\nname: x\ndescription: d\ntools:\n  - Read\n  - LS\ndisallowedTools: [Bash]\n---\nbody";
+        let role = parse("x.md", text).unwrap();
+        assert_eq!(role.tools, Some(vec!["Read".into(), "Ls".into()]));
+        assert_eq!(role.disallowed_tools, vec!["Bash".to_owned()]);
+        assert_eq!(role.model, ModelChoice::Inherit);
+    }
+
+    #[test]
+    fn each_malformed_case_has_its_exact_message() {
+        let cases = [
+            (
+                "no frontmatter\n",
+                "x.md:1: no YAML frontmatter: a role file starts with a line `---`",
+            ),
+            (
+                "---\nname: x\n",
+                "x.md:1: the frontmatter is never closed by a line `---`",
+            ),
+            ("---\ndescription: d\n---\n", "x.md:1: name is required"),
+            ("---\nname: x\n---\n", "x.md:1: description is required"),
+            (
+                "---\nname: coder\ndescription: d\npermissionMode: yolo\n---\n",
+                "x.md:4: unknown permissionMode \"yolo\"",
+            ),
+            (
+                "---\nname: x\ndescription: d\nmaxTurns: -3\n---\n",
+                "x.md:4: maxTurns must be a positive whole number, not -3",
+            ),
+            (
+                "---\nname: x\ndescription: d\ntools: Read, Fly\n---\n",
+                "x.md:4: unknown tool \"Fly\" in tools (known: Read, Write, Edit, Ls, Glob, Grep, Bash, Task)",
+            ),
+            (
+                "---\nname: x\ndescription: d\ncolor: mauve\n---\n",
+                "x.md:4: unknown color \"mauve\" (known: red, blue, green, yellow, purple, orange, pink, cyan, gray)",
+            ),
+            (
+                "---\nname: two words\ndescription: d\n---\n",
+                "x.md:2: name \"two words\" may use only letters, digits, - and _",
+            ),
+            (
+                "---\nname: x\ndescription: [a, b]\n---\n",
+                "x.md:3: description must be a string, not [\"a\",\"b\"]",
+            ),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(
+                parse("x.md", text).unwrap_err().to_string(),
+                expected,
+                "{text:?}"
+            );
+        }
+        let bad_yaml =
+            parse("x.md", "---\nname: x\ndescription: d\ntools: [Read\n---\n").unwrap_err();
+        assert!(bad_yaml.to_string().starts_with("x.md:"), "{bad_yaml}");
+        assert!(
+            bad_yaml.message.starts_with("invalid frontmatter:"),
+            "{bad_yaml}"
+        );
+    }
+
+    #[test]
+    fn other_claude_code_fields_are_accepted_with_one_warning_each() {
+        let text = "---\nname: x\ndescription: d\nhooks: {}\nmemory: project\ncolour: red\n---\n";
+        let role = parse("x.md", text).unwrap();
+        assert_eq!(
+            role.warnings,
+            vec![
+                "x.md:6: colour is not a role field and is ignored".to_owned(),
+                "x.md:4: hooks is not supported yet and is ignored".to_owned(),
+                "x.md:5: memory is not supported yet and is ignored".to_owned(),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_role_never_gets_more_tools_than_its_caller() {
+        let role = parse(
+            "x.md",
+            "---\nname: x\ndescription: d\ntools: Read, Bash, Edit\ndisallowedTools: Edit\n---\n",
+        )
+        .unwrap();
+        assert_eq!(role.allowed_tools(&["Read", "Grep", "Edit"]), ["Read"]);
+        let all = parse("all.md", "---\nname: all\ndescription: d\n---\n").unwrap();
+        assert_eq!(all.allowed_tools(&["Read", "Grep"]), ["Read", "Grep"]);
+    }
+}

@@ -1,0 +1,210 @@
+//! Where roles come from, and which one wins: the built-in roles compiled in from
+//! the repository's `agents/`, then each directory of the search path in order, a
+//! later role replacing an earlier one of the same name.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::{Role, RoleError, parse};
+
+/// The built-in roles, compiled in from `agents/`.
+pub const BUILT_IN: [(&str, &str); 5] = [
+    (
+        "orchestrator.md",
+        include_str!("../../agents/orchestrator.md"),
+    ),
+    ("explorer.md", include_str!("../../agents/explorer.md")),
+    ("coder.md", include_str!("../../agents/coder.md")),
+    ("reviewer.md", include_str!("../../agents/reviewer.md")),
+    ("tester.md", include_str!("../../agents/tester.md")),
+];
+
+/// The directories searched after the built-in roles, in order: the user's
+/// `~/.config/orchestrate/agents` and `~/.claude/agents`, the workspace's
+/// `.claude/agents` and `agents/`, then `extra` (`--agents-dir`).
+pub fn search_dirs(workspace: &Path, home: Option<&Path>, extra: Option<&Path>) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(home) = home {
+        dirs.push(home.join(".config/orchestrate/agents"));
+        dirs.push(home.join(".claude/agents"));
+    }
+    dirs.push(workspace.join(".claude/agents"));
+    dirs.push(workspace.join("agents"));
+    if let Some(extra) = extra {
+        dirs.push(extra.to_owned());
+    }
+    dirs
+}
+
+/// Every role found, with every problem met on the way.
+#[derive(Clone, Debug, Default)]
+pub struct Catalog {
+    roles: BTreeMap<String, Role>,
+    /// Files that could not be used, each as `path:line: what is wrong`.
+    pub problems: Vec<RoleError>,
+    /// Accepted oddities (ignored fields, roles replaced by later ones).
+    pub warnings: Vec<String>,
+}
+
+impl Catalog {
+    /// The built-in roles, then the roles in `dirs` (missing directories are fine).
+    pub fn load(dirs: &[PathBuf]) -> Self {
+        let mut catalog = Self::default();
+        for (file, text) in BUILT_IN {
+            catalog.add(parse(&format!("built-in:{file}"), text));
+        }
+        for dir in dirs {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            let mut files: Vec<PathBuf> = entries
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "md") && p.is_file())
+                .filter(|p| {
+                    p.file_name()
+                        .is_none_or(|n| !n.eq_ignore_ascii_case("README.md"))
+                })
+                .collect();
+            files.sort();
+            for file in files {
+                let shown = file.display().to_string();
+                match std::fs::read_to_string(&file) {
+                    Ok(text) => catalog.add(parse(&shown, &text)),
+                    Err(e) => catalog.problems.push(RoleError {
+                        path: shown,
+                        line: 1,
+                        message: format!("cannot read the file: {e}"),
+                    }),
+                }
+            }
+        }
+        catalog
+    }
+
+    fn add(&mut self, parsed: Result<Role, RoleError>) {
+        match parsed {
+            Ok(role) => {
+                self.warnings.extend(role.warnings.iter().cloned());
+                if let Some(old) = self.roles.get(&role.name)
+                    && !old.source.starts_with("built-in:")
+                {
+                    self.warnings.push(format!(
+                        "{}: replaces the role {:?} from {}",
+                        role.source, role.name, old.source
+                    ));
+                }
+                self.roles.insert(role.name.clone(), role);
+            }
+            Err(problem) => self.problems.push(problem),
+        }
+    }
+
+    /// The role with this name.
+    pub fn get(&self, name: &str) -> Option<&Role> {
+        self.roles.get(name)
+    }
+
+    /// Every role, by name.
+    pub fn roles(&self) -> impl Iterator<Item = &Role> {
+        self.roles.values()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn role(name: &str, description: &str) -> String {
+        format!("---\nname: {name}\ndescription: {description}\n---\nPrompt of {name}.\n")
+    }
+
+    #[test]
+    fn the_built_in_roles_all_parse() {
+        let catalog = Catalog::load(&[]);
+        assert_eq!(catalog.problems, vec![]);
+        let names: Vec<&str> = catalog.roles().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["coder", "explorer", "orchestrator", "reviewer", "tester"]
+        );
+        assert!(
+            catalog
+                .get("explorer")
+                .unwrap()
+                .prompt
+                .starts_with("You are a code explorer.")
+        );
+    }
+
+    #[test]
+    fn later_directories_win_by_name_and_problems_are_all_kept() {
+        let home = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let user = home.path().join(".claude/agents");
+        std::fs::create_dir_all(&user).unwrap();
+        std::fs::write(
+            user.join("explorer.md"),
+            role("explorer", "the user's explorer"),
+        )
+        .unwrap();
+        std::fs::write(user.join("helper.md"), role("helper", "a user helper")).unwrap();
+        let local = ws.path().join("agents");
+        std::fs::create_dir_all(&local).unwrap();
+        std::fs::write(
+            local.join("helper.md"),
+            role("helper", "the workspace helper"),
+        )
+        .unwrap();
+        std::fs::write(local.join("broken.md"), "---\nname: broken\n---\n").unwrap();
+        std::fs::write(local.join("README.md"), "# not a role\n").unwrap();
+
+        let catalog = Catalog::load(&search_dirs(ws.path(), Some(home.path()), None));
+
+        assert_eq!(
+            catalog.get("explorer").unwrap().description,
+            "the user's explorer"
+        );
+        assert_eq!(
+            catalog.get("helper").unwrap().description,
+            "the workspace helper"
+        );
+        assert_eq!(catalog.get("coder").unwrap().source, "built-in:coder.md");
+        let problems: Vec<String> = catalog.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            problems,
+            [format!(
+                "{}:1: description is required",
+                local.join("broken.md").display()
+            )]
+        );
+        assert!(
+            catalog
+                .warnings
+                .iter()
+                .any(|w| w.contains("replaces the role \"helper\"")),
+            "{:?}",
+            catalog.warnings
+        );
+    }
+
+    #[test]
+    fn the_search_order_is_the_documented_one() {
+        let dirs = search_dirs(
+            Path::new("/ws"),
+            Some(Path::new("/home/u")),
+            Some(Path::new("/extra")),
+        );
+        let dirs: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+        assert_eq!(
+            dirs,
+            [
+                "/home/u/.config/orchestrate/agents",
+                "/home/u/.claude/agents",
+                "/ws/.claude/agents",
+                "/ws/agents",
+                "/extra"
+            ]
+        );
+    }
+}
