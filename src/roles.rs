@@ -136,7 +136,7 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
             // the file's, so drop it.
             let first = first.strip_prefix("error: ").unwrap_or(first);
             let first = match first.strip_prefix("line ") {
-                Some(rest) => rest.splitn(2, ": ").nth(1).unwrap_or(rest),
+                Some(rest) => rest.split_once(": ").map_or(rest, |(_, message)| message),
                 None => first,
             };
             err(line, format!("invalid frontmatter: {first}"))
