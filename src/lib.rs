@@ -42,5 +42,5 @@ pub use crate::llm::openai::{OpenAiClient, OpenAiConfig};
 pub use crate::llm::retry::RetryPolicy;
 pub use crate::llm::{ChatRequest, Provider, ToolSpec};
 pub use crate::protocol::{Event, EventKind, Outcome, RunStats, SessionId};
-pub use crate::runtime::{FaultPlan, FaultPoint, Runtime, RuntimeConfig, SessionSpec};
+pub use crate::runtime::{FaultPlan, FaultPoint, Handle, Runtime, RuntimeConfig, SessionSpec};
 pub use crate::tools::{Concurrency, Tool, ToolContext, ToolRegistry};

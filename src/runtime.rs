@@ -160,14 +160,30 @@ pub(crate) struct SessionEnv {
     pub(crate) remembered: Arc<Remembered>,
 }
 
-/// A running actor tree.
+/// A running actor tree. It derefs to its [`Handle`], and owns the tree's lifetime:
+/// [`Runtime::shutdown`] stops it.
 #[derive(Debug)]
 pub struct Runtime {
+    handle: Handle,
+    join: tokio::task::JoinHandle<()>,
+}
+
+/// A cheap, cloneable handle on a running tree: start sessions, send prompts,
+/// cancel, watch events. Tools that start sessions (Task) hold one.
+#[derive(Clone, Debug)]
+pub struct Handle {
     orchestrator: ActorRef<OrchestratorMsg>,
     bus: EventBus,
     journal: Journal,
     seq: Arc<AtomicU64>,
-    join: tokio::task::JoinHandle<()>,
+}
+
+impl std::ops::Deref for Runtime {
+    type Target = Handle;
+
+    fn deref(&self) -> &Handle {
+        &self.handle
+    }
 }
 
 impl Runtime {
@@ -195,15 +211,29 @@ impl Runtime {
         let (orchestrator, join) = Actor::spawn(None, OrchestratorActor, args)
             .await
             .map_err(|e| SessionError::Spawn(e.to_string()))?;
-        Ok(Self {
+        let handle = Handle {
             orchestrator,
             bus,
             journal,
             seq: Arc::new(AtomicU64::new(1)),
-            join,
-        })
+        };
+        Ok(Self { handle, join })
     }
 
+    /// A handle that outlives borrows of the runtime.
+    pub fn handle(&self) -> Handle {
+        self.handle.clone()
+    }
+
+    /// Stops every session and the Orchestrator, and flushes the journals.
+    pub async fn shutdown(self) {
+        self.handle.orchestrator.stop(Some("shutdown".into()));
+        let _ = self.join.await;
+        let _ = self.handle.journal.sync().await;
+    }
+}
+
+impl Handle {
     /// Subscribes to every event from now on.
     pub fn subscribe(&self) -> EventStream {
         self.bus.subscribe()
@@ -213,6 +243,11 @@ impl Runtime {
     pub async fn start_session(&self, spec: SessionSpec) -> Result<SessionId, SessionError> {
         ractor::call!(self.orchestrator, OrchestratorMsg::Start, spec)
             .map_err(|e| SessionError::Spawn(e.to_string()))?
+    }
+
+    /// Stops a session once it is idle (a run in progress is cancelled first).
+    pub fn stop_session(&self, session: SessionId) {
+        let _ = self.orchestrator.cast(OrchestratorMsg::Stop(session));
     }
 
     /// Sends a prompt: it starts a run, or waits in the session's queue while busy.
@@ -263,12 +298,5 @@ impl Runtime {
     /// Waits until every journal record appended so far is on disk.
     pub async fn sync_journals(&self) -> Result<(), SessionError> {
         self.journal.sync().await.map_err(SessionError::Journal)
-    }
-
-    /// Stops every session and the Orchestrator, and flushes the journals.
-    pub async fn shutdown(self) {
-        self.orchestrator.stop(Some("shutdown".into()));
-        let _ = self.join.await;
-        let _ = self.journal.sync().await;
     }
 }

@@ -11,6 +11,7 @@ pub mod permissions;
 pub mod read;
 pub mod sandbox;
 pub mod scheduler;
+pub mod task;
 pub mod write;
 
 use std::fmt::Debug;
@@ -158,6 +159,19 @@ impl ToolRegistry {
             .with(glob::Glob)
             .with(grep::Grep)
             .with(bash::Bash)
+    }
+
+    /// The tools of this registry named in `names`, in this registry's order.
+    pub fn only(&self, names: &[&str]) -> Self {
+        Self {
+            tools: self
+                .tools
+                .iter()
+                .filter(|t| names.contains(&t.name()))
+                .cloned()
+                .collect(),
+            timeout: self.timeout,
+        }
     }
 
     /// The tools' names, in the order they are offered.

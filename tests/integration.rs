@@ -11,5 +11,6 @@ mod fixtures;
 mod permissions;
 mod prompt_queue;
 mod protocol;
+mod subagents;
 mod supervision;
 mod tools;

@@ -41,6 +41,8 @@ pub(crate) enum OrchestratorMsg {
     },
     /// The backoff after a crash is over: start the session again.
     Restart(SessionId),
+    /// Stop a session for good (its current run, if any, is cut off).
+    Stop(SessionId),
 }
 
 /// What the Orchestrator is started with.
@@ -123,6 +125,13 @@ impl Actor for OrchestratorActor {
                 );
             }
             OrchestratorMsg::Restart(session) => restart(&myself, state, session).await,
+            OrchestratorMsg::Stop(session) => {
+                if let Some(entry) = state.sessions.get(&session)
+                    && let Some(actor) = &entry.actor
+                {
+                    actor.stop(Some("stopped".into()));
+                }
+            }
         }
         Ok(())
     }

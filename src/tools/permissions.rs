@@ -84,7 +84,9 @@ impl Action {
     /// Classifies a tool by its name and whether it is read-only.
     pub fn of(name: &str, read_only: bool) -> Self {
         match (read_only, name) {
-            (true, _) => Self::Read,
+            // Delegating has no effect of its own: the sub-agent's tools are gated
+            // in the sub-agent.
+            (true, _) | (false, "Task") => Self::Read,
             (false, "Write" | "Edit") => Self::Edit,
             (false, _) => Self::Execute,
         }

@@ -1,0 +1,254 @@
+//! The `Task` tool: delegates a piece of work to a sub-agent. The sub-agent is a
+//! session of its own, started with a role from the catalog, tools no wider than
+//! its caller's, and a permission mode no wider than its caller's; its final answer
+//! (or its failure, with its partial output) is the tool's result.
+//!
+//! Task is concurrency-safe, so several Task calls of one turn run in parallel; a
+//! run-wide semaphore caps how many sub-agents run at once, the rest wait in FIFO
+//! order. At the depth limit, Task is not offered to the sub-agent.
+
+use std::sync::{Arc, RwLock};
+
+use futures::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::sync::Semaphore;
+
+use crate::error::ToolError;
+use crate::protocol::{Outcome, SessionId};
+use crate::roles::ModelChoice;
+use crate::roles::catalog::Catalog;
+use crate::runtime::{DEFAULT_MAX_TURNS, Handle, SessionSpec};
+use crate::tools::permissions::PermissionMode;
+use crate::tools::{Concurrency, Tool, ToolContext, ToolRegistry};
+
+/// Sub-agents running at once across a run, by default.
+pub const DEFAULT_MAX_PARALLEL: usize = 8;
+/// Levels of sub-agents below the lead, by default.
+pub const DEFAULT_MAX_DEPTH: u32 = 2;
+
+/// Input of `Task`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskInput {
+    /// A short (3-5 word) description of the task, shown to the person.
+    pub description: String,
+    /// The full task for the sub-agent. It sees nothing of your conversation: say
+    /// everything it needs (goal, files, constraints) and what to report back.
+    pub prompt: String,
+    /// The role to run, by name.
+    pub subagent_type: String,
+}
+
+/// What every Task tool of a run shares.
+#[derive(Debug)]
+pub struct TaskEnv {
+    /// The runtime the sub-agents run in.
+    pub handle: Handle,
+    /// The roles, reloaded when their files change.
+    pub catalog: Arc<RwLock<Catalog>>,
+    /// Slots for running sub-agents (FIFO when full).
+    pub slots: Arc<Semaphore>,
+    /// Levels of sub-agents allowed below the lead.
+    pub max_depth: u32,
+    /// Every tool a session of this run may be offered (without Task).
+    pub tools: ToolRegistry,
+}
+
+/// The caller of a Task tool: what its sub-agents inherit and may not exceed.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    /// Its depth: 0 for the lead.
+    pub depth: u32,
+    /// Its model (for roles that `inherit`).
+    pub model: String,
+    /// Its permission mode.
+    pub permission_mode: PermissionMode,
+    /// The names of its tools, Task included if it has it.
+    pub tools: Vec<String>,
+}
+
+/// The Task tool of one caller.
+#[derive(Debug)]
+pub struct Task {
+    env: Arc<TaskEnv>,
+    caller: Caller,
+}
+
+impl Task {
+    /// The Task tool for `caller`.
+    pub fn new(env: Arc<TaskEnv>, caller: Caller) -> Self {
+        Self { env, caller }
+    }
+
+    /// The session spec of a sub-agent of role `name`, or why there is none.
+    fn child_spec(
+        &self,
+        name: &str,
+        parent: SessionId,
+        call_id: &str,
+    ) -> Result<SessionSpec, ToolError> {
+        let catalog = self
+            .env
+            .catalog
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(role) = catalog.get(name) else {
+            let known: Vec<&str> = catalog.roles().map(|r| r.name.as_str()).collect();
+            return Err(ToolError::InvalidInput(format!(
+                "no role named {name:?}; subagent_type must be one of: {}",
+                known.join(", ")
+            )));
+        };
+        let depth = self.caller.depth + 1;
+        let caller_tools: Vec<&str> = self.caller.tools.iter().map(String::as_str).collect();
+        let allowed = role.allowed_tools(&caller_tools);
+        let mut tools = self.env.tools.only(&allowed);
+        let model = match &role.model {
+            ModelChoice::Inherit => self.caller.model.clone(),
+            ModelChoice::Named(model) => model.clone(),
+        };
+        let permission_mode = role
+            .permission_mode
+            .unwrap_or(self.caller.permission_mode)
+            .narrowed_by(self.caller.permission_mode);
+        if depth < self.env.max_depth && allowed.contains(&"Task") {
+            let mut names: Vec<String> = tools.names().into_iter().map(str::to_owned).collect();
+            names.push("Task".to_owned());
+            let caller = Caller {
+                depth,
+                model: model.clone(),
+                permission_mode,
+                tools: names,
+            };
+            tools = tools.with(Task::new(self.env.clone(), caller));
+        }
+        let mut spec = SessionSpec::new(role.name.clone(), model, role.prompt.clone());
+        spec.tools = tools;
+        spec.max_turns = role.max_turns.unwrap_or(DEFAULT_MAX_TURNS);
+        spec.permission_mode = permission_mode;
+        spec.parent = Some(parent);
+        spec.tool_call_id = Some(call_id.to_owned());
+        Ok(spec)
+    }
+
+    fn roles_summary(&self) -> String {
+        let catalog = self
+            .env
+            .catalog
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        catalog
+            .roles()
+            .map(|r| format!("- {}: {}", r.name, r.description))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// Ends an abandoned sub-agent's run: a parent's cancel reaches its children.
+struct CancelOnDrop {
+    handle: Handle,
+    session: SessionId,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            self.handle.cancel(self.session);
+        }
+    }
+}
+
+impl Tool for Task {
+    fn name(&self) -> &str {
+        "Task"
+    }
+
+    fn description(&self) -> &str {
+        "Delegates a piece of work to a sub-agent with its own role, tools and context, and \
+         returns its final report. Issue several Task calls in the same turn to run \
+         independent pieces in parallel. The sub-agent sees nothing of your conversation: \
+         give it a complete, self-contained prompt. Roles (`subagent_type`) are listed in the \
+         input schema."
+    }
+
+    fn input_schema(&self) -> Value {
+        let mut schema = super::schema::<TaskInput>();
+        if let Some(field) = schema.pointer_mut("/properties/subagent_type") {
+            field["description"] =
+                Value::String(format!("The role to run. Roles:\n{}", self.roles_summary()));
+        }
+        schema
+    }
+
+    fn read_only(&self) -> bool {
+        false
+    }
+
+    fn concurrency(&self, _input: &Value) -> Concurrency {
+        Concurrency::Safe
+    }
+
+    fn call<'a>(
+        &'a self,
+        input: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<String, ToolError>> {
+        Box::pin(async move {
+            let input: TaskInput = super::parse(input)?;
+            let spec = self.child_spec(&input.subagent_type, ctx.session, &ctx.call_id)?;
+            let agent = spec.agent.clone();
+            // Waits in FIFO order for a slot; a cancel drops the wait.
+            let _slot = self
+                .env
+                .slots
+                .acquire()
+                .await
+                .map_err(|_| ToolError::Failed("the run is shutting down".into()))?;
+            let handle = &self.env.handle;
+            let child = handle
+                .start_session(spec)
+                .await
+                .map_err(|e| ToolError::Failed(format!("the sub-agent could not start: {e}")))?;
+            let mut guard = CancelOnDrop {
+                handle: handle.clone(),
+                session: child,
+                armed: true,
+            };
+            let outcome = handle.run_prompt(child, input.prompt, |_| {}).await;
+            guard.armed = false;
+            handle.stop_session(child);
+            match outcome {
+                Some(Outcome::Finished { text, stats, .. }) => Ok(format!(
+                    "{text}\n\n[{agent}: {} turns, {} tool calls, {} tokens, {:.1}s]",
+                    stats.turns,
+                    stats.tool_calls,
+                    stats.usage.total(),
+                    stats.duration_ms as f64 / 1000.0
+                )),
+                Some(Outcome::Failed {
+                    class,
+                    message,
+                    partial,
+                    ..
+                }) => {
+                    let partial = if partial.is_empty() {
+                        String::new()
+                    } else {
+                        format!("\nIts last output:\n{partial}")
+                    };
+                    Err(ToolError::Failed(format!(
+                        "the {agent} sub-agent failed ({class}): {message}{partial}"
+                    )))
+                }
+                Some(Outcome::Cancelled { .. }) => Err(ToolError::Cancelled),
+                None => Err(ToolError::Failed(format!(
+                    "the {agent} sub-agent ended without a result"
+                ))),
+            }
+        })
+    }
+}
