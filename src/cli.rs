@@ -4,19 +4,22 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use clap::Parser;
+use tokio::sync::Semaphore;
 
 use crate::config;
 use crate::error::ConfigError;
 use crate::llm::openai::{OpenAiClient, OpenAiConfig};
 use crate::protocol::{Event, Outcome};
+use crate::roles::ModelChoice;
 use crate::roles::catalog::{self, Catalog};
-use crate::runtime::{DEFAULT_MAX_TURNS, FaultPlan, Runtime, RuntimeConfig, SessionSpec};
+use crate::runtime::{DEFAULT_MAX_TURNS, FaultPlan, Handle, Runtime, RuntimeConfig, SessionSpec};
 use crate::tools::ToolRegistry;
 use crate::tools::permissions::{Approver, PermissionMode};
+use crate::tools::task::{self, Caller, Task, TaskEnv};
 
 /// Exit codes (DESIGN §8).
 pub mod exit {
@@ -58,7 +61,19 @@ pub struct Cli {
     /// acceptEdits (asks for commands), plan (read-only), bypassPermissions.
     #[arg(long, value_name = "MODE", default_value = "default", value_parser = parse_mode)]
     pub permission_mode: PermissionMode,
-    /// Model turns allowed before the run fails.
+    /// Run this role instead of the orchestrator.
+    #[arg(long, value_name = "NAME", default_value = "orchestrator")]
+    pub agent: String,
+    /// Sub-agents running at once across the run; the rest wait in order.
+    #[arg(long, value_name = "N", default_value_t = task::DEFAULT_MAX_PARALLEL)]
+    pub max_parallel: usize,
+    /// Levels of sub-agents below the lead (0: no sub-agents).
+    #[arg(long, value_name = "N", default_value_t = task::DEFAULT_MAX_DEPTH)]
+    pub max_depth: u32,
+    /// Print only the final answer.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+    /// Model turns allowed before the run fails (a role's maxTurns wins).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_TURNS)]
     pub max_turns: u32,
     /// Requests made at most for one model turn.
@@ -103,10 +118,6 @@ pub enum AgentsAction {
     Check,
 }
 
-const SYSTEM_PROMPT: &str = "You are orchestrate, a careful software engineering agent working in a code repository. \
-Answer the user's task directly and precisely. When you use tools, use them to check facts rather than guess; \
-when you are done, reply with the final answer only.";
-
 /// Runs the CLI to its exit code. `interrupt` resolves on each Ctrl-C.
 pub async fn run<I>(
     cli: Cli,
@@ -136,12 +147,24 @@ where
             return ExitCode::from(exit::USAGE);
         }
     };
-    let (config, spec) = setup;
+    let (config, plan) = setup;
+    // A broken role file is never skipped in silence.
+    for problem in &plan.catalog.problems {
+        let _ = writeln!(err, "orchestrate: warning: {problem}");
+    }
     let runtime = match Runtime::start(config).await {
         Ok(runtime) => runtime,
         Err(e) => {
             let _ = writeln!(err, "orchestrate: {e}");
             return ExitCode::from(exit::FAILED);
+        }
+    };
+    let spec = match lead_spec(&cli, plan, runtime.handle()) {
+        Ok(spec) => spec,
+        Err(e) => {
+            let _ = writeln!(err, "orchestrate: {e}");
+            runtime.shutdown().await;
+            return ExitCode::from(exit::USAGE);
         }
     };
     let mut events = runtime.subscribe();
@@ -188,7 +211,7 @@ fn setup(
     cli: &Cli,
     env: &impl Fn(&str) -> Option<String>,
     approver: Arc<dyn Approver>,
-) -> Result<(RuntimeConfig, SessionSpec), ConfigError> {
+) -> Result<(RuntimeConfig, Plan), ConfigError> {
     let workspace = workspace(cli)?;
     let settings = config::resolve(cli.base_url.as_deref(), cli.model.as_deref(), env)?;
     let mut client = OpenAiConfig::new(settings.base_url, settings.api_key);
@@ -198,14 +221,75 @@ fn setup(
     config.approver = approver;
     config.retry.max_attempts = cli.max_attempts.max(1);
     config.retry.base_delay = Duration::from_millis(cli.retry_base_ms);
-    let mut spec = SessionSpec::new("main", settings.model, SYSTEM_PROMPT);
-    spec.max_turns = cli.max_turns.max(1);
-    spec.permission_mode = cli.permission_mode;
-    spec.tools = ToolRegistry::standard();
+    let home = env("HOME").map(PathBuf::from);
+    let catalog = Catalog::load(&catalog::search_dirs(
+        &config.workspace,
+        home.as_deref(),
+        cli.agents_dir.as_deref(),
+    ));
+    Ok((
+        config,
+        Plan {
+            model: settings.model,
+            catalog,
+        },
+    ))
+}
+
+/// What the run needs once the runtime is up.
+struct Plan {
+    model: String,
+    catalog: Catalog,
+}
+
+/// The lead's session: its role, its tools (with Task, when delegation is allowed),
+/// and the run-wide sub-agent settings.
+fn lead_spec(cli: &Cli, plan: Plan, handle: Handle) -> Result<SessionSpec, String> {
+    let Some(role) = plan.catalog.get(&cli.agent).cloned() else {
+        let names: Vec<&str> = plan.catalog.roles().map(|r| r.name.as_str()).collect();
+        return Err(format!(
+            "no role named {:?} (roles: {}); see `orchestrate agents list`",
+            cli.agent,
+            names.join(", ")
+        ));
+    };
+    let model = match &role.model {
+        ModelChoice::Inherit => plan.model,
+        ModelChoice::Named(model) => model.clone(),
+    };
+    let permission_mode = role
+        .permission_mode
+        .unwrap_or(cli.permission_mode)
+        .narrowed_by(cli.permission_mode);
+    let standard = ToolRegistry::standard();
+    let mut offered: Vec<&str> = standard.names();
+    offered.push("Task");
+    let allowed = role.allowed_tools(&offered);
+    let mut tools = standard.only(&allowed);
+    if cli.max_depth > 0 && allowed.contains(&"Task") {
+        let env = Arc::new(TaskEnv {
+            handle,
+            catalog: Arc::new(RwLock::new(plan.catalog)),
+            slots: Arc::new(Semaphore::new(cli.max_parallel.max(1))),
+            max_depth: cli.max_depth,
+            tools: ToolRegistry::standard(),
+        });
+        let caller = Caller {
+            depth: 0,
+            model: model.clone(),
+            permission_mode,
+            tools: allowed.iter().map(|t| (*t).to_owned()).collect(),
+        };
+        tools = tools.with(Task::new(env, caller));
+    }
+    let mut spec = SessionSpec::new(role.name.clone(), model, role.prompt.clone());
+    spec.tools = tools;
+    spec.max_turns = role.max_turns.unwrap_or(cli.max_turns).max(1);
+    spec.permission_mode = permission_mode;
     spec.faults = cli
         .inject_panic_at_turn
         .map(|turn| FaultPlan::panic_at(turn, cli.inject_panics));
-    Ok((config, spec))
+    Ok(spec)
 }
 
 fn workspace(cli: &Cli) -> Result<PathBuf, ConfigError> {

@@ -215,7 +215,7 @@ async fn json_prints_one_event_per_line() {
     assert_eq!(last["type"], "terminal");
     assert_eq!(last["outcome"], "finished");
     assert_eq!(last["text"], "json answer");
-    assert_eq!(last["agent"], "main");
+    assert_eq!(last["agent"], "orchestrator");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -321,7 +321,9 @@ async fn every_tool_is_offered_and_edits_show_as_diff_events() {
         .collect();
     assert_eq!(
         offered,
-        ["Read", "Write", "Edit", "Ls", "Glob", "Grep", "Bash"]
+        [
+            "Read", "Write", "Edit", "Ls", "Glob", "Grep", "Bash", "Task"
+        ]
     );
     let events: Vec<Value> = text(&out.stdout)
         .lines()
@@ -455,4 +457,120 @@ async fn no_task_is_a_usage_error() {
         text(&out.stderr),
         "orchestrate: no task given: run `orchestrate \"what to do\"` (or `orchestrate --help`)\n"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_runs_one_role_directly_and_an_unknown_one_is_a_usage_error() {
+    let mock = MockLlm::start(vec![Reply::text("found it")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = mock.base_url();
+    let home = dir.path().to_str().unwrap().to_owned();
+    let out = orchestrate(
+        dir.path(),
+        &[
+            "--agent",
+            "explorer",
+            "--base-url",
+            &url,
+            "--model",
+            "m",
+            "where is main?",
+        ],
+        &[("HOME", &home)],
+    )
+    .await;
+    assert_eq!(
+        (text(&out.stdout).as_str(), out.status.code()),
+        ("found it\n", Some(0))
+    );
+    let request = &mock.requests()[0];
+    let tools: Vec<&str> = request.body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["Read", "Ls", "Glob", "Grep"]);
+    assert!(
+        request.body["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("You are a code explorer.")
+    );
+
+    let out = orchestrate(
+        dir.path(),
+        &[
+            "--agent",
+            "wizard",
+            "--base-url",
+            &url,
+            "--model",
+            "m",
+            "hi",
+        ],
+        &[("HOME", &home)],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr),
+        "orchestrate: no role named \"wizard\" (roles: coder, explorer, orchestrator, reviewer, tester); see `orchestrate agents list`\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lead_fans_out_to_sub_agents_through_the_real_binary() {
+    let mock = MockLlm::start_with(|request, _| {
+        let system = request.body["messages"][0]["content"].as_str().unwrap_or("");
+        if system.starts_with("You are a code explorer.") {
+            return Reply::text("src/main.rs:1");
+        }
+        let answered = request.body["messages"].as_array().unwrap().iter().any(|m| m["role"] == "tool");
+        if answered {
+            return Reply::text("main is in src/main.rs");
+        }
+        let task = |id: &str| (id.to_owned(), serde_json::json!({"description": "find main", "prompt": "Find main.", "subagent_type": "explorer"}));
+        let calls = [task("t1"), task("t2")];
+        let calls: Vec<(&str, &str, Value)> = calls.iter().map(|(id, a)| (id.as_str(), "Task", a.clone())).collect();
+        Reply::tool_calls(&calls)
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = mock.base_url();
+    let home = dir.path().to_str().unwrap().to_owned();
+    let out = orchestrate(
+        dir.path(),
+        &[
+            "--json",
+            "--base-url",
+            &url,
+            "--model",
+            "m",
+            "where is main?",
+        ],
+        &[("HOME", &home)],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let events: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let lead = events[0]["session"].as_str().unwrap().to_owned();
+    let children: std::collections::BTreeSet<String> = events
+        .iter()
+        .filter(|e| e["agent"] == "explorer" && e["type"] == "session_started")
+        .map(|e| {
+            assert_eq!(e["parent"], lead.as_str());
+            e["session"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(children.len(), 2);
+    let last = events.last().unwrap();
+    assert_eq!(
+        (last["agent"].as_str(), last["text"].as_str()),
+        (Some("orchestrator"), Some("main is in src/main.rs"))
+    );
+    assert_eq!(mock.request_count(), 4);
 }
