@@ -197,7 +197,7 @@ pub enum EventKind {
     },
     /// A run ended (or, with no `prompts`, the whole session did).
     Terminal {
-        /// The prompts the run answered, by the ids [`crate::Runtime::prompt`]
+        /// The prompts the run answered, by the ids [`crate::Handle::prompt`]
         /// returned: the one that started it and any that joined it. Empty when the
         /// session itself ended (its crashes escalated, or it never existed), which
         /// ends every run of it.
