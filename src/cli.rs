@@ -20,6 +20,7 @@ use crate::runtime::{DEFAULT_MAX_TURNS, FaultPlan, Handle, Runtime, RuntimeConfi
 use crate::tools::ToolRegistry;
 use crate::tools::permissions::{Approver, PermissionMode};
 use crate::tools::task::{self, Caller, Task, TaskEnv};
+use crate::ui::progress;
 
 /// Exit codes (DESIGN §8).
 pub mod exit {
@@ -122,6 +123,7 @@ pub enum AgentsAction {
 pub async fn run<I>(
     cli: Cli,
     approver: Arc<dyn Approver>,
+    progress: Progress,
     env: impl Fn(&str) -> Option<String>,
     mut interrupt: I,
     out: &mut dyn Write,
@@ -179,6 +181,12 @@ where
     let prompt = runtime.prompt(id, cli.task.clone().unwrap_or_default());
     let mut interrupts = 0;
     let mut ctrl_c = interrupt();
+    let mut display = Display::new(if cli.json || cli.quiet {
+        Progress::Off
+    } else {
+        progress
+    });
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
     let outcome = loop {
         tokio::select! {
             event = events.recv() => {
@@ -186,10 +194,12 @@ where
                 if cli.json {
                     print_json(out, &event);
                 }
+                display.show(&event, err);
                 if event.session == id && let Some(outcome) = event.kind.answer_to(prompt) {
                     break Some(outcome.clone());
                 }
             }
+            _ = tick.tick() => display.refresh(),
             () = &mut ctrl_c => {
                 interrupts += 1;
                 if interrupts > 1 {
@@ -204,7 +214,101 @@ where
         }
     };
     runtime.shutdown().await;
+    display.finish(err);
     report(cli.json, outcome, out, err)
+}
+
+/// How progress is shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// A live tree, one bar per agent (stderr is a terminal).
+    Live,
+    /// One plain line per lifecycle event on stderr.
+    Plain,
+    /// Nothing (`--json`, `--quiet`).
+    Off,
+}
+
+/// The progress display of one run: the board and its rendering.
+struct Display {
+    mode: Progress,
+    board: progress::Board,
+    started: std::time::Instant,
+    multi: indicatif::MultiProgress,
+    bars: Vec<indicatif::ProgressBar>,
+}
+
+impl Display {
+    fn new(mode: Progress) -> Self {
+        let target = match mode {
+            Progress::Live => indicatif::ProgressDrawTarget::stderr(),
+            Progress::Plain | Progress::Off => indicatif::ProgressDrawTarget::hidden(),
+        };
+        Self {
+            mode,
+            board: progress::Board::new(),
+            started: std::time::Instant::now(),
+            multi: indicatif::MultiProgress::with_draw_target(target),
+            bars: Vec::new(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    fn show(&mut self, event: &Event, err: &mut dyn Write) {
+        if self.mode == Progress::Off {
+            return;
+        }
+        let Some(index) = self.board.apply(event, self.started.elapsed()) else {
+            return;
+        };
+        let now = self.now_ms();
+        match self.mode {
+            Progress::Plain => {
+                if let Some(line) = progress::plain_line(&self.board, index, event, now) {
+                    let _ = writeln!(err, "{line}");
+                }
+            }
+            Progress::Live => {
+                while self.bars.len() <= index {
+                    let bar = self.multi.add(indicatif::ProgressBar::new_spinner());
+                    bar.enable_steady_tick(Duration::from_millis(120));
+                    self.bars.push(bar);
+                }
+                self.refresh();
+            }
+            Progress::Off => {}
+        }
+    }
+
+    /// Redraws every row (elapsed times and countdowns move on their own).
+    fn refresh(&self) {
+        let now = self.now_ms();
+        for (i, bar) in self.bars.iter().enumerate() {
+            let row = progress::render_row(&self.board, i, now);
+            if self.board.rows()[i].ended_ms.is_some() {
+                bar.finish_with_message(row);
+            } else {
+                bar.set_message(row);
+            }
+        }
+    }
+
+    /// Leaves the final tree, then the summary table when there were sub-agents.
+    fn finish(&self, err: &mut dyn Write) {
+        if self.mode == Progress::Off {
+            return;
+        }
+        self.refresh();
+        for bar in &self.bars {
+            bar.finish();
+        }
+        if self.board.rows().len() > 1 {
+            let _ = write!(err, "\n{}", progress::summary(&self.board, self.now_ms()));
+        }
+    }
 }
 
 fn setup(

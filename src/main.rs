@@ -55,9 +55,15 @@ async fn main() -> ExitCode {
         };
     let mut out = std::io::stdout();
     let mut err = std::io::stderr();
+    let progress = if std::io::stderr().is_terminal() {
+        cli::Progress::Live
+    } else {
+        cli::Progress::Plain
+    };
     cli::run(
         args,
         approver,
+        progress,
         |k| std::env::var(k).ok(),
         interrupt,
         &mut out,

@@ -1,5 +1,7 @@
-//! The one module that talks to a person at a terminal. For now: the permission
-//! prompt. (The live progress display joins it with the sub-agents.)
+//! The one module that talks to a person at a terminal: the progress board and its
+//! renderings ([`progress`]), the permission prompt, and role cards.
+
+pub mod progress;
 
 use std::io::{BufRead, Write};
 

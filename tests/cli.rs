@@ -46,7 +46,14 @@ async fn it_prints_the_final_answer_and_exits_zero() {
     let url = mock.base_url();
     let out = orchestrate(
         dir.path(),
-        &["--base-url", &url, "--model", "mock-model", "say hello"],
+        &[
+            "--quiet",
+            "--base-url",
+            &url,
+            "--model",
+            "mock-model",
+            "say hello",
+        ],
         &[("OPENAI_API_KEY", TEST_KEY)],
     )
     .await;
@@ -103,7 +110,7 @@ async fn unauthorized_exits_one_with_one_line_and_no_key() {
     let url = mock.base_url();
     let out = orchestrate(
         dir.path(),
-        &["--base-url", &url, "--model", "m", "hi"],
+        &["--quiet", "--base-url", &url, "--model", "m", "hi"],
         &[("OPENAI_API_KEY", TEST_KEY)],
     )
     .await;
@@ -158,7 +165,7 @@ async fn retries_exhausted_and_unreachable_servers_fail_with_one_line() {
     let dir = tempfile::tempdir().unwrap();
     let url = mock.base_url();
     let fast = ["--max-attempts", "3", "--retry-base-ms", "10"];
-    let mut args = vec!["--base-url", url.as_str(), "--model", "m"];
+    let mut args = vec!["--quiet", "--base-url", url.as_str(), "--model", "m"];
     args.extend(fast);
     args.push("hi");
     let out = orchestrate(dir.path(), &args, &[]).await;
@@ -173,7 +180,7 @@ async fn retries_exhausted_and_unreachable_servers_fail_with_one_line() {
     let port = closed.local_addr().unwrap().port();
     drop(closed);
     let url = format!("http://127.0.0.1:{port}/v1");
-    let mut args = vec!["--base-url", url.as_str(), "--model", "m"];
+    let mut args = vec!["--quiet", "--base-url", url.as_str(), "--model", "m"];
     args.extend(fast);
     args.push("hi");
     let out = orchestrate(dir.path(), &args, &[]).await;
@@ -224,6 +231,7 @@ async fn a_session_that_keeps_crashing_exits_one_instead_of_hanging() {
     let dir = tempfile::tempdir().unwrap();
     let url = mock.base_url();
     let args = [
+        "--quiet",
         "--base-url",
         &url,
         "--model",
@@ -258,7 +266,7 @@ async fn ctrl_c_cancels_gracefully_prints_the_partial_answer_and_exits_130() {
     let url = mock.base_url();
     let child = command(
         dir.path(),
-        &["--base-url", &url, "--model", "m", "count"],
+        &["--quiet", "--base-url", &url, "--model", "m", "count"],
         &[],
     )
     .stdout(std::process::Stdio::piped())
@@ -573,4 +581,69 @@ async fn the_lead_fans_out_to_sub_agents_through_the_real_binary() {
         (Some("orchestrator"), Some("main is in src/main.rs"))
     );
     assert_eq!(mock.request_count(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_terminal_progress_is_one_plain_line_per_lifecycle_event() {
+    let mock = MockLlm::start_with(|request, _| {
+        let system = request.body["messages"][0]["content"].as_str().unwrap_or("");
+        if system.starts_with("You are a code explorer.") {
+            return Reply::text("found");
+        }
+        if request.body["messages"].as_array().unwrap().iter().any(|m| m["role"] == "tool") {
+            return Reply::text("all found");
+        }
+        let args = serde_json::json!({"description": "find main", "prompt": "Find main.", "subagent_type": "explorer"});
+        Reply::tool_calls(&[("t1", "Task", args)])
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = mock.base_url();
+    let home = dir.path().to_str().unwrap().to_owned();
+    let out = orchestrate(
+        dir.path(),
+        &["--base-url", &url, "--model", "m", "find main"],
+        &[("HOME", &home)],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(text(&out.stdout), "all found\n");
+    // Times vary; everything else is fixed.
+    let lines: Vec<String> = text(&out.stderr)
+        .lines()
+        .map(|l| {
+            if l.starts_with('[') {
+                l.get(8..).unwrap_or(l)
+            } else {
+                l
+            }
+            .trim_end()
+            .to_owned()
+        })
+        .collect();
+    let (events, table) = lines.split_at(lines.iter().position(String::is_empty).unwrap());
+    assert_eq!(
+        events,
+        [
+            "orchestrator: started",
+            "orchestrator: Task find main",
+            "explorer#1: started",
+            "explorer#1: done · 1 turns · 0 tools · 15 tok",
+            "orchestrator: done · 2 turns · 1 tools · 30 tok",
+        ]
+    );
+    let table: Vec<Vec<&str>> = table[1..]
+        .iter()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        table[1..]
+            .iter()
+            .map(|r| r[..5].to_vec())
+            .collect::<Vec<_>>(),
+        [
+            vec!["orchestrator", "done", "2", "1", "30"],
+            vec!["explorer#1", "done", "1", "0", "15"],
+        ]
+    );
 }

@@ -150,6 +150,13 @@ async fn start_call(myself: &ActorRef<SessionMsg>, state: &mut SessionState, ind
         session: myself.clone(),
         call: call.clone(),
     };
+    // Announced before it runs, so that its effects (a sub-agent's events, say)
+    // never come before it.
+    state.publisher.publish(EventKind::ToolStarted {
+        call_id: call.id.clone(),
+        name: call.name.clone(),
+        arguments: call.arguments.clone(),
+    });
     let spawned = match ready {
         Ok(()) => Actor::spawn_linked(None, ToolRunnerActor, args, myself.get_cell())
             .await
@@ -161,11 +168,6 @@ async fn start_call(myself: &ActorRef<SessionMsg>, state: &mut SessionState, ind
             if let Some(turn) = tool_turn(state) {
                 turn.running.insert(runner.get_id(), index);
             }
-            state.publisher.publish(EventKind::ToolStarted {
-                call_id: call.id,
-                name: call.name,
-                arguments: call.arguments,
-            });
             let turn_number = state.run.as_ref().map_or(0, |r| r.stats.turns);
             if let Some(fault) = &state.spec.faults
                 && fault.fire(FaultPoint::AfterToolStarted(turn_number))
