@@ -219,10 +219,11 @@ where
 }
 
 /// How progress is shown.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum Progress {
-    /// A live tree, one bar per agent (stderr is a terminal).
-    Live,
+    /// A live tree, one bar per agent, drawn on this (stderr, a terminal); the
+    /// permission prompt pauses it while it asks.
+    Live(indicatif::MultiProgress),
     /// One plain line per lifecycle event on stderr.
     Plain,
     /// Nothing (`--json`, `--quiet`).
@@ -240,15 +241,17 @@ struct Display {
 
 impl Display {
     fn new(mode: Progress) -> Self {
-        let target = match mode {
-            Progress::Live => indicatif::ProgressDrawTarget::stderr(),
-            Progress::Plain | Progress::Off => indicatif::ProgressDrawTarget::hidden(),
+        let multi = match &mode {
+            Progress::Live(multi) => multi.clone(),
+            Progress::Plain | Progress::Off => {
+                indicatif::MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden())
+            }
         };
         Self {
             mode,
             board: progress::Board::new(),
             started: std::time::Instant::now(),
-            multi: indicatif::MultiProgress::with_draw_target(target),
+            multi,
             bars: Vec::new(),
         }
     }
@@ -258,7 +261,7 @@ impl Display {
     }
 
     fn show(&mut self, event: &Event, err: &mut dyn Write) {
-        if self.mode == Progress::Off {
+        if matches!(self.mode, Progress::Off) {
             return;
         }
         let Some(index) = self.board.apply(event, self.started.elapsed()) else {
@@ -271,7 +274,7 @@ impl Display {
                     let _ = writeln!(err, "{line}");
                 }
             }
-            Progress::Live => {
+            Progress::Live(_) => {
                 while self.bars.len() <= index {
                     let bar = self.multi.add(indicatif::ProgressBar::new_spinner());
                     bar.enable_steady_tick(Duration::from_millis(120));
@@ -298,7 +301,7 @@ impl Display {
 
     /// Leaves the final tree, then the summary table when there were sub-agents.
     fn finish(&self, err: &mut dyn Write) {
-        if self.mode == Progress::Off {
+        if matches!(self.mode, Progress::Off) {
             return;
         }
         self.refresh();

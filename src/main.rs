@@ -7,6 +7,7 @@ use futures::FutureExt;
 use std::io::IsTerminal;
 use std::sync::Arc;
 
+use indicatif::{MultiProgress, ProgressDrawTarget};
 use orchestrate::cli::{self, Cli};
 use orchestrate::tools::permissions::{Approver, DenyAll};
 use orchestrate::ui::TerminalApprover;
@@ -43,23 +44,24 @@ async fn main() -> ExitCode {
     };
     // A person at a terminal is asked about edits and commands; anywhere else
     // (a pipe, CI) those calls are refused with a message naming the flag to pass.
-    let approver: Arc<dyn Approver> =
-        if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
-            let input = std::io::BufReader::new(std::io::stdin());
-            Arc::new(TerminalApprover::new(
-                Box::new(std::io::stderr()),
-                Box::new(input),
-            ))
-        } else {
-            Arc::new(DenyAll)
-        };
+    let terminal = std::io::stderr().is_terminal();
+    let live = terminal.then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
+    let approver: Arc<dyn Approver> = if std::io::stdin().is_terminal() && terminal {
+        let input = std::io::BufReader::new(std::io::stdin());
+        Arc::new(TerminalApprover::new(
+            Box::new(std::io::stderr()),
+            Box::new(input),
+            live.clone(),
+        ))
+    } else {
+        Arc::new(DenyAll)
+    };
+    let progress = match live {
+        Some(multi) => cli::Progress::Live(multi),
+        None => cli::Progress::Plain,
+    };
     let mut out = std::io::stdout();
     let mut err = std::io::stderr();
-    let progress = if std::io::stderr().is_terminal() {
-        cli::Progress::Live
-    } else {
-        cli::Progress::Plain
-    };
     cli::run(
         args,
         approver,

@@ -19,6 +19,8 @@ pub struct TerminalApprover {
     answers: tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<String>>,
     /// Set when a question was left unanswered (its call was cancelled).
     abandoned: std::sync::atomic::AtomicBool,
+    /// The live progress display, paused while a question waits.
+    pause: Option<indicatif::MultiProgress>,
 }
 
 impl std::fmt::Debug for TerminalApprover {
@@ -28,8 +30,13 @@ impl std::fmt::Debug for TerminalApprover {
 }
 
 impl TerminalApprover {
-    /// An approver asking through `out` and reading answers from `input`.
-    pub fn new(out: Box<dyn Write + Send>, mut input: Box<dyn BufRead + Send>) -> Self {
+    /// An approver asking through `out` and reading answers from `input`; `pause`
+    /// is the live progress display to hide while a question waits.
+    pub fn new(
+        out: Box<dyn Write + Send>,
+        mut input: Box<dyn BufRead + Send>,
+        pause: Option<indicatif::MultiProgress>,
+    ) -> Self {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let reader = std::thread::Builder::new()
             .name("orchestrate-answers".into())
@@ -48,6 +55,7 @@ impl TerminalApprover {
             out: std::sync::Mutex::new(out),
             answers: tokio::sync::Mutex::new(rx),
             abandoned: std::sync::atomic::AtomicBool::new(false),
+            pause,
         }
     }
 }
@@ -99,6 +107,9 @@ impl Approver for TerminalApprover {
                 while answers.try_recv().is_ok() {}
             }
             self.abandoned.store(true, Ordering::SeqCst);
+            if let Some(display) = &self.pause {
+                display.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+            }
             {
                 let mut out = self
                     .out
@@ -112,6 +123,9 @@ impl Approver for TerminalApprover {
                 None => Answer::No,
             };
             self.abandoned.store(false, Ordering::SeqCst);
+            if let Some(display) = &self.pause {
+                display.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+            }
             answer
         })
     }
@@ -199,6 +213,7 @@ mod tests {
         let approver = TerminalApprover::new(
             Box::new(out),
             Box::new(std::io::Cursor::new(b"a\n".to_vec())),
+            None,
         );
         let request = PermissionRequest {
             session: SessionId::new(),
