@@ -16,6 +16,7 @@ use crate::llm::openai::{OpenAiClient, OpenAiConfig};
 use crate::protocol::{Event, Outcome};
 use crate::roles::ModelChoice;
 use crate::roles::catalog::{self, Catalog};
+use crate::roles::watch::{self, RoleWatcher};
 use crate::runtime::{DEFAULT_MAX_TURNS, FaultPlan, Handle, Runtime, RuntimeConfig, SessionSpec};
 use crate::tools::ToolRegistry;
 use crate::tools::permissions::{Approver, PermissionMode};
@@ -161,8 +162,8 @@ where
             return ExitCode::from(exit::FAILED);
         }
     };
-    let spec = match lead_spec(&cli, plan, runtime.handle()) {
-        Ok(spec) => spec,
+    let (spec, _watcher) = match lead_spec(&cli, plan, runtime.handle()) {
+        Ok(lead) => lead,
         Err(e) => {
             let _ = writeln!(err, "orchestrate: {e}");
             runtime.shutdown().await;
@@ -329,16 +330,18 @@ fn setup(
     config.retry.max_attempts = cli.max_attempts.max(1);
     config.retry.base_delay = Duration::from_millis(cli.retry_base_ms);
     let home = env("HOME").map(PathBuf::from);
-    let catalog = Catalog::load(&catalog::search_dirs(
+    let dirs = catalog::search_dirs(
         &config.workspace,
         home.as_deref(),
         cli.agents_dir.as_deref(),
-    ));
+    );
+    let catalog = Catalog::load(&dirs);
     Ok((
         config,
         Plan {
             model: settings.model,
             catalog,
+            dirs,
         },
     ))
 }
@@ -347,11 +350,17 @@ fn setup(
 struct Plan {
     model: String,
     catalog: Catalog,
+    /// Where the roles came from, watched for changes during the run.
+    dirs: Vec<PathBuf>,
 }
 
 /// The lead's session: its role, its tools (with Task, when delegation is allowed),
 /// and the run-wide sub-agent settings.
-fn lead_spec(cli: &Cli, plan: Plan, handle: Handle) -> Result<SessionSpec, String> {
+fn lead_spec(
+    cli: &Cli,
+    plan: Plan,
+    handle: Handle,
+) -> Result<(SessionSpec, Option<RoleWatcher>), String> {
     let Some(role) = plan.catalog.get(&cli.agent).cloned() else {
         let names: Vec<&str> = plan.catalog.roles().map(|r| r.name.as_str()).collect();
         return Err(format!(
@@ -373,10 +382,17 @@ fn lead_spec(cli: &Cli, plan: Plan, handle: Handle) -> Result<SessionSpec, Strin
     offered.push("Task");
     let allowed = role.allowed_tools(&offered);
     let mut tools = standard.only(&allowed);
+    let mut watcher = None;
     if cli.max_depth > 0 && allowed.contains(&"Task") {
+        let catalog = Arc::new(RwLock::new(plan.catalog));
+        // A role edited during the run is used by its next spawn.
+        match watch::watch(plan.dirs, catalog.clone()) {
+            Ok(w) => watcher = Some(w),
+            Err(e) => tracing::warn!(error = %e, "roles will not be reloaded during this run"),
+        }
         let env = Arc::new(TaskEnv {
             handle,
-            catalog: Arc::new(RwLock::new(plan.catalog)),
+            catalog,
             slots: Arc::new(Semaphore::new(cli.max_parallel.max(1))),
             max_depth: cli.max_depth,
             tools: ToolRegistry::standard(),
@@ -396,7 +412,7 @@ fn lead_spec(cli: &Cli, plan: Plan, handle: Handle) -> Result<SessionSpec, Strin
     spec.faults = cli
         .inject_panic_at_turn
         .map(|turn| FaultPlan::panic_at(turn, cli.inject_panics));
-    Ok(spec)
+    Ok((spec, watcher))
 }
 
 fn workspace(cli: &Cli) -> Result<PathBuf, ConfigError> {

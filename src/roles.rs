@@ -7,6 +7,7 @@
 //! is [`catalog`].
 
 pub mod catalog;
+pub mod watch;
 
 use std::collections::BTreeMap;
 use std::fmt;

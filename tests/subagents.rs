@@ -226,3 +226,80 @@ async fn below_the_depth_limit_a_child_may_delegate_again() {
     assert_eq!(tool_names(&worker), ["Read", "Task"]);
     team.runtime.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_edited_on_disk_is_used_by_the_next_spawn() {
+    let mock = MockLlm::start_with(|request, _| {
+        if system(request).contains("worker") {
+            return Reply::text("worked");
+        }
+        if request.body["messages"].as_array().unwrap().last().unwrap()["role"] == "tool" {
+            return Reply::text("merged");
+        }
+        let args = json!({"description": "one piece", "prompt": "go", "subagent_type": "worker"});
+        Reply::tool_calls(&[("t1", "Task", args)])
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let roles = dir.path().join("roles");
+    std::fs::create_dir_all(&roles).unwrap();
+    let write_role = |prompt: &str| {
+        std::fs::write(
+            roles.join("worker.md"),
+            format!("---\nname: worker\ndescription: d\ntools: Read\n---\n{prompt}\n"),
+        )
+        .unwrap();
+    };
+    write_role("You are a worker, first edition.");
+    let runtime = harness::runtime(&mock, dir.path()).await;
+    let catalog = Arc::new(RwLock::new(Catalog::load(std::slice::from_ref(&roles))));
+    let _watcher = orchestrate::roles::watch::watch(vec![roles.clone()], catalog.clone()).unwrap();
+    let env = Arc::new(TaskEnv {
+        handle: runtime.handle(),
+        catalog: catalog.clone(),
+        slots: Arc::new(Semaphore::new(4)),
+        max_depth: 2,
+        tools: ToolRegistry::standard(),
+    });
+    let caller = Caller {
+        depth: 0,
+        model: "mock-model".into(),
+        permission_mode: PermissionMode::BypassPermissions,
+        tools: vec!["Read".into(), "Task".into()],
+    };
+    let lead = runtime
+        .start_session(harness::spec(
+            ToolRegistry::standard()
+                .only(&["Read"])
+                .with(Task::new(env, caller)),
+        ))
+        .await
+        .unwrap();
+
+    harness::run(&runtime, lead, "first").await;
+    write_role("You are a worker, second edition.");
+    harness::wait_until("the edit was picked up", || {
+        catalog
+            .read()
+            .unwrap()
+            .get("worker")
+            .is_some_and(|r| r.prompt.contains("second"))
+    })
+    .await;
+    harness::run(&runtime, lead, "second").await;
+
+    let prompts: Vec<String> = mock
+        .requests()
+        .iter()
+        .map(system)
+        .filter(|s| s.contains("worker"))
+        .collect();
+    assert_eq!(
+        prompts,
+        [
+            "You are a worker, first edition.",
+            "You are a worker, second edition."
+        ]
+    );
+    runtime.shutdown().await;
+}
