@@ -386,7 +386,7 @@ fn lead_spec(
     if cli.max_depth > 0 && allowed.contains(&"Task") {
         let catalog = Arc::new(RwLock::new(plan.catalog));
         // A role edited during the run is used by its next spawn.
-        match watch::watch(plan.dirs, catalog.clone()) {
+        match watch::watch(&plan.dirs, catalog.clone()) {
             Ok(w) => watcher = Some(w),
             Err(e) => tracing::warn!(error = %e, "roles will not be reloaded during this run"),
         }

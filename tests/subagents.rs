@@ -253,7 +253,8 @@ async fn a_role_edited_on_disk_is_used_by_the_next_spawn() {
     write_role("You are a worker, first edition.");
     let runtime = harness::runtime(&mock, dir.path()).await;
     let catalog = Arc::new(RwLock::new(Catalog::load(std::slice::from_ref(&roles))));
-    let _watcher = orchestrate::roles::watch::watch(vec![roles.clone()], catalog.clone()).unwrap();
+    let _watcher =
+        orchestrate::roles::watch::watch(std::slice::from_ref(&roles), catalog.clone()).unwrap();
     let env = Arc::new(TaskEnv {
         handle: runtime.handle(),
         catalog: catalog.clone(),

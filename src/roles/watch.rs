@@ -27,8 +27,8 @@ impl std::fmt::Debug for RoleWatcher {
 
 /// Watches the directories of `dirs` that exist and reloads `catalog` from all of
 /// `dirs` whenever one of them changes.
-pub fn watch(dirs: Vec<PathBuf>, catalog: Arc<RwLock<Catalog>>) -> Result<RoleWatcher, String> {
-    let reload_dirs = dirs.clone();
+pub fn watch(dirs: &[PathBuf], catalog: Arc<RwLock<Catalog>>) -> Result<RoleWatcher, String> {
+    let reload_dirs = dirs.to_vec();
     let mut debouncer = new_debouncer(SETTLE, move |result: DebounceEventResult| {
         if result.is_ok() {
             let fresh = Catalog::load(&reload_dirs);
@@ -63,7 +63,7 @@ mod tests {
         std::fs::write(&file, "---\nname: helper\ndescription: first\n---\nOne.\n").unwrap();
         let dirs = vec![dir.path().to_owned()];
         let catalog = Arc::new(RwLock::new(Catalog::load(&dirs)));
-        let _watcher = watch(dirs, catalog.clone()).unwrap();
+        let _watcher = watch(&dirs, catalog.clone()).unwrap();
         std::fs::write(&file, "---\nname: helper\ndescription: second\n---\nTwo.\n").unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
