@@ -647,3 +647,58 @@ async fn without_a_terminal_progress_is_one_plain_line_per_lifecycle_event() {
         ]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_during_a_fan_out_cancels_the_sub_agents_and_exits_130() {
+    let mock = MockLlm::start_with(|request, _| {
+        let system = request.body["messages"][0]["content"].as_str().unwrap_or("");
+        if system.starts_with("You are a code explorer.") {
+            let mut chunks = vec![crate::support::mock_llm::ev_role()];
+            chunks.extend((0..100).map(|i| ev_text(format!("line{i} "))));
+            return Reply::Stream(StreamReply {
+                chunks,
+                ttft: Duration::ZERO,
+                delay: Duration::from_millis(100),
+                end: crate::support::mock_llm::End::Done,
+            });
+        }
+        let args = serde_json::json!({"description": "search", "prompt": "Search everything.", "subagent_type": "explorer"});
+        Reply::tool_calls(&[("t1", "Task", args)])
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = mock.base_url();
+    let home = dir.path().to_str().unwrap().to_owned();
+    let child = command(
+        dir.path(),
+        &["--quiet", "--base-url", &url, "--model", "m", "search"],
+        &[("HOME", &home)],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    crate::support::harness::wait_until("the sub-agent is streaming", || {
+        mock.request_count() == 2 && mock.frames_sent() >= 5
+    })
+    .await;
+    let pid = child.id().unwrap().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = tokio::time::timeout(DEADLINE, child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    assert_eq!(text(&out.stderr), "orchestrate: cancelled\n");
+    assert!(
+        mock.wait_for_disconnects(1, Duration::from_secs(5)).await,
+        "the sub-agent's request was not dropped"
+    );
+    assert_eq!(mock.request_count(), 2, "nothing ran after the cancel");
+}

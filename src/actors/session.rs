@@ -433,7 +433,10 @@ async fn on_prompt(myself: &ActorRef<SessionMsg>, state: &mut SessionState, seq:
     if state.run.is_none() {
         return pull_queue(myself, state).await;
     }
-    if let Ok(waiting) = ractor::call!(state.queue, PromptQueueMsg::Waiting, seq) {
+    // Nothing waits when the prompt was already taken (it started the current run).
+    if let Ok(waiting) = ractor::call!(state.queue, PromptQueueMsg::Waiting, seq)
+        && waiting > 0
+    {
         state.publisher.publish(EventKind::PromptQueued { waiting });
     }
 }
