@@ -470,23 +470,7 @@ async fn no_task_is_a_usage_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_runs_one_role_directly_and_an_unknown_one_is_a_usage_error() {
     let mock = MockLlm::start(vec![Reply::text("found it")]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let url = mock.base_url();
-    let home = dir.path().to_str().unwrap().to_owned();
-    let out = orchestrate(
-        dir.path(),
-        &[
-            "--agent",
-            "explorer",
-            "--base-url",
-            &url,
-            "--model",
-            "m",
-            "where is main?",
-        ],
-        &[("HOME", &home)],
-    )
-    .await;
+    let (_dir, out) = run_cli(&mock, &["--agent", "explorer", "where is main?"]).await;
     assert_eq!(
         (text(&out.stdout).as_str(), out.status.code()),
         ("found it\n", Some(0))
@@ -506,20 +490,7 @@ async fn agent_runs_one_role_directly_and_an_unknown_one_is_a_usage_error() {
             .starts_with("You are a code explorer.")
     );
 
-    let out = orchestrate(
-        dir.path(),
-        &[
-            "--agent",
-            "wizard",
-            "--base-url",
-            &url,
-            "--model",
-            "m",
-            "hi",
-        ],
-        &[("HOME", &home)],
-    )
-    .await;
+    let (_dir, out) = run_cli(&mock, &["--agent", "wizard", "hi"]).await;
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         text(&out.stderr),
@@ -544,22 +515,7 @@ async fn the_lead_fans_out_to_sub_agents_through_the_real_binary() {
         Reply::tool_calls(&calls)
     })
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let url = mock.base_url();
-    let home = dir.path().to_str().unwrap().to_owned();
-    let out = orchestrate(
-        dir.path(),
-        &[
-            "--json",
-            "--base-url",
-            &url,
-            "--model",
-            "m",
-            "where is main?",
-        ],
-        &[("HOME", &home)],
-    )
-    .await;
+    let (_dir, out) = run_cli(&mock, &["--json", "where is main?"]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let events: Vec<Value> = text(&out.stdout)
         .lines()
@@ -701,4 +657,16 @@ async fn ctrl_c_during_a_fan_out_cancels_the_sub_agents_and_exits_130() {
         "the sub-agent's request was not dropped"
     );
     assert_eq!(mock.request_count(), 2, "nothing ran after the cancel");
+}
+
+/// Runs the binary against `mock` in a fresh workspace (also its HOME), with
+/// `--base-url` and `--model m` before `args`.
+async fn run_cli(mock: &MockLlm, args: &[&str]) -> (tempfile::TempDir, Output) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = mock.base_url();
+    let home = dir.path().to_str().unwrap().to_owned();
+    let mut all = vec!["--base-url", url.as_str(), "--model", "m"];
+    all.extend_from_slice(args);
+    let out = orchestrate(dir.path(), &all, &[("HOME", &home)]).await;
+    (dir, out)
 }
