@@ -52,6 +52,32 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// Where file-changing tools report their diffs; the runner publishes them.
     pub changes: Changes,
+    /// Tokens spent on the caller's behalf (by sub-agents), rolled up into its stats.
+    pub spent: Spent,
+}
+
+/// Tokens a call spent through others (a sub-agent's), for the caller's totals.
+#[derive(Clone, Debug, Default)]
+pub struct Spent(Arc<std::sync::Mutex<crate::conversation::Usage>>);
+
+impl Spent {
+    /// Adds usage.
+    pub fn add(&self, usage: &crate::conversation::Usage) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .add(usage);
+    }
+
+    /// Takes what was added so far.
+    pub fn take(&self) -> crate::conversation::Usage {
+        std::mem::take(
+            &mut *self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
 }
 
 /// The file changes a call made, as unified diffs.
@@ -100,6 +126,7 @@ impl ToolContext {
             call_id: String::new(),
             cancel: CancellationToken::new(),
             changes: Changes::default(),
+            spent: Spent::default(),
         }
     }
 

@@ -585,7 +585,7 @@ async fn without_a_terminal_progress_is_one_plain_line_per_lifecycle_event() {
             "orchestrator: Task find main",
             "explorer#1: started",
             "explorer#1: done · 1 turns · 0 tools · 15 tok",
-            "orchestrator: done · 2 turns · 1 tools · 30 tok",
+            "orchestrator: done · 2 turns · 1 tools · 45 tok",
         ]
     );
     let table: Vec<Vec<&str>> = table[1..]
@@ -598,7 +598,7 @@ async fn without_a_terminal_progress_is_one_plain_line_per_lifecycle_event() {
             .map(|r| r[..5].to_vec())
             .collect::<Vec<_>>(),
         [
-            vec!["orchestrator", "done", "2", "1", "30"],
+            vec!["orchestrator", "done", "2", "1", "45"],
             vec!["explorer#1", "done", "1", "0", "15"],
         ]
     );

@@ -117,6 +117,15 @@ async fn three_task_calls_run_in_parallel_and_come_back_in_call_order() {
     let team = team(&mock, 8, 2, "Read, Task").await;
     let (outcome, _) = harness::run(&team.runtime, team.lead, "split it three ways").await;
     assert_eq!(harness::finished_text(&outcome), "merged");
+    // The lead's two turns and its three children's one turn each, 15 tokens a turn.
+    let orchestrate::Outcome::Finished { stats, .. } = &outcome else {
+        unreachable!()
+    };
+    assert_eq!(
+        stats.usage.total(),
+        5 * 15,
+        "children's tokens roll up into the lead's"
+    );
     let requests = mock.requests();
     let workers: Vec<&Recorded> = requests.iter().filter(|r| system(r) == WORKER).collect();
     assert_eq!(workers.len(), 3);

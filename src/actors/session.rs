@@ -23,6 +23,7 @@ use self::resume::{ActiveRun, Next};
 use self::tool_phase::{ToolTurn, on_tool_done, start_tools};
 use self::turn::Decision;
 use crate::actors::prompt_queue::{PromptQueueMsg, QueuedPrompt};
+use crate::conversation::Usage;
 use crate::conversation::{AssistantTurn, Message, ToolResult, enforce_protocol};
 use crate::error::{ErrorClass, LlmError, SessionError};
 use crate::events::Publisher;
@@ -67,6 +68,8 @@ pub(crate) enum SessionMsg {
         result: ToolResult,
         /// The files it changed.
         changes: Vec<FileChange>,
+        /// Tokens it spent through sub-agents.
+        spent: Usage,
     },
     /// Start the next queued prompt, if idle.
     PullQueue,
@@ -275,7 +278,12 @@ impl Actor for SessionActor {
                 index,
                 result,
                 changes,
+                spent,
             } => {
+                if let Some(run) = state.run.as_mut() {
+                    // Sub-agents' tokens roll up into the caller's totals.
+                    run.stats.usage.add(&spent);
+                }
                 for change in changes {
                     state.publisher.publish(EventKind::FileChanged {
                         call_id: result.tool_call_id.clone(),

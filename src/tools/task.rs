@@ -222,19 +222,23 @@ impl Tool for Task {
             guard.armed = false;
             handle.stop_session(child);
             match outcome {
-                Some(Outcome::Finished { text, stats, .. }) => Ok(format!(
-                    "{text}\n\n[{agent}: {} turns, {} tool calls, {} tokens, {:.1}s]",
-                    stats.turns,
-                    stats.tool_calls,
-                    stats.usage.total(),
-                    stats.duration_ms as f64 / 1000.0
-                )),
+                Some(Outcome::Finished { text, stats, .. }) => {
+                    ctx.spent.add(&stats.usage);
+                    Ok(format!(
+                        "{text}\n\n[{agent}: {} turns, {} tool calls, {} tokens, {:.1}s]",
+                        stats.turns,
+                        stats.tool_calls,
+                        stats.usage.total(),
+                        stats.duration_ms as f64 / 1000.0
+                    ))
+                }
                 Some(Outcome::Failed {
                     class,
                     message,
                     partial,
-                    ..
+                    stats,
                 }) => {
+                    ctx.spent.add(&stats.usage);
                     let partial = if partial.is_empty() {
                         String::new()
                     } else {

@@ -16,7 +16,7 @@ use crate::protocol::{EventKind, Outcome};
 use crate::runtime::FaultPoint;
 use crate::tools::permissions::Gate;
 use crate::tools::scheduler::{Batch, plan};
-use crate::tools::{Changes, Concurrency, ToolContext};
+use crate::tools::{Changes, Concurrency, Spent, ToolContext};
 
 /// One turn's tool calls in flight.
 #[derive(Debug)]
@@ -139,6 +139,7 @@ async fn start_call(myself: &ActorRef<SessionMsg>, state: &mut SessionState, ind
             call_id: call.id.clone(),
             cancel,
             changes: Changes::default(),
+            spent: Spent::default(),
         },
         timeout: state.spec.tools.timeout(),
         gate: Gate {

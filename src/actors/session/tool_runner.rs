@@ -77,6 +77,7 @@ impl Actor for ToolRunnerActor {
                 index: args.index,
                 result,
                 changes: args.ctx.changes.take(),
+                spent: args.ctx.spent.take(),
             });
             myself.stop(None);
         });
