@@ -44,6 +44,14 @@ const CHUNK_DELAY: Duration = Duration::from_millis(5);
 const CHUNKS: usize = 20;
 const TURNS: u32 = 3;
 
+/// The system prompts of the Task fan-out: one lead, many workers.
+const LEAD: &str = "You are a bench lead.";
+const WORKER: &str = "You are a bench worker.";
+/// Turns of each worker (a tool turn, then the answer).
+const WORKER_TURNS: u32 = 2;
+/// Task calls the lead issues in its single turn.
+const TASKS: usize = 500;
+
 fn main() {
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -53,6 +61,7 @@ fn main() {
         Some("mock") => serve_mock(),
         Some("run") => run_sessions(&args[1], args[2].parse().unwrap()),
         Some("base") => run_bare(&args[1], args[2].parse().unwrap()),
+        Some("tasks") => run_tasks(&args[1], args[2].parse().unwrap()),
         _ => drive(&args),
     }
 }
@@ -109,6 +118,31 @@ fn drive(sizes: &[String]) {
                 rss_kib as f64 / 1024.0
             );
         }
+    }
+    let ideal = (TTFT + CHUNK_DELAY * CHUNKS as u32) * (2 + WORKER_TURNS);
+    println!(
+        "\ntask fan-out: one lead turn issuing {TASKS} Task calls, each worker {WORKER_TURNS} turns, then the lead's answer; ideal {ideal:?}"
+    );
+    let out = Command::new(&me)
+        .args(["tasks", &url, &TASKS.to_string()])
+        .output()
+        .unwrap();
+    if out.status.success() {
+        let line = String::from_utf8_lossy(&out.stdout);
+        let mut parts = line.split_whitespace();
+        let wall_ms: f64 = parts.next().unwrap().parse().unwrap();
+        let rss_kib: u64 = parts.next().unwrap().parse().unwrap();
+        println!(
+            "{TASKS:>6} {:<12} {wall_ms:>8.0}ms {:>8.3} {:>9.1} MB",
+            "Task calls",
+            wall_ms / ideal.as_secs_f64() / 1000.0,
+            rss_kib as f64 / 1024.0
+        );
+    } else {
+        eprintln!(
+            "task fan-out failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let _ = mock.kill();
     let _ = mock.wait();
@@ -168,11 +202,20 @@ fn serve_mock() {
 
 /// Turn k of a session is decided by how many assistant messages it already sent.
 fn reply_for(body: &Value) -> Reply {
+    let system = body["messages"][0]["content"].as_str().unwrap_or("");
+    if system == LEAD {
+        return lead_reply(body);
+    }
+    let turns = if system == WORKER {
+        WORKER_TURNS
+    } else {
+        TURNS
+    };
     let done = body["messages"]
         .as_array()
         .map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
     let mut chunks = vec![ev_role()];
-    if done + 1 < TURNS as usize {
+    if done + 1 < turns as usize {
         let args =
             json!({"path": format!("src/module_{done}.rs"), "pattern": "fn main"}).to_string();
         chunks.push(ev_tool_start(0, format!("call_{done}"), "probe"));
@@ -283,4 +326,111 @@ fn threads(var: &str) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2)
+}
+
+/// The lead: first every Task call at once (packed into the usual number of chunks,
+/// so its turn takes the usual time), then, once the results are in, the answer.
+fn lead_reply(body: &Value) -> Reply {
+    let answered = body["messages"]
+        .as_array()
+        .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+    let mut chunks = vec![ev_role()];
+    if answered {
+        chunks.extend((0..CHUNKS - 2).map(|i| ev_text(format!("merged{i} "))));
+        chunks.push(ev_finish("stop"));
+    } else {
+        let per_chunk = TASKS.div_ceil(CHUNKS - 2);
+        for first in (0..TASKS).step_by(per_chunk) {
+            let calls: Vec<Value> = (first..(first + per_chunk).min(TASKS))
+                .map(|i| {
+                    let args = json!({"description": format!("piece {i}"), "prompt": format!("do piece {i}"), "subagent_type": "worker"});
+                    json!({"index": i, "id": format!("task_{i}"), "type": "function", "function": {"name": "Task", "arguments": args.to_string()}})
+                })
+                .collect();
+            chunks.push(json!({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "model": "mock-model", "choices": [{"index": 0, "delta": {"tool_calls": calls}, "finish_reason": null}]}).to_string());
+        }
+        chunks.push(ev_finish("tool_calls"));
+    }
+    chunks.push(ev_usage(100, 20));
+    Reply::Stream(StreamReply {
+        chunks,
+        ttft: TTFT,
+        delay: CHUNK_DELAY,
+        end: End::Done,
+    })
+}
+
+/// A Task fan-out child: one lead whose single turn issues `n` Task calls (all
+/// allowed to run at once), each worker running two turns; every event goes through
+/// the progress board and is rendered to a hidden draw target, as the CLI does on
+/// a terminal. Prints wall ms and peak RSS KiB.
+fn run_tasks(url: &str, n: usize) {
+    use std::sync::RwLock;
+
+    use orchestrate::roles::catalog::Catalog;
+    use orchestrate::tools::permissions::PermissionMode;
+    use orchestrate::tools::task::{Caller, Task, TaskEnv};
+    use orchestrate::ui::progress::{Board, render_row};
+
+    let workspace = tempfile::tempdir().unwrap();
+    let roles = workspace.path().join("roles");
+    std::fs::create_dir_all(&roles).unwrap();
+    std::fs::write(
+        roles.join("worker.md"),
+        format!("---\nname: worker\ndescription: Does one piece.\n---\n{WORKER}\n"),
+    )
+    .unwrap();
+    let wall = runtime(threads("FANOUT_RUNNER_THREADS")).block_on(async {
+        let client =
+            Arc::new(OpenAiClient::new(OpenAiConfig::new(url, Some("sk-bench".into()))).unwrap());
+        let orchestrator = Runtime::start(RuntimeConfig::new(workspace.path(), client))
+            .await
+            .unwrap();
+        let env = Arc::new(TaskEnv {
+            handle: orchestrator.handle(),
+            catalog: Arc::new(RwLock::new(Catalog::load(&[roles]))),
+            slots: Arc::new(tokio::sync::Semaphore::new(n)),
+            max_depth: 1,
+            tools: ToolRegistry::new().with(Probe),
+        });
+        let caller = Caller {
+            depth: 0,
+            model: "mock-model".into(),
+            permission_mode: PermissionMode::BypassPermissions,
+            tools: vec!["probe".into(), "Task".into()],
+        };
+        let mut spec = SessionSpec::new("lead", "mock-model", LEAD);
+        spec.tools = ToolRegistry::new().with(Probe).with(Task::new(env, caller));
+        spec.permission_mode = PermissionMode::BypassPermissions;
+        let lead = orchestrator.start_session(spec).await.unwrap();
+        let mut events = orchestrator.subscribe();
+        let multi =
+            indicatif::MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden());
+        let mut bars = Vec::new();
+        let mut board = Board::new();
+        let start = Instant::now();
+        let prompt = orchestrator.prompt(lead, "do all the pieces");
+        loop {
+            let event = events.recv().await.unwrap();
+            if let Some(i) = board.apply(&event, start.elapsed()) {
+                while bars.len() <= i {
+                    bars.push(multi.add(indicatif::ProgressBar::new_spinner()));
+                }
+                bars[i].set_message(render_row(&board, i, start.elapsed().as_millis() as u64));
+            }
+            if event.session == lead
+                && let Some(outcome) = event.kind.answer_to(prompt)
+            {
+                match outcome {
+                    Outcome::Finished { .. } => break,
+                    other => panic!("the lead did not finish: {other:?}"),
+                }
+            }
+        }
+        let wall = start.elapsed();
+        assert_eq!(board.rows().len(), n + 1, "every worker ran");
+        orchestrator.shutdown().await;
+        wall
+    });
+    println!("{:.1} {}", wall.as_secs_f64() * 1000.0, peak_rss_kib());
 }

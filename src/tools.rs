@@ -153,6 +153,11 @@ pub trait Tool: Send + Sync + Debug + 'static {
     fn read_only(&self) -> bool;
     /// Whether this particular call may run beside others.
     fn concurrency(&self, input: &Value) -> Concurrency;
+    /// True when the tool bounds its own parallelism (Task, by the run-wide cap on
+    /// sub-agents), so a turn's parallel group does not count its calls.
+    fn bounds_itself(&self) -> bool {
+        false
+    }
     /// Runs the call. The returned text goes back to the model; an error becomes an
     /// error result the model also sees.
     fn call<'a>(

@@ -192,6 +192,10 @@ impl Tool for Task {
         Concurrency::Safe
     }
 
+    fn bounds_itself(&self) -> bool {
+        true
+    }
+
     fn call<'a>(
         &'a self,
         input: Value,

@@ -37,6 +37,9 @@ pub(super) struct ToolTurn {
     pub(super) results: Vec<Option<ToolResult>>,
     /// Cancels every call of the turn.
     pub(super) cancel: CancellationToken,
+    /// Calls whose tool bounds its own parallelism (Task): not counted against
+    /// the turn's cap.
+    pub(super) bounds_itself: Vec<bool>,
 }
 
 pub(super) async fn start_tools(
@@ -54,6 +57,16 @@ pub(super) async fn start_tools(
             },
         )
         .collect();
+    let bounds_itself: Vec<bool> = calls
+        .iter()
+        .map(|c| {
+            state
+                .spec
+                .tools
+                .get(&c.name)
+                .is_some_and(|t| t.bounds_itself())
+        })
+        .collect();
     let seq = state.next_id();
     let Some(run) = state.run.as_mut() else {
         return;
@@ -68,6 +81,7 @@ pub(super) async fn start_tools(
         parallel: false,
         running: HashMap::new(),
         cancel: CancellationToken::new(),
+        bounds_itself,
     });
     advance_tools(myself, state).await;
 }
@@ -92,7 +106,16 @@ async fn advance_tools(myself: &ActorRef<SessionMsg>, state: &mut SessionState) 
             turn.batches.clear();
         }
         let cap = if turn.parallel { limit } else { 1 };
-        if turn.running.len() < cap
+        let counted = turn
+            .running
+            .values()
+            .filter(|i| !turn.bounds_itself[**i])
+            .count();
+        let next_bounds_itself = turn
+            .waiting
+            .front()
+            .is_some_and(|i| turn.bounds_itself[*i] && turn.parallel);
+        if (counted < cap || next_bounds_itself)
             && let Some(index) = turn.waiting.pop_front()
         {
             start_call(myself, state, index).await;
