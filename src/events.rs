@@ -21,7 +21,16 @@ pub struct EventBus {
 #[derive(Debug, Default)]
 struct BusInner {
     seq: AtomicU64,
-    subscribers: Mutex<Vec<Subscriber>>,
+    subscribers: Mutex<Subscribers>,
+}
+
+#[derive(Debug, Default)]
+struct Subscribers {
+    /// Those that see every event.
+    all: Vec<Subscriber>,
+    /// Those that see one session's events only (a parent waiting on its child):
+    /// kept apart so that a fan-out of N children costs N deliveries, not N².
+    by_session: std::collections::HashMap<SessionId, Vec<Subscriber>>,
 }
 
 #[derive(Debug)]
@@ -38,16 +47,23 @@ impl EventBus {
 
     /// A new subscription; it sees events published from now on.
     pub fn subscribe(&self) -> EventStream {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let backlog = Arc::new(AtomicUsize::new(0));
-        self.lock().push(Subscriber {
-            tx,
-            backlog: backlog.clone(),
-        });
-        EventStream { rx, backlog }
+        let (subscriber, stream) = Subscriber::new();
+        self.lock().all.push(subscriber);
+        stream
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Subscriber>> {
+    /// A subscription to one session's events only.
+    pub fn subscribe_session(&self, session: SessionId) -> EventStream {
+        let (subscriber, stream) = Subscriber::new();
+        self.lock()
+            .by_session
+            .entry(session)
+            .or_default()
+            .push(subscriber);
+        stream
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Subscribers> {
         // A panic while holding this lock cannot leave the Vec inconsistent.
         self.inner
             .subscribers
@@ -65,7 +81,9 @@ impl EventBus {
         kind: EventKind,
     ) {
         let mut subscribers = self.lock();
-        if subscribers.is_empty() {
+        let Subscribers { all, by_session } = &mut *subscribers;
+        let watchers = by_session.get_mut(&session);
+        if all.is_empty() && watchers.is_none() {
             return;
         }
         let event = Event {
@@ -75,14 +93,34 @@ impl EventBus {
             agent: agent.to_owned(),
             kind,
         };
-        let progress = event.kind.is_progress();
-        subscribers.retain(|s| {
-            if progress && s.backlog.load(Ordering::Relaxed) >= PROGRESS_BACKLOG {
-                return !s.tx.is_closed();
+        all.retain(|s| s.deliver(&event));
+        if let Some(watchers) = watchers {
+            watchers.retain(|s| s.deliver(&event));
+            if watchers.is_empty() {
+                by_session.remove(&session);
             }
-            s.backlog.fetch_add(1, Ordering::Relaxed);
-            s.tx.send(event.clone()).is_ok()
-        });
+        }
+    }
+}
+
+impl Subscriber {
+    fn new() -> (Self, EventStream) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let backlog = Arc::new(AtomicUsize::new(0));
+        let stream = EventStream {
+            rx,
+            backlog: backlog.clone(),
+        };
+        (Self { tx, backlog }, stream)
+    }
+
+    /// Delivers one event; false once the subscription is gone.
+    fn deliver(&self, event: &Event) -> bool {
+        if event.kind.is_progress() && self.backlog.load(Ordering::Relaxed) >= PROGRESS_BACKLOG {
+            return !self.tx.is_closed();
+        }
+        self.backlog.fetch_add(1, Ordering::Relaxed);
+        self.tx.send(event.clone()).is_ok()
     }
 }
 

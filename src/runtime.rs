@@ -239,6 +239,11 @@ impl Handle {
         self.bus.subscribe()
     }
 
+    /// Subscribes to one session's events from now on.
+    pub fn subscribe_session(&self, session: SessionId) -> EventStream {
+        self.bus.subscribe_session(session)
+    }
+
     /// Starts a session; it waits for prompts.
     pub async fn start_session(&self, spec: SessionSpec) -> Result<SessionId, SessionError> {
         ractor::call!(self.orchestrator, OrchestratorMsg::Start, spec)
@@ -281,7 +286,7 @@ impl Handle {
         text: impl Into<String>,
         mut events: impl FnMut(&crate::protocol::Event),
     ) -> Option<Outcome> {
-        let mut stream = self.subscribe();
+        let mut stream = self.bus.subscribe_session(session);
         let prompt = self.prompt(session, text);
         while let Some(event) = stream.recv().await {
             if event.session != session {

@@ -11,6 +11,7 @@ use super::tool_runner::{ToolRunnerActor, ToolRunnerArgs};
 use super::{Phase, SessionMsg, SessionState, begin_turn, end_run, fail};
 use crate::actors::prompt_queue::PromptQueueMsg;
 use crate::conversation::{Message, ToolCall, ToolResult};
+use crate::error::SessionError;
 use crate::journal::Record;
 use crate::protocol::{EventKind, Outcome};
 use crate::runtime::FaultPoint;
@@ -86,7 +87,6 @@ pub(super) async fn start_tools(
     advance_tools(myself, state).await;
 }
 
-/// Starts whatever may start now; when the last batch is done, finishes the tool turn.
 fn tool_turn(state: &mut SessionState) -> Option<&mut ToolTurn> {
     match state.run.as_mut().map(|r| &mut r.phase) {
         Some(Phase::Tools(turn)) => Some(turn),
@@ -106,19 +106,23 @@ async fn advance_tools(myself: &ActorRef<SessionMsg>, state: &mut SessionState) 
             turn.batches.clear();
         }
         let cap = if turn.parallel { limit } else { 1 };
-        let counted = turn
+        let mut counted = turn
             .running
             .values()
             .filter(|i| !turn.bounds_itself[**i])
             .count();
-        let next_bounds_itself = turn
-            .waiting
-            .front()
-            .is_some_and(|i| turn.bounds_itself[*i] && turn.parallel);
-        if (counted < cap || next_bounds_itself)
-            && let Some(index) = turn.waiting.pop_front()
-        {
-            start_call(myself, state, index).await;
+        let mut starting = Vec::new();
+        while let Some(&index) = turn.waiting.front() {
+            let free = turn.bounds_itself[index] && turn.parallel;
+            if !free && counted >= cap {
+                break;
+            }
+            turn.waiting.pop_front();
+            counted += usize::from(!free);
+            starting.push(index);
+        }
+        if !starting.is_empty() {
+            start_calls(myself, state, &starting).await;
             continue;
         }
         if !turn.running.is_empty() || !turn.waiting.is_empty() {
@@ -134,80 +138,92 @@ async fn advance_tools(myself: &ActorRef<SessionMsg>, state: &mut SessionState) 
     }
 }
 
-/// Spawns the ToolRunner for call `index`. A call of a tool that is not read-only
-/// first makes the journal durable (its start record included): its effects must
-/// never precede the record of the turn that asked for them, or a resumed session
-/// could run it again.
-async fn start_call(myself: &ActorRef<SessionMsg>, state: &mut SessionState, index: usize) {
+/// Spawns a ToolRunner for each call of `indices`. Their start records are
+/// journaled together, and if any of their tools is not read-only the journal is
+/// made durable first, once for the group: a tool's effects must never precede the
+/// record of the turn that asked for them, or a resumed session could run it again.
+async fn start_calls(myself: &ActorRef<SessionMsg>, state: &mut SessionState, indices: &[usize]) {
     let Some(turn) = tool_turn(state) else {
         return;
     };
-    let call = turn.calls[index].clone();
+    let calls: Vec<ToolCall> = indices.iter().map(|i| turn.calls[*i].clone()).collect();
     let (turn_seq, cancel) = (turn.seq, turn.cancel.clone());
-    let started = Record::ToolStarted {
-        call_id: call.id.clone(),
-    };
-    let tool = state.spec.tools.get(&call.name);
-    let mut ready = state.journal(&started);
-    if ready.is_ok() && tool.as_ref().is_some_and(|t| !t.read_only()) {
+    let records: Vec<Record> = calls
+        .iter()
+        .map(|c| Record::ToolStarted {
+            call_id: c.id.clone(),
+        })
+        .collect();
+    let tools: Vec<_> = calls
+        .iter()
+        .map(|c| state.spec.tools.get(&c.name))
+        .collect();
+    let mut ready = state
+        .env
+        .journal
+        .append_all(&state.journal_path, &records)
+        .map_err(SessionError::Journal);
+    if ready.is_ok() && tools.iter().flatten().any(|t| !t.read_only()) {
         ready = state.sync().await;
     }
-    let args = ToolRunnerArgs {
-        turn_seq,
-        index,
-        tool,
-        ctx: ToolContext {
-            workspace: state.env.workspace.clone(),
-            session: state.id,
+    for ((&index, call), tool) in indices.iter().zip(calls).zip(tools) {
+        let args = ToolRunnerArgs {
+            turn_seq,
+            index,
+            tool,
+            ctx: ToolContext {
+                workspace: state.env.workspace.clone(),
+                session: state.id,
+                call_id: call.id.clone(),
+                cancel: cancel.clone(),
+                changes: Changes::default(),
+                spent: Spent::default(),
+            },
+            timeout: state.spec.tools.timeout(),
+            gate: Gate {
+                mode: state.spec.permission_mode,
+                agent: state.spec.agent.clone(),
+                approver: state.env.approver.clone(),
+                remembered: state.env.remembered.clone(),
+            },
+            session: myself.clone(),
+            call: call.clone(),
+        };
+        // Announced before it runs, so that its effects (a sub-agent's events, say)
+        // never come before it.
+        state.publisher.publish(EventKind::ToolStarted {
             call_id: call.id.clone(),
-            cancel,
-            changes: Changes::default(),
-            spent: Spent::default(),
-        },
-        timeout: state.spec.tools.timeout(),
-        gate: Gate {
-            mode: state.spec.permission_mode,
-            agent: state.spec.agent.clone(),
-            approver: state.env.approver.clone(),
-            remembered: state.env.remembered.clone(),
-        },
-        session: myself.clone(),
-        call: call.clone(),
-    };
-    // Announced before it runs, so that its effects (a sub-agent's events, say)
-    // never come before it.
-    state.publisher.publish(EventKind::ToolStarted {
-        call_id: call.id.clone(),
-        name: call.name.clone(),
-        arguments: call.arguments.clone(),
-    });
-    let spawned = match ready {
-        Ok(()) => Actor::spawn_linked(None, ToolRunnerActor, args, myself.get_cell())
-            .await
-            .map_err(|e| format!("the tool could not be started: {e}")),
-        Err(e) => Err(format!("the tool was not run: {e}")),
-    };
-    match spawned {
-        Ok((runner, _)) => {
-            if let Some(turn) = tool_turn(state) {
-                turn.running.insert(runner.get_id(), index);
+            name: call.name.clone(),
+            arguments: call.arguments.clone(),
+        });
+        let spawned = match &ready {
+            Ok(()) => Actor::spawn_linked(None, ToolRunnerActor, args, myself.get_cell())
+                .await
+                .map_err(|e| format!("the tool could not be started: {e}")),
+            Err(e) => Err(format!("the tool was not run: {e}")),
+        };
+        match spawned {
+            Ok((runner, _)) => {
+                if let Some(turn) = tool_turn(state) {
+                    turn.running.insert(runner.get_id(), index);
+                }
+                let turn_number = state.run.as_ref().map_or(0, |r| r.stats.turns);
+                if let Some(fault) = &state.spec.faults
+                    && fault.fire(FaultPoint::AfterToolStarted(turn_number))
+                {
+                    panic!(
+                        "injected fault: session panicked after starting a tool in turn {turn_number}"
+                    );
+                }
             }
-            let turn_number = state.run.as_ref().map_or(0, |r| r.stats.turns);
-            if let Some(fault) = &state.spec.faults
-                && fault.fire(FaultPoint::AfterToolStarted(turn_number))
-            {
-                panic!(
-                    "injected fault: session panicked after starting a tool in turn {turn_number}"
-                );
+            Err(e) => {
+                let result = ToolResult {
+                    tool_call_id: call.id,
+                    content: format!("Error: {e}"),
+                    is_error: true,
+                };
+                store_result(state, index, result);
             }
-        }
-        Err(e) => {
-            let result = ToolResult {
-                tool_call_id: call.id,
-                content: format!("Error: {e}"),
-                is_error: true,
-            };
-            store_result(state, index, result);
         }
     }
 }
