@@ -22,6 +22,9 @@ fn command(workspace: &Path, args: &[&str], env: &[(&str, &str)]) -> tokio::proc
     ] {
         cmd.env_remove(var);
     }
+    // Roles are also looked up in $HOME: a workspace of its own keeps the machine's
+    // own role files out of the test.
+    cmd.env("HOME", workspace);
     cmd.envs(env.iter().copied());
     cmd.stdin(std::process::Stdio::null());
     cmd
