@@ -162,6 +162,15 @@ where
             return ExitCode::from(exit::FAILED);
         }
     };
+    let no_color = env("NO_COLOR").is_some_and(|v| !v.is_empty());
+    let colors: std::collections::HashMap<String, String> = if no_color {
+        std::collections::HashMap::new()
+    } else {
+        plan.catalog
+            .roles()
+            .filter_map(|r| Some((r.name.clone(), r.color.clone()?)))
+            .collect()
+    };
     let (spec, _watcher) = match lead_spec(&cli, plan, runtime.handle()) {
         Ok(lead) => lead,
         Err(e) => {
@@ -182,11 +191,12 @@ where
     let prompt = runtime.prompt(id, cli.task.clone().unwrap_or_default());
     let mut interrupts = 0;
     let mut ctrl_c = interrupt();
-    let mut display = Display::new(if cli.json || cli.quiet {
+    let mode = if cli.json || cli.quiet {
         Progress::Off
     } else {
         progress
-    });
+    };
+    let mut display = Display::new(mode, colors);
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     let outcome = loop {
         tokio::select! {
@@ -234,6 +244,8 @@ pub enum Progress {
 /// The progress display of one run: the board and its rendering.
 struct Display {
     mode: Progress,
+    /// Role colors for the live tree; empty when colors are off (NO_COLOR).
+    colors: std::collections::HashMap<String, String>,
     board: progress::Board,
     started: std::time::Instant,
     multi: indicatif::MultiProgress,
@@ -241,7 +253,7 @@ struct Display {
 }
 
 impl Display {
-    fn new(mode: Progress) -> Self {
+    fn new(mode: Progress, colors: std::collections::HashMap<String, String>) -> Self {
         let multi = match &mode {
             Progress::Live(multi) => multi.clone(),
             Progress::Plain | Progress::Off => {
@@ -250,6 +262,7 @@ impl Display {
         };
         Self {
             mode,
+            colors,
             board: progress::Board::new(),
             started: std::time::Instant::now(),
             multi,
@@ -291,7 +304,10 @@ impl Display {
     fn refresh(&self) {
         let now = self.now_ms();
         for (i, bar) in self.bars.iter().enumerate() {
-            let row = progress::render_row(&self.board, i, now);
+            let mut row = progress::render_row(&self.board, i, now);
+            if let Some(color) = self.colors.get(&self.board.rows()[i].role) {
+                row = progress::paint(&row, color);
+            }
             if self.board.rows()[i].ended_ms.is_some() {
                 bar.finish_with_message(row);
             } else {

@@ -44,6 +44,8 @@ pub struct Row {
     pub session: SessionId,
     /// Its parent, for sub-agents.
     pub parent: Option<SessionId>,
+    /// Its role.
+    pub role: String,
     /// Its label: the role, with an instance number for sub-agents (`explorer#2`).
     pub label: String,
     /// What it is doing.
@@ -96,6 +98,7 @@ impl Board {
                 self.rows.push(Row {
                     session: event.session,
                     parent: event.parent,
+                    role: event.agent.clone(),
                     label,
                     state: State::Thinking,
                     turns: 0,
@@ -202,6 +205,23 @@ fn clip(text: &str, max: usize) -> String {
     }
     let cut: String = text.chars().take(max - 1).collect();
     format!("{cut}…")
+}
+
+/// `text` in a role's color, as an ANSI escape (unknown colors leave it plain).
+pub fn paint(text: &str, color: &str) -> String {
+    let code = match color {
+        "red" => "31",
+        "green" => "32",
+        "yellow" => "33",
+        "blue" => "34",
+        "purple" => "35",
+        "cyan" => "36",
+        "gray" => "90",
+        "orange" => "38;5;208",
+        "pink" => "38;5;213",
+        _ => return text.to_owned(),
+    };
+    format!("\x1b[{code}m{text}\x1b[0m")
 }
 
 /// Tokens as a person reads them: `950`, `2.3k`, `1.2M`.
@@ -566,6 +586,12 @@ mod tests {
     fn the_summary_table_lists_every_agent() {
         let (board, _) = fan_out();
         insta::assert_snapshot!(summary(&board, 9000));
+    }
+
+    #[test]
+    fn roles_are_painted_in_their_color() {
+        assert_eq!(paint("coder#1", "green"), "\x1b[32mcoder#1\x1b[0m");
+        assert_eq!(paint("x", "mauve"), "x");
     }
 
     #[test]
