@@ -157,6 +157,11 @@ pub enum EventKind {
         /// The arguments as the model wrote them.
         arguments: String,
     },
+    /// A tool call waits for a person's yes.
+    AwaitingPermission {
+        /// The tool.
+        tool: String,
+    },
     /// A tool call changed a file.
     FileChanged {
         /// The call's id.
@@ -232,6 +237,7 @@ impl EventKind {
             | Self::TurnStarted { .. }
             | Self::TurnFinished { .. }
             | Self::ToolStarted { .. }
+            | Self::AwaitingPermission { .. }
             | Self::FileChanged { .. }
             | Self::ToolFinished { .. }
             | Self::Retrying { .. }

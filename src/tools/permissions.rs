@@ -214,6 +214,8 @@ pub struct Gate {
     pub approver: std::sync::Arc<dyn Approver>,
     /// "Always" answers, shared by every session of the process.
     pub remembered: std::sync::Arc<Remembered>,
+    /// Where the session's events go: a question shows as `awaiting_permission`.
+    pub events: Option<crate::events::Publisher>,
 }
 
 impl Gate {
@@ -241,6 +243,11 @@ impl Gate {
                     tool: tool.to_owned(),
                     summary: summarize(tool, input),
                 };
+                if let Some(events) = &self.events {
+                    events.publish(crate::protocol::EventKind::AwaitingPermission {
+                        tool: tool.to_owned(),
+                    });
+                }
                 match self.approver.ask(request.clone()).await {
                     Answer::Yes => Ok(()),
                     Answer::Always => {

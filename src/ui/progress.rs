@@ -18,6 +18,8 @@ pub enum State {
     Tool(String),
     /// Waiting on this many sub-agents.
     Waiting(u32),
+    /// Waiting for a person's yes to run this tool.
+    AwaitingPermission(String),
     /// A model turn failed and will be tried again.
     Retrying {
         /// The attempt that failed.
@@ -147,6 +149,9 @@ impl Board {
                 };
             }
             EventKind::FileChanged { .. } => {}
+            EventKind::AwaitingPermission { tool } => {
+                row.state = State::AwaitingPermission(tool.clone())
+            }
             EventKind::Retrying {
                 attempt,
                 max_attempts,
@@ -247,6 +252,7 @@ pub fn state_text(state: &State, now_ms: u64, tools: u32) -> String {
         State::Tool(call) => call.clone(),
         State::Waiting(1) => "waiting on 1 sub-agent".to_owned(),
         State::Waiting(n) => format!("waiting on {n} sub-agents"),
+        State::AwaitingPermission(tool) => format!("awaiting permission for {tool}"),
         State::Retrying {
             attempt,
             max,
@@ -293,6 +299,7 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
     let what = match &event.kind {
         EventKind::SessionStarted { resumed: false, .. } => "started".to_owned(),
         EventKind::SessionStarted { resumed: true, .. } => "resumed from its journal".to_owned(),
+        EventKind::AwaitingPermission { tool } => format!("awaiting permission for {tool}"),
         EventKind::Restarted { reason, .. } => {
             format!("crashed and restarted ({})", clip(reason, 60))
         }
@@ -350,6 +357,7 @@ pub fn summary(board: &Board, now_ms: u64) -> String {
             | State::Streaming
             | State::Tool(_)
             | State::Waiting(_)
+            | State::AwaitingPermission(_)
             | State::Retrying { .. } => "unfinished",
         };
         let elapsed = row
@@ -388,7 +396,12 @@ mod tests {
     /// A lead with three sub-agents, each left in a different state.
     fn fan_out() -> (Board, Vec<String>) {
         let lead = SessionId::new();
-        let (a, b, c) = (SessionId::new(), SessionId::new(), SessionId::new());
+        let (a, b, c, d) = (
+            SessionId::new(),
+            SessionId::new(),
+            SessionId::new(),
+            SessionId::new(),
+        );
         let usage = Usage {
             input_tokens: 1800,
             output_tokens: 500,
@@ -400,7 +413,7 @@ mod tests {
             duration_ms: 7000,
             usage,
         };
-        let steps: Vec<(u64, Event)> = vec![
+        let mut steps: Vec<(u64, Event)> = vec![
             (
                 0,
                 event(
@@ -542,6 +555,29 @@ mod tests {
                 ),
             ),
             (
+                1100,
+                event(
+                    d,
+                    Some(lead),
+                    "reviewer",
+                    EventKind::SessionStarted {
+                        model: "m".into(),
+                        resumed: false,
+                    },
+                ),
+            ),
+            (
+                3500,
+                event(
+                    d,
+                    Some(lead),
+                    "reviewer",
+                    EventKind::AwaitingPermission {
+                        tool: "Bash".into(),
+                    },
+                ),
+            ),
+            (
                 8100,
                 event(
                     a,
@@ -558,6 +594,7 @@ mod tests {
                 ),
             ),
         ];
+        steps.sort_by_key(|(at, _)| *at);
         let mut board = Board::new();
         let mut lines = Vec::new();
         for (at, e) in &steps {

@@ -185,6 +185,7 @@ async fn start_calls(myself: &ActorRef<SessionMsg>, state: &mut SessionState, in
                 agent: state.spec.agent.clone(),
                 approver: state.env.approver.clone(),
                 remembered: state.env.remembered.clone(),
+                events: Some(state.publisher.clone()),
             },
             session: myself.clone(),
             call: call.clone(),
