@@ -157,6 +157,16 @@ pub enum EventKind {
         /// The arguments as the model wrote them.
         arguments: String,
     },
+    /// A sub-agent asked for by a Task call starts waiting for a free slot
+    /// (`waiting: true`), or got one after waiting (`waiting: false`).
+    SubagentQueued {
+        /// The Task call.
+        call_id: String,
+        /// The sub-agent's role.
+        role: String,
+        /// Whether it now waits.
+        waiting: bool,
+    },
     /// A tool call waits for a person's yes.
     AwaitingPermission {
         /// The tool.
@@ -237,6 +247,7 @@ impl EventKind {
             | Self::TurnStarted { .. }
             | Self::TurnFinished { .. }
             | Self::ToolStarted { .. }
+            | Self::SubagentQueued { .. }
             | Self::AwaitingPermission { .. }
             | Self::FileChanged { .. }
             | Self::ToolFinished { .. }

@@ -186,7 +186,20 @@ async fn a_failing_child_is_an_error_result_and_the_lead_still_answers() {
 async fn five_children_with_two_slots_never_run_more_than_two_at_once() {
     let mock = mock(5).await;
     let team = team(&mock, 2, 2, "Read").await;
-    let (outcome, _) = harness::run(&team.runtime, team.lead, "five pieces").await;
+    let (outcome, events) = harness::run(&team.runtime, team.lead, "five pieces").await;
+    let queued = events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.kind,
+                orchestrate::EventKind::SubagentQueued { waiting: true, .. }
+            )
+        })
+        .count();
+    assert_eq!(
+        queued, 3,
+        "the three children past the cap were shown as queued"
+    );
     assert_eq!(harness::finished_text(&outcome), "merged");
     let mut starts: Vec<_> = mock
         .requests()

@@ -16,7 +16,7 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use crate::error::ToolError;
-use crate::protocol::{Outcome, SessionId};
+use crate::protocol::{EventKind, Outcome, SessionId};
 use crate::roles::ModelChoice;
 use crate::roles::catalog::Catalog;
 use crate::runtime::{DEFAULT_MAX_TURNS, Handle, SessionSpec};
@@ -205,13 +205,22 @@ impl Tool for Task {
             let input: TaskInput = super::parse(input)?;
             let spec = self.child_spec(&input.subagent_type, ctx.session, &ctx.call_id)?;
             let agent = spec.agent.clone();
-            // Waits in FIFO order for a slot; a cancel drops the wait.
-            let _slot = self
-                .env
-                .slots
-                .acquire()
-                .await
-                .map_err(|_| ToolError::Failed("the run is shutting down".into()))?;
+            // Waits in FIFO order for a slot (shown as queued); a cancel drops the wait.
+            let slots = &self.env.slots;
+            let _slot = match slots.clone().try_acquire_owned() {
+                Ok(slot) => slot,
+                Err(_) => {
+                    let queued = |waiting| EventKind::SubagentQueued {
+                        call_id: ctx.call_id.clone(),
+                        role: agent.clone(),
+                        waiting,
+                    };
+                    self.env.handle.publish(ctx.session, queued(true));
+                    let slot = slots.clone().acquire_owned().await;
+                    self.env.handle.publish(ctx.session, queued(false));
+                    slot.map_err(|_| ToolError::Failed("the run is shutting down".into()))?
+                }
+            };
             let handle = &self.env.handle;
             let child = handle
                 .start_session(spec)

@@ -58,6 +58,8 @@ pub struct Row {
     pub tokens: u64,
     /// Tool calls made.
     pub tools: u32,
+    /// Sub-agents it asked for that wait for a slot.
+    pub queued: u32,
     /// When it started and (once ended) ended, in milliseconds since the run began.
     pub started_ms: u64,
     /// When it ended.
@@ -106,6 +108,7 @@ impl Board {
                     turns: 0,
                     tokens: 0,
                     tools: 0,
+                    queued: 0,
                     started_ms: now_ms,
                     ended_ms: None,
                 });
@@ -149,6 +152,10 @@ impl Board {
                 };
             }
             EventKind::FileChanged { .. } => {}
+            EventKind::SubagentQueued { waiting: true, .. } => row.queued += 1,
+            EventKind::SubagentQueued { waiting: false, .. } => {
+                row.queued = row.queued.saturating_sub(1)
+            }
             EventKind::AwaitingPermission { tool } => {
                 row.state = State::AwaitingPermission(tool.clone())
             }
@@ -286,7 +293,15 @@ pub fn render_row(board: &Board, index: usize, now_ms: u64) -> String {
     format!(
         "{:<16} {:<44} {:>8}   {}",
         format!("{prefix}{}", row.label),
-        state_text(&row.state, now_ms, row.tools),
+        if row.queued > 0 {
+            format!(
+                "{} · {} queued",
+                state_text(&row.state, now_ms, row.tools),
+                row.queued
+            )
+        } else {
+            state_text(&row.state, now_ms, row.tools)
+        },
         format!("{} tok", tokens(row.tokens)),
         clock(elapsed)
     )
@@ -299,6 +314,12 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
     let what = match &event.kind {
         EventKind::SessionStarted { resumed: false, .. } => "started".to_owned(),
         EventKind::SessionStarted { resumed: true, .. } => "resumed from its journal".to_owned(),
+        EventKind::SubagentQueued {
+            role,
+            waiting: true,
+            ..
+        } => format!("{role} queued for a free slot"),
+        EventKind::SubagentQueued { waiting: false, .. } => return None,
         EventKind::AwaitingPermission { tool } => format!("awaiting permission for {tool}"),
         EventKind::Restarted { reason, .. } => {
             format!("crashed and restarted ({})", clip(reason, 60))
@@ -551,6 +572,19 @@ mod tests {
                         max_attempts: 5,
                         delay_ms: 3000,
                         reason: "HTTP 429: rate limited".into(),
+                    },
+                ),
+            ),
+            (
+                1000,
+                event(
+                    lead,
+                    None,
+                    "orchestrator",
+                    EventKind::SubagentQueued {
+                        call_id: "t4".into(),
+                        role: "tester".into(),
+                        waiting: true,
                     },
                 ),
             ),
