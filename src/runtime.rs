@@ -256,7 +256,8 @@ impl Handle {
             .map_err(|e| SessionError::Spawn(e.to_string()))?
     }
 
-    /// Stops a session once it is idle (a run in progress is cancelled first).
+    /// Stops a session once its current run (if any) has ended; it takes no more
+    /// prompts. Cancel first to end a run in progress sooner.
     pub fn stop_session(&self, session: SessionId) {
         let _ = self.orchestrator.cast(OrchestratorMsg::Stop(session));
     }

@@ -41,7 +41,7 @@ pub(crate) enum OrchestratorMsg {
     },
     /// The backoff after a crash is over: start the session again.
     Restart(SessionId),
-    /// Stop a session for good (its current run, if any, is cut off).
+    /// Stop a session once its current run (if any) has ended.
     Stop(SessionId),
 }
 
@@ -129,7 +129,7 @@ impl Actor for OrchestratorActor {
                 if let Some(entry) = state.sessions.get(&session)
                     && let Some(actor) = &entry.actor
                 {
-                    actor.stop(Some("stopped".into()));
+                    let _ = actor.cast(SessionMsg::StopWhenIdle);
                 }
             }
         }

@@ -73,6 +73,8 @@ pub(crate) enum SessionMsg {
     },
     /// Start the next queued prompt, if idle.
     PullQueue,
+    /// Stop once the current run (if any) has ended, without taking more prompts.
+    StopWhenIdle,
 }
 
 /// What a Session is started with.
@@ -102,6 +104,8 @@ pub(crate) struct SessionState {
     next_id: u64,
     resume: Option<ActiveRun>,
     ready: Option<RpcReplyPort<Result<SessionId, SessionError>>>,
+    /// Set by `StopWhenIdle`: the session ends with its current run.
+    stopping: bool,
 }
 
 #[derive(Debug)]
@@ -195,6 +199,7 @@ impl Actor for SessionActor {
             next_id: 0,
             resume: None,
             ready,
+            stopping: false,
             spec,
             env,
             queue,
@@ -294,6 +299,12 @@ impl Actor for SessionActor {
                 on_tool_done(&myself, state, turn_seq, index, result).await
             }
             SessionMsg::PullQueue => pull_queue(&myself, state).await,
+            SessionMsg::StopWhenIdle => {
+                state.stopping = true;
+                if state.run.is_none() {
+                    myself.stop(Some("stopped".into()));
+                }
+            }
         }
         Ok(())
     }
@@ -759,5 +770,9 @@ async fn end_run(
         prompts: run.prompts,
         outcome,
     });
-    let _ = myself.cast(SessionMsg::PullQueue);
+    if state.stopping {
+        myself.stop(Some("stopped".into()));
+    } else {
+        let _ = myself.cast(SessionMsg::PullQueue);
+    }
 }

@@ -157,7 +157,9 @@ struct CancelOnDrop {
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         if self.armed {
+            // The sub-agent ends its run as cancelled, then stops.
             self.handle.cancel(self.session);
+            self.handle.stop_session(self.session);
         }
     }
 }
