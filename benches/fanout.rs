@@ -386,13 +386,13 @@ fn run_tasks(url: &str, n: usize) {
         let orchestrator = Runtime::start(RuntimeConfig::new(workspace.path(), client))
             .await
             .unwrap();
-        let env = Arc::new(TaskEnv {
-            handle: orchestrator.handle(),
-            catalog: Arc::new(RwLock::new(Catalog::load(&[roles]))),
-            slots: Arc::new(tokio::sync::Semaphore::new(n)),
-            max_depth: 1,
-            tools: ToolRegistry::new().with(Probe),
-        });
+        let env = Arc::new(TaskEnv::new(
+            orchestrator.handle(),
+            Arc::new(RwLock::new(Catalog::load(&[roles]))),
+            n,
+            1,
+            ToolRegistry::new().with(Probe),
+        ));
         let caller = Caller {
             depth: 0,
             model: "mock-model".into(),

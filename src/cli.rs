@@ -8,7 +8,6 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use clap::Parser;
-use tokio::sync::Semaphore;
 
 use crate::config;
 use crate::error::ConfigError;
@@ -406,13 +405,13 @@ fn lead_spec(
             Ok(w) => watcher = Some(w),
             Err(e) => tracing::warn!(error = %e, "roles will not be reloaded during this run"),
         }
-        let env = Arc::new(TaskEnv {
+        let env = Arc::new(TaskEnv::new(
             handle,
             catalog,
-            slots: Arc::new(Semaphore::new(cli.max_parallel.max(1))),
-            max_depth: cli.max_depth,
-            tools: ToolRegistry::standard(),
-        });
+            cli.max_parallel,
+            cli.max_depth,
+            ToolRegistry::standard(),
+        ));
         let caller = Caller {
             depth: 0,
             model: model.clone(),

@@ -9,13 +9,12 @@ use orchestrate::tools::permissions::PermissionMode;
 use orchestrate::tools::task::{Caller, Task, TaskEnv};
 use orchestrate::{Runtime, ToolRegistry};
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
 
 use crate::support::harness;
 use crate::support::mock_llm::{MockLlm, Recorded, Reply};
 
 const WORKER: &str = "You are a worker.";
-const WORK: Duration = Duration::from_millis(300);
+const WORK: Duration = Duration::from_millis(600);
 
 fn system(request: &Recorded) -> String {
     request.body["messages"][0]["content"]
@@ -87,13 +86,13 @@ async fn team(mock: &MockLlm, max_parallel: usize, max_depth: u32, worker_tools:
     )
     .unwrap();
     let runtime = harness::runtime(mock, dir.path()).await;
-    let env = Arc::new(TaskEnv {
-        handle: runtime.handle(),
-        catalog: Arc::new(RwLock::new(Catalog::load(&[roles]))),
-        slots: Arc::new(Semaphore::new(max_parallel)),
+    let env = Arc::new(TaskEnv::new(
+        runtime.handle(),
+        Arc::new(RwLock::new(Catalog::load(&[roles]))),
+        max_parallel,
         max_depth,
-        tools: ToolRegistry::standard(),
-    });
+        ToolRegistry::standard(),
+    ));
     let caller = Caller {
         depth: 0,
         model: "mock-model".into(),
@@ -277,13 +276,13 @@ async fn a_role_edited_on_disk_is_used_by_the_next_spawn() {
     let catalog = Arc::new(RwLock::new(Catalog::load(std::slice::from_ref(&roles))));
     let _watcher =
         orchestrate::roles::watch::watch(std::slice::from_ref(&roles), catalog.clone()).unwrap();
-    let env = Arc::new(TaskEnv {
-        handle: runtime.handle(),
-        catalog: catalog.clone(),
-        slots: Arc::new(Semaphore::new(4)),
-        max_depth: 2,
-        tools: ToolRegistry::standard(),
-    });
+    let env = Arc::new(TaskEnv::new(
+        runtime.handle(),
+        catalog.clone(),
+        4,
+        2,
+        ToolRegistry::standard(),
+    ));
     let caller = Caller {
         depth: 0,
         model: "mock-model".into(),

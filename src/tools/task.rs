@@ -45,15 +45,40 @@ pub struct TaskInput {
 #[derive(Debug)]
 pub struct TaskEnv {
     /// The runtime the sub-agents run in.
-    pub handle: Handle,
+    handle: Handle,
     /// The roles, reloaded when their files change.
-    pub catalog: Arc<RwLock<Catalog>>,
-    /// Slots for running sub-agents (FIFO when full).
-    pub slots: Arc<Semaphore>,
+    catalog: Arc<RwLock<Catalog>>,
+    /// Slots for running sub-agents, one pool per level (FIFO when full). Each
+    /// level has its own pool so that sub-agents waiting on their own sub-agents
+    /// can never hold every slot their children need.
+    slots: Vec<Arc<Semaphore>>,
     /// Levels of sub-agents allowed below the lead.
-    pub max_depth: u32,
+    max_depth: u32,
     /// Every tool a session of this run may be offered (without Task).
-    pub tools: ToolRegistry,
+    tools: ToolRegistry,
+}
+
+impl TaskEnv {
+    /// The shared state of a run's Task tools: at most `max_parallel` sub-agents of
+    /// each level run at once, and at most `max_depth` levels below the lead.
+    pub fn new(
+        handle: Handle,
+        catalog: Arc<RwLock<Catalog>>,
+        max_parallel: usize,
+        max_depth: u32,
+        tools: ToolRegistry,
+    ) -> Self {
+        let slots = (0..max_depth.max(1))
+            .map(|_| Arc::new(Semaphore::new(max_parallel.max(1))))
+            .collect();
+        Self {
+            handle,
+            catalog,
+            slots,
+            max_depth,
+            tools,
+        }
+    }
 }
 
 /// The caller of a Task tool: what its sub-agents inherit and may not exceed.
@@ -208,7 +233,8 @@ impl Tool for Task {
             let spec = self.child_spec(&input.subagent_type, ctx.session, &ctx.call_id)?;
             let agent = spec.agent.clone();
             // Waits in FIFO order for a slot (shown as queued); a cancel drops the wait.
-            let slots = &self.env.slots;
+            let level = (self.caller.depth as usize).min(self.env.slots.len() - 1);
+            let slots = &self.env.slots[level];
             let _slot = match slots.clone().try_acquire_owned() {
                 Ok(slot) => slot,
                 Err(_) => {
