@@ -12,7 +12,7 @@ use clap::Parser;
 use crate::config;
 use crate::error::ConfigError;
 use crate::llm::openai::{OpenAiClient, OpenAiConfig};
-use crate::protocol::{Event, Outcome};
+use crate::protocol::{Event, EventKind, Outcome};
 use crate::roles::ModelChoice;
 use crate::roles::catalog::{self, Catalog};
 use crate::roles::watch::{self, RoleWatcher};
@@ -197,6 +197,9 @@ where
     };
     let mut display = Display::new(mode, colors);
     let mut tick = tokio::time::interval(Duration::from_millis(200));
+    // Sessions that started and have not ended yet: sub-agents cancelled with the
+    // lead end a moment after it, and their ends are worth showing.
+    let mut open = std::collections::HashSet::new();
     let outcome = loop {
         tokio::select! {
             event = events.recv() => {
@@ -205,6 +208,7 @@ where
                     print_json(out, &event);
                 }
                 display.show(&event, err);
+                track(&mut open, &event);
                 if event.session == id && let Some(outcome) = event.kind.answer_to(prompt) {
                     break Some(outcome.clone());
                 }
@@ -223,9 +227,31 @@ where
             }
         }
     };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while !open.is_empty() {
+        match tokio::time::timeout_at(deadline, events.recv()).await {
+            Ok(Some(event)) => {
+                if cli.json {
+                    print_json(out, &event);
+                }
+                display.show(&event, err);
+                track(&mut open, &event);
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
     runtime.shutdown().await;
     display.finish(err);
     report(cli.json, outcome, out, err)
+}
+
+/// Keeps the set of sessions that started and have not ended.
+fn track(open: &mut std::collections::HashSet<crate::protocol::SessionId>, event: &Event) {
+    if matches!(event.kind, EventKind::SessionStarted { .. }) {
+        open.insert(event.session);
+    } else if matches!(event.kind, EventKind::Terminal { .. }) {
+        open.remove(&event.session);
+    }
 }
 
 /// How progress is shown.

@@ -630,7 +630,7 @@ async fn ctrl_c_during_a_fan_out_cancels_the_sub_agents_and_exits_130() {
     let home = dir.path().to_str().unwrap().to_owned();
     let child = command(
         dir.path(),
-        &["--quiet", "--base-url", &url, "--model", "m", "search"],
+        &["--json", "--base-url", &url, "--model", "m", "search"],
         &[("HOME", &home)],
     )
     .stdout(std::process::Stdio::piped())
@@ -660,6 +660,18 @@ async fn ctrl_c_during_a_fan_out_cancels_the_sub_agents_and_exits_130() {
         "the sub-agent's request was not dropped"
     );
     assert_eq!(mock.request_count(), 2, "nothing ran after the cancel");
+    let events: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let child_end = events
+        .iter()
+        .find(|e| e["agent"] == "explorer" && e["type"] == "terminal");
+    assert_eq!(
+        child_end.map(|e| e["outcome"].clone()),
+        Some(serde_json::json!("cancelled")),
+        "the sub-agent's end was shown"
+    );
 }
 
 /// Runs the binary against `mock` in a fresh workspace (also its HOME), with
