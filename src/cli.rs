@@ -457,6 +457,14 @@ fn lead_spec(
 }
 
 fn workspace(cli: &Cli) -> Result<PathBuf, ConfigError> {
+    if let Some(dir) = &cli.agents_dir
+        && !dir.is_dir()
+    {
+        return Err(ConfigError::AgentsDir {
+            path: dir.display().to_string(),
+            reason: "not a directory".into(),
+        });
+    }
     let dir = match &cli.workspace {
         Some(dir) => dir.clone(),
         None => std::env::current_dir().map_err(|e| ConfigError::Workspace {

@@ -84,6 +84,14 @@ pub enum ConfigError {
         /// Why it was refused.
         reason: String,
     },
+    /// `--agents-dir` does not name a directory.
+    #[error("--agents-dir {path}: {reason}")]
+    AgentsDir {
+        /// The directory as given.
+        path: String,
+        /// Why it was refused.
+        reason: String,
+    },
     /// The workspace directory is unusable.
     #[error("workspace {path}: {reason}")]
     Workspace {

@@ -685,3 +685,19 @@ async fn run_cli(mock: &MockLlm, args: &[&str]) -> (tempfile::TempDir, Output) {
     let out = orchestrate(dir.path(), &all, &[("HOME", &home)]).await;
     (dir, out)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_agents_dir_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = orchestrate(
+        dir.path(),
+        &["--agents-dir", "/nonexistent/roles", "agents", "list"],
+        &[],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr),
+        "orchestrate: --agents-dir /nonexistent/roles: not a directory\n"
+    );
+}

@@ -54,8 +54,18 @@ impl Catalog {
             catalog.add(parse(&format!("built-in:{file}"), text));
         }
         for dir in dirs {
-            let Ok(entries) = std::fs::read_dir(dir) else {
-                continue;
+            let entries = match std::fs::read_dir(dir) {
+                Ok(entries) => entries,
+                // The search path names directories that often do not exist.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    catalog.problems.push(RoleError {
+                        path: dir.display().to_string(),
+                        line: 1,
+                        message: format!("cannot read the directory: {e}"),
+                    });
+                    continue;
+                }
             };
             let mut files: Vec<PathBuf> = entries
                 .filter_map(Result::ok)
