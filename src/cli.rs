@@ -65,7 +65,7 @@ pub struct Cli {
     /// Run this role instead of the orchestrator.
     #[arg(long, value_name = "NAME", default_value = "orchestrator")]
     pub agent: String,
-    /// Sub-agents running at once across the run; the rest wait in order.
+    /// Sub-agents running at once at each level across the run; the rest wait in order.
     #[arg(long, value_name = "N", default_value_t = task::DEFAULT_MAX_PARALLEL)]
     pub max_parallel: usize,
     /// Levels of sub-agents below the lead (0: no sub-agents).
