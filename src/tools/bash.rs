@@ -109,7 +109,7 @@ impl Tool for Bash {
     }
 
     fn input_schema(&self) -> Value {
-        schemars::schema_for!(BashInput).to_value()
+        super::schema::<BashInput>()
     }
 
     fn read_only(&self) -> bool {
@@ -128,8 +128,7 @@ impl Tool for Bash {
         ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<String, ToolError>> {
         Box::pin(async move {
-            let input: BashInput = serde_json::from_value(input)
-                .map_err(|e| ToolError::InvalidInput(e.to_string()))?;
+            let input: BashInput = super::parse(input)?;
             if input.command.trim().is_empty() {
                 return Err(ToolError::InvalidInput("the command is empty".into()));
             }

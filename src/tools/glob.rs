@@ -62,7 +62,7 @@ impl Tool for Glob {
     }
 
     fn input_schema(&self) -> Value {
-        schemars::schema_for!(GlobInput).to_value()
+        super::schema::<GlobInput>()
     }
 
     fn read_only(&self) -> bool {
@@ -79,8 +79,7 @@ impl Tool for Glob {
         ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<String, ToolError>> {
         Box::pin(async move {
-            let input: GlobInput = serde_json::from_value(input)
-                .map_err(|e| ToolError::InvalidInput(e.to_string()))?;
+            let input: GlobInput = super::parse(input)?;
             let pattern = input.pattern.trim_start_matches("./");
             if Path::new(pattern).is_absolute() {
                 return Err(ToolError::InvalidInput(format!(

@@ -117,7 +117,7 @@ impl Tool for Grep {
     }
 
     fn input_schema(&self) -> Value {
-        schemars::schema_for!(GrepInput).to_value()
+        super::schema::<GrepInput>()
     }
 
     fn read_only(&self) -> bool {
@@ -134,8 +134,7 @@ impl Tool for Grep {
         ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<String, ToolError>> {
         Box::pin(async move {
-            let input: GrepInput = serde_json::from_value(input)
-                .map_err(|e| ToolError::InvalidInput(e.to_string()))?;
+            let input: GrepInput = super::parse(input)?;
             let search = Search::new(&input, ctx)?;
             tokio::task::spawn_blocking(move || search.run())
                 .await

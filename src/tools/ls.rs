@@ -48,7 +48,7 @@ impl Tool for Ls {
     }
 
     fn input_schema(&self) -> Value {
-        schemars::schema_for!(LsInput).to_value()
+        super::schema::<LsInput>()
     }
 
     fn read_only(&self) -> bool {
@@ -65,8 +65,7 @@ impl Tool for Ls {
         ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<String, ToolError>> {
         Box::pin(async move {
-            let input: LsInput = serde_json::from_value(input)
-                .map_err(|e| ToolError::InvalidInput(e.to_string()))?;
+            let input: LsInput = super::parse(input)?;
             let mut ignore = GlobSetBuilder::new();
             for pattern in input.ignore.iter().flatten() {
                 let glob = Glob::new(pattern.trim_end_matches('/')).map_err(|e| {
