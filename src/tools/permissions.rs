@@ -146,14 +146,19 @@ pub trait Approver: Send + Sync + fmt::Debug + 'static {
 
     /// Why a call is refused when the answer was no, naming what would allow it.
     fn refusal(&self, request: &PermissionRequest, mode: PermissionMode) -> String {
-        let needed = match Action::of(&request.tool, false) {
-            Action::Edit => "acceptEdits",
-            Action::Read | Action::Execute => "bypassPermissions",
-        };
+        let needed = mode_allowing(&request.tool);
         format!(
             "permission denied: {} was not approved (permission mode {mode}); run with --permission-mode {needed} to allow it",
             request.tool
         )
+    }
+}
+
+/// The permission mode that lets `tool` run without asking.
+fn mode_allowing(tool: &str) -> PermissionMode {
+    match Action::of(tool, false) {
+        Action::Edit => PermissionMode::AcceptEdits,
+        Action::Read | Action::Execute => PermissionMode::BypassPermissions,
     }
 }
 
@@ -167,10 +172,7 @@ impl Approver for DenyAll {
     }
 
     fn refusal(&self, request: &PermissionRequest, mode: PermissionMode) -> String {
-        let needed = match Action::of(&request.tool, false) {
-            Action::Edit => "acceptEdits",
-            Action::Read | Action::Execute => "bypassPermissions",
-        };
+        let needed = mode_allowing(&request.tool);
         format!(
             "permission denied: {} needs approval under permission mode {mode}, and there is no terminal to ask; run with --permission-mode {needed} to allow it",
             request.tool
