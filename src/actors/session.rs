@@ -20,7 +20,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent
 
 use self::llm_stream::{LlmStreamActor, LlmStreamArgs, LlmStreamMsg};
 use self::resume::{ActiveRun, Next};
-use self::tool_phase::{ToolTurn, on_tool_done, start_tools};
+use self::tool_phase::{ToolTurn, on_tool_done, record_effects, start_tools};
 use self::turn::Decision;
 use crate::actors::prompt_queue::{PromptQueueMsg, QueuedPrompt};
 use crate::conversation::Usage;
@@ -285,17 +285,7 @@ impl Actor for SessionActor {
                 changes,
                 spent,
             } => {
-                if let Some(run) = state.run.as_mut() {
-                    // Sub-agents' tokens roll up into the caller's totals.
-                    run.stats.usage.add(&spent);
-                }
-                for change in changes {
-                    state.publisher.publish(EventKind::FileChanged {
-                        call_id: result.tool_call_id.clone(),
-                        path: change.path,
-                        diff: change.diff,
-                    });
-                }
+                record_effects(state, &result.tool_call_id, changes, &spent);
                 on_tool_done(&myself, state, turn_seq, index, result).await
             }
             SessionMsg::PullQueue => pull_queue(&myself, state).await,

@@ -11,14 +11,14 @@ use tokio_util::sync::CancellationToken;
 use super::tool_runner::{ToolRunnerActor, ToolRunnerArgs};
 use super::{Phase, SessionMsg, SessionState, begin_turn, end_run, fail};
 use crate::actors::prompt_queue::PromptQueueMsg;
-use crate::conversation::{Message, ToolCall, ToolResult};
+use crate::conversation::{Message, ToolCall, ToolResult, Usage};
 use crate::error::SessionError;
 use crate::journal::Record;
 use crate::protocol::{EventKind, Outcome};
 use crate::runtime::FaultPoint;
 use crate::tools::permissions::Gate;
 use crate::tools::scheduler::{Batch, plan};
-use crate::tools::{Changes, Concurrency, Spent, ToolContext};
+use crate::tools::{Changes, Concurrency, FileChange, Spent, ToolContext};
 
 /// One turn's tool calls in flight.
 #[derive(Debug)]
@@ -259,6 +259,26 @@ fn store_result(state: &mut SessionState, index: usize, result: ToolResult) {
     };
     if let Err(e) = state.journal(&record) {
         tracing::error!(session = %state.id, error = %e, "cannot journal a tool result");
+    }
+}
+
+/// Reports a call's file changes and adds the tokens its sub-agents spent to
+/// the run's totals, whether or not its turn is still current.
+pub(super) fn record_effects(
+    state: &mut SessionState,
+    call_id: &str,
+    changes: Vec<FileChange>,
+    spent: &Usage,
+) {
+    if let Some(run) = state.run.as_mut() {
+        run.stats.usage.add(spent);
+    }
+    for change in changes {
+        state.publisher.publish(EventKind::FileChanged {
+            call_id: call_id.to_owned(),
+            path: change.path,
+            diff: change.diff,
+        });
     }
 }
 
