@@ -69,20 +69,15 @@ impl Tool for Edit {
             let input: EditInput = super::parse(input)?;
             let path = ctx.resolve(&input.file_path)?;
             let shown = ctx.display(&path);
-            // The lock travels with the blocking work: a cancel that drops this future
-            // must not free the path while the write is still going on.
-            let guard = files::lock(&path).await;
             let session = ctx.session;
             let changes = ctx.changes.clone();
             let root = ctx.workspace.clone();
-            tokio::task::spawn_blocking(move || {
-                let _guard = guard;
+            files::locked(&path.clone(), "edit", move || {
                 let summary = edit(session, &root, &path, &shown, &input, &changes)?;
                 files::record_read(session, &path);
                 Ok(summary)
             })
             .await
-            .map_err(|e| ToolError::Failed(format!("the edit was interrupted: {e}")))?
         })
     }
 }

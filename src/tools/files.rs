@@ -44,9 +44,27 @@ impl Stamp {
 }
 
 /// Takes the write lock of `path` (canonical), waiting for other writers.
-pub(crate) async fn lock(path: &Path) -> OwnedMutexGuard<()> {
+async fn lock(path: &Path) -> OwnedMutexGuard<()> {
     let mutex = LOCKS.entry(path.to_owned()).or_default().clone();
     mutex.lock_owned().await
+}
+
+/// Runs `write` on the blocking pool while holding the write lock of `path`
+/// (see [`lock`]). The lock travels with the blocking work: a cancel that drops
+/// this future must not free the path while the write is still going on. `what`
+/// names the work in the error if it dies.
+pub(crate) async fn locked<T: Send + 'static>(
+    path: &Path,
+    what: &str,
+    write: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    let guard = lock(path).await;
+    tokio::task::spawn_blocking(move || {
+        let _guard = guard;
+        write()
+    })
+    .await
+    .map_err(|e| ToolError::Failed(format!("the {what} was interrupted: {e}")))?
 }
 
 /// The current stamp of a file, if it exists.

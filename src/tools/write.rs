@@ -55,13 +55,9 @@ impl Tool for Write {
             let input: WriteInput = super::parse(input)?;
             let path = ctx.resolve(&input.file_path)?;
             let shown = ctx.display(&path);
-            // The lock travels with the blocking work: a cancel that drops this future
-            // must not free the path while the write is still going on.
-            let guard = files::lock(&path).await;
             let session = ctx.session;
             let changes = ctx.changes.clone();
-            tokio::task::spawn_blocking(move || {
-                let _guard = guard;
+            files::locked(&path.clone(), "write", move || {
                 if path.is_dir() {
                     return Err(ToolError::Failed(format!("{shown} is a directory")));
                 }
@@ -93,7 +89,6 @@ impl Tool for Write {
                 ))
             })
             .await
-            .map_err(|e| ToolError::Failed(format!("the write was interrupted: {e}")))?
         })
     }
 }
