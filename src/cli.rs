@@ -2,7 +2,7 @@
 //! goes to writers the caller passes (main passes stdout and stderr).
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -370,13 +370,7 @@ fn setup(
     config.approver = approver;
     config.retry.max_attempts = cli.max_attempts.max(1);
     config.retry.base_delay = Duration::from_millis(cli.retry_base_ms);
-    let home = env("HOME").map(PathBuf::from);
-    let dirs = catalog::search_dirs(
-        &config.workspace,
-        home.as_deref(),
-        cli.agents_dir.as_deref(),
-    );
-    let catalog = Catalog::load(&dirs);
+    let (dirs, catalog) = roles(cli, &config.workspace, env);
     Ok((
         config,
         Plan {
@@ -485,6 +479,19 @@ fn workspace(cli: &Cli) -> Result<PathBuf, ConfigError> {
     Ok(dir)
 }
 
+/// The role folders searched for `workspace` (with `--agents-dir` and `$HOME`),
+/// and the roles found in them.
+fn roles(
+    cli: &Cli,
+    workspace: &Path,
+    env: &impl Fn(&str) -> Option<String>,
+) -> (Vec<PathBuf>, Catalog) {
+    let home = env("HOME").map(PathBuf::from);
+    let dirs = catalog::search_dirs(workspace, home.as_deref(), cli.agents_dir.as_deref());
+    let catalog = Catalog::load(&dirs);
+    (dirs, catalog)
+}
+
 /// `orchestrate agents list | show NAME | check`.
 fn agents(
     cli: &Cli,
@@ -500,9 +507,7 @@ fn agents(
             return ExitCode::from(exit::USAGE);
         }
     };
-    let home = env("HOME").map(PathBuf::from);
-    let dirs = catalog::search_dirs(&workspace, home.as_deref(), cli.agents_dir.as_deref());
-    let catalog = Catalog::load(&dirs);
+    let (_, catalog) = roles(cli, &workspace, env);
     match action {
         AgentsAction::List => {
             for role in catalog.roles() {
