@@ -12,7 +12,7 @@ use crate::actors::supervision::Intensity;
 use crate::conversation::Message;
 use crate::error::SessionError;
 use crate::events::{EventBus, EventStream};
-use crate::journal::Journal;
+use crate::journal::{Journal, sessions_dir};
 use crate::llm::Provider;
 use crate::llm::retry::RetryPolicy;
 use crate::protocol::{Outcome, SessionId};
@@ -194,6 +194,11 @@ impl Runtime {
         // Tools resolve paths against a canonical root: a workspace reached through
         // a symlink must not make every path look outside it.
         let workspace = config.workspace.canonicalize().unwrap_or(config.workspace);
+        // Made now so that a workspace that cannot hold journals is refused here,
+        // before any session is started.
+        let journals = sessions_dir(&workspace);
+        std::fs::create_dir_all(&journals)
+            .map_err(|e| SessionError::Journal(format!("{}: {e}", journals.display())))?;
         let env = Arc::new(SessionEnv {
             provider: config.provider,
             workspace,

@@ -309,3 +309,19 @@ async fn a_panicking_provider_fails_the_run_instead_of_hanging_it() {
     );
     runtime.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_workspace_that_cannot_hold_journals_is_refused_at_start() {
+    let mock = MockLlm::start(Vec::new()).await;
+    let dir = tempfile::tempdir().unwrap();
+    // `.orchestrate` is a file, so the journal directory cannot be made under it.
+    std::fs::write(dir.path().join(".orchestrate"), "not a directory").unwrap();
+    let config =
+        orchestrate::RuntimeConfig::new(dir.path(), harness::client(&mock, harness::DEADLINE));
+    let error = orchestrate::Runtime::start(config).await.err().unwrap();
+    let message = error.to_string();
+    assert!(
+        message.contains(".orchestrate/sessions"),
+        "the error names the directory: {message}"
+    );
+}

@@ -167,8 +167,8 @@ impl Actor for OrchestratorActor {
     }
 }
 
-/// Starts a session; the session itself answers `ready` once its journal is on
-/// disk, so the Orchestrator never waits on a sync.
+/// Starts a session; the session itself answers `ready` once it has started, so the
+/// Orchestrator never waits on a session's start-up.
 async fn start(
     myself: &ActorRef<OrchestratorMsg>,
     state: &mut OrchestratorState,

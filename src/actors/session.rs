@@ -86,7 +86,7 @@ pub(crate) struct SessionArgs {
     pub(crate) queue: ActorRef<PromptQueueMsg>,
     /// Rebuild from the journal instead of starting a new one.
     pub(crate) resume: bool,
-    /// For a new session: answered once the session is on disk.
+    /// For a new session: answered once it has started (its header is queued).
     pub(crate) ready: Option<RpcReplyPort<Result<SessionId, SessionError>>>,
 }
 
@@ -233,17 +233,14 @@ impl Actor for SessionActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let Some(active) = state.resume.take() else {
-            // A new session exists on disk before it takes its first prompt.
-            // Syncing here rather than in pre_start keeps the Orchestrator free
-            // while many sessions start and lets their syncs share one group.
-            let synced = state.sync().await;
+            // A new session's header is queued, not synced: its first turn
+            // boundary (or its first side-effecting tool) syncs it with the
+            // turn's records. Waiting here would put the creation of every
+            // sub-agent's journal file, serial in the writer, before its first
+            // model request. The runtime made the journal directory at start, so
+            // a workspace that cannot hold journals has already been refused.
             if let Some(ready) = state.ready.take() {
-                let failed = synced.is_err();
-                let _ = ready.send(synced.map(|()| state.id));
-                if failed {
-                    myself.stop(Some("its journal could not be written".into()));
-                    return Ok(());
-                }
+                let _ = ready.send(Ok(state.id));
             }
             let _ = myself.cast(SessionMsg::PullQueue);
             return Ok(());
