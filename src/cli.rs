@@ -15,7 +15,7 @@ use crate::llm::openai::{OpenAiClient, OpenAiConfig};
 use crate::protocol::{Event, EventKind, Outcome};
 use crate::roles::ModelChoice;
 use crate::roles::catalog::{self, Catalog};
-use crate::roles::watch::{self, RoleWatcher};
+use crate::roles::watch::{self, Reload, RoleWatcher};
 use crate::runtime::{DEFAULT_MAX_TURNS, FaultPlan, Handle, Runtime, RuntimeConfig, SessionSpec};
 use crate::tools::ToolRegistry;
 use crate::tools::permissions::{Approver, PermissionMode};
@@ -150,9 +150,12 @@ where
         }
     };
     let (config, plan) = setup;
-    // A broken role file is never skipped in silence.
+    // A broken role file is never skipped in silence, nor an ignored field.
     for problem in &plan.catalog.problems {
         let _ = writeln!(err, "orchestrate: warning: {problem}");
+    }
+    for warning in &plan.catalog.warnings {
+        let _ = writeln!(err, "orchestrate: warning: {warning}");
     }
     let runtime = match Runtime::start(config).await {
         Ok(runtime) => runtime,
@@ -170,7 +173,7 @@ where
             .filter_map(|r| Some((r.name.clone(), r.color.clone()?)))
             .collect()
     };
-    let (spec, _watcher) = match lead_spec(&cli, plan, runtime.handle()) {
+    let (spec, mut watcher) = match lead_spec(&cli, plan, runtime.handle()) {
         Ok(lead) => lead,
         Err(e) => {
             let _ = writeln!(err, "orchestrate: {e}");
@@ -178,6 +181,8 @@ where
             return ExitCode::from(exit::USAGE);
         }
     };
+    // Role files that break (or gain ignored fields) during the run are shown as
+    // they are found.
     let mut events = runtime.subscribe();
     let id = match runtime.start_session(spec).await {
         Ok(id) => id,
@@ -214,6 +219,7 @@ where
                 }
             }
             _ = tick.tick() => display.refresh(),
+            Some(reload) = reloaded(watcher.as_mut()) => display.reloaded(&reload, err),
             () = &mut ctrl_c => {
                 interrupts += 1;
                 if interrupts > 1 {
@@ -243,6 +249,14 @@ where
     runtime.shutdown().await;
     display.finish(err);
     report(cli.json, outcome, out, err)
+}
+
+/// The watcher's next report; never, without a watcher.
+async fn reloaded(watcher: Option<&mut RoleWatcher>) -> Option<Reload> {
+    match watcher {
+        Some(watcher) => watcher.reloaded().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Keeps the set of sessions that started and have not ended.
@@ -322,6 +336,22 @@ impl Display {
                 self.refresh();
             }
             Progress::Off => {}
+        }
+    }
+
+    /// Shows what a reload of the role files found, above the live tree or as
+    /// plain lines (also under `--json` and `--quiet`: stdout stays clean).
+    fn reloaded(&self, reload: &Reload, err: &mut dyn Write) {
+        let lines = reload.problems.iter().chain(&reload.warnings);
+        for line in lines.map(|l| format!("orchestrate: warning: {l}")) {
+            match &self.mode {
+                Progress::Live(multi) => {
+                    let _ = multi.println(line);
+                }
+                Progress::Plain | Progress::Off => {
+                    let _ = writeln!(err, "{line}");
+                }
+            }
         }
     }
 

@@ -6,6 +6,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use serde_json::Value;
+use tokio::io::AsyncBufReadExt;
 
 use crate::support::harness::{DEADLINE, TEST_KEY};
 use crate::support::mock_llm::{MockLlm, Reply, StreamReply, ev_role, ev_text};
@@ -700,4 +701,76 @@ async fn a_missing_agents_dir_is_a_usage_error() {
         text(&out.stderr),
         "orchestrate: --agents-dir /nonexistent/roles: not a directory\n"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_file_that_breaks_mid_run_is_reported_on_stderr() {
+    // The lead's first turn waits (in Bash) for the test to say go, so the role file
+    // is broken while the run is live; the second turn answers.
+    let wait = serde_json::json!({"command": "until [ -f go ]; do sleep 0.05; done; echo ok"});
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[("b1", "Bash", wait)]),
+        Reply::text("all done"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let roles = dir.path().join("roles");
+    std::fs::create_dir(&roles).unwrap();
+    std::fs::write(
+        roles.join("lead.md"),
+        "---\nname: lead\ndescription: Leads.\n---\nYou lead.\n",
+    )
+    .unwrap();
+    let worker = roles.join("worker.md");
+    std::fs::write(
+        &worker,
+        "---\nname: worker\ndescription: Works.\n---\nYou work.\n",
+    )
+    .unwrap();
+    let url = mock.base_url();
+    let roles_arg = roles.to_str().unwrap().to_owned();
+    let args = [
+        "--base-url",
+        &url,
+        "--model",
+        "m",
+        "--agents-dir",
+        &roles_arg,
+        "--agent",
+        "lead",
+        "--permission-mode",
+        "bypassPermissions",
+        "work",
+    ];
+    let mut child = command(dir.path(), &args, &[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    crate::support::harness::wait_until("the lead's first turn", || mock.request_count() == 1)
+        .await;
+    std::fs::write(&worker, "---\nname: worker\n---\nYou work.\n").unwrap();
+    let expected = format!(
+        "orchestrate: warning: {}:1: description is required",
+        worker.display()
+    );
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let found = tokio::time::timeout(DEADLINE, async {
+        while let Some(line) = stderr.next_line().await.unwrap() {
+            if line == expected {
+                return true;
+            }
+            seen.push(line);
+        }
+        false
+    })
+    .await;
+    assert_eq!(found, Ok(true), "not reported; stderr so far: {seen:?}");
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let status = tokio::time::timeout(DEADLINE, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
 }
