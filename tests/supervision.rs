@@ -325,3 +325,42 @@ async fn a_workspace_that_cannot_hold_journals_is_refused_at_start() {
         "the error names the directory: {message}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_while_waiting_to_restart_ends_the_session_after_its_resumed_run() {
+    let mock = MockLlm::start(vec![Reply::text("resumed answer")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config =
+        orchestrate::RuntimeConfig::new(dir.path(), harness::client(&mock, harness::DEADLINE));
+    // Long enough that the Stop surely lands while the session is down.
+    config.restart.backoff_base = Duration::from_secs(2);
+    let runtime = orchestrate::Runtime::start(config).await.unwrap();
+    let mut spec = harness::spec(ToolRegistry::new());
+    spec.faults = Some(FaultPlan::panic_at(1, 1));
+    let session = runtime.start_session(spec).await.unwrap();
+    let mut events = runtime.subscribe_session(session);
+    let first = runtime.prompt(session, "hello");
+    harness::wait_for(&mut events, session, |k| {
+        matches!(k, EventKind::Restarted { .. })
+    })
+    .await;
+    runtime.stop_session(session);
+
+    let (outcome, _) = harness::until_terminal(&mut events, session).await;
+    assert_eq!(harness::finished_text(&outcome), "resumed answer");
+    // The session stops: a later prompt never runs, and still gets its terminal
+    // event, whether it reached the session while it was stopping (cancelled with
+    // the queue) or after it had gone (no such session).
+    let later = runtime.prompt(session, "again");
+    let ended = harness::wait_for(&mut events, session, |k| k.answer_to(later).is_some()).await;
+    match ended.kind.answer_to(later) {
+        Some(Outcome::Cancelled { .. }) => {}
+        Some(Outcome::Failed { message, .. }) => {
+            assert!(message.contains("it ended or never existed"), "{message}");
+        }
+        other => panic!("the later prompt ran: {other:?}"),
+    }
+    assert_ne!(first, later);
+    assert_eq!(mock.request_count(), 1);
+    runtime.shutdown().await;
+}

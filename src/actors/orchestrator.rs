@@ -76,6 +76,9 @@ struct Entry {
     queue: ActorRef<PromptQueueMsg>,
     /// Its restart history.
     tracker: RestartTracker,
+    /// A Stop arrived while the session was down: its next incarnation ends with
+    /// the run it resumes.
+    stop_when_idle: bool,
 }
 
 /// The Orchestrator actor.
@@ -126,10 +129,14 @@ impl Actor for OrchestratorActor {
             }
             OrchestratorMsg::Restart(session) => restart(&myself, state, session).await,
             OrchestratorMsg::Stop(session) => {
-                if let Some(entry) = state.sessions.get(&session)
-                    && let Some(actor) = &entry.actor
-                {
-                    let _ = actor.cast(SessionMsg::StopWhenIdle);
+                if let Some(entry) = state.sessions.get_mut(&session) {
+                    match &entry.actor {
+                        Some(actor) => {
+                            let _ = actor.cast(SessionMsg::StopWhenIdle);
+                        }
+                        // Down, waiting to restart: told once it is back.
+                        None => entry.stop_when_idle = true,
+                    }
                 }
             }
         }
@@ -149,7 +156,12 @@ impl Actor for OrchestratorActor {
                 if let Some(id) = state.by_actor.remove(&cell.get_id()) {
                     tracing::debug!(session = %id, ?reason, "session stopped");
                     if let Some(entry) = state.sessions.remove(&id) {
-                        entry.queue.stop(None);
+                        // Prompts that arrived while it was stopping never ran.
+                        let stopped = Outcome::Cancelled {
+                            partial: String::new(),
+                            stats: RunStats::default(),
+                        };
+                        abandon_queued(state, id, entry, &stopped).await;
                     }
                 }
             }
@@ -190,6 +202,7 @@ async fn start(
         actor: None,
         queue,
         tracker: RestartTracker::new(RestartType::Transient, state.restart),
+        stop_when_idle: false,
     };
     state.sessions.insert(id, entry);
     // On a spawn error the reply port is dropped with the arguments, and the
@@ -222,6 +235,9 @@ async fn spawn_session(
     let (actor, _) = Actor::spawn_linked(None, SessionActor, args, myself.get_cell())
         .await
         .map_err(|e| SessionError::Spawn(e.to_string()))?;
+    if entry.stop_when_idle {
+        let _ = actor.cast(SessionMsg::StopWhenIdle);
+    }
     state.by_actor.insert(actor.get_id(), id);
     entry.actor = Some(actor);
     Ok(())
@@ -313,16 +329,8 @@ async fn escalate(state: &mut OrchestratorState, id: SessionId, error: &SessionE
         entry.spec.parent,
         &entry.spec.agent,
     );
-    // Prompts still waiting will never run: each gets its failure.
-    let waiting = ractor::call!(entry.queue, PromptQueueMsg::TakeAll).unwrap_or_default();
-    entry.queue.stop(None);
-    for prompt in waiting {
-        publisher.publish(EventKind::Terminal {
-            prompts: vec![prompt.seq],
-            outcome: failed(error),
-        });
-    }
     let outcome = failed(error);
+    abandon_queued(state, id, entry, &outcome).await;
     let path = journal_path(&state.env.workspace, id);
     let terminal = Record::Terminal {
         outcome: outcome.clone(),
@@ -336,6 +344,28 @@ async fn escalate(state: &mut OrchestratorState, id: SessionId, error: &SessionE
         prompts: Vec::new(),
         outcome,
     });
+}
+
+/// Stops a session's PromptQueue; each prompt still in it will never run and gets
+/// `outcome` as its terminal event, so nobody waits on it forever.
+async fn abandon_queued(state: &OrchestratorState, id: SessionId, entry: Entry, outcome: &Outcome) {
+    let waiting = ractor::call!(entry.queue, PromptQueueMsg::TakeAll).unwrap_or_default();
+    entry.queue.stop(None);
+    if waiting.is_empty() {
+        return;
+    }
+    let publisher = Publisher::new(
+        state.env.bus.clone(),
+        id,
+        entry.spec.parent,
+        &entry.spec.agent,
+    );
+    for prompt in waiting {
+        publisher.publish(EventKind::Terminal {
+            prompts: vec![prompt.seq],
+            outcome: outcome.clone(),
+        });
+    }
 }
 
 fn failed(error: &SessionError) -> Outcome {
