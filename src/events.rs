@@ -37,6 +37,8 @@ struct Subscribers {
 struct Subscriber {
     tx: mpsc::UnboundedSender<Event>,
     backlog: Arc<AtomicUsize>,
+    /// Sees lifecycle events only (the journal): progress is never even queued.
+    lifecycle_only: bool,
 }
 
 impl EventBus {
@@ -47,14 +49,21 @@ impl EventBus {
 
     /// A new subscription; it sees events published from now on.
     pub fn subscribe(&self) -> EventStream {
-        let (subscriber, stream) = Subscriber::new();
+        let (subscriber, stream) = Subscriber::new(false);
+        self.lock().all.push(subscriber);
+        stream
+    }
+
+    /// A subscription to every session's lifecycle events, none of its progress.
+    pub fn subscribe_lifecycle(&self) -> EventStream {
+        let (subscriber, stream) = Subscriber::new(true);
         self.lock().all.push(subscriber);
         stream
     }
 
     /// A subscription to one session's events only.
     pub fn subscribe_session(&self, session: SessionId) -> EventStream {
-        let (subscriber, stream) = Subscriber::new();
+        let (subscriber, stream) = Subscriber::new(false);
         self.lock()
             .by_session
             .entry(session)
@@ -104,19 +113,26 @@ impl EventBus {
 }
 
 impl Subscriber {
-    fn new() -> (Self, EventStream) {
+    fn new(lifecycle_only: bool) -> (Self, EventStream) {
         let (tx, rx) = mpsc::unbounded_channel();
         let backlog = Arc::new(AtomicUsize::new(0));
         let stream = EventStream {
             rx,
             backlog: backlog.clone(),
         };
-        (Self { tx, backlog }, stream)
+        let subscriber = Self {
+            tx,
+            backlog,
+            lifecycle_only,
+        };
+        (subscriber, stream)
     }
 
     /// Delivers one event; false once the subscription is gone.
     fn deliver(&self, event: &Event) -> bool {
-        if event.kind.is_progress() && self.backlog.load(Ordering::Relaxed) >= PROGRESS_BACKLOG {
+        if event.kind.is_progress()
+            && (self.lifecycle_only || self.backlog.load(Ordering::Relaxed) >= PROGRESS_BACKLOG)
+        {
             return !self.tx.is_closed();
         }
         self.backlog.fetch_add(1, Ordering::Relaxed);
@@ -135,6 +151,13 @@ impl EventStream {
     /// The next event, in publication order; `None` once the bus is gone.
     pub async fn recv(&mut self) -> Option<Event> {
         let event = self.rx.recv().await?;
+        self.backlog.fetch_sub(1, Ordering::Relaxed);
+        Some(event)
+    }
+
+    /// The next event if one is already waiting.
+    pub fn try_recv(&mut self) -> Option<Event> {
+        let event = self.rx.try_recv().ok()?;
         self.backlog.fetch_sub(1, Ordering::Relaxed);
         Some(event)
     }

@@ -8,6 +8,8 @@
 //! I/O); a sync request wakes the writer, which writes everything queued, syncs once
 //! and answers every sync that was waiting.
 
+pub(crate) mod recorder;
+
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
@@ -19,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use crate::conversation::Message;
-use crate::protocol::{Outcome, SessionId};
+use crate::protocol::{Event, Outcome, SessionId};
 
 /// One line of a journal.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -65,6 +67,12 @@ pub enum Record {
     Terminal {
         /// How.
         outcome: Outcome,
+    },
+    /// A lifecycle event of the session (a tool finished, a retry, a restart...),
+    /// recorded from the event bus for the record; a resumed session ignores it.
+    Event {
+        /// The event as the bus published it.
+        event: Event,
     },
 }
 

@@ -6,12 +6,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use ractor::{Actor, ActorRef};
+use tokio::sync::oneshot;
 
 use crate::actors::orchestrator::{OrchestratorActor, OrchestratorArgs, OrchestratorMsg};
 use crate::actors::supervision::Intensity;
 use crate::conversation::Message;
 use crate::error::SessionError;
 use crate::events::{EventBus, EventStream};
+use crate::journal::recorder::record_events;
 use crate::journal::{Journal, sessions_dir};
 use crate::llm::Provider;
 use crate::llm::retry::RetryPolicy;
@@ -166,6 +168,9 @@ pub(crate) struct SessionEnv {
 pub struct Runtime {
     handle: Handle,
     join: tokio::task::JoinHandle<()>,
+    /// The journal's recorder of lifecycle events, and what tells it to finish.
+    recorder: tokio::task::JoinHandle<()>,
+    stop_recorder: oneshot::Sender<()>,
 }
 
 /// A cheap, cloneable handle on a running tree: start sessions, send prompts,
@@ -191,6 +196,7 @@ impl Runtime {
     pub async fn start(config: RuntimeConfig) -> Result<Self, SessionError> {
         let bus = EventBus::new();
         let journal = Journal::start().map_err(|e| SessionError::Journal(e.to_string()))?;
+        let lifecycle = bus.subscribe_lifecycle();
         // Tools resolve paths against a canonical root: a workspace reached through
         // a symlink must not make every path look outside it.
         let workspace = config.workspace.canonicalize().unwrap_or(config.workspace);
@@ -213,6 +219,13 @@ impl Runtime {
             env,
             restart: config.restart,
         };
+        let (stop_recorder, stop) = oneshot::channel();
+        let recorder = tokio::spawn(record_events(
+            lifecycle,
+            journal.clone(),
+            args.env.workspace.clone(),
+            stop,
+        ));
         let (orchestrator, join) = Actor::spawn(None, OrchestratorActor, args)
             .await
             .map_err(|e| SessionError::Spawn(e.to_string()))?;
@@ -222,7 +235,12 @@ impl Runtime {
             journal,
             seq: Arc::new(AtomicU64::new(1)),
         };
-        Ok(Self { handle, join })
+        Ok(Self {
+            handle,
+            join,
+            recorder,
+            stop_recorder,
+        })
     }
 
     /// A handle that outlives borrows of the runtime.
@@ -234,6 +252,9 @@ impl Runtime {
     pub async fn shutdown(self) {
         self.handle.orchestrator.stop(Some("shutdown".into()));
         let _ = self.join.await;
+        // Nothing publishes any more: the recorder takes what is queued and ends.
+        let _ = self.stop_recorder.send(());
+        let _ = self.recorder.await;
         let _ = self.handle.journal.sync().await;
     }
 }

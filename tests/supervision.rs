@@ -10,6 +10,15 @@ use serde_json::json;
 use crate::support::harness::{self, Lookup};
 use crate::support::mock_llm::{MockLlm, Reply};
 
+/// A session's journal without the lifecycle events recorded beside its transcript.
+fn transcript_records(workspace: &std::path::Path, session: orchestrate::SessionId) -> Vec<Record> {
+    read_journal(&journal_path(workspace, session))
+        .unwrap()
+        .into_iter()
+        .filter(|r| !matches!(r, Record::Event { .. }))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_session_is_restarted_from_its_journal_and_finishes() {
     let mock = MockLlm::start(vec![
@@ -60,7 +69,7 @@ async fn a_panicking_session_is_restarted_from_its_journal_and_finishes() {
     );
     runtime.shutdown().await;
 
-    let records = read_journal(&journal_path(dir.path(), session)).unwrap();
+    let records = transcript_records(dir.path(), session);
     let messages: Vec<&Message> = records
         .iter()
         .filter_map(|r| match r {
@@ -107,7 +116,7 @@ async fn more_panics_than_the_intensity_allows_escalate_with_a_clear_failure() {
     assert_eq!(restarts, 3);
     assert_eq!(mock.request_count(), 0);
     runtime.shutdown().await;
-    let records = read_journal(&journal_path(dir.path(), session)).unwrap();
+    let records = transcript_records(dir.path(), session);
     assert!(matches!(
         records.last(),
         Some(Record::Terminal {
@@ -363,4 +372,65 @@ async fn a_stop_while_waiting_to_restart_ends_the_session_after_its_resumed_run(
     assert_ne!(first, later);
     assert_eq!(mock.request_count(), 1);
     runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_journal_records_each_lifecycle_event_a_restart_included() {
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[("c1", "lookup", json!({"city": "Oslo"}))]),
+        Reply::text("Oslo is at 12°C."),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = harness::runtime(&mock, dir.path()).await;
+    let mut spec = harness::spec(ToolRegistry::new().with(Lookup::new(Duration::ZERO, false)));
+    spec.faults = Some(FaultPlan::panic_at(2, 1));
+    let session = runtime.start_session(spec).await.unwrap();
+    let (outcome, events) = harness::run(&runtime, session, "Weather in Oslo?").await;
+    assert_eq!(harness::finished_text(&outcome), "Oslo is at 12°C.");
+    runtime.shutdown().await;
+
+    let journaled: Vec<orchestrate::Event> = read_journal(&journal_path(dir.path(), session))
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Event { event } => Some(event),
+            _ => None,
+        })
+        .collect();
+    // Every lifecycle event the bus carried, in order, except the terminal one
+    // (the journal's own terminal record holds it).
+    let published: Vec<orchestrate::Event> = events
+        .into_iter()
+        .filter(|e| !e.kind.is_progress() && !matches!(e.kind, EventKind::Terminal { .. }))
+        .collect();
+    let kinds: Vec<&str> = journaled.iter().map(|e| kind_name(&e.kind)).collect();
+    assert_eq!(
+        kinds,
+        [
+            "session_started",
+            "turn_started",
+            "turn_finished",
+            "tool_started",
+            "tool_finished",
+            "restarted",
+            "session_started",
+            "turn_started",
+            "turn_finished",
+        ]
+    );
+    // `harness::run` subscribed after the session had started.
+    assert_eq!(journaled[1..], published);
+}
+
+fn kind_name(kind: &EventKind) -> &'static str {
+    match kind {
+        EventKind::SessionStarted { .. } => "session_started",
+        EventKind::TurnStarted { .. } => "turn_started",
+        EventKind::TurnFinished { .. } => "turn_finished",
+        EventKind::ToolStarted { .. } => "tool_started",
+        EventKind::ToolFinished { .. } => "tool_finished",
+        EventKind::Restarted { .. } => "restarted",
+        _ => "other",
+    }
 }

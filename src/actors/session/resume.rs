@@ -51,7 +51,7 @@ pub(crate) fn resume(records: &[Record]) -> Resumed {
     let mut started: Vec<&str> = Vec::new();
     for record in records {
         match record {
-            Record::Header { .. } => {}
+            Record::Header { .. } | Record::Event { .. } => {}
             Record::RunStarted { prompt } => {
                 run_start = Some(transcript.len());
                 prompts = vec![*prompt];
