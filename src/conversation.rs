@@ -57,6 +57,28 @@ pub struct AssistantMessage {
     /// Tool calls, in the order the model made them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
+    /// Anthropic's thinking blocks, kept whole: the next request must carry them
+    /// back unchanged, signatures included, or the API refuses it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thinking: Vec<ThinkingBlock>,
+}
+
+/// One block of a model's extended thinking, as the provider sent it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ThinkingBlock {
+    /// Thinking text (possibly empty when the provider omits it) and its signature.
+    Thinking {
+        /// The thinking text.
+        thinking: String,
+        /// The provider's signature over it.
+        signature: String,
+    },
+    /// Thinking the provider encrypted.
+    RedactedThinking {
+        /// The opaque payload.
+        data: String,
+    },
 }
 
 /// A tool call requested by the model.

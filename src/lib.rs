@@ -34,10 +34,12 @@ pub mod tools;
 pub mod ui;
 
 pub use crate::conversation::{
-    AssistantMessage, AssistantTurn, FinishReason, Message, ToolCall, ToolResult, Usage,
+    AssistantMessage, AssistantTurn, FinishReason, Message, ThinkingBlock, ToolCall, ToolResult,
+    Usage,
 };
 pub use crate::error::{ErrorClass, LlmError, ProviderError, SessionError, StreamError, ToolError};
 pub use crate::events::{EventBus, EventStream};
+pub use crate::llm::anthropic::{AnthropicClient, AnthropicConfig};
 pub use crate::llm::openai::{OpenAiClient, OpenAiConfig};
 pub use crate::llm::retry::RetryPolicy;
 pub use crate::llm::{ChatRequest, Provider, ToolSpec};

@@ -1,10 +1,12 @@
 //! Talking to models: the [`Provider`] trait, the provider-neutral request, and the
 //! pure pieces every provider shares (assembly, retry timing). No actors live here.
 
+pub mod anthropic;
 pub mod assembler;
+pub(crate) mod http;
 pub mod openai;
 pub mod retry;
-mod sse;
+pub mod sse;
 
 use std::fmt::Debug;
 

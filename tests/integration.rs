@@ -3,6 +3,7 @@
 
 mod support;
 
+mod anthropic;
 mod cancel;
 mod cli;
 mod conversation;

@@ -173,6 +173,7 @@ impl StreamAssembler {
                         arguments: c.arguments.clone(),
                     })
                     .collect(),
+                thinking: Vec::new(),
             },
             finish: self.finish.clone(),
             usage: self.usage,
@@ -203,6 +204,7 @@ impl StreamAssembler {
                 reasoning: self.reasoning,
                 refusal: self.refusal,
                 tool_calls,
+                thinking: Vec::new(),
             },
             finish: self.finish,
             usage: self.usage,

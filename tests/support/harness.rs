@@ -28,6 +28,15 @@ pub fn client(mock: &MockLlm, idle: Duration) -> Arc<OpenAiClient> {
     Arc::new(OpenAiClient::new(config).unwrap())
 }
 
+/// An Anthropic client for the mock (whose API root is its host) with a short idle
+/// timeout.
+pub fn anthropic_client(mock: &MockLlm, idle: Duration) -> Arc<orchestrate::AnthropicClient> {
+    let root = mock.base_url().trim_end_matches("/v1").to_owned();
+    let mut config = orchestrate::AnthropicConfig::new(root, Some(TEST_KEY.to_owned()));
+    config.idle_timeout = idle;
+    Arc::new(orchestrate::AnthropicClient::new(config).unwrap())
+}
+
 /// A runtime on the mock with fast retries (10 ms base backoff).
 pub async fn runtime(mock: &MockLlm, workspace: &Path) -> Runtime {
     runtime_with(mock, workspace, Duration::from_secs(5)).await

@@ -35,6 +35,8 @@ use tokio::sync::oneshot;
 
 /// The path the mock serves, relative to the host (the API root is `/v1`).
 const CHAT_PATH: &str = "/v1/chat/completions";
+/// Anthropic's Messages path, served from the same script (the API root is the host).
+const MESSAGES_PATH: &str = "/v1/messages";
 /// Largest request body the mock reads.
 const MAX_BODY: usize = 64 * 1024 * 1024;
 /// Shortest pause before an [`End::DropAfter`] abort, so the chunks sent before
@@ -61,6 +63,10 @@ pub struct Recorded {
     pub path: String,
     /// The `Authorization` header, if present and valid UTF-8.
     pub authorization: Option<String>,
+    /// The `x-api-key` header (Anthropic), if present.
+    pub api_key: Option<String>,
+    /// The `anthropic-version` header, if present.
+    pub anthropic_version: Option<String>,
     /// The JSON body; `Null` if the body was empty, a JSON string holding the
     /// raw text if it was not valid JSON.
     pub body: Value,
@@ -203,6 +209,84 @@ pub fn ev_error(type_: impl AsRef<str>, message: impl AsRef<str>) -> String {
         "code": null,
     } })
     .to_string()
+}
+
+/// One Anthropic event, framed as Anthropic sends it: `event: <type>` then its data.
+pub fn ev_anthropic(payload: &Value) -> String {
+    let kind = payload["type"].as_str().unwrap_or("message").to_owned();
+    format!("event: {kind}\ndata: {payload}")
+}
+
+/// An Anthropic Messages stream for the given whole content blocks
+/// (`{"type":"text","text":…}`, `{"type":"thinking","thinking":…,"signature":…}`,
+/// `{"type":"tool_use","id":…,"name":…,"input":{…}}`): each block starts empty and
+/// arrives in two deltas (a tool's input split mid-JSON), with a ping, then
+/// `message_delta` (its usage replaces the start's) and `message_stop`.
+pub fn anthropic_stream(blocks: &[Value], stop_reason: &str) -> Reply {
+    let mut chunks = vec![ev_anthropic(&json!({
+        "type": "message_start",
+        "message": {"id": "msg_mock", "type": "message", "role": "assistant", "model": "mock-model",
+            "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": 10, "output_tokens": 1}},
+    }))];
+    chunks.push(ev_anthropic(&json!({"type": "ping"})));
+    for (index, block) in blocks.iter().enumerate() {
+        let kind = block["type"].as_str().unwrap_or_default();
+        let (start, deltas) = match kind {
+            "text" => {
+                let text = block["text"].as_str().unwrap_or_default();
+                let (a, b) = text.split_at(text.len() / 2);
+                (
+                    json!({"type": "text", "text": ""}),
+                    vec![
+                        json!({"type": "text_delta", "text": a}),
+                        json!({"type": "text_delta", "text": b}),
+                    ],
+                )
+            }
+            "thinking" => (
+                json!({"type": "thinking", "thinking": ""}),
+                vec![
+                    json!({"type": "thinking_delta", "thinking": block["thinking"]}),
+                    json!({"type": "signature_delta", "signature": block["signature"]}),
+                ],
+            ),
+            _ => {
+                let input = block["input"].to_string();
+                let (a, b) = input.split_at(input.len() / 2);
+                (
+                    json!({"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}),
+                    vec![
+                        json!({"type": "input_json_delta", "partial_json": a}),
+                        json!({"type": "input_json_delta", "partial_json": b}),
+                    ],
+                )
+            }
+        };
+        chunks.push(ev_anthropic(
+            &json!({"type": "content_block_start", "index": index, "content_block": start}),
+        ));
+        for delta in deltas {
+            chunks.push(ev_anthropic(
+                &json!({"type": "content_block_delta", "index": index, "delta": delta}),
+            ));
+        }
+        chunks.push(ev_anthropic(
+            &json!({"type": "content_block_stop", "index": index}),
+        ));
+    }
+    chunks.push(ev_anthropic(&json!({
+        "type": "message_delta",
+        "delta": {"stop_reason": stop_reason, "stop_sequence": null},
+        "usage": {"output_tokens": 5},
+    })));
+    chunks.push(ev_anthropic(&json!({"type": "message_stop"})));
+    Reply::Stream(StreamReply {
+        chunks,
+        ttft: Duration::ZERO,
+        delay: Duration::ZERO,
+        end: End::Close,
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -575,11 +659,16 @@ fn error_response(status: StatusCode, kind: &str, message: &str) -> Response {
 async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_owned();
-    let authorization = parts
-        .headers
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+    let header = |name: &str| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let authorization = header(AUTHORIZATION.as_str());
+    let api_key = header("x-api-key");
+    let anthropic_version = header("anthropic-version");
     let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(b) => b,
         Err(e) => {
@@ -599,10 +688,13 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     let recorded = Recorded {
         path,
         authorization,
+        api_key,
+        anthropic_version,
         body,
         at: Instant::now(),
     };
-    let is_chat = parts.method == Method::POST && recorded.path == CHAT_PATH;
+    let served = recorded.path == CHAT_PATH || recorded.path == MESSAGES_PATH;
+    let is_chat = parts.method == Method::POST && served;
 
     let index = {
         let mut log = shared.log();
@@ -613,7 +705,7 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         log.chat_requests.checked_sub(1)
     };
 
-    if recorded.path != CHAT_PATH {
+    if !served {
         return error_response(
             StatusCode::NOT_FOUND,
             "invalid_request_error",
@@ -701,8 +793,14 @@ struct BodyState {
     due: Option<tokio::time::Instant>,
 }
 
+/// One SSE event: a payload alone goes on a `data:` line; one that already starts
+/// with `event:` (Anthropic's framing, see [`ev_anthropic`]) is sent as it is.
 fn frame(payload: &str) -> Bytes {
-    Bytes::from(format!("data: {payload}\n\n"))
+    if payload.starts_with("event:") {
+        Bytes::from(format!("{payload}\n\n"))
+    } else {
+        Bytes::from(format!("data: {payload}\n\n"))
+    }
 }
 
 /// The timed items of a streamed reply.

@@ -2,25 +2,16 @@
 //! [`StreamAssembler`] per choice is fed, and the quirks of real servers are absorbed
 //! (see tests/fixtures/sse/INDEX.md).
 
-use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
 
 use super::wire::{self, Chunk};
 use crate::conversation::{AssistantTurn, FinishReason};
-use crate::error::{ProviderError, StreamError};
+use crate::error::StreamError;
 use crate::llm::assembler::StreamAssembler;
+use crate::llm::sse::TurnDecoder;
 use crate::llm::{DeltaSink, StreamDelta};
 
-/// What the caller does after an event.
-#[derive(Debug)]
-pub enum Step {
-    /// Keep reading.
-    Continue,
-    /// `[DONE]` arrived.
-    Done,
-    /// The server sent an in-band error object.
-    Error(ProviderError),
-}
+pub use crate::llm::sse::Step;
 
 #[derive(Debug)]
 struct Choice {
@@ -293,21 +284,19 @@ pub async fn decode_sse_body(
     body: bytes::Bytes,
     limit: usize,
 ) -> Result<ChatStreamDecoder, StreamError> {
-    let stream = futures::stream::iter([Ok::<_, std::convert::Infallible>(body)]);
-    decode_events(stream, limit).await
+    crate::llm::sse::decode_body(body, ChatStreamDecoder::new(limit)).await
 }
 
-async fn decode_events<S, E>(stream: S, limit: usize) -> Result<ChatStreamDecoder, StreamError>
-where
-    S: Stream<Item = Result<bytes::Bytes, E>> + Unpin,
-    E: std::fmt::Display,
-{
-    use eventsource_stream::Eventsource;
-    let mut events = crate::llm::sse::split_events(stream).eventsource();
-    let mut decoder = ChatStreamDecoder::new(limit);
-    while let Some(event) = events.next().await {
-        let event = event.map_err(|e| StreamError::Malformed(e.to_string()))?;
-        decoder.on_event(&event.data, None)?;
+impl TurnDecoder for ChatStreamDecoder {
+    fn on_event(&mut self, data: &str, sink: Option<DeltaSink<'_>>) -> Result<Step, StreamError> {
+        Self::on_event(self, data, sink)
     }
-    Ok(decoder)
+
+    fn snapshot(&self) -> AssistantTurn {
+        Self::snapshot(self)
+    }
+
+    fn into_turn(self) -> Result<AssistantTurn, StreamError> {
+        Self::into_turn(self)
+    }
 }

@@ -1,0 +1,277 @@
+//! The HTTP plumbing every provider shares: one endpoint with its connection pool,
+//! streaming a turn through a provider's [`TurnDecoder`] with an idle timeout and a
+//! cancel that always gets through, non-streaming reads with a fixed timeout and a
+//! size cap, and typed, key-free errors.
+
+use std::time::{Duration, SystemTime};
+
+use eventsource_stream::{EventStreamError, Eventsource};
+use futures::StreamExt;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::conversation::AssistantTurn;
+use crate::error::{ConfigError, LlmError, ProviderError, StreamError, excerpt};
+use crate::llm::sse::{Step, TurnDecoder, split_events};
+use crate::llm::{DeltaSink, retry};
+
+/// Reads `(code, message)` out of a provider's JSON error body.
+pub(crate) type ErrorBody = fn(&Value) -> (Option<String>, String);
+
+/// One provider endpoint.
+#[derive(Debug)]
+pub(crate) struct HttpApi {
+    http: reqwest::Client,
+    endpoint: reqwest::Url,
+    /// Host and port, what errors name instead of the URL.
+    host: String,
+    /// Redacted from any error text a server echoes back.
+    secret: Option<String>,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) request_timeout: Duration,
+    pub(crate) max_answer_bytes: usize,
+    error_body: ErrorBody,
+}
+
+/// What an [`HttpApi`] is built from.
+pub(crate) struct HttpApiArgs<'a> {
+    pub(crate) base_url: &'a str,
+    /// Appended to the base URL (`/chat/completions`, `/v1/messages`).
+    pub(crate) path: &'a str,
+    pub(crate) secret: Option<String>,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) request_timeout: Duration,
+    pub(crate) max_answer_bytes: usize,
+    pub(crate) error_body: ErrorBody,
+}
+
+impl HttpApi {
+    /// Validates the base URL and builds the client.
+    pub(crate) fn new(args: HttpApiArgs<'_>) -> Result<Self, ConfigError> {
+        let bad = |reason: &str| ConfigError::BadBaseUrl {
+            url: args.base_url.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let root = reqwest::Url::parse(args.base_url.trim_end_matches('/'))
+            .map_err(|e| bad(&e.to_string()))?;
+        if !matches!(root.scheme(), "http" | "https") {
+            return Err(bad("the scheme must be http or https"));
+        }
+        let endpoint = reqwest::Url::parse(&format!(
+            "{}{}",
+            root.as_str().trim_end_matches('/'),
+            args.path
+        ))
+        .map_err(|e| bad(&e.to_string()))?;
+        let host = format!(
+            "{}:{}",
+            root.host_str().unwrap_or("?"),
+            root.port_or_known_default().unwrap_or(0)
+        );
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| bad(&e.without_url().to_string()))?;
+        Ok(Self {
+            http,
+            endpoint,
+            host,
+            secret: args.secret,
+            idle_timeout: args.idle_timeout,
+            request_timeout: args.request_timeout,
+            max_answer_bytes: args.max_answer_bytes,
+            error_body: args.error_body,
+        })
+    }
+
+    /// A POST of `body` to the endpoint; the provider adds its headers.
+    pub(crate) fn post(&self, body: &Value) -> reqwest::RequestBuilder {
+        self.http.post(self.endpoint.clone()).json(body)
+    }
+
+    fn transport_error(&self, e: &reqwest::Error) -> ProviderError {
+        if e.is_connect() {
+            let reason = std::error::Error::source(e)
+                .map_or_else(|| "connection failed".to_owned(), ToString::to_string);
+            return ProviderError::Connect {
+                host: self.host.clone(),
+                reason: excerpt(&reason),
+            };
+        }
+        if e.is_timeout() {
+            return ProviderError::Timeout(self.request_timeout);
+        }
+        let mut chain = e.to_string();
+        let mut source = std::error::Error::source(e);
+        while let Some(s) = source {
+            chain = format!("{chain}: {s}");
+            source = s.source();
+        }
+        ProviderError::Transport(excerpt(&chain.replace(self.endpoint.as_str(), &self.host)))
+    }
+
+    /// Turns a non-success response into a typed error, reading at most 64 KiB of
+    /// its body, and never waiting on it longer than the idle timeout per chunk.
+    async fn status_error(&self, response: reqwest::Response) -> ProviderError {
+        let status = response.status().as_u16();
+        let retry_after = retry::retry_after(response.headers(), SystemTime::now());
+        // Bounded per chunk and overall: a server that trickles its error must not
+        // hold the turn past one idle timeout.
+        let idle = self.idle_timeout;
+        let read = tokio::time::timeout(idle, read_capped(response, 64 * 1024, idle)).await;
+        let body = match read {
+            Ok(Ok((body, _)) | Err(ReadError::Stalled(body))) => body,
+            Ok(Err(ReadError::Transport(_))) | Err(_) => Vec::new(),
+        };
+        let (code, message) = match serde_json::from_slice::<Value>(&body) {
+            Ok(json) => (self.error_body)(&json),
+            Err(_) => (None, excerpt(&String::from_utf8_lossy(&body))),
+        };
+        ProviderError::Status {
+            status,
+            message: self.redact(message),
+            code,
+            retry_after,
+        }
+    }
+
+    /// Some proxies echo the request's credentials back in their error text.
+    fn redact(&self, message: String) -> String {
+        match &self.secret {
+            Some(key) if !key.is_empty() => message.replace(key.as_str(), "[redacted]"),
+            _ => message,
+        }
+    }
+
+    /// Sends a streaming request and decodes its events until the stream completes,
+    /// fails, stalls for the idle timeout, or `cancel` fires (checked between events,
+    /// so a cancel is never stuck behind a slow server).
+    pub(crate) async fn stream<D: TurnDecoder>(
+        &self,
+        request: reqwest::RequestBuilder,
+        mut decoder: D,
+        sink: DeltaSink<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<AssistantTurn, LlmError> {
+        let idle = self.idle_timeout;
+        let send = request.header("accept", "text/event-stream").send();
+        let response = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Err(cancelled(AssistantTurn::default())),
+            sent = tokio::time::timeout(idle, send) => match sent {
+                Err(_) => return Err(StreamError::IdleTimeout(idle).into()),
+                Ok(Err(e)) => return Err(self.transport_error(&e).into()),
+                Ok(Ok(response)) => response,
+            },
+        };
+        if !response.status().is_success() {
+            return tokio::select! {
+                biased;
+                () = cancel.cancelled() => Err(cancelled(AssistantTurn::default())),
+                error = self.status_error(response) => Err(error.into()),
+            };
+        }
+        let mut events = split_events(Box::pin(response.bytes_stream())).eventsource();
+        loop {
+            let next = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Err(cancelled(decoder.snapshot())),
+                next = tokio::time::timeout(idle, events.next()) => next,
+            };
+            let event = match next {
+                Err(_) => return Err(StreamError::IdleTimeout(idle).into()),
+                Ok(None) => break,
+                Ok(Some(Err(EventStreamError::Transport(e)))) => {
+                    return Err(StreamError::Disconnected(excerpt(
+                        &self.transport_error(&e).to_string(),
+                    ))
+                    .into());
+                }
+                Ok(Some(Err(e))) => {
+                    return Err(StreamError::Malformed(excerpt(&e.to_string())).into());
+                }
+                Ok(Some(Ok(event))) => event,
+            };
+            match decoder.on_event(&event.data, Some(sink))? {
+                Step::Continue => {}
+                Step::Done => break,
+                Step::Error(e) => return Err(self.redact_error(e).into()),
+            }
+        }
+        Ok(decoder.into_turn()?)
+    }
+
+    fn redact_error(&self, error: ProviderError) -> ProviderError {
+        match error {
+            ProviderError::InBand {
+                kind,
+                code,
+                message,
+            } => ProviderError::InBand {
+                kind,
+                code,
+                message: self.redact(message),
+            },
+            other => other,
+        }
+    }
+
+    /// Sends a non-streaming request and reads its whole body (capped) within the
+    /// fixed request timeout.
+    pub(crate) async fn complete(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<Vec<u8>, LlmError> {
+        let response = request
+            .timeout(self.request_timeout)
+            .send()
+            .await
+            .map_err(|e| self.transport_error(&e))?;
+        if !response.status().is_success() {
+            return Err(self.status_error(response).await.into());
+        }
+        let limit = self.max_answer_bytes;
+        match read_capped(response, limit, self.request_timeout).await {
+            Ok((_, true)) => Err(StreamError::TooLarge { limit }.into()),
+            Ok((bytes, false)) => Ok(bytes),
+            Err(ReadError::Stalled(_)) => Err(ProviderError::Timeout(self.request_timeout).into()),
+            Err(ReadError::Transport(e)) => Err(self.transport_error(&e).into()),
+        }
+    }
+}
+
+fn cancelled(partial: AssistantTurn) -> LlmError {
+    LlmError::Cancelled {
+        partial: Box::new(partial),
+    }
+}
+
+/// Reads a body up to `limit` bytes, waiting at most `idle` for each chunk. Returns
+/// what was read and whether the body went on past the limit.
+async fn read_capped(
+    response: reqwest::Response,
+    limit: usize,
+    idle: Duration,
+) -> Result<(Vec<u8>, bool), ReadError> {
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    loop {
+        match tokio::time::timeout(idle, stream.next()).await {
+            Err(_) => return Err(ReadError::Stalled(body)),
+            Ok(None) => return Ok((body, false)),
+            Ok(Some(Err(e))) => return Err(ReadError::Transport(e)),
+            Ok(Some(Ok(chunk))) => {
+                if body.len() + chunk.len() > limit {
+                    return Ok((body, true));
+                }
+                body.extend_from_slice(&chunk);
+            }
+        }
+    }
+}
+
+enum ReadError {
+    /// No chunk for the idle time; carries what had arrived.
+    Stalled(Vec<u8>),
+    Transport(reqwest::Error),
+}

@@ -1,0 +1,370 @@
+//! Anthropic Messages: every anthropic-* capture in tests/fixtures/sse assembles to
+//! exactly its expected JSON (through the decoder, and through the real client over
+//! HTTP), and the client behaves against the mock: headers, overload retries, an
+//! error event mid-stream, 401, and thinking signatures sent back unchanged.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use orchestrate::llm::StreamDelta;
+use orchestrate::llm::anthropic::decoder::decode_sse_body;
+use orchestrate::{
+    ChatRequest, ErrorClass, EventKind, FinishReason, LlmError, Message, Outcome, Provider,
+    ProviderError, ToolRegistry, Usage,
+};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::support::harness::{self, Lookup, TEST_KEY};
+use crate::support::mock_llm::{MockLlm, Reply, anthropic_stream, ev_anthropic};
+
+fn fixtures() -> Vec<(String, PathBuf)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sse");
+    let mut found: Vec<(String, PathBuf)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sse"))
+        .map(|p| (p.file_stem().unwrap().to_string_lossy().into_owned(), p))
+        .filter(|(name, _)| name.starts_with("anthropic-"))
+        .collect();
+    found.sort();
+    assert_eq!(found.len(), 10, "the Anthropic fixtures went missing");
+    found
+}
+
+fn expected(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("tests/fixtures/sse/expected/{name}.expected.json"));
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// The expected JSON without the byte-level `sse` section and the (always empty)
+/// undecodable list.
+fn comparable(mut expected: Value) -> Value {
+    let obj = expected.as_object_mut().unwrap();
+    for key in ["sse", "undecodable_events", "protocol"] {
+        obj.remove(key);
+    }
+    expected
+}
+
+#[tokio::test]
+async fn every_anthropic_stream_decodes_to_its_expected_json() {
+    for (name, path) in fixtures() {
+        let body = std::fs::read(&path).unwrap();
+        let decoder = decode_sse_body(body.into(), 8 << 20).await.unwrap();
+        assert_eq!(decoder.report(), comparable(expected(&name)), "{name}");
+    }
+}
+
+fn request() -> ChatRequest {
+    ChatRequest {
+        model: "claude-test".into(),
+        messages: vec![Message::system("Be brief."), Message::user("hi")],
+        tools: vec![],
+        max_tokens: None,
+    }
+}
+
+/// What the last generation of an expected report amounts to as a turn.
+fn expected_turn(expected: &Value) -> Value {
+    let message = expected["messages"].as_array().unwrap().last().unwrap();
+    let blocks = message["blocks"].as_array().unwrap();
+    let join = |kind: &str, key: &str| -> String {
+        blocks
+            .iter()
+            .filter(|b| b["type"] == kind)
+            .map(|b| b[key].as_str().unwrap())
+            .collect()
+    };
+    let calls: Vec<Value> = blocks
+        .iter()
+        .filter(|b| b["type"] == "tool_use")
+        .map(|b| {
+            let arguments = match &b["input"] {
+                Value::Null => b["partial_json"].clone(),
+                input => json!(input.to_string()),
+            };
+            json!({"id": b["id"], "name": b["name"], "arguments": arguments})
+        })
+        .collect();
+    let usage = &message["usage"];
+    let n = |key: &str| usage[key].as_u64().unwrap_or(0);
+    json!({
+        "text": join("text", "text"),
+        "reasoning": join("thinking", "thinking"),
+        "thinking_blocks": blocks.iter().filter(|b| b["type"] == "thinking").count(),
+        "calls": calls,
+        "finish": message["stop_reason"].as_str().and_then(FinishReason::from_wire).map(|f| format!("{f:?}")),
+        "usage": {
+            "input": n("input_tokens") + n("cache_creation_input_tokens") + n("cache_read_input_tokens"),
+            "output": n("output_tokens"),
+            "cached": n("cache_read_input_tokens"),
+        },
+    })
+}
+
+fn actual_turn(turn: &orchestrate::AssistantTurn) -> Value {
+    let usage = turn.usage.unwrap_or_default();
+    json!({
+        "text": turn.message.text,
+        "reasoning": turn.message.reasoning,
+        "thinking_blocks": turn.message.thinking.len(),
+        "calls": turn.message.tool_calls.iter().map(|c| json!({"id": c.id, "name": c.name, "arguments": c.arguments})).collect::<Vec<_>>(),
+        "finish": turn.finish.as_ref().map(|f| format!("{f:?}")),
+        "usage": {"input": usage.input_tokens, "output": usage.output_tokens, "cached": usage.cached_tokens},
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_anthropic_stream_assembles_through_the_client_over_http() {
+    for (name, path) in fixtures() {
+        let raw = std::fs::read_to_string(&path).unwrap();
+        let mock = MockLlm::start(vec![Reply::Status {
+            status: 200,
+            headers: vec![("content-type".into(), "text/event-stream".into())],
+            body: raw,
+        }])
+        .await;
+        let client = harness::anthropic_client(&mock, Duration::from_secs(5));
+        let deltas = Mutex::new(String::new());
+        let sink = |d: StreamDelta| {
+            if let StreamDelta::Text(t) = d {
+                deltas.lock().unwrap().push_str(&t);
+            }
+        };
+        let result = client
+            .stream_turn(&request(), &sink, &CancellationToken::new())
+            .await;
+        let expected = expected(&name);
+        if let Some(error) = expected["errors"].as_array().unwrap().first() {
+            let Err(LlmError::Provider(ProviderError::InBand { kind, message, .. })) = &result
+            else {
+                panic!("{name}: expected an in-band error, got {result:?}");
+            };
+            assert_eq!(kind.as_deref(), error["error"]["type"].as_str(), "{name}");
+            assert_eq!(Some(message.as_str()), error["error"]["message"].as_str());
+            assert_eq!(
+                result.unwrap_err().class(),
+                ErrorClass::Retryable { after: None },
+                "{name}"
+            );
+            continue;
+        }
+        let turn = result.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(actual_turn(&turn), expected_turn(&expected), "{name}");
+        let recorded = &mock.requests()[0];
+        assert_eq!(recorded.path, "/v1/messages");
+        assert_eq!(recorded.api_key.as_deref(), Some(TEST_KEY));
+        assert_eq!(recorded.anthropic_version.as_deref(), Some("2023-06-01"));
+        assert_eq!(
+            recorded.authorization, None,
+            "the key goes in x-api-key only"
+        );
+        let spliced = name == "anthropic-spliced-message-start";
+        if !spliced {
+            assert_eq!(*deltas.lock().unwrap(), turn.message.text, "{name}: deltas");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_without_arguments_gets_an_empty_object() {
+    let body = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sse/anthropic-tool-no-args.sse"),
+    )
+    .unwrap();
+    let turn = decode_sse_body(body.into(), 8 << 20)
+        .await
+        .unwrap()
+        .into_turn()
+        .unwrap();
+    assert_eq!(turn.message.tool_calls[0].arguments, "{}");
+    assert_eq!(turn.finish, Some(FinishReason::ToolCalls));
+}
+
+/// An error response with Anthropic's body shape.
+fn raw_status(status: u16, body: &str) -> Reply {
+    Reply::Status {
+        status,
+        headers: Vec::new(),
+        body: body.to_owned(),
+    }
+}
+
+/// A session on the mock through the Anthropic client.
+async fn anthropic_runtime(mock: &MockLlm, workspace: &Path) -> orchestrate::Runtime {
+    let mut config = orchestrate::RuntimeConfig::new(
+        workspace,
+        harness::anthropic_client(mock, harness::DEADLINE),
+    );
+    config.retry.base_delay = Duration::from_millis(10);
+    orchestrate::Runtime::start(config).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overloaded_529_is_retried_then_the_answer_arrives() {
+    let overloaded =
+        r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+    let mock = MockLlm::start(vec![
+        raw_status(529, overloaded),
+        anthropic_stream(
+            &[json!({"type": "text", "text": "Hello there!"})],
+            "end_turn",
+        ),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = anthropic_runtime(&mock, dir.path()).await;
+    let session = runtime
+        .start_session(harness::spec(ToolRegistry::new()))
+        .await
+        .unwrap();
+    let (outcome, events) = harness::run(&runtime, session, "hello").await;
+    assert_eq!(harness::finished_text(&outcome), "Hello there!");
+    let retries: Vec<String> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Retrying { reason, .. } => Some(reason.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retries.len(), 1, "{retries:?}");
+    assert!(
+        retries[0].contains("529") && retries[0].contains("Overloaded"),
+        "{retries:?}"
+    );
+    assert_eq!(mock.request_count(), 2);
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_event_mid_stream_is_classified_by_its_type() {
+    let start = ev_anthropic(
+        &json!({"type": "message_start", "message": {"id": "m", "model": "mock-model", "content": [], "usage": {"input_tokens": 1, "output_tokens": 1}}}),
+    );
+    let error = |kind: &str| {
+        ev_anthropic(
+            &json!({"type": "error", "error": {"type": kind, "message": format!("{kind} happened")}}),
+        )
+    };
+    let stream = |chunks: Vec<String>| {
+        Reply::Stream(crate::support::mock_llm::StreamReply {
+            chunks,
+            ttft: Duration::ZERO,
+            delay: Duration::ZERO,
+            end: crate::support::mock_llm::End::Close,
+        })
+    };
+    let mock = MockLlm::start(vec![
+        stream(vec![start.clone(), error("overloaded_error")]),
+        stream(vec![start, error("invalid_request_error")]),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = anthropic_runtime(&mock, dir.path()).await;
+    let session = runtime
+        .start_session(harness::spec(ToolRegistry::new()))
+        .await
+        .unwrap();
+    let (outcome, events) = harness::run(&runtime, session, "hello").await;
+    // The overload is retried; the invalid request is final.
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(&e.kind, EventKind::Retrying { reason, .. } if reason.contains("overloaded_error happened")))
+    );
+    let Outcome::Failed { class, message, .. } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(class, "permanent");
+    assert!(
+        message.contains("invalid_request_error happened"),
+        "{message}"
+    );
+    assert_eq!(mock.request_count(), 2);
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unauthorized_is_permanent_and_never_shows_the_key() {
+    let body = format!(
+        r#"{{"type":"error","error":{{"type":"authentication_error","message":"invalid x-api-key {TEST_KEY}"}}}}"#
+    );
+    let mock = MockLlm::start(vec![raw_status(401, &body)]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = anthropic_runtime(&mock, dir.path()).await;
+    let session = runtime
+        .start_session(harness::spec(ToolRegistry::new()))
+        .await
+        .unwrap();
+    let (outcome, _) = harness::run(&runtime, session, "hello").await;
+    let Outcome::Failed { class, message, .. } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(class, "permanent");
+    assert!(message.contains("401"), "{message}");
+    assert!(!message.contains(TEST_KEY), "{message}");
+    assert_eq!(mock.request_count(), 1);
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thinking_signature_goes_back_unchanged_with_the_tool_result() {
+    let signature = "EqQBCkYIBxgCKkB/sig+with/slashes==";
+    let mock = MockLlm::start(vec![
+        anthropic_stream(
+            &[
+                json!({"type": "thinking", "thinking": "I should look it up.", "signature": signature}),
+                json!({"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"city": "Oslo"}}),
+            ],
+            "tool_use",
+        ),
+        anthropic_stream(&[json!({"type": "text", "text": "Oslo is at 12°C."})], "end_turn"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = anthropic_runtime(&mock, dir.path()).await;
+    let lookup = Lookup::new(Duration::ZERO, true);
+    let session = runtime
+        .start_session(harness::spec(ToolRegistry::new().with(lookup)))
+        .await
+        .unwrap();
+    let (outcome, _) = harness::run(&runtime, session, "Weather in Oslo?").await;
+    assert_eq!(harness::finished_text(&outcome), "Oslo is at 12°C.");
+    let second = &mock.requests()[1].body;
+    let messages = second["messages"].as_array().unwrap();
+    assert_eq!(
+        messages[1],
+        json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "I should look it up.", "signature": signature},
+            {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"city": "Oslo"}},
+        ]})
+    );
+    assert_eq!(
+        messages[2],
+        json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Oslo: 12°C"},
+        ]})
+    );
+    assert!(
+        second["system"].is_string(),
+        "the system prompt is top-level"
+    );
+    assert_eq!(second["tools"][0]["name"], "lookup");
+    assert!(second["tools"][0]["input_schema"].is_object());
+    let Outcome::Finished { stats, .. } = &outcome else {
+        unreachable!()
+    };
+    assert_eq!(
+        stats.usage,
+        Usage {
+            input_tokens: 20,
+            output_tokens: 10,
+            cached_tokens: 0,
+            reasoning_tokens: 0
+        }
+    );
+    runtime.shutdown().await;
+}
