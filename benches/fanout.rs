@@ -398,6 +398,7 @@ fn run_tasks(url: &str, n: usize) {
             model: "mock-model".into(),
             permission_mode: PermissionMode::BypassPermissions,
             tools: vec!["probe".into(), "Task".into()],
+            place: "lead".into(),
         };
         let mut spec = SessionSpec::new("lead", "mock-model", LEAD);
         spec.tools = ToolRegistry::new().with(Probe).with(Task::new(env, caller));

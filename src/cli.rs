@@ -9,11 +9,9 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::config;
 use crate::error::ConfigError;
-use crate::llm::openai::{OpenAiClient, OpenAiConfig};
+use crate::models::Models;
 use crate::protocol::{Event, EventKind, Outcome};
-use crate::roles::ModelChoice;
 use crate::roles::catalog::{self, Catalog};
 use crate::roles::watch::{self, Reload, RoleWatcher};
 use crate::runtime::{DEFAULT_MAX_TURNS, FaultPlan, Handle, Runtime, RuntimeConfig, SessionSpec};
@@ -21,6 +19,8 @@ use crate::tools::ToolRegistry;
 use crate::tools::permissions::{Approver, PermissionMode};
 use crate::tools::task::{self, Caller, Task, TaskEnv};
 use crate::ui::progress;
+
+mod providers;
 
 /// Exit codes (DESIGN §8).
 pub mod exit {
@@ -49,12 +49,23 @@ pub struct Cli {
     /// A directory of role files searched last (later roles replace earlier ones).
     #[arg(long, value_name = "DIR", global = true)]
     pub agents_dir: Option<PathBuf>,
-    /// API root of an OpenAI-compatible server, including /v1 [env: OPENAI_BASE_URL].
+    /// openai, anthropic, replay, or a provider named in orchestrate.toml (default:
+    /// from the keys set: ANTHROPIC_API_KEY, else OPENAI_API_KEY / OPENAI_BASE_URL).
+    #[arg(long, value_name = "NAME")]
+    pub provider: Option<String>,
+    /// The provider's API root: with /v1 for OpenAI-compatible servers, the bare host
+    /// for Anthropic [env: OPENAI_BASE_URL, ANTHROPIC_BASE_URL].
     #[arg(long, value_name = "URL")]
     pub base_url: Option<String>,
-    /// Model id [env: ORCHESTRATE_MODEL].
+    /// Model id or alias [env: ORCHESTRATE_MODEL].
     #[arg(long, value_name = "M")]
     pub model: Option<String>,
+    /// Record every provider request and its raw response to this JSONL cassette.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+    /// Answer every provider request from this cassette, with no network.
+    #[arg(long, value_name = "FILE")]
+    pub replay: Option<PathBuf>,
     /// Print one JSON event per line instead of the answer.
     #[arg(long)]
     pub json: bool,
@@ -392,19 +403,23 @@ fn setup(
     approver: Arc<dyn Approver>,
 ) -> Result<(RuntimeConfig, Plan), ConfigError> {
     let workspace = workspace(cli)?;
-    let settings = config::resolve(cli.base_url.as_deref(), cli.model.as_deref(), env)?;
-    let mut client = OpenAiConfig::new(settings.base_url, settings.api_key);
-    client.idle_timeout = Duration::from_secs(cli.idle_timeout.max(1));
-    let provider = Arc::new(OpenAiClient::new(client)?);
-    let mut config = RuntimeConfig::new(workspace, provider);
+    let models = providers::models(cli, &workspace, env)?;
+    let mut config = RuntimeConfig::new(workspace, models.default_provider());
     config.approver = approver;
     config.retry.max_attempts = cli.max_attempts.max(1);
     config.retry.base_delay = Duration::from_millis(cli.retry_base_ms);
     let (dirs, catalog) = roles(cli, &config.workspace, env);
+    // A role naming an alias nobody declared would fail at its first spawn.
+    if let Some(error) = catalog
+        .roles()
+        .find_map(|role| models.for_role(role, &models.lead()).err())
+    {
+        return Err(error);
+    }
     Ok((
         config,
         Plan {
-            model: settings.model,
+            models: Arc::new(models),
             catalog,
             dirs,
         },
@@ -413,7 +428,7 @@ fn setup(
 
 /// What the run needs once the runtime is up.
 struct Plan {
-    model: String,
+    models: Arc<Models>,
     catalog: Catalog,
     /// Where the roles came from, watched for changes during the run.
     dirs: Vec<PathBuf>,
@@ -434,10 +449,10 @@ fn lead_spec(
             names.join(", ")
         ));
     };
-    let model = match &role.model {
-        ModelChoice::Inherit => plan.model,
-        ModelChoice::Named(model) => model.clone(),
-    };
+    let model = plan
+        .models
+        .for_role(&role, &plan.models.lead())
+        .map_err(|e| e.to_string())?;
     let permission_mode = role
         .permission_mode
         .unwrap_or(cli.permission_mode)
@@ -455,22 +470,27 @@ fn lead_spec(
             Ok(w) => watcher = Some(w),
             Err(e) => tracing::warn!(error = %e, "roles will not be reloaded during this run"),
         }
-        let env = Arc::new(TaskEnv::new(
-            handle,
-            catalog,
-            cli.max_parallel,
-            cli.max_depth,
-            ToolRegistry::standard(),
-        ));
+        let env = Arc::new(
+            TaskEnv::new(
+                handle,
+                catalog,
+                cli.max_parallel,
+                cli.max_depth,
+                ToolRegistry::standard(),
+            )
+            .with_models(plan.models.clone()),
+        );
         let caller = Caller {
             depth: 0,
             model: model.clone(),
             permission_mode,
             tools: allowed.iter().map(|t| (*t).to_owned()).collect(),
+            place: role.name.clone(),
         };
         tools = tools.with(Task::new(env, caller));
     }
-    let mut spec = SessionSpec::new(role.name.clone(), model, role.prompt.clone());
+    let mut spec = SessionSpec::new(role.name.clone(), model.id, role.prompt.clone());
+    spec.provider = model.provider;
     spec.tools = tools;
     spec.max_turns = role.max_turns.unwrap_or(cli.max_turns).max(1);
     spec.permission_mode = permission_mode;

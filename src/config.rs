@@ -1,63 +1,348 @@
-//! Which provider and model to use, from flags and the environment. Pure: the
-//! environment is passed in, so every rule has a unit test.
+//! Which providers and models to use: flags over the environment over the
+//! configuration files (`orchestrate.toml` in the workspace, then
+//! `~/.config/orchestrate/config.toml`). Pure: the environment and the files' text
+//! are passed in, so every rule has a unit test.
+//!
+//! ```toml
+//! provider = "anthropic"        # the default provider (else chosen from the keys)
+//! model = "smart"               # the default model: an alias or an id
+//!
+//! [providers.local]             # a provider of your own, by name
+//! kind = "openai"               # openai | anthropic
+//! base_url = "http://localhost:11434/v1"
+//! api_key_env = "LOCAL_KEY"     # the variable holding its key, if it needs one
+//!
+//! [models]
+//! fast = "claude-haiku-4-5"                        # an id on the default provider
+//! smart = { provider = "anthropic", model = "claude-sonnet-4-5" }
+//! ```
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
 
 use crate::error::ConfigError;
-use crate::llm::openai::DEFAULT_BASE_URL;
+use crate::llm::{anthropic, openai};
 
 /// The model used with api.openai.com when none is named.
 pub const DEFAULT_OPENAI_MODEL: &str = "gpt-4.1";
+/// The model used with api.anthropic.com when none is named.
+pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
 
-/// A resolved provider configuration.
+/// Claude Code's aliases, on the `anthropic` provider, unless a file redefines them.
+const BUILT_IN_ALIASES: [(&str, &str); 3] = [
+    ("haiku", "claude-haiku-4-5"),
+    ("sonnet", "claude-sonnet-4-5"),
+    ("opus", "claude-opus-4-5"),
+];
+
+/// The wire protocol a provider speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProviderKind {
+    /// OpenAI Chat Completions and compatible servers.
+    OpenAi,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+impl ProviderKind {
+    fn parse(name: &str) -> Option<Self> {
+        match name {
+            "openai" => Some(Self::OpenAi),
+            "anthropic" => Some(Self::Anthropic),
+            _ => None,
+        }
+    }
+}
+
+/// How to reach one provider.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ProviderSettings {
-    /// The API root including `/v1`.
+    /// Its protocol.
+    pub kind: ProviderKind,
+    /// The API root (`…/v1` for OpenAI-compatible servers, the host for Anthropic).
     pub base_url: String,
     /// The key, if any (local servers often need none).
     pub api_key: Option<String>,
-    /// The model id.
-    pub model: String,
 }
 
 impl std::fmt::Debug for ProviderSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProviderSettings")
+            .field("kind", &self.kind)
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .field("model", &self.model)
             .finish()
     }
 }
 
-/// Resolves flags (`--base-url`, `--model`) over the environment (`OPENAI_API_KEY`,
-/// `OPENAI_BASE_URL`, `ORCHESTRATE_MODEL`). Empty values count as unset.
-pub fn resolve(
-    base_url_flag: Option<&str>,
-    model_flag: Option<&str>,
-    env: impl Fn(&str) -> Option<String>,
-) -> Result<ProviderSettings, ConfigError> {
-    let non_empty = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
-    let api_key = non_empty(env("OPENAI_API_KEY"));
-    let base_url =
-        non_empty(base_url_flag.map(str::to_owned)).or_else(|| non_empty(env("OPENAI_BASE_URL")));
-    let base_url = match (base_url, &api_key) {
-        (Some(url), _) => url.trim().to_owned(),
-        (None, Some(_)) => DEFAULT_BASE_URL.to_owned(),
-        (None, None) => return Err(ConfigError::NoProvider),
-    };
-    let model =
-        non_empty(model_flag.map(str::to_owned)).or_else(|| non_empty(env("ORCHESTRATE_MODEL")));
-    let model = match model {
-        Some(model) => model,
-        None if base_url.trim_end_matches('/') == DEFAULT_BASE_URL => {
-            DEFAULT_OPENAI_MODEL.to_owned()
+/// A model: which provider, which id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelRef {
+    /// The provider's name; `None` means whichever provider the caller uses.
+    pub provider: Option<String>,
+    /// The model id.
+    pub model: String,
+}
+
+/// Everything resolved: the providers by name, the aliases, and the lead's model.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// The provider sessions use unless a model says otherwise.
+    pub default_provider: String,
+    /// Every provider by name (`openai` and `anthropic` always exist).
+    pub providers: BTreeMap<String, ProviderSettings>,
+    /// Model aliases.
+    pub aliases: BTreeMap<String, ModelRef>,
+    /// The lead's model.
+    pub model: ModelRef,
+}
+
+impl Settings {
+    /// What a role's `model:` names: an alias, or else a model id. A bare word
+    /// (letters only) that is no alias is refused: it is a misspelt or undeclared
+    /// alias far more often than a real model id.
+    pub fn resolve_model(&self, name: &str) -> Result<ModelRef, String> {
+        if let Some(target) = self.aliases.get(name) {
+            return Ok(target.clone());
         }
-        None => return Err(ConfigError::NoModel),
+        if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphabetic()) {
+            return Err(self.aliases.keys().cloned().collect::<Vec<_>>().join(", "));
+        }
+        Ok(ModelRef {
+            provider: None,
+            model: name.to_owned(),
+        })
+    }
+}
+
+/// What the command line says.
+#[derive(Clone, Debug, Default)]
+pub struct Flags {
+    /// `--provider`.
+    pub provider: Option<String>,
+    /// `--base-url`: the default provider's API root.
+    pub base_url: Option<String>,
+    /// `--model`.
+    pub model: Option<String>,
+}
+
+/// One configuration file as written.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// The default provider's name.
+    pub provider: Option<String>,
+    /// The default model: an alias or an id.
+    pub model: Option<String>,
+    /// Providers by name.
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderEntry>,
+    /// Model aliases.
+    #[serde(default)]
+    pub models: BTreeMap<String, ModelEntry>,
+}
+
+/// A provider as a file declares it.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderEntry {
+    /// `openai` or `anthropic`; defaults to the entry's name when that is one.
+    pub kind: Option<String>,
+    /// Its API root.
+    pub base_url: Option<String>,
+    /// The environment variable holding its key.
+    pub api_key_env: Option<String>,
+}
+
+/// A model alias as a file declares it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum ModelEntry {
+    /// A model id on the default provider.
+    Id(String),
+    /// A model id on a named provider.
+    On {
+        /// The provider's name.
+        provider: Option<String>,
+        /// The model id.
+        model: String,
+    },
+}
+
+impl ConfigFile {
+    /// Parses a file's text; errors name the file and line.
+    pub fn parse(path: &str, text: &str) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| {
+            let line = e.span().map_or(1, |span| {
+                text[..span.start.min(text.len())].matches('\n').count() + 1
+            });
+            ConfigError::File {
+                path: path.to_owned(),
+                line,
+                message: e.message().to_owned(),
+            }
+        })
+    }
+
+    /// `self` with `over`'s settings on top (the workspace's file over the user's).
+    pub fn merged(mut self, over: Self) -> Self {
+        self.provider = over.provider.or(self.provider);
+        self.model = over.model.or(self.model);
+        self.providers.extend(over.providers);
+        self.models.extend(over.models);
+        self
+    }
+}
+
+/// Resolves flags over the environment (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`,
+/// `OPENAI_API_KEY`, `OPENAI_BASE_URL`, `ORCHESTRATE_MODEL`) over `file`. Empty
+/// values count as unset. Without `--provider` or a file's `provider`, an Anthropic
+/// key picks Anthropic, else an OpenAI key or base URL (or `--base-url`) picks
+/// OpenAI, else an Anthropic base URL picks Anthropic.
+pub fn resolve(
+    flags: &Flags,
+    file: &ConfigFile,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Settings, ConfigError> {
+    let non_empty = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
+    let var = |name: &str| non_empty(env(name));
+    let flag = |v: &Option<String>| non_empty(v.clone());
+    let mut providers = BTreeMap::new();
+    providers.insert(
+        "openai".to_owned(),
+        ProviderSettings {
+            kind: ProviderKind::OpenAi,
+            base_url: var("OPENAI_BASE_URL").unwrap_or_else(|| openai::DEFAULT_BASE_URL.to_owned()),
+            api_key: var("OPENAI_API_KEY"),
+        },
+    );
+    providers.insert(
+        "anthropic".to_owned(),
+        ProviderSettings {
+            kind: ProviderKind::Anthropic,
+            base_url: var("ANTHROPIC_BASE_URL")
+                .unwrap_or_else(|| anthropic::DEFAULT_BASE_URL.to_owned()),
+            api_key: var("ANTHROPIC_API_KEY"),
+        },
+    );
+    for (name, entry) in &file.providers {
+        let kind_name = entry.kind.as_deref().unwrap_or(name);
+        let Some(kind) = ProviderKind::parse(kind_name) else {
+            return Err(ConfigError::Invalid(format!(
+                "provider {name:?}: unknown kind {kind_name:?} (expected openai or anthropic)"
+            )));
+        };
+        let inherited = providers.get(name).filter(|p| p.kind == kind).cloned();
+        let base_url = match (&entry.base_url, &inherited) {
+            (Some(url), _) => url.clone(),
+            (None, Some(p)) => p.base_url.clone(),
+            (None, None) => {
+                return Err(ConfigError::Invalid(format!(
+                    "provider {name:?} needs a base_url"
+                )));
+            }
+        };
+        let api_key = match &entry.api_key_env {
+            Some(var_name) => var(var_name),
+            None => inherited.and_then(|p| p.api_key),
+        };
+        providers.insert(
+            name.clone(),
+            ProviderSettings {
+                kind,
+                base_url,
+                api_key,
+            },
+        );
+    }
+    let base_url_flag = flag(&flags.base_url);
+    let default_provider = match flag(&flags.provider).or_else(|| file.provider.clone()) {
+        Some(name) => name,
+        None if var("ANTHROPIC_API_KEY").is_some() => "anthropic".to_owned(),
+        None if var("OPENAI_API_KEY").is_some()
+            || var("OPENAI_BASE_URL").is_some()
+            || base_url_flag.is_some() =>
+        {
+            "openai".to_owned()
+        }
+        None if var("ANTHROPIC_BASE_URL").is_some() => "anthropic".to_owned(),
+        None => return Err(ConfigError::NoProvider),
     };
-    Ok(ProviderSettings {
-        base_url,
-        api_key,
-        model,
-    })
+    let Some(chosen) = providers.get_mut(&default_provider) else {
+        let known: Vec<&str> = providers.keys().map(String::as_str).collect();
+        return Err(ConfigError::Invalid(format!(
+            "unknown provider {default_provider:?} (known: {})",
+            known.join(", ")
+        )));
+    };
+    if let Some(url) = base_url_flag {
+        chosen.base_url = url.trim().to_owned();
+    }
+    let mut aliases: BTreeMap<String, ModelRef> = BUILT_IN_ALIASES
+        .iter()
+        .map(|(alias, id)| {
+            let target = ModelRef {
+                provider: Some("anthropic".to_owned()),
+                model: (*id).to_owned(),
+            };
+            ((*alias).to_owned(), target)
+        })
+        .collect();
+    for (alias, entry) in &file.models {
+        let target = match entry {
+            ModelEntry::Id(model) => ModelRef {
+                provider: None,
+                model: model.clone(),
+            },
+            ModelEntry::On { provider, model } => ModelRef {
+                provider: provider.clone(),
+                model: model.clone(),
+            },
+        };
+        if let Some(p) = &target.provider
+            && !providers.contains_key(p)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "model alias {alias:?} names an unknown provider {p:?}"
+            )));
+        }
+        aliases.insert(alias.clone(), target);
+    }
+    let chosen = &providers[&default_provider];
+    let default_model = match chosen.kind {
+        ProviderKind::OpenAi
+            if chosen.base_url.trim_end_matches('/') == openai::DEFAULT_BASE_URL =>
+        {
+            Some(DEFAULT_OPENAI_MODEL)
+        }
+        ProviderKind::Anthropic
+            if chosen.base_url.trim_end_matches('/') == anthropic::DEFAULT_BASE_URL =>
+        {
+            Some(DEFAULT_ANTHROPIC_MODEL)
+        }
+        _ => None,
+    };
+    let name = flag(&flags.model)
+        .or_else(|| var("ORCHESTRATE_MODEL"))
+        .or_else(|| file.model.clone())
+        .or_else(|| default_model.map(str::to_owned))
+        .ok_or(ConfigError::NoModel)?;
+    let mut settings = Settings {
+        default_provider,
+        providers,
+        aliases,
+        model: ModelRef {
+            provider: None,
+            model: name.clone(),
+        },
+    };
+    // The lead's model may be an alias too; an unknown bare word passes as an id
+    // here (an Ollama `mistral`), unlike in a role file.
+    if let Some(target) = settings.aliases.get(&name) {
+        settings.model = target.clone();
+    }
+    Ok(settings)
 }
 
 #[cfg(test)]
@@ -74,25 +359,46 @@ mod tests {
         move |k| map.get(k).cloned()
     }
 
+    fn flags(provider: Option<&str>, base_url: Option<&str>, model: Option<&str>) -> Flags {
+        Flags {
+            provider: provider.map(str::to_owned),
+            base_url: base_url.map(str::to_owned),
+            model: model.map(str::to_owned),
+        }
+    }
+
+    fn none() -> Flags {
+        Flags::default()
+    }
+
     #[test]
     fn nothing_configured_names_what_to_set() {
-        let err = resolve(None, None, env(&[])).unwrap_err();
+        let err = resolve(&none(), &ConfigFile::default(), env(&[])).unwrap_err();
         assert!(matches!(err, ConfigError::NoProvider));
         let text = err.to_string();
         assert!(
             text.contains("OPENAI_API_KEY")
+                && text.contains("ANTHROPIC_API_KEY")
                 && text.contains("--base-url")
                 && text.contains("OPENAI_BASE_URL")
         );
     }
 
     #[test]
-    fn a_key_alone_means_openai_with_its_default_model() {
-        let s = resolve(None, None, env(&[("OPENAI_API_KEY", "sk-x")])).unwrap();
-        assert_eq!(
-            (s.base_url.as_str(), s.model.as_str()),
-            (DEFAULT_BASE_URL, DEFAULT_OPENAI_MODEL)
-        );
+    fn a_key_alone_picks_its_provider_with_its_default_model() {
+        let s = resolve(
+            &none(),
+            &ConfigFile::default(),
+            env(&[("OPENAI_API_KEY", "sk-x")]),
+        )
+        .unwrap();
+        assert_eq!(s.default_provider, "openai");
+        assert_eq!(s.model.model, DEFAULT_OPENAI_MODEL);
+        let both = env(&[("OPENAI_API_KEY", "sk-x"), ("ANTHROPIC_API_KEY", "sk-ant")]);
+        let s = resolve(&none(), &ConfigFile::default(), both).unwrap();
+        assert_eq!(s.default_provider, "anthropic");
+        assert_eq!(s.model.model, DEFAULT_ANTHROPIC_MODEL);
+        assert_eq!(s.providers["anthropic"].api_key.as_deref(), Some("sk-ant"));
     }
 
     #[test]
@@ -101,27 +407,131 @@ mod tests {
             ("OPENAI_BASE_URL", "http://env/v1"),
             ("ORCHESTRATE_MODEL", "env-model"),
         ]);
-        let s = resolve(Some("http://flag/v1"), Some("flag-model"), &e).unwrap();
+        let f = flags(None, Some("http://flag/v1"), Some("flag-model"));
+        let s = resolve(&f, &ConfigFile::default(), &e).unwrap();
+        let openai = &s.providers["openai"];
         assert_eq!(
-            (s.base_url.as_str(), s.model.as_str(), s.api_key),
-            ("http://flag/v1", "flag-model", None)
+            (
+                openai.base_url.as_str(),
+                s.model.model.as_str(),
+                &openai.api_key
+            ),
+            ("http://flag/v1", "flag-model", &None)
         );
-        let s = resolve(None, None, &e).unwrap();
+        let s = resolve(&none(), &ConfigFile::default(), &e).unwrap();
         assert_eq!(
-            (s.base_url.as_str(), s.model.as_str()),
+            (
+                s.providers["openai"].base_url.as_str(),
+                s.model.model.as_str()
+            ),
             ("http://env/v1", "env-model")
         );
     }
 
     #[test]
+    fn the_provider_flag_and_its_base_url() {
+        let f = flags(
+            Some("anthropic"),
+            Some("http://127.0.0.1:9"),
+            Some("claude-x"),
+        );
+        let s = resolve(&f, &ConfigFile::default(), env(&[("OPENAI_API_KEY", "k")])).unwrap();
+        assert_eq!(s.default_provider, "anthropic");
+        assert_eq!(s.providers["anthropic"].base_url, "http://127.0.0.1:9");
+        assert_eq!(s.providers["openai"].base_url, openai::DEFAULT_BASE_URL);
+        let f = flags(Some("gemini"), None, Some("m"));
+        let err = resolve(&f, &ConfigFile::default(), env(&[])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"unknown provider "gemini" (known: anthropic, openai)"#
+        );
+    }
+
+    #[test]
     fn a_custom_server_without_a_model_is_a_configuration_error() {
-        let err = resolve(Some("http://localhost:11434/v1"), None, env(&[])).unwrap_err();
+        let f = flags(None, Some("http://localhost:11434/v1"), None);
+        let err = resolve(&f, &ConfigFile::default(), env(&[])).unwrap_err();
         assert!(err.to_string().contains("--model"));
     }
 
     #[test]
     fn the_key_never_shows_in_debug_output() {
-        let s = resolve(None, None, env(&[("OPENAI_API_KEY", "sk-secret")])).unwrap();
+        let s = resolve(
+            &none(),
+            &ConfigFile::default(),
+            env(&[("OPENAI_API_KEY", "sk-secret")]),
+        )
+        .unwrap();
         assert!(!format!("{s:?}").contains("sk-secret"));
+    }
+
+    #[test]
+    fn files_declare_providers_and_aliases_and_the_workspace_wins() {
+        let user = ConfigFile::parse(
+            "config.toml",
+            "model = \"fast\"\n[models]\nfast = \"gpt-4.1-mini\"\n",
+        )
+        .unwrap();
+        let workspace = ConfigFile::parse(
+            "orchestrate.toml",
+            "provider = \"local\"\n[providers.local]\nkind = \"openai\"\nbase_url = \"http://localhost:11434/v1\"\napi_key_env = \"LOCAL_KEY\"\n[models]\nsmart = { provider = \"anthropic\", model = \"claude-opus-4-5\" }\n",
+        )
+        .unwrap();
+        let file = user.merged(workspace);
+        let s = resolve(&none(), &file, env(&[("LOCAL_KEY", "k1")])).unwrap();
+        assert_eq!(s.default_provider, "local");
+        assert_eq!(
+            s.providers["local"],
+            ProviderSettings {
+                kind: ProviderKind::OpenAi,
+                base_url: "http://localhost:11434/v1".into(),
+                api_key: Some("k1".into()),
+            }
+        );
+        assert_eq!(
+            s.model,
+            ModelRef {
+                provider: None,
+                model: "gpt-4.1-mini".into()
+            }
+        );
+        assert_eq!(
+            s.resolve_model("smart").unwrap().provider.as_deref(),
+            Some("anthropic")
+        );
+        assert_eq!(
+            s.resolve_model("sonnet").unwrap().model,
+            "claude-sonnet-4-5"
+        );
+        assert_eq!(s.resolve_model("llama3.1:8b").unwrap().model, "llama3.1:8b");
+        let known = s.resolve_model("fastest").unwrap_err();
+        assert_eq!(known, "fast, haiku, opus, smart, sonnet");
+    }
+
+    #[test]
+    fn a_broken_file_names_its_line() {
+        let err = ConfigFile::parse(
+            "orchestrate.toml",
+            "model = \"x\"\n[providers.a]\nkinds = 1\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string().split(": ").take(1).collect::<Vec<_>>(),
+            ["orchestrate.toml:3"]
+        );
+        let err = resolve(
+            &none(),
+            &ConfigFile::parse(
+                "f",
+                "[models]\nx = { provider = \"nope\", model = \"m\" }\n",
+            )
+            .unwrap(),
+            env(&[("OPENAI_API_KEY", "k")]),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"model alias "x" names an unknown provider "nope""#
+        );
     }
 }

@@ -70,9 +70,34 @@ mod opt_millis {
 pub enum ConfigError {
     /// Neither a key nor a base URL says which provider to use.
     #[error(
-        "no provider configured: set OPENAI_API_KEY (for api.openai.com), or OPENAI_BASE_URL / --base-url for any OpenAI-compatible server such as http://localhost:11434/v1"
+        "no provider configured: set ANTHROPIC_API_KEY (for api.anthropic.com) or OPENAI_API_KEY (for api.openai.com), or OPENAI_BASE_URL / --base-url for any OpenAI-compatible server such as http://localhost:11434/v1 (or pass --replay FILE)"
     )]
     NoProvider,
+    /// A configuration file does not parse or names something that does not exist.
+    #[error("{path}:{line}: {message}")]
+    File {
+        /// The file.
+        path: String,
+        /// The line (1-based) of the problem.
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// A flag or setting names something unknown or contradictory.
+    #[error("{0}")]
+    Invalid(String),
+    /// A role names a model alias nobody declared.
+    #[error(
+        "{source_file}: model {alias:?} is not a known alias (known: {known}); name a model id, or declare the alias under [models] in orchestrate.toml"
+    )]
+    UnknownAlias {
+        /// The role file.
+        source_file: String,
+        /// The alias.
+        alias: String,
+        /// The aliases that exist.
+        known: String,
+    },
     /// A custom server is configured but no model was named.
     #[error("no model given: pass --model M or set ORCHESTRATE_MODEL")]
     NoModel,
@@ -144,6 +169,9 @@ pub enum ProviderError {
     /// The response body was not the JSON we expected.
     #[error("cannot decode the response: {0}")]
     Decode(String),
+    /// A replayed run sent a request the cassette does not hold.
+    #[error("replay: {0}")]
+    Replay(String),
 }
 
 fn fmt_detail(message: &str) -> String {
@@ -334,6 +362,8 @@ impl ProviderError {
                 ErrorClass::Retryable { after: None }
             }
             Self::Decode(_) => ErrorClass::Retryable { after: None },
+            // The run went somewhere the recording never did: asking again changes nothing.
+            Self::Replay(_) => ErrorClass::Permanent,
         }
     }
 }

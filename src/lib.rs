@@ -27,6 +27,7 @@ pub mod error;
 pub mod events;
 pub mod journal;
 pub mod llm;
+pub mod models;
 pub mod protocol;
 pub mod roles;
 pub mod runtime;

@@ -3,8 +3,10 @@
 
 pub mod anthropic;
 pub mod assembler;
+pub mod cassette;
 pub(crate) mod http;
 pub mod openai;
+pub mod replay;
 pub mod retry;
 pub mod sse;
 
@@ -28,6 +30,11 @@ pub struct ChatRequest {
     pub tools: Vec<ToolSpec>,
     /// An upper bound on generated tokens, when the caller wants one.
     pub max_tokens: Option<u32>,
+    /// Where the request comes from: the session's place in the agent tree and the
+    /// turn (`orchestrator/explorer#toolu_02/turn 3`). Record and replay match
+    /// requests by it, so parallel scheduling cannot mix them up. Empty if unknown.
+    #[serde(default)]
+    pub place: String,
 }
 
 /// A tool as offered to a model.

@@ -125,6 +125,12 @@ pub struct SessionSpec {
     pub faults: Option<Arc<FaultPlan>>,
     /// What the session's tools may do without asking.
     pub permission_mode: PermissionMode,
+    /// Who serves its model; `None`: the runtime's provider.
+    pub provider: Option<Arc<dyn Provider>>,
+    /// Its place in the agent tree (`orchestrator/explorer#toolu_02`): the role's
+    /// name for a top-level session; a sub-agent's adds its role and the call that
+    /// spawned it to its parent's.
+    pub place: String,
 }
 
 impl SessionSpec {
@@ -134,8 +140,10 @@ impl SessionSpec {
         model: impl Into<String>,
         system_prompt: impl Into<String>,
     ) -> Self {
+        let agent = agent.into();
         Self {
-            agent: agent.into(),
+            place: agent.clone(),
+            agent,
             model: model.into(),
             system_prompt: system_prompt.into(),
             tools: ToolRegistry::new(),
@@ -145,6 +153,7 @@ impl SessionSpec {
             tool_call_id: None,
             faults: None,
             permission_mode: PermissionMode::Default,
+            provider: None,
         }
     }
 }
@@ -278,7 +287,7 @@ impl Handle {
 
     /// Starts a session; it waits for prompts.
     pub async fn start_session(&self, spec: SessionSpec) -> Result<SessionId, SessionError> {
-        ractor::call!(self.orchestrator, OrchestratorMsg::Start, spec)
+        ractor::call!(self.orchestrator, OrchestratorMsg::Start, Box::new(spec))
             .map_err(|e| SessionError::Spawn(e.to_string()))?
     }
 

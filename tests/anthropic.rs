@@ -64,6 +64,7 @@ fn request() -> ChatRequest {
         messages: vec![Message::system("Be brief."), Message::user("hi")],
         tools: vec![],
         max_tokens: None,
+        place: String::new(),
     }
 }
 

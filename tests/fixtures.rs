@@ -88,6 +88,7 @@ fn request() -> ChatRequest {
         messages: vec![Message::user("hi")],
         tools: vec![],
         max_tokens: None,
+        place: String::new(),
     }
 }
 

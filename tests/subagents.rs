@@ -98,6 +98,7 @@ async fn team(mock: &MockLlm, max_parallel: usize, max_depth: u32, worker_tools:
         model: "mock-model".into(),
         permission_mode: PermissionMode::BypassPermissions,
         tools: vec!["Read".into(), "Task".into()],
+        place: "lead".into(),
     };
     let tools = ToolRegistry::standard()
         .only(&["Read"])
@@ -288,6 +289,7 @@ async fn a_role_edited_on_disk_is_used_by_the_next_spawn() {
         model: "mock-model".into(),
         permission_mode: PermissionMode::BypassPermissions,
         tools: vec!["Read".into(), "Task".into()],
+        place: "lead".into(),
     };
     let lead = runtime
         .start_session(harness::spec(

@@ -22,7 +22,10 @@ use crate::runtime::{SessionEnv, SessionSpec};
 #[derive(Debug)]
 pub(crate) enum OrchestratorMsg {
     /// Start a session; replies with its id.
-    Start(SessionSpec, RpcReplyPort<Result<SessionId, SessionError>>),
+    Start(
+        Box<SessionSpec>,
+        RpcReplyPort<Result<SessionId, SessionError>>,
+    ),
     /// Deliver a prompt.
     Prompt {
         /// The session.
@@ -184,7 +187,7 @@ impl Actor for OrchestratorActor {
 async fn start(
     myself: &ActorRef<OrchestratorMsg>,
     state: &mut OrchestratorState,
-    spec: SessionSpec,
+    spec: Box<SessionSpec>,
     ready: RpcReplyPort<Result<SessionId, SessionError>>,
 ) {
     let id = SessionId::new();
@@ -198,7 +201,7 @@ async fn start(
             }
         };
     let entry = Entry {
-        spec: Arc::new(spec),
+        spec: Arc::from(spec),
         actor: None,
         queue,
         tracker: RestartTracker::new(RestartType::Transient, state.restart),

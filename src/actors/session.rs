@@ -501,11 +501,14 @@ async fn begin_turn(myself: &ActorRef<SessionMsg>, state: &mut SessionState, att
         messages: all,
         tools: state.spec.tools.specs(),
         max_tokens: None,
+        place: format!("{}/turn {turn}", state.spec.place),
     };
     let id = state.next_id();
     let args = LlmStreamArgs {
         request,
-        provider: state.env.provider.clone(),
+        provider: (state.spec.provider.as_ref())
+            .unwrap_or(&state.env.provider)
+            .clone(),
         publisher: state.publisher.clone(),
         session: myself.clone(),
         stream_id: id,

@@ -5,6 +5,7 @@ pub mod decoder;
 pub(crate) mod wire;
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -14,7 +15,8 @@ use self::decoder::{Block, MessageState, MessagesStreamDecoder};
 use crate::conversation::AssistantTurn;
 use crate::error::{ConfigError, LlmError, ProviderError, excerpt};
 use crate::llm::assembler::DEFAULT_MAX_ANSWER_BYTES;
-use crate::llm::http::{HttpApi, HttpApiArgs};
+use crate::llm::cassette::Recorder;
+use crate::llm::http::{Call, HttpApi, HttpApiArgs};
 use crate::llm::{ChatRequest, DeltaSink, Provider};
 
 /// The API root used when none is configured.
@@ -90,6 +92,7 @@ impl AnthropicClient {
             idle_timeout: config.idle_timeout,
             request_timeout: config.request_timeout,
             max_answer_bytes: config.max_answer_bytes,
+            protocol: "anthropic",
             error_body: wire::error_body,
         })?;
         Ok(Self {
@@ -100,6 +103,19 @@ impl AnthropicClient {
                 thinking_budget: config.thinking_budget,
             },
         })
+    }
+
+    /// Records every exchange with the server to `recorder` (`--record`).
+    pub fn record_to(&mut self, recorder: Arc<Recorder>) {
+        self.api.record_to(recorder);
+    }
+
+    fn call<'a>(&self, request: &'a ChatRequest, body: &'a serde_json::Value) -> Call<'a> {
+        Call {
+            body,
+            place: &request.place,
+            request: self.post(body),
+        }
     }
 
     fn post(&self, body: &serde_json::Value) -> reqwest::RequestBuilder {
@@ -119,13 +135,13 @@ impl AnthropicClient {
         let body = wire::request_body(request, self.options, true);
         let decoder = MessagesStreamDecoder::new(self.api.max_answer_bytes);
         self.api
-            .stream(self.post(&body), decoder, sink, cancel)
+            .stream(self.call(request, &body), decoder, sink, cancel)
             .await
     }
 
     async fn complete_impl(&self, request: &ChatRequest) -> Result<AssistantTurn, LlmError> {
         let body = wire::request_body(request, self.options, false);
-        let bytes = self.api.complete(self.post(&body)).await?;
+        let bytes = self.api.complete(self.call(request, &body)).await?;
         let json: serde_json::Value = serde_json::from_slice(&bytes)
             .map_err(|e| ProviderError::Decode(excerpt(&e.to_string())))?;
         if json["type"] == "error" {

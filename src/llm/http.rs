@@ -3,7 +3,8 @@
 //! cancel that always gets through, non-streaming reads with a fixed timeout and a
 //! size cap, and typed, key-free errors.
 
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
 use eventsource_stream::{EventStreamError, Eventsource};
 use futures::StreamExt;
@@ -12,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::conversation::AssistantTurn;
 use crate::error::{ConfigError, LlmError, ProviderError, StreamError, excerpt};
+use crate::llm::cassette::{Exchange, Recorder};
 use crate::llm::sse::{Step, TurnDecoder, split_events};
 use crate::llm::{DeltaSink, retry};
 
@@ -31,6 +33,17 @@ pub(crate) struct HttpApi {
     pub(crate) request_timeout: Duration,
     pub(crate) max_answer_bytes: usize,
     error_body: ErrorBody,
+    /// `openai` or `anthropic`, as cassettes name it.
+    protocol: &'static str,
+    /// Where exchanges are recorded (`--record`).
+    recorder: Option<Arc<Recorder>>,
+}
+
+/// One request: its body and place (for the recording) and the request itself.
+pub(crate) struct Call<'a> {
+    pub(crate) body: &'a Value,
+    pub(crate) place: &'a str,
+    pub(crate) request: reqwest::RequestBuilder,
 }
 
 /// What an [`HttpApi`] is built from.
@@ -43,6 +56,7 @@ pub(crate) struct HttpApiArgs<'a> {
     pub(crate) request_timeout: Duration,
     pub(crate) max_answer_bytes: usize,
     pub(crate) error_body: ErrorBody,
+    pub(crate) protocol: &'static str,
 }
 
 impl HttpApi {
@@ -81,7 +95,27 @@ impl HttpApi {
             request_timeout: args.request_timeout,
             max_answer_bytes: args.max_answer_bytes,
             error_body: args.error_body,
+            protocol: args.protocol,
+            recorder: None,
         })
+    }
+
+    /// Records every exchange that gets a response from now on.
+    pub(crate) fn record_to(&mut self, recorder: Arc<Recorder>) {
+        self.recorder = Some(recorder);
+    }
+
+    fn record(&self, call: &Call<'_>, status: u16, response: &[u8], started: Instant) {
+        if let Some(recorder) = &self.recorder {
+            recorder.record(&Exchange {
+                place: call.place.to_owned(),
+                protocol: self.protocol.to_owned(),
+                request: call.body.clone(),
+                status,
+                response: String::from_utf8_lossy(response).into_owned(),
+                duration_ms: started.elapsed().as_millis() as u64,
+            });
+        }
     }
 
     /// A POST of `body` to the endpoint; the provider adds its headers.
@@ -112,7 +146,7 @@ impl HttpApi {
 
     /// Turns a non-success response into a typed error, reading at most 64 KiB of
     /// its body, and never waiting on it longer than the idle timeout per chunk.
-    async fn status_error(&self, response: reqwest::Response) -> ProviderError {
+    async fn status_error(&self, response: reqwest::Response) -> (ProviderError, Vec<u8>) {
         let status = response.status().as_u16();
         let retry_after = retry::retry_after(response.headers(), SystemTime::now());
         // Bounded per chunk and overall: a server that trickles its error must not
@@ -127,12 +161,13 @@ impl HttpApi {
             Ok(json) => (self.error_body)(&json),
             Err(_) => (None, excerpt(&String::from_utf8_lossy(&body))),
         };
-        ProviderError::Status {
+        let error = ProviderError::Status {
             status,
             message: self.redact(message),
             code,
             retry_after,
-        }
+        };
+        (error, body)
     }
 
     /// Some proxies echo the request's credentials back in their error text.
@@ -148,12 +183,40 @@ impl HttpApi {
     /// so a cancel is never stuck behind a slow server).
     pub(crate) async fn stream<D: TurnDecoder>(
         &self,
-        request: reqwest::RequestBuilder,
-        mut decoder: D,
+        call: Call<'_>,
+        decoder: D,
         sink: DeltaSink<'_>,
         cancel: &CancellationToken,
     ) -> Result<AssistantTurn, LlmError> {
+        let started = Instant::now();
+        let captured = Arc::new(Mutex::new(Vec::new()));
+        let result = self
+            .stream_inner(&call, decoder, sink, cancel, &captured, started)
+            .await;
+        if !matches!(result, Err(LlmError::Cancelled { .. })) {
+            let captured = captured
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !captured.is_empty() {
+                self.record(&call, 200, &captured, started);
+            }
+        }
+        result
+    }
+
+    async fn stream_inner<D: TurnDecoder>(
+        &self,
+        call: &Call<'_>,
+        mut decoder: D,
+        sink: DeltaSink<'_>,
+        cancel: &CancellationToken,
+        captured: &Arc<Mutex<Vec<u8>>>,
+        started: Instant,
+    ) -> Result<AssistantTurn, LlmError> {
         let idle = self.idle_timeout;
+        let request = call.request.try_clone().ok_or_else(|| {
+            ProviderError::Transport("the request body cannot be sent".to_owned())
+        })?;
         let send = request.header("accept", "text/event-stream").send();
         let response = tokio::select! {
             biased;
@@ -165,13 +228,26 @@ impl HttpApi {
             },
         };
         if !response.status().is_success() {
+            let status = response.status().as_u16();
             return tokio::select! {
                 biased;
                 () = cancel.cancelled() => Err(cancelled(AssistantTurn::default())),
-                error = self.status_error(response) => Err(error.into()),
+                (error, body) = self.status_error(response) => {
+                    self.record(call, status, &body, started);
+                    Err(error.into())
+                }
             };
         }
-        let mut events = split_events(Box::pin(response.bytes_stream())).eventsource();
+        let tee = captured.clone();
+        let recording = self.recorder.is_some();
+        let bytes = response.bytes_stream().inspect(move |chunk| {
+            if recording && let Ok(chunk) = chunk {
+                tee.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .extend_from_slice(chunk);
+            }
+        });
+        let mut events = split_events(Box::pin(bytes)).eventsource();
         loop {
             let next = tokio::select! {
                 biased;
@@ -218,22 +294,29 @@ impl HttpApi {
 
     /// Sends a non-streaming request and reads its whole body (capped) within the
     /// fixed request timeout.
-    pub(crate) async fn complete(
-        &self,
-        request: reqwest::RequestBuilder,
-    ) -> Result<Vec<u8>, LlmError> {
-        let response = request
+    pub(crate) async fn complete(&self, call: Call<'_>) -> Result<Vec<u8>, LlmError> {
+        let started = Instant::now();
+        let response = call
+            .request
+            .try_clone()
+            .ok_or_else(|| ProviderError::Transport("the request body cannot be sent".to_owned()))?
             .timeout(self.request_timeout)
             .send()
             .await
             .map_err(|e| self.transport_error(&e))?;
         if !response.status().is_success() {
-            return Err(self.status_error(response).await.into());
+            let status = response.status().as_u16();
+            let (error, body) = self.status_error(response).await;
+            self.record(&call, status, &body, started);
+            return Err(error.into());
         }
         let limit = self.max_answer_bytes;
         match read_capped(response, limit, self.request_timeout).await {
             Ok((_, true)) => Err(StreamError::TooLarge { limit }.into()),
-            Ok((bytes, false)) => Ok(bytes),
+            Ok((bytes, false)) => {
+                self.record(&call, 200, &bytes, started);
+                Ok(bytes)
+            }
             Err(ReadError::Stalled(_)) => Err(ProviderError::Timeout(self.request_timeout).into()),
             Err(ReadError::Transport(e)) => Err(self.transport_error(&e).into()),
         }

@@ -6,6 +6,7 @@ pub mod decoder;
 pub(crate) mod wire;
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -15,7 +16,8 @@ use self::decoder::ChatStreamDecoder;
 use crate::conversation::{AssistantMessage, AssistantTurn, FinishReason, ToolCall};
 use crate::error::{ConfigError, LlmError, ProviderError, excerpt};
 use crate::llm::assembler::DEFAULT_MAX_ANSWER_BYTES;
-use crate::llm::http::{HttpApi, HttpApiArgs};
+use crate::llm::cassette::Recorder;
+use crate::llm::http::{Call, HttpApi, HttpApiArgs};
 use crate::llm::{ChatRequest, DeltaSink, Provider};
 
 /// The API root used when none is configured.
@@ -79,12 +81,26 @@ impl OpenAiClient {
             idle_timeout: config.idle_timeout,
             request_timeout: config.request_timeout,
             max_answer_bytes: config.max_answer_bytes,
+            protocol: "openai",
             error_body,
         })?;
         Ok(Self {
             api,
             api_key: config.api_key,
         })
+    }
+
+    /// Records every exchange with the server to `recorder` (`--record`).
+    pub fn record_to(&mut self, recorder: Arc<Recorder>) {
+        self.api.record_to(recorder);
+    }
+
+    fn call<'a>(&self, request: &'a ChatRequest, body: &'a serde_json::Value) -> Call<'a> {
+        Call {
+            body,
+            place: &request.place,
+            request: self.post(body),
+        }
     }
 
     fn post(&self, body: &serde_json::Value) -> reqwest::RequestBuilder {
@@ -104,13 +120,13 @@ impl OpenAiClient {
         let body = wire::request_body(request, true);
         let decoder = ChatStreamDecoder::new(self.api.max_answer_bytes);
         self.api
-            .stream(self.post(&body), decoder, sink, cancel)
+            .stream(self.call(request, &body), decoder, sink, cancel)
             .await
     }
 
     async fn complete_impl(&self, request: &ChatRequest) -> Result<AssistantTurn, LlmError> {
         let body = wire::request_body(request, false);
-        let bytes = self.api.complete(self.post(&body)).await?;
+        let bytes = self.api.complete(self.call(request, &body)).await?;
         let completion: wire::Completion = serde_json::from_slice(&bytes)
             .map_err(|e| ProviderError::Decode(excerpt(&e.to_string())))?;
         if let Some(error) = &completion.error {
@@ -154,7 +170,7 @@ impl OpenAiClient {
 }
 
 /// `(code, message)` of an OpenAI-style error body (`{"error": {...}}`).
-fn error_body(json: &serde_json::Value) -> (Option<String>, String) {
+pub(crate) fn error_body(json: &serde_json::Value) -> (Option<String>, String) {
     let error = json.get("error").unwrap_or(json);
     let (_, code, message) = wire::error_fields(error);
     (code, message)

@@ -16,6 +16,7 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use crate::error::ToolError;
+use crate::models::{Model, Models};
 use crate::protocol::{EventKind, Outcome, SessionId};
 use crate::roles::ModelChoice;
 use crate::roles::catalog::Catalog;
@@ -56,6 +57,9 @@ pub struct TaskEnv {
     max_depth: u32,
     /// Every tool a session of this run may be offered (without Task).
     tools: ToolRegistry,
+    /// Model aliases and providers; without them a role's `model:` is an id on
+    /// its caller's provider.
+    models: Option<Arc<Models>>,
 }
 
 impl TaskEnv {
@@ -77,7 +81,14 @@ impl TaskEnv {
             slots,
             max_depth,
             tools,
+            models: None,
         }
+    }
+
+    /// Resolves roles' `model:` values through `models` (aliases, providers).
+    pub fn with_models(mut self, models: Arc<Models>) -> Self {
+        self.models = Some(models);
+        self
     }
 }
 
@@ -86,12 +97,15 @@ impl TaskEnv {
 pub struct Caller {
     /// Its depth: 0 for the lead.
     pub depth: u32,
-    /// Its model (for roles that `inherit`).
-    pub model: String,
+    /// Its model (for roles that `inherit`, and whose provider roles that name only
+    /// an id keep).
+    pub model: Model,
     /// Its permission mode.
     pub permission_mode: PermissionMode,
     /// The names of its tools, Task included if it has it.
     pub tools: Vec<String>,
+    /// Its place in the agent tree (see [`SessionSpec::place`]).
+    pub place: String,
 }
 
 /// The Task tool of one caller.
@@ -127,12 +141,19 @@ impl Task {
             )));
         };
         let depth = self.caller.depth + 1;
+        let place = format!("{}/{}#{call_id}", self.caller.place, role.name);
         let caller_tools: Vec<&str> = self.caller.tools.iter().map(String::as_str).collect();
         let allowed = role.allowed_tools(&caller_tools);
         let mut tools = self.env.tools.only(&allowed);
-        let model = match &role.model {
-            ModelChoice::Inherit => self.caller.model.clone(),
-            ModelChoice::Named(model) => model.clone(),
+        let model = match (&role.model, &self.env.models) {
+            (ModelChoice::Named(_), Some(models)) => models
+                .for_role(role, &self.caller.model)
+                .map_err(|e| ToolError::InvalidInput(e.to_string()))?,
+            (ModelChoice::Named(id), None) => Model {
+                provider: self.caller.model.provider.clone(),
+                id: id.clone(),
+            },
+            (ModelChoice::Inherit, _) => self.caller.model.clone(),
         };
         let permission_mode = role
             .permission_mode
@@ -146,10 +167,13 @@ impl Task {
                 model: model.clone(),
                 permission_mode,
                 tools: names,
+                place: place.clone(),
             };
             tools = tools.with(Task::new(self.env.clone(), caller));
         }
-        let mut spec = SessionSpec::new(role.name.clone(), model, role.prompt.clone());
+        let mut spec = SessionSpec::new(role.name.clone(), model.id, role.prompt.clone());
+        spec.provider = model.provider;
+        spec.place = place;
         spec.tools = tools;
         spec.max_turns = role.max_turns.unwrap_or(DEFAULT_MAX_TURNS);
         spec.permission_mode = permission_mode;

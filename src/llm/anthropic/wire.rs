@@ -185,6 +185,7 @@ mod tests {
                 parameters: json!({"type": "object"}),
             }],
             max_tokens: None,
+            place: String::new(),
         };
         let options = Options {
             max_tokens: 4096,

@@ -1,0 +1,91 @@
+//! Models at run time: the providers built from the [`Settings`], and where a role's
+//! `model:` leads (a provider and a model id). A role that names no provider keeps
+//! its caller's, so `inherit` and plain ids never switch protocols under a team.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::config::{ProviderSettings, Settings};
+use crate::error::ConfigError;
+use crate::llm::Provider;
+use crate::roles::{ModelChoice, Role};
+
+/// A model to talk to.
+#[derive(Clone, Debug)]
+pub struct Model {
+    /// Who serves it; `None`: the runtime's default provider.
+    pub provider: Option<Arc<dyn Provider>>,
+    /// Its id.
+    pub id: String,
+}
+
+impl From<&str> for Model {
+    /// A model id on the runtime's default provider.
+    fn from(id: &str) -> Self {
+        Self {
+            provider: None,
+            id: id.to_owned(),
+        }
+    }
+}
+
+/// The providers of a run and the aliases that lead to them.
+#[derive(Debug)]
+pub struct Models {
+    settings: Settings,
+    providers: BTreeMap<String, Arc<dyn Provider>>,
+}
+
+impl Models {
+    /// Builds every provider the settings name with `build`.
+    pub fn new(
+        settings: Settings,
+        build: impl Fn(&ProviderSettings) -> Result<Arc<dyn Provider>, ConfigError>,
+    ) -> Result<Self, ConfigError> {
+        let providers = settings
+            .providers
+            .iter()
+            .map(|(name, p)| Ok((name.clone(), build(p)?)))
+            .collect::<Result<_, ConfigError>>()?;
+        Ok(Self {
+            settings,
+            providers,
+        })
+    }
+
+    /// The provider sessions use unless a model names another.
+    pub fn default_provider(&self) -> Arc<dyn Provider> {
+        self.providers[&self.settings.default_provider].clone()
+    }
+
+    /// The lead's model.
+    pub fn lead(&self) -> Model {
+        let target = &self.settings.model;
+        Model {
+            provider: target.provider.as_ref().map(|p| self.providers[p].clone()),
+            id: target.model.clone(),
+        }
+    }
+
+    /// The model of a session of `role` started by a caller using `caller`.
+    pub fn for_role(&self, role: &Role, caller: &Model) -> Result<Model, ConfigError> {
+        let ModelChoice::Named(name) = &role.model else {
+            return Ok(caller.clone());
+        };
+        let target =
+            self.settings
+                .resolve_model(name)
+                .map_err(|known| ConfigError::UnknownAlias {
+                    source_file: role.source.clone(),
+                    alias: name.clone(),
+                    known,
+                })?;
+        Ok(Model {
+            provider: match &target.provider {
+                Some(p) => Some(self.providers[p].clone()),
+                None => caller.provider.clone(),
+            },
+            id: target.model,
+        })
+    }
+}
