@@ -11,7 +11,11 @@ use tokio::io::AsyncBufReadExt;
 use crate::support::harness::{DEADLINE, TEST_KEY};
 use crate::support::mock_llm::{MockLlm, Reply, StreamReply, ev_role, ev_text};
 
-fn command(workspace: &Path, args: &[&str], env: &[(&str, &str)]) -> tokio::process::Command {
+pub(crate) fn command(
+    workspace: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_orchestrate"));
     cmd.arg("-C").arg(workspace).args(args).kill_on_drop(true);
     for var in [
@@ -20,6 +24,7 @@ fn command(workspace: &Path, args: &[&str], env: &[(&str, &str)]) -> tokio::proc
         "ORCHESTRATE_MODEL",
         "RUST_LOG",
         "ANTHROPIC_API_KEY",
+        "ANTHROPIC_BASE_URL",
     ] {
         cmd.env_remove(var);
     }
@@ -31,7 +36,7 @@ fn command(workspace: &Path, args: &[&str], env: &[(&str, &str)]) -> tokio::proc
     cmd
 }
 
-async fn orchestrate(workspace: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+pub(crate) async fn orchestrate(workspace: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let child = command(workspace, args, env).output();
     tokio::time::timeout(DEADLINE, child)
         .await
@@ -39,7 +44,7 @@ async fn orchestrate(workspace: &Path, args: &[&str], env: &[(&str, &str)]) -> O
         .unwrap()
 }
 
-fn text(bytes: &[u8]) -> String {
+pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 

@@ -12,6 +12,7 @@ mod fixtures;
 mod permissions;
 mod prompt_queue;
 mod protocol;
+mod providers;
 mod subagents;
 mod supervision;
 mod tools;
