@@ -13,6 +13,7 @@ mod permissions;
 mod prompt_queue;
 mod protocol;
 mod providers;
+mod quickstart;
 mod subagents;
 mod supervision;
 mod tools;

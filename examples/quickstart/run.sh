@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The no-network Quick start. Copies the sample project (a small crate with a real
+# bug and a failing test) to a scratch directory, runs `orchestrate "task"` there
+# replaying cassette.jsonl instead of calling a model, then runs the project's tests
+# in the scratch copy. The repository's own files are never touched.
+#
+# cassette.jsonl was written by hand (no model is reachable where this project is
+# built); tools run for real: the agents read the files, run `cargo test`, and
+# edit the scratch copy. ORCHESTRATE_BIN names a built binary to use instead of
+# `cargo run --release` (the test suite runs this script that way).
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+scratch="$(mktemp -d "${TMPDIR:-/tmp}/orchestrate-quickstart.XXXXXX")"
+cp -R "$here/project/." "$scratch/"
+echo "scratch copy of examples/quickstart/project: $scratch"
+
+if [[ -n "${ORCHESTRATE_BIN:-}" ]]; then
+    orchestrate=("$ORCHESTRATE_BIN")
+else
+    orchestrate=(cargo run --quiet --release --manifest-path "$here/../../Cargo.toml" --)
+fi
+
+"${orchestrate[@]}" -C "$scratch" \
+    --replay "$here/cassette.jsonl" \
+    --permission-mode bypassPermissions \
+    "The test suite of this crate fails. Find out why and fix it."
+
+echo
+echo "cargo test in $scratch:"
+cd "$scratch"
+RUST_BACKTRACE=0 cargo test --quiet 2>&1 | grep -E '^test result|FAILED|panicked'
