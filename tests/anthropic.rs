@@ -369,3 +369,47 @@ async fn a_thinking_signature_goes_back_unchanged_with_the_tool_result() {
     );
     runtime.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_streaming_answer_decodes_the_same_blocks() {
+    let mock = MockLlm::start(vec![Reply::Json(json!({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
+        "content": [
+            {"type": "thinking", "thinking": "Look it up.", "signature": "c2ln"},
+            {"type": "text", "text": "Checking."},
+            {"type": "tool_use", "id": "toolu_9", "name": "lookup", "input": {"city": "Oslo"}},
+        ],
+        "stop_reason": "tool_use", "stop_sequence": null,
+        "usage": {"input_tokens": 12, "cache_read_input_tokens": 30, "output_tokens": 7},
+    }))])
+    .await;
+    let client = harness::anthropic_client(&mock, Duration::from_secs(5));
+    let turn = client.complete(&request()).await.unwrap();
+    assert_eq!(turn.message.text, "Checking.");
+    assert_eq!(
+        turn.message.thinking,
+        [orchestrate::ThinkingBlock::Thinking {
+            thinking: "Look it up.".into(),
+            signature: "c2ln".into()
+        }]
+    );
+    assert_eq!(turn.message.tool_calls[0].arguments, r#"{"city":"Oslo"}"#);
+    assert_eq!(turn.finish, Some(FinishReason::ToolCalls));
+    assert_eq!(
+        turn.usage,
+        Some(Usage {
+            input_tokens: 42,
+            output_tokens: 7,
+            cached_tokens: 30,
+            reasoning_tokens: 0
+        })
+    );
+    let body = &mock.requests()[0].body;
+    assert_eq!(
+        body["stream"],
+        Value::Null,
+        "no stream flag on a plain request"
+    );
+    assert_eq!(body["max_tokens"], 8192);
+    assert_eq!(body["system"], "Be brief.");
+}

@@ -351,3 +351,87 @@ async fn a_request_the_cassette_does_not_hold_fails_naming_what_was_expected() {
         "orchestrate: replay: the cassette holds no request at \"lead/turn 2\"; sent 4 messages, the last tool result \"No files found\"; the cassette expected: nothing more (every recorded request was played)\n"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anthropic_run_records_and_replays() {
+    let mock = MockLlm::start(vec![
+        Reply::Status {
+            status: 529,
+            headers: Vec::new(),
+            body: r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
+                .into(),
+        },
+        anthropic_stream(
+            &[json!({"type": "text", "text": "Recorded answer."})],
+            "end_turn",
+        ),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let cassette = dir.path().join("claude.jsonl");
+    let cassette_arg = cassette.to_str().unwrap();
+    let root = mock_root(&mock);
+    let args = [
+        "--agent",
+        "explorer",
+        "--model",
+        "claude-test",
+        "-q",
+        "--max-attempts",
+        "2",
+        "--record",
+        cassette_arg,
+        "say it",
+    ];
+    let env = [
+        ("ANTHROPIC_API_KEY", TEST_KEY),
+        ("ANTHROPIC_BASE_URL", root.as_str()),
+    ];
+    let recorded = orchestrate(dir.path(), &args, &env).await;
+    assert_eq!(
+        text(&recorded.stdout),
+        "Recorded answer.\n",
+        "{}",
+        text(&recorded.stderr)
+    );
+    drop(mock);
+    let lines: Vec<Value> = std::fs::read_to_string(&cassette)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let summary: Vec<(Value, Value, Value)> = lines
+        .iter()
+        .map(|l| {
+            (
+                l["place"].clone(),
+                l["protocol"].clone(),
+                l["status"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (json!("explorer/turn 1"), json!("anthropic"), json!(529)),
+            (json!("explorer/turn 1"), json!("anthropic"), json!(200)),
+        ]
+    );
+    // The replay retries the recorded overload just as the live run did.
+    let replayed = orchestrate(
+        dir.path(),
+        &[
+            "--agent",
+            "explorer",
+            "-q",
+            "--replay",
+            cassette_arg,
+            "say it",
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(text(&replayed.stderr), "");
+    assert_eq!(text(&replayed.stdout), "Recorded answer.\n");
+    assert_eq!(replayed.status.code(), Some(0));
+}
