@@ -3,7 +3,7 @@
 //! HTTP), and the client behaves against the mock: headers, overload retries, an
 //! error event mid-stream, 401, and thinking signatures sent back unchanged.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -16,37 +16,14 @@ use orchestrate::{
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::fixtures::{captures, decoded_part, expected};
 use crate::support::harness::{self, Lookup, TEST_KEY};
 use crate::support::mock_llm::{MockLlm, Reply, anthropic_stream, ev_anthropic};
 
-fn fixtures() -> Vec<(String, PathBuf)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sse");
-    let mut found: Vec<(String, PathBuf)> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "sse"))
-        .map(|p| (p.file_stem().unwrap().to_string_lossy().into_owned(), p))
-        .filter(|(name, _)| name.starts_with("anthropic-"))
-        .collect();
-    found.sort();
+fn fixtures() -> Vec<(String, std::path::PathBuf)> {
+    let found = captures(&["anthropic-"]);
     assert_eq!(found.len(), 10, "the Anthropic fixtures went missing");
     found
-}
-
-fn expected(name: &str) -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("tests/fixtures/sse/expected/{name}.expected.json"));
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
-}
-
-/// The expected JSON without the byte-level `sse` section and the (always empty)
-/// undecodable list.
-fn comparable(mut expected: Value) -> Value {
-    let obj = expected.as_object_mut().unwrap();
-    for key in ["sse", "undecodable_events", "protocol"] {
-        obj.remove(key);
-    }
-    expected
 }
 
 #[tokio::test]
@@ -54,7 +31,7 @@ async fn every_anthropic_stream_decodes_to_its_expected_json() {
     for (name, path) in fixtures() {
         let body = std::fs::read(&path).unwrap();
         let decoder = decode_sse_body(body.into(), 8 << 20).await.unwrap();
-        assert_eq!(decoder.report(), comparable(expected(&name)), "{name}");
+        assert_eq!(decoder.report(), decoded_part(expected(&name)), "{name}");
     }
 }
 
@@ -194,14 +171,24 @@ fn raw_status(status: u16, body: &str) -> Reply {
     }
 }
 
-/// A session on the mock through the Anthropic client.
-async fn anthropic_runtime(mock: &MockLlm, workspace: &Path) -> orchestrate::Runtime {
+/// One run of a session offering `tools`, on the mock through the Anthropic client:
+/// its outcome and events.
+async fn anthropic_run(
+    mock: &MockLlm,
+    tools: ToolRegistry,
+    prompt: &str,
+) -> (Outcome, Vec<orchestrate::Event>) {
+    let dir = tempfile::tempdir().unwrap();
     let mut config = orchestrate::RuntimeConfig::new(
-        workspace,
+        dir.path(),
         harness::anthropic_client(mock, harness::DEADLINE),
     );
     config.retry.base_delay = Duration::from_millis(10);
-    orchestrate::Runtime::start(config).await.unwrap()
+    let runtime = orchestrate::Runtime::start(config).await.unwrap();
+    let session = runtime.start_session(harness::spec(tools)).await.unwrap();
+    let (outcome, events) = harness::run(&runtime, session, prompt).await;
+    runtime.shutdown().await;
+    (outcome, events)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -216,13 +203,7 @@ async fn overloaded_529_is_retried_then_the_answer_arrives() {
         ),
     ])
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = anthropic_runtime(&mock, dir.path()).await;
-    let session = runtime
-        .start_session(harness::spec(ToolRegistry::new()))
-        .await
-        .unwrap();
-    let (outcome, events) = harness::run(&runtime, session, "hello").await;
+    let (outcome, events) = anthropic_run(&mock, ToolRegistry::new(), "hello").await;
     assert_eq!(harness::finished_text(&outcome), "Hello there!");
     let retries: Vec<String> = events
         .iter()
@@ -237,7 +218,6 @@ async fn overloaded_529_is_retried_then_the_answer_arrives() {
         "{retries:?}"
     );
     assert_eq!(mock.request_count(), 2);
-    runtime.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -263,13 +243,7 @@ async fn an_error_event_mid_stream_is_classified_by_its_type() {
         stream(vec![start, error("invalid_request_error")]),
     ])
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = anthropic_runtime(&mock, dir.path()).await;
-    let session = runtime
-        .start_session(harness::spec(ToolRegistry::new()))
-        .await
-        .unwrap();
-    let (outcome, events) = harness::run(&runtime, session, "hello").await;
+    let (outcome, events) = anthropic_run(&mock, ToolRegistry::new(), "hello").await;
     // The overload is retried; the invalid request is final.
     assert!(
         events
@@ -285,7 +259,6 @@ async fn an_error_event_mid_stream_is_classified_by_its_type() {
         "{message}"
     );
     assert_eq!(mock.request_count(), 2);
-    runtime.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -294,13 +267,7 @@ async fn unauthorized_is_permanent_and_never_shows_the_key() {
         r#"{{"type":"error","error":{{"type":"authentication_error","message":"invalid x-api-key {TEST_KEY}"}}}}"#
     );
     let mock = MockLlm::start(vec![raw_status(401, &body)]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = anthropic_runtime(&mock, dir.path()).await;
-    let session = runtime
-        .start_session(harness::spec(ToolRegistry::new()))
-        .await
-        .unwrap();
-    let (outcome, _) = harness::run(&runtime, session, "hello").await;
+    let (outcome, _) = anthropic_run(&mock, ToolRegistry::new(), "hello").await;
     let Outcome::Failed { class, message, .. } = &outcome else {
         panic!("{outcome:?}")
     };
@@ -308,7 +275,6 @@ async fn unauthorized_is_permanent_and_never_shows_the_key() {
     assert!(message.contains("401"), "{message}");
     assert!(!message.contains(TEST_KEY), "{message}");
     assert_eq!(mock.request_count(), 1);
-    runtime.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -325,14 +291,12 @@ async fn a_thinking_signature_goes_back_unchanged_with_the_tool_result() {
         anthropic_stream(&[json!({"type": "text", "text": "Oslo is at 12°C."})], "end_turn"),
     ])
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = anthropic_runtime(&mock, dir.path()).await;
-    let lookup = Lookup::new(Duration::ZERO, true);
-    let session = runtime
-        .start_session(harness::spec(ToolRegistry::new().with(lookup)))
-        .await
-        .unwrap();
-    let (outcome, _) = harness::run(&runtime, session, "Weather in Oslo?").await;
+    let (outcome, _) = anthropic_run(
+        &mock,
+        ToolRegistry::new().with(Lookup::new(Duration::ZERO, true)),
+        "Weather in Oslo?",
+    )
+    .await;
     assert_eq!(harness::finished_text(&outcome), "Oslo is at 12°C.");
     let second = &mock.requests()[1].body;
     let messages = second["messages"].as_array().unwrap();
@@ -367,7 +331,6 @@ async fn a_thinking_signature_goes_back_unchanged_with_the_tool_result() {
             reasoning_tokens: 0
         }
     );
-    runtime.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

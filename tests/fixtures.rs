@@ -19,34 +19,47 @@ use crate::support::mock_llm::{MockLlm, Reply};
 
 const FAMILIES: [&str; 5] = ["openai-", "deepseek-", "xai-", "groq-", "mistral-"];
 
-fn fixtures() -> Vec<(String, PathBuf)> {
+/// The captures whose names start with one of `prefixes`, by name.
+pub(crate) fn captures(prefixes: &[&str]) -> Vec<(String, PathBuf)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sse");
     let mut found: Vec<(String, PathBuf)> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "sse"))
         .map(|p| (p.file_stem().unwrap().to_string_lossy().into_owned(), p))
-        .filter(|(name, _)| FAMILIES.iter().any(|f| name.starts_with(f)))
+        .filter(|(name, _)| prefixes.iter().any(|f| name.starts_with(f)))
         .collect();
     found.sort();
+    found
+}
+
+fn fixtures() -> Vec<(String, PathBuf)> {
+    let found = captures(&FAMILIES);
     assert_eq!(found.len(), 15, "the OpenAI-family fixtures went missing");
     found
 }
 
-fn expected(name: &str) -> Value {
+/// A capture's expected assembled result.
+pub(crate) fn expected(name: &str) -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join(format!("tests/fixtures/sse/expected/{name}.expected.json"));
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
-/// The expected JSON without the byte-level `sse` section, the (always empty)
-/// undecodable list, and the derived fields of tool calls.
-fn comparable(mut expected: Value) -> Value {
+/// The expected JSON without the byte-level `sse` section, the protocol's name and
+/// the (always empty) undecodable list: what a decoder's report is compared with.
+pub(crate) fn decoded_part(mut expected: Value) -> Value {
     let obj = expected.as_object_mut().unwrap();
     for key in ["sse", "undecodable_events", "protocol"] {
         obj.remove(key);
     }
-    for choice in obj["choices"].as_array_mut().unwrap() {
+    expected
+}
+
+/// [`decoded_part`] without the derived fields of tool calls.
+fn comparable(expected: Value) -> Value {
+    let mut expected = decoded_part(expected);
+    for choice in expected["choices"].as_array_mut().unwrap() {
         for call in choice["tool_calls"].as_array_mut().unwrap() {
             let call = call.as_object_mut().unwrap();
             call.remove("arguments_valid_json");
