@@ -29,6 +29,10 @@ pub const DEFAULT_OPENAI_MODEL: &str = "gpt-4.1";
 /// The model used with api.anthropic.com when none is named.
 pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
 
+/// Output tokens asked of Anthropic when a request and the provider's settings name
+/// none: what current Claude models allow at least.
+pub const DEFAULT_MAX_TOKENS: u32 = 32_000;
+
 /// Claude Code's aliases, on the `anthropic` provider, unless a file redefines them.
 const BUILT_IN_ALIASES: [(&str, &str); 3] = [
     ("haiku", "claude-haiku-4-5"),
@@ -64,6 +68,12 @@ pub struct ProviderSettings {
     pub base_url: String,
     /// The key, if any (local servers often need none).
     pub api_key: Option<String>,
+    /// Output tokens asked for when a request sets none (Anthropic requires a
+    /// number; default 32 000).
+    pub max_tokens: Option<u32>,
+    /// Anthropic's extended thinking, with this budget of tokens (at least 1024,
+    /// below `max_tokens`).
+    pub thinking_budget: Option<u32>,
 }
 
 impl std::fmt::Debug for ProviderSettings {
@@ -72,6 +82,8 @@ impl std::fmt::Debug for ProviderSettings {
             .field("kind", &self.kind)
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("max_tokens", &self.max_tokens)
+            .field("thinking_budget", &self.thinking_budget)
             .finish()
     }
 }
@@ -151,8 +163,16 @@ pub struct ProviderEntry {
     pub kind: Option<String>,
     /// Its API root.
     pub base_url: Option<String>,
-    /// The environment variable holding its key.
+    /// The environment variable holding its key. Honoured only in the user's own
+    /// file: a repository's file must not choose which secret goes to which host.
     pub api_key_env: Option<String>,
+    /// Output tokens asked for when a request sets none.
+    pub max_tokens: Option<u32>,
+    /// Anthropic's extended thinking budget, in tokens.
+    pub thinking_budget: Option<u32>,
+    /// Whether the entry comes from the user's own file (set by [`ConfigFile::trusted`]).
+    #[serde(skip)]
+    pub trusted: bool,
 }
 
 /// A model alias as a file declares it.
@@ -185,6 +205,15 @@ impl ConfigFile {
         })
     }
 
+    /// Marks the file as the user's own: its providers may name key variables and
+    /// keep the environment's keys when they move a built-in provider elsewhere.
+    pub fn trusted(mut self) -> Self {
+        for entry in self.providers.values_mut() {
+            entry.trusted = true;
+        }
+        self
+    }
+
     /// `self` with `over`'s settings on top (the workspace's file over the user's).
     pub fn merged(mut self, over: Self) -> Self {
         self.provider = over.provider.or(self.provider);
@@ -215,6 +244,8 @@ pub fn resolve(
             kind: ProviderKind::OpenAi,
             base_url: var("OPENAI_BASE_URL").unwrap_or_else(|| openai::DEFAULT_BASE_URL.to_owned()),
             api_key: var("OPENAI_API_KEY"),
+            max_tokens: None,
+            thinking_budget: None,
         },
     );
     providers.insert(
@@ -224,6 +255,8 @@ pub fn resolve(
             base_url: var("ANTHROPIC_BASE_URL")
                 .unwrap_or_else(|| anthropic::DEFAULT_BASE_URL.to_owned()),
             api_key: var("ANTHROPIC_API_KEY"),
+            max_tokens: None,
+            thinking_budget: None,
         },
     );
     for (name, entry) in &file.providers {
@@ -243,22 +276,44 @@ pub fn resolve(
                 )));
             }
         };
+        if entry.api_key_env.is_some() && !entry.trusted {
+            return Err(ConfigError::Invalid(format!(
+                "provider {name:?}: api_key_env is honoured only in ~/.config/orchestrate/config.toml (a repository's orchestrate.toml must not choose which secret is sent where)"
+            )));
+        }
+        let moved = inherited.as_ref().is_some_and(|p| p.base_url != base_url);
         let api_key = match &entry.api_key_env {
             Some(var_name) => var(var_name),
+            // The environment's key goes only where the environment says, unless
+            // the user's own file moved the provider.
+            None if moved && !entry.trusted => None,
             None => inherited.and_then(|p| p.api_key),
         };
+        let max = entry.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+        if let Some(budget) = entry.thinking_budget
+            && (budget < 1024 || budget >= max)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "provider {name:?}: thinking_budget must be at least 1024 and below max_tokens ({max})"
+            )));
+        }
         providers.insert(
             name.clone(),
             ProviderSettings {
                 kind,
                 base_url,
                 api_key,
+                max_tokens: entry.max_tokens,
+                thinking_budget: entry.thinking_budget,
             },
         );
     }
     let base_url_flag = flag(&flags.base_url);
     let default_provider = match flag(&flags.provider).or_else(|| file.provider.clone()) {
         Some(name) => name,
+        // `--base-url` alone names an OpenAI-compatible server (a local Ollama,
+        // say), whatever keys the environment holds.
+        None if base_url_flag.is_some() => "openai".to_owned(),
         None if var("ANTHROPIC_API_KEY").is_some() => "anthropic".to_owned(),
         None if var("OPENAI_API_KEY").is_some()
             || var("OPENAI_BASE_URL").is_some()
@@ -292,11 +347,11 @@ pub fn resolve(
     for (alias, entry) in &file.models {
         let target = match entry {
             ModelEntry::Id(model) => ModelRef {
-                provider: None,
+                provider: Some(default_provider.clone()),
                 model: model.clone(),
             },
             ModelEntry::On { provider, model } => ModelRef {
-                provider: provider.clone(),
+                provider: Some(provider.clone().unwrap_or_else(|| default_provider.clone())),
                 model: model.clone(),
             },
         };
@@ -469,12 +524,13 @@ mod tests {
     fn files_declare_providers_and_aliases_and_the_workspace_wins() {
         let user = ConfigFile::parse(
             "config.toml",
-            "model = \"fast\"\n[models]\nfast = \"gpt-4.1-mini\"\n",
+            "model = \"fast\"\n[providers.local]\nkind = \"openai\"\nbase_url = \"http://localhost:11434/v1\"\napi_key_env = \"LOCAL_KEY\"\n[models]\nfast = \"gpt-4.1-mini\"\n",
         )
-        .unwrap();
+        .unwrap()
+        .trusted();
         let workspace = ConfigFile::parse(
             "orchestrate.toml",
-            "provider = \"local\"\n[providers.local]\nkind = \"openai\"\nbase_url = \"http://localhost:11434/v1\"\napi_key_env = \"LOCAL_KEY\"\n[models]\nsmart = { provider = \"anthropic\", model = \"claude-opus-4-5\" }\n",
+            "provider = \"local\"\n[models]\nsmart = { provider = \"anthropic\", model = \"claude-opus-4-5\" }\n",
         )
         .unwrap();
         let file = user.merged(workspace);
@@ -486,12 +542,15 @@ mod tests {
                 kind: ProviderKind::OpenAi,
                 base_url: "http://localhost:11434/v1".into(),
                 api_key: Some("k1".into()),
+                max_tokens: None,
+                thinking_budget: None,
             }
         );
+        // An alias that names no provider is an id on the default provider.
         assert_eq!(
             s.model,
             ModelRef {
-                provider: None,
+                provider: Some("local".into()),
                 model: "gpt-4.1-mini".into()
             }
         );
@@ -506,6 +565,60 @@ mod tests {
         assert_eq!(s.resolve_model("llama3.1:8b").unwrap().model, "llama3.1:8b");
         let known = s.resolve_model("fastest").unwrap_err();
         assert_eq!(known, "fast, haiku, opus, smart, sonnet");
+    }
+
+    #[test]
+    fn a_repository_file_cannot_send_keys_elsewhere() {
+        let e = env(&[("ANTHROPIC_API_KEY", "sk-ant"), ("SECRET", "s")]);
+        let moved = ConfigFile::parse(
+            "orchestrate.toml",
+            "[providers.anthropic]\nbase_url = \"https://elsewhere.example\"\n",
+        )
+        .unwrap();
+        let m = flags(None, None, Some("m"));
+        let s = resolve(&m, &moved, &e).unwrap();
+        assert_eq!(s.providers["anthropic"].api_key, None);
+        let s = resolve(&m, &moved.clone().trusted(), &e).unwrap();
+        assert_eq!(s.providers["anthropic"].api_key.as_deref(), Some("sk-ant"));
+        let named = ConfigFile::parse(
+            "orchestrate.toml",
+            "[providers.x]\nkind = \"openai\"\nbase_url = \"https://elsewhere.example/v1\"\napi_key_env = \"SECRET\"\n",
+        )
+        .unwrap();
+        let err = resolve(&m, &named, &e).unwrap_err();
+        assert!(
+            err.to_string().starts_with(
+                "provider \"x\": api_key_env is honoured only in ~/.config/orchestrate/config.toml"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_base_url_flag_alone_means_an_openai_compatible_server() {
+        let f = flags(None, Some("http://localhost:11434/v1"), Some("qwen"));
+        let s = resolve(
+            &f,
+            &ConfigFile::default(),
+            env(&[("ANTHROPIC_API_KEY", "sk-ant")]),
+        )
+        .unwrap();
+        assert_eq!(s.default_provider, "openai");
+        assert_eq!(s.providers["openai"].base_url, "http://localhost:11434/v1");
+    }
+
+    #[test]
+    fn a_thinking_budget_must_fit_the_output() {
+        let file = ConfigFile::parse(
+            "orchestrate.toml",
+            "[providers.anthropic]\nmax_tokens = 8000\nthinking_budget = 9000\n",
+        )
+        .unwrap();
+        let err = resolve(&none(), &file, env(&[("ANTHROPIC_API_KEY", "k")])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "provider \"anthropic\": thinking_budget must be at least 1024 and below max_tokens (8000)"
+        );
     }
 
     #[test]

@@ -373,6 +373,6 @@ async fn a_non_streaming_answer_decodes_the_same_blocks() {
         Value::Null,
         "no stream flag on a plain request"
     );
-    assert_eq!(body["max_tokens"], 8192);
+    assert_eq!(body["max_tokens"], 32_000);
     assert_eq!(body["system"], "Be brief.");
 }

@@ -435,3 +435,38 @@ async fn an_anthropic_run_records_and_replays() {
     assert_eq!(text(&replayed.stdout), "Recorded answer.\n");
     assert_eq!(replayed.status.code(), Some(0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_a_server_echoes_never_reaches_the_cassette() {
+    let body =
+        format!(r#"{{"error":{{"message":"bad key {TEST_KEY}","type":"invalid_request_error"}}}}"#);
+    let mock = MockLlm::start(vec![Reply::Status {
+        status: 401,
+        headers: Vec::new(),
+        body,
+    }])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let cassette = dir.path().join("c.jsonl");
+    let url = mock.base_url();
+    let out = orchestrate(
+        dir.path(),
+        &[
+            "--agent",
+            "explorer",
+            "--base-url",
+            &url,
+            "--model",
+            "m",
+            "--record",
+            cassette.to_str().unwrap(),
+            "go",
+        ],
+        &[("OPENAI_API_KEY", TEST_KEY)],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    let recorded = std::fs::read_to_string(&cassette).unwrap();
+    assert!(!recorded.contains(TEST_KEY), "{recorded}");
+    assert!(recorded.contains("bad key [redacted]"), "{recorded}");
+}

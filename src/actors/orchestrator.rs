@@ -234,13 +234,11 @@ async fn spawn_session(
         queue: entry.queue.clone(),
         resume: ready.is_none(),
         ready,
+        stop_when_idle: entry.stop_when_idle,
     };
     let (actor, _) = Actor::spawn_linked(None, SessionActor, args, myself.get_cell())
         .await
         .map_err(|e| SessionError::Spawn(e.to_string()))?;
-    if entry.stop_when_idle {
-        let _ = actor.cast(SessionMsg::StopWhenIdle);
-    }
     state.by_actor.insert(actor.get_id(), id);
     entry.actor = Some(actor);
     Ok(())

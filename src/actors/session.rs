@@ -88,6 +88,8 @@ pub(crate) struct SessionArgs {
     pub(crate) resume: bool,
     /// For a new session: answered once it has started (its header is queued).
     pub(crate) ready: Option<RpcReplyPort<Result<SessionId, SessionError>>>,
+    /// A Stop arrived while it was down: end with the run it resumes, if any.
+    pub(crate) stop_when_idle: bool,
 }
 
 /// A Session's state.
@@ -187,6 +189,7 @@ impl Actor for SessionActor {
             queue,
             resume,
             ready,
+            stop_when_idle,
         } = args;
         let journal_path = journal_path(&env.workspace, id);
         let publisher = Publisher::new(env.bus.clone(), id, spec.parent, &spec.agent);
@@ -199,7 +202,7 @@ impl Actor for SessionActor {
             next_id: 0,
             resume: None,
             ready,
-            stopping: false,
+            stopping: stop_when_idle,
             spec,
             env,
             queue,
@@ -242,7 +245,12 @@ impl Actor for SessionActor {
             if let Some(ready) = state.ready.take() {
                 let _ = ready.send(Ok(state.id));
             }
-            let _ = myself.cast(SessionMsg::PullQueue);
+            if state.stopping {
+                // Told to stop while it was down, and no run to finish.
+                myself.stop(Some("stopped".into()));
+            } else {
+                let _ = myself.cast(SessionMsg::PullQueue);
+            }
             return Ok(());
         };
         // A cancel that arrived just before the crash still cancels the run.

@@ -23,11 +23,14 @@ fn config_file(
 ) -> Result<ConfigFile, ConfigError> {
     let mut paths = Vec::new();
     if let Some(home) = env("HOME") {
-        paths.push(Path::new(&home).join(".config/orchestrate/config.toml"));
+        paths.push((
+            Path::new(&home).join(".config/orchestrate/config.toml"),
+            true,
+        ));
     }
-    paths.push(workspace.join("orchestrate.toml"));
+    paths.push((workspace.join("orchestrate.toml"), false));
     let mut merged = ConfigFile::default();
-    for path in paths {
+    for (path, users_own) in paths {
         let text = match std::fs::read_to_string(&path) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -39,7 +42,8 @@ fn config_file(
                 });
             }
         };
-        merged = merged.merged(ConfigFile::parse(&path.display().to_string(), &text)?);
+        let file = ConfigFile::parse(&path.display().to_string(), &text)?;
+        merged = merged.merged(if users_own { file.trusted() } else { file });
     }
     Ok(merged)
 }
@@ -118,6 +122,8 @@ fn client(
         ProviderKind::Anthropic => {
             let mut config = AnthropicConfig::new(settings.base_url.clone(), key);
             config.idle_timeout = idle;
+            config.max_tokens = settings.max_tokens.unwrap_or(config.max_tokens);
+            config.thinking_budget = settings.thinking_budget;
             let mut client = AnthropicClient::new(config)?;
             if let Some(recorder) = recorder {
                 client.record_to(recorder.clone());

@@ -33,7 +33,8 @@ pub struct AnthropicConfig {
     pub base_url: String,
     /// Sent as `x-api-key`. Never printed.
     pub api_key: Option<String>,
-    /// Used when a request sets no `max_tokens`, which the API requires (default 8192).
+    /// Used when a request sets no `max_tokens`, which the API requires (default
+    /// 32 000).
     pub max_tokens: u32,
     /// Turns extended thinking on with this token budget.
     pub thinking_budget: Option<u32>,
@@ -51,7 +52,7 @@ impl AnthropicConfig {
         Self {
             base_url: base_url.into(),
             api_key,
-            max_tokens: 8192,
+            max_tokens: crate::config::DEFAULT_MAX_TOKENS,
             thinking_budget: None,
             idle_timeout: Duration::from_secs(120),
             request_timeout: Duration::from_secs(600),
@@ -142,21 +143,26 @@ impl AnthropicClient {
     async fn complete_impl(&self, request: &ChatRequest) -> Result<AssistantTurn, LlmError> {
         let body = wire::request_body(request, self.options, false);
         let bytes = self.api.complete(self.call(request, &body)).await?;
-        let json: serde_json::Value = serde_json::from_slice(&bytes)
-            .map_err(|e| ProviderError::Decode(excerpt(&e.to_string())))?;
-        if json["type"] == "error" {
-            return Err(wire::in_band_error(&json["error"]).into());
-        }
-        let mut message = MessageState::from_message(&json);
-        let content = json["content"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        for (index, block) in (0u64..).zip(content) {
-            message.push_block(Block::from_start(index, block));
-        }
-        Ok(message.turn())
+        message_turn(&bytes)
     }
+}
+
+/// The turn in a whole (non-streamed) Messages response body.
+pub(crate) fn message_turn(bytes: &[u8]) -> Result<AssistantTurn, LlmError> {
+    let json: serde_json::Value = serde_json::from_slice(bytes)
+        .map_err(|e| ProviderError::Decode(excerpt(&e.to_string())))?;
+    if json["type"] == "error" {
+        return Err(wire::in_band_error(&json["error"]).into());
+    }
+    let mut message = MessageState::from_message(&json);
+    let content = json["content"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for (index, block) in (0u64..).zip(content) {
+        message.push_block(Block::from_start(index, block));
+    }
+    Ok(message.turn())
 }
 
 impl Provider for AnthropicClient {

@@ -4,6 +4,19 @@
 use crate::conversation::{AssistantMessage, AssistantTurn, FinishReason, ToolCall, Usage};
 use crate::error::StreamError;
 
+/// An id for the `index`th call of a turn the provider gave none: derived from the
+/// request's place (FNV-1a, stable across builds) so a replay makes the same one;
+/// random when the place is unknown.
+pub(crate) fn made_up_call_id(place: &str, index: usize) -> String {
+    if place.is_empty() {
+        return format!("call_{}", uuid::Uuid::new_v4().simple());
+    }
+    let hash = place.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("call_{hash:016x}_{index}")
+}
+
 /// The default cap on an assembled answer: 8 MiB.
 pub const DEFAULT_MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
 
@@ -19,6 +32,9 @@ pub struct StreamAssembler {
     model: Option<String>,
     bytes: usize,
     limit: usize,
+    /// Where the request came from, so that ids made up for calls the provider
+    /// left without one come out the same in a recording and its replay.
+    place: String,
 }
 
 #[derive(Debug)]
@@ -48,7 +64,15 @@ impl StreamAssembler {
             model: None,
             bytes: 0,
             limit,
+            place: String::new(),
         }
+    }
+
+    /// Ids made up for calls without one derive from `place` (see
+    /// [`ChatRequest::place`](crate::llm::ChatRequest::place)).
+    pub fn with_place(mut self, place: &str) -> Self {
+        self.place = place.to_owned();
+        self
     }
 
     fn grow(&mut self, n: usize) -> Result<(), StreamError> {
@@ -185,12 +209,14 @@ impl StreamAssembler {
     /// gave an id gets a generated one, so results can always be matched to calls.
     pub fn finish(mut self) -> AssistantTurn {
         self.calls.sort_by_key(|c| c.key);
+        let place = self.place;
         let tool_calls = self
             .calls
             .into_iter()
-            .map(|c| ToolCall {
+            .enumerate()
+            .map(|(i, c)| ToolCall {
                 id: if c.id.is_empty() {
-                    format!("call_{}", uuid::Uuid::new_v4().simple())
+                    made_up_call_id(&place, i)
                 } else {
                     c.id
                 },

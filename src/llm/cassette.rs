@@ -1,6 +1,6 @@
 //! Cassettes: JSONL recordings of provider traffic (`--record FILE`), answered from
 //! by the replay provider (`--replay FILE`). One line per HTTP exchange that got a
-//! response: where the request came from (`place`, see [`ChatRequest::place`]),
+//! response (except a stream the run itself cancelled): where the request came from (`place`, see [`ChatRequest::place`]),
 //! the protocol, the request body as sent (never a key: those travel in headers),
 //! the status, the raw response body (the SSE stream byte for byte) and how long
 //! it took.

@@ -112,7 +112,8 @@ impl HttpApi {
                 protocol: self.protocol.to_owned(),
                 request: call.body.clone(),
                 status,
-                response: String::from_utf8_lossy(response).into_owned(),
+                // A proxy may echo the credential back in its body.
+                response: self.redact(String::from_utf8_lossy(response).into_owned()),
                 duration_ms: started.elapsed().as_millis() as u64,
             });
         }

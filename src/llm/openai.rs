@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use self::decoder::ChatStreamDecoder;
 use crate::conversation::{AssistantMessage, AssistantTurn, FinishReason, ToolCall};
 use crate::error::{ConfigError, LlmError, ProviderError, excerpt};
-use crate::llm::assembler::DEFAULT_MAX_ANSWER_BYTES;
+use crate::llm::assembler::{DEFAULT_MAX_ANSWER_BYTES, made_up_call_id};
 use crate::llm::cassette::Recorder;
 use crate::llm::http::{Call, HttpApi, HttpApiArgs};
 use crate::llm::{ChatRequest, DeltaSink, Provider};
@@ -118,7 +118,7 @@ impl OpenAiClient {
         cancel: &CancellationToken,
     ) -> Result<AssistantTurn, LlmError> {
         let body = wire::request_body(request, true);
-        let decoder = ChatStreamDecoder::new(self.api.max_answer_bytes);
+        let decoder = ChatStreamDecoder::new(self.api.max_answer_bytes).with_place(&request.place);
         self.api
             .stream(self.call(request, &body), decoder, sink, cancel)
             .await
@@ -127,46 +127,51 @@ impl OpenAiClient {
     async fn complete_impl(&self, request: &ChatRequest) -> Result<AssistantTurn, LlmError> {
         let body = wire::request_body(request, false);
         let bytes = self.api.complete(self.call(request, &body)).await?;
-        let completion: wire::Completion = serde_json::from_slice(&bytes)
-            .map_err(|e| ProviderError::Decode(excerpt(&e.to_string())))?;
-        if let Some(error) = &completion.error {
-            return Err(wire::in_band_error(error).into());
-        }
-        let usage = completion
-            .usage
-            .as_ref()
-            .or_else(|| completion.x_groq.as_ref().and_then(|x| x.usage.as_ref()))
-            .map(wire::usage_from);
-        let Some(choice) = completion.choices.into_iter().next() else {
-            return Err(ProviderError::Decode("the response has no choices".to_owned()).into());
-        };
-        let m = choice.message;
-        Ok(AssistantTurn {
-            message: AssistantMessage {
-                text: m.content.unwrap_or_default(),
-                reasoning: m.reasoning_content.or(m.reasoning).unwrap_or_default(),
-                refusal: m.refusal,
-                tool_calls: m
-                    .tool_calls
-                    .into_iter()
-                    .map(|c| ToolCall {
-                        id: c
-                            .id
-                            .unwrap_or_else(|| format!("call_{}", uuid::Uuid::new_v4().simple())),
-                        name: c.function.name.unwrap_or_default(),
-                        arguments: c.function.arguments.unwrap_or_default(),
-                    })
-                    .collect(),
-                ..AssistantMessage::default()
-            },
-            finish: choice
-                .finish_reason
-                .as_deref()
-                .and_then(FinishReason::from_wire),
-            usage,
-            model: completion.model,
-        })
+        completion_turn(&bytes, &request.place)
     }
+}
+
+/// The turn in a whole (non-streamed) `chat.completion` body; ids made up for
+/// calls without one derive from `place`.
+pub(crate) fn completion_turn(bytes: &[u8], place: &str) -> Result<AssistantTurn, LlmError> {
+    let completion: wire::Completion = serde_json::from_slice(bytes)
+        .map_err(|e| ProviderError::Decode(excerpt(&e.to_string())))?;
+    if let Some(error) = &completion.error {
+        return Err(wire::in_band_error(error).into());
+    }
+    let usage = completion
+        .usage
+        .as_ref()
+        .or_else(|| completion.x_groq.as_ref().and_then(|x| x.usage.as_ref()))
+        .map(wire::usage_from);
+    let Some(choice) = completion.choices.into_iter().next() else {
+        return Err(ProviderError::Decode("the response has no choices".to_owned()).into());
+    };
+    let m = choice.message;
+    Ok(AssistantTurn {
+        message: AssistantMessage {
+            text: m.content.unwrap_or_default(),
+            reasoning: m.reasoning_content.or(m.reasoning).unwrap_or_default(),
+            refusal: m.refusal,
+            tool_calls: m
+                .tool_calls
+                .into_iter()
+                .enumerate()
+                .map(|(i, c)| ToolCall {
+                    id: c.id.unwrap_or_else(|| made_up_call_id(place, i)),
+                    name: c.function.name.unwrap_or_default(),
+                    arguments: c.function.arguments.unwrap_or_default(),
+                })
+                .collect(),
+            ..AssistantMessage::default()
+        },
+        finish: choice
+            .finish_reason
+            .as_deref()
+            .and_then(FinishReason::from_wire),
+        usage,
+        model: completion.model,
+    })
 }
 
 /// `(code, message)` of an OpenAI-style error body (`{"error": {...}}`).

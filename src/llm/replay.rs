@@ -164,19 +164,21 @@ impl ReplayProvider {
             }
             .into());
         }
-        let streamed = exchange.response.trim_start().starts_with(['e', 'd', ':']);
-        if !streamed {
-            return Err(ProviderError::Replay(format!(
-                "the recording at {:?} is not a stream",
-                exchange.place
-            ))
-            .into());
+        // A recorded non-streaming answer is one JSON body.
+        if exchange.response.trim_start().starts_with('{') {
+            let body = exchange.response.as_bytes();
+            return if anthropic {
+                anthropic::message_turn(body)
+            } else {
+                openai::completion_turn(body, &exchange.place)
+            };
         }
         if anthropic {
             let decoder = MessagesStreamDecoder::new(DEFAULT_MAX_ANSWER_BYTES);
             play(&exchange, decoder, sink, cancel).await
         } else {
-            let decoder = ChatStreamDecoder::new(DEFAULT_MAX_ANSWER_BYTES);
+            let decoder =
+                ChatStreamDecoder::new(DEFAULT_MAX_ANSWER_BYTES).with_place(&exchange.place);
             play(&exchange, decoder, sink, cancel).await
         }
     }
@@ -200,5 +202,67 @@ impl Provider for ReplayProvider {
             let never = CancellationToken::new();
             self.answer(request, &|_| {}, &never).await
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exchange(place: &str, protocol: &str, status: u16, response: &str) -> Exchange {
+        Exchange {
+            place: place.into(),
+            protocol: protocol.into(),
+            request: serde_json::Value::Null,
+            status,
+            response: response.into(),
+            duration_ms: 0,
+        }
+    }
+
+    fn request(place: &str) -> ChatRequest {
+        ChatRequest {
+            model: "m".into(),
+            messages: vec![Message::user("hi")],
+            tools: vec![],
+            max_tokens: None,
+            place: place.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn recorded_plain_answers_and_errors_replay_in_order_at_their_place() {
+        let replay = ReplayProvider::new(vec![
+            exchange(
+                "a/turn 1",
+                "anthropic",
+                529,
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            ),
+            exchange(
+                "a/turn 1",
+                "openai",
+                200,
+                r#"{"choices":[{"message":{"tool_calls":[{"function":{"name":"Ls","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}"#,
+            ),
+        ]);
+        let first = replay.complete(&request("a/turn 1")).await.unwrap_err();
+        assert_eq!(first.to_string(), "HTTP 529: Overloaded");
+        let turn = replay.complete(&request("a/turn 1")).await.unwrap();
+        let again = ReplayProvider::new(vec![exchange(
+            "a/turn 1",
+            "openai",
+            200,
+            r#"{"choices":[{"message":{"tool_calls":[{"function":{"name":"Ls","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}"#,
+        )]);
+        let same = again.complete(&request("a/turn 1")).await.unwrap();
+        // A call the server gave no id gets the same made-up one every time.
+        assert_eq!(turn.message.tool_calls[0].id, same.message.tool_calls[0].id);
+        assert!(turn.message.tool_calls[0].id.starts_with("call_"));
+        let gone = replay.complete(&request("a/turn 1")).await.unwrap_err();
+        assert_eq!(
+            gone.to_string(),
+            "replay: the cassette holds no request at \"a/turn 1\"; sent 1 messages, the last user \"hi\"; the cassette expected: nothing more (every recorded request was played)"
+        );
     }
 }

@@ -104,7 +104,13 @@ async fn run_call(
     let tool = tool.ok_or_else(|| ToolError::UnknownTool(call.name.clone()))?;
     let input = call
         .parsed_arguments()
-        .map_err(|e| ToolError::InvalidInput(format!("the arguments are not valid JSON ({e})")))?;
+        .map_err(|e| {
+            // The usual cause is an answer cut off by the output-token limit in the
+            // middle of a large call: say so, so the model splits it up.
+            ToolError::InvalidInput(format!(
+                "the arguments are not valid JSON ({e}); if your answer was cut off by the output token limit, make the call smaller"
+            ))
+        })?;
     // Asking a person may take a while; a cancel still gets through.
     tokio::select! {
         () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),

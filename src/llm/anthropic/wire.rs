@@ -65,6 +65,8 @@ pub(crate) fn request_body(request: &ChatRequest, options: Options, stream: bool
     for message in &request.messages {
         let (role, blocks) = match message {
             Message::System { .. } => continue,
+            // The API refuses empty text blocks: an empty prompt adds nothing.
+            Message::User { content } if content.trim().is_empty() => continue,
             Message::User { content } => ("user", vec![json!({"type": "text", "text": content})]),
             Message::Tool(result) => {
                 let mut block = json!({
@@ -121,17 +123,20 @@ fn assistant_blocks(a: &crate::conversation::AssistantMessage) -> Vec<Value> {
     let mut blocks: Vec<Value> = a
         .thinking
         .iter()
-        .map(|t| match t {
+        .filter_map(|t| match t {
+            // A block cut off before its signature (a cancelled turn) cannot go
+            // back: the API verifies every thinking block it is sent.
+            ThinkingBlock::Thinking { signature, .. } if signature.is_empty() => None,
             ThinkingBlock::Thinking {
                 thinking,
                 signature,
-            } => json!({"type": "thinking", "thinking": thinking, "signature": signature}),
+            } => Some(json!({"type": "thinking", "thinking": thinking, "signature": signature})),
             ThinkingBlock::RedactedThinking { data } => {
-                json!({"type": "redacted_thinking", "data": data})
+                Some(json!({"type": "redacted_thinking", "data": data}))
             }
         })
         .collect();
-    if !a.text.is_empty() {
+    if !a.text.trim().is_empty() {
         blocks.push(json!({"type": "text", "text": a.text}));
     }
     for call in &a.tool_calls {
@@ -212,6 +217,50 @@ mod tests {
                     ]},
                 ],
             })
+        );
+    }
+
+    #[test]
+    fn empty_text_and_unsigned_thinking_are_never_sent() {
+        let request = ChatRequest {
+            model: "claude".into(),
+            messages: vec![
+                Message::user("Go."),
+                Message::Assistant(AssistantMessage {
+                    text: "\n\n".into(),
+                    thinking: vec![ThinkingBlock::Thinking {
+                        thinking: "cut off".into(),
+                        signature: String::new(),
+                    }],
+                    tool_calls: vec![ToolCall {
+                        id: "t1".into(),
+                        name: "Ls".into(),
+                        arguments: String::new(),
+                    }],
+                    ..AssistantMessage::default()
+                }),
+                Message::Tool(ToolResult {
+                    tool_call_id: "t1".into(),
+                    content: "a.txt".into(),
+                    is_error: false,
+                }),
+                Message::user(""),
+            ],
+            tools: vec![],
+            max_tokens: Some(100),
+            place: String::new(),
+        };
+        let options = Options {
+            max_tokens: 4096,
+            thinking_budget: None,
+        };
+        assert_eq!(
+            request_body(&request, options, false)["messages"],
+            json!([
+                {"role": "user", "content": [{"type": "text", "text": "Go."}]},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Ls", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a.txt"}]},
+            ])
         );
     }
 

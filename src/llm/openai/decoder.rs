@@ -41,6 +41,8 @@ pub struct ChatStreamDecoder {
     errors: Vec<RecordedError>,
     saw_done: bool,
     events: usize,
+    /// The request's place, for ids made up for calls that came without one.
+    place: String,
 }
 
 impl ChatStreamDecoder {
@@ -56,7 +58,15 @@ impl ChatStreamDecoder {
             errors: Vec::new(),
             saw_done: false,
             events: 0,
+            place: String::new(),
         }
+    }
+
+    /// Calls that come without an id get one derived from `place`, the same in a
+    /// recording and its replay.
+    pub fn with_place(mut self, place: &str) -> Self {
+        self.place = place.to_owned();
+        self
     }
 
     fn choice(&mut self, index: u32) -> &mut Choice {
@@ -65,7 +75,7 @@ impl ChatStreamDecoder {
             None => {
                 self.choices.push(Choice {
                     index,
-                    assembler: StreamAssembler::new(self.limit),
+                    assembler: StreamAssembler::new(self.limit).with_place(&self.place),
                     role: None,
                     finish_wire: None,
                     reasoning_field: None,
