@@ -18,7 +18,8 @@ use crate::runtime::{DEFAULT_MAX_TURNS, FaultPlan, Handle, Runtime, RuntimeConfi
 use crate::tools::ToolRegistry;
 use crate::tools::permissions::{Approver, PermissionMode};
 use crate::tools::task::{self, Caller, Task, TaskEnv};
-use crate::ui::progress;
+use crate::ui::display::Display;
+pub use crate::ui::display::Progress;
 
 mod providers;
 
@@ -276,124 +277,6 @@ fn track(open: &mut std::collections::HashSet<crate::protocol::SessionId>, event
         open.insert(event.session);
     } else if matches!(event.kind, EventKind::Terminal { .. }) {
         open.remove(&event.session);
-    }
-}
-
-/// How progress is shown.
-#[derive(Clone, Debug)]
-pub enum Progress {
-    /// A live tree, one bar per agent, drawn on this (stderr, a terminal); the
-    /// permission prompt pauses it while it asks.
-    Live(indicatif::MultiProgress),
-    /// One plain line per lifecycle event on stderr.
-    Plain,
-    /// Nothing (`--json`, `--quiet`).
-    Off,
-}
-
-/// The progress display of one run: the board and its rendering.
-struct Display {
-    mode: Progress,
-    /// Role colors for the live tree; empty when colors are off (NO_COLOR).
-    colors: std::collections::HashMap<String, String>,
-    board: progress::Board,
-    started: std::time::Instant,
-    multi: indicatif::MultiProgress,
-    bars: Vec<indicatif::ProgressBar>,
-}
-
-impl Display {
-    fn new(mode: Progress, colors: std::collections::HashMap<String, String>) -> Self {
-        let multi = match &mode {
-            Progress::Live(multi) => multi.clone(),
-            Progress::Plain | Progress::Off => {
-                indicatif::MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden())
-            }
-        };
-        Self {
-            mode,
-            colors,
-            board: progress::Board::new(),
-            started: std::time::Instant::now(),
-            multi,
-            bars: Vec::new(),
-        }
-    }
-
-    fn now_ms(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
-    }
-
-    fn show(&mut self, event: &Event, err: &mut dyn Write) {
-        if matches!(self.mode, Progress::Off) {
-            return;
-        }
-        let Some(index) = self.board.apply(event, self.started.elapsed()) else {
-            return;
-        };
-        let now = self.now_ms();
-        match self.mode {
-            Progress::Plain => {
-                if let Some(line) = progress::plain_line(&self.board, index, event, now) {
-                    let _ = writeln!(err, "{line}");
-                }
-            }
-            Progress::Live(_) => {
-                while self.bars.len() <= index {
-                    let bar = self.multi.add(indicatif::ProgressBar::new_spinner());
-                    bar.enable_steady_tick(Duration::from_millis(120));
-                    self.bars.push(bar);
-                }
-                self.refresh();
-            }
-            Progress::Off => {}
-        }
-    }
-
-    /// Shows what a reload of the role files found, above the live tree or as
-    /// plain lines (also under `--json` and `--quiet`: stdout stays clean).
-    fn reloaded(&self, reload: &Reload, err: &mut dyn Write) {
-        let lines = reload.problems.iter().chain(&reload.warnings);
-        for line in lines.map(|l| format!("orchestrate: warning: {l}")) {
-            match &self.mode {
-                Progress::Live(multi) => {
-                    let _ = multi.println(line);
-                }
-                Progress::Plain | Progress::Off => {
-                    let _ = writeln!(err, "{line}");
-                }
-            }
-        }
-    }
-
-    /// Redraws every row (elapsed times and countdowns move on their own).
-    fn refresh(&self) {
-        let now = self.now_ms();
-        for (i, bar) in self.bars.iter().enumerate() {
-            let mut row = progress::render_row(&self.board, i, now);
-            if let Some(color) = self.colors.get(&self.board.rows()[i].role) {
-                row = progress::paint(&row, color);
-            }
-            if self.board.rows()[i].ended_ms.is_some() {
-                bar.finish_with_message(row);
-            } else {
-                bar.set_message(row);
-            }
-        }
-    }
-
-    /// Leaves the final tree, then the summary table when there were sub-agents.
-    fn finish(&self, err: &mut dyn Write) {
-        if matches!(self.mode, Progress::Off) {
-            return;
-        }
-        self.refresh();
-        for bar in &self.bars {
-            bar.finish();
-        }
-        if self.board.rows().len() > 1 {
-            let _ = write!(err, "\n{}", progress::summary(&self.board, self.now_ms()));
-        }
     }
 }
 

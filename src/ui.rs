@@ -1,6 +1,7 @@
 //! The one module that talks to a person at a terminal: the progress board and its
 //! renderings ([`progress`]), the permission prompt, and role cards.
 
+pub mod display;
 pub mod progress;
 
 use std::io::{BufRead, Write};
