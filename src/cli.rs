@@ -169,6 +169,13 @@ where
     for warning in &plan.catalog.warnings {
         let _ = writeln!(err, "orchestrate: warning: {warning}");
     }
+    for note in plan
+        .catalog
+        .roles()
+        .filter_map(|r| plan.models.inherit_note(r))
+    {
+        let _ = writeln!(err, "orchestrate: warning: {note}");
+    }
     let runtime = match Runtime::start(config).await {
         Ok(runtime) => runtime,
         Err(e) => {

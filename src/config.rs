@@ -17,7 +17,7 @@
 //! smart = { provider = "anthropic", model = "claude-sonnet-4-5" }
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Deserialize;
 
@@ -106,6 +106,10 @@ pub struct Settings {
     pub providers: BTreeMap<String, ProviderSettings>,
     /// Model aliases.
     pub aliases: BTreeMap<String, ModelRef>,
+    /// Claude Code's built-in aliases while Anthropic is not configured (no key,
+    /// its default address): a role naming one inherits its caller's model, so
+    /// role files written for Claude Code work with any provider.
+    pub inherited_aliases: BTreeSet<String>,
     /// The lead's model.
     pub model: ModelRef,
 }
@@ -114,17 +118,22 @@ impl Settings {
     /// What a role's `model:` names: an alias, or else a model id. A bare word
     /// (letters only) that is no alias is refused: it is a misspelt or undeclared
     /// alias far more often than a real model id.
-    pub fn resolve_model(&self, name: &str) -> Result<ModelRef, String> {
+    /// `Ok(None)`: a built-in alias while Anthropic is not configured, which
+    /// inherits the caller's model (see [`Settings::inherited_aliases`]).
+    pub fn resolve_model(&self, name: &str) -> Result<Option<ModelRef>, String> {
+        if self.inherited_aliases.contains(name) {
+            return Ok(None);
+        }
         if let Some(target) = self.aliases.get(name) {
-            return Ok(target.clone());
+            return Ok(Some(target.clone()));
         }
         if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphabetic()) {
             return Err(self.aliases.keys().cloned().collect::<Vec<_>>().join(", "));
         }
-        Ok(ModelRef {
+        Ok(Some(ModelRef {
             provider: None,
             model: name.to_owned(),
-        })
+        }))
     }
 }
 
@@ -383,10 +392,19 @@ pub fn resolve(
         .or_else(|| file.model.clone())
         .or_else(|| default_model.map(str::to_owned))
         .ok_or(ConfigError::NoModel)?;
+    let anthropic = &providers["anthropic"];
+    let anthropic_unset = anthropic.api_key.is_none()
+        && anthropic.base_url.trim_end_matches('/') == anthropic::DEFAULT_BASE_URL;
+    let inherited_aliases = BUILT_IN_ALIASES
+        .iter()
+        .map(|(alias, _)| (*alias).to_owned())
+        .filter(|alias| anthropic_unset && !file.models.contains_key(alias))
+        .collect();
     let mut settings = Settings {
         default_provider,
         providers,
         aliases,
+        inherited_aliases,
         model: ModelRef {
             provider: None,
             model: name.clone(),
@@ -555,14 +573,19 @@ mod tests {
             }
         );
         assert_eq!(
-            s.resolve_model("smart").unwrap().provider.as_deref(),
+            s.resolve_model("smart")
+                .unwrap()
+                .unwrap()
+                .provider
+                .as_deref(),
             Some("anthropic")
         );
+        // Anthropic is not configured here: Claude Code's aliases inherit.
+        assert_eq!(s.resolve_model("sonnet"), Ok(None));
         assert_eq!(
-            s.resolve_model("sonnet").unwrap().model,
-            "claude-sonnet-4-5"
+            s.resolve_model("llama3.1:8b").unwrap().unwrap().model,
+            "llama3.1:8b"
         );
-        assert_eq!(s.resolve_model("llama3.1:8b").unwrap().model, "llama3.1:8b");
         let known = s.resolve_model("fastest").unwrap_err();
         assert_eq!(known, "fast, haiku, opus, smart, sonnet");
     }

@@ -67,6 +67,20 @@ impl Models {
         }
     }
 
+    /// Why `role`'s `model:` is not used, when it names one of Claude Code's
+    /// aliases while Anthropic is not configured.
+    pub fn inherit_note(&self, role: &Role) -> Option<String> {
+        let ModelChoice::Named(name) = &role.model else {
+            return None;
+        };
+        self.settings.inherited_aliases.contains(name).then(|| {
+            format!(
+                "{}: model {name:?} is an Anthropic model and Anthropic is not configured (no ANTHROPIC_API_KEY); the role inherits its caller's model",
+                role.source
+            )
+        })
+    }
+
     /// The model of a session of `role` started by a caller using `caller`.
     pub fn for_role(&self, role: &Role, caller: &Model) -> Result<Model, ConfigError> {
         let ModelChoice::Named(name) = &role.model else {
@@ -80,6 +94,9 @@ impl Models {
                     alias: name.clone(),
                     known,
                 })?;
+        let Some(target) = target else {
+            return Ok(caller.clone());
+        };
         Ok(Model {
             provider: match &target.provider {
                 Some(p) => Some(self.providers[p].clone()),

@@ -470,3 +470,66 @@ async fn a_key_a_server_echoes_never_reaches_the_cassette() {
     assert!(!recorded.contains(TEST_KEY), "{recorded}");
     assert!(recorded.contains("bad key [redacted]"), "{recorded}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claude_code_alias_inherits_when_anthropic_is_not_configured() {
+    let mock = MockLlm::start_with(|request: &Recorded, _| {
+        let messages = request.body["messages"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let system = messages[0]["content"].as_str().unwrap_or_default();
+        if system.starts_with("You work") {
+            return Reply::text("worked");
+        }
+        if messages.iter().any(|m| m["role"] == "tool") {
+            return Reply::text("done");
+        }
+        let args = json!({"description": "work", "prompt": "Do it.", "subagent_type": "worker"});
+        Reply::tool_calls(&[("t1", "Task", args)])
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let roles = dir.path().join("roles");
+    std::fs::create_dir(&roles).unwrap();
+    write_role(&roles, "lead", "", "You lead.");
+    write_role(&roles, "worker", "model: sonnet\n", "You work.");
+    let url = mock.base_url();
+    let roles_arg = roles.to_str().unwrap();
+    let out = orchestrate(
+        dir.path(),
+        &[
+            "--agents-dir",
+            roles_arg,
+            "--agent",
+            "lead",
+            "--base-url",
+            &url,
+            "--model",
+            "m",
+            "-q",
+            "go",
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "orchestrate: warning: {}: model \"sonnet\" is an Anthropic model and Anthropic is not configured (no ANTHROPIC_API_KEY); the role inherits its caller's model\n",
+            roles.join("worker.md").display()
+        )
+    );
+    assert_eq!(text(&out.stdout), "done\n");
+    let models: Vec<(String, Value)> = mock
+        .requests()
+        .iter()
+        .map(|r| (r.path.clone(), r.body["model"].clone()))
+        .collect();
+    assert!(
+        models
+            .iter()
+            .all(|(path, model)| path == "/v1/chat/completions" && model == "m"),
+        "{models:?}"
+    );
+}
