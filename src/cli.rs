@@ -51,7 +51,8 @@ pub struct Cli {
     #[arg(long, value_name = "DIR", global = true)]
     pub agents_dir: Option<PathBuf>,
     /// openai, anthropic, replay, or a provider named in orchestrate.toml (default:
-    /// from the keys set: ANTHROPIC_API_KEY, else OPENAI_API_KEY / OPENAI_BASE_URL).
+    /// the file's; else openai for --base-url; else by the keys set:
+    /// ANTHROPIC_API_KEY, then OPENAI_API_KEY / OPENAI_BASE_URL).
     #[arg(long, value_name = "NAME")]
     pub provider: Option<String>,
     /// The provider's API root: with /v1 for OpenAI-compatible servers, the bare host
@@ -565,5 +566,18 @@ fn report(
             let _ = writeln!(err, "orchestrate: the session ended without a result");
             ExitCode::from(exit::FAILED)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    #[test]
+    fn the_help_text() {
+        let help = Cli::command().term_width(100).render_help().to_string();
+        insta::assert_snapshot!(help);
     }
 }
