@@ -94,6 +94,35 @@ async fn a_role_naming_an_undeclared_alias_is_a_configuration_error() {
     );
 }
 
+/// Role files for a `lead` and a `worker` whose frontmatter adds `worker_front`.
+fn lead_and_worker(dir: &Path, worker_front: &str) -> std::path::PathBuf {
+    let roles = dir.join("roles");
+    std::fs::create_dir(&roles).unwrap();
+    write_role(&roles, "lead", "", "You lead.");
+    write_role(&roles, "worker", worker_front, "You work.");
+    roles
+}
+
+/// Runs the `lead` role of `roles` on the mock (OpenAI-compatible, model `m`),
+/// printing only its answer.
+async fn run_lead(mock: &MockLlm, workspace: &Path, roles: &Path) -> std::process::Output {
+    let url = mock.base_url();
+    let roles = roles.to_str().unwrap();
+    let args = [
+        "--agents-dir",
+        roles,
+        "--agent",
+        "lead",
+        "--base-url",
+        &url,
+        "--model",
+        "m",
+        "-q",
+        "go",
+    ];
+    orchestrate(workspace, &args, &[]).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_role_alias_can_lead_to_another_provider() {
     let mock = MockLlm::start_with(|request: &Recorded, _| {
@@ -114,10 +143,7 @@ async fn a_role_alias_can_lead_to_another_provider() {
     })
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let roles = dir.path().join("roles");
-    std::fs::create_dir(&roles).unwrap();
-    write_role(&roles, "lead", "", "You lead.");
-    write_role(&roles, "worker", "model: fast\n", "You work.");
+    let roles = lead_and_worker(dir.path(), "model: fast\n");
     std::fs::write(
         dir.path().join("orchestrate.toml"),
         format!(
@@ -126,25 +152,7 @@ async fn a_role_alias_can_lead_to_another_provider() {
         ),
     )
     .unwrap();
-    let url = mock.base_url();
-    let roles_arg = roles.to_str().unwrap();
-    let out = orchestrate(
-        dir.path(),
-        &[
-            "--agents-dir",
-            roles_arg,
-            "--agent",
-            "lead",
-            "--base-url",
-            &url,
-            "--model",
-            "m",
-            "-q",
-            "go",
-        ],
-        &[],
-    )
-    .await;
+    let out = run_lead(&mock, dir.path(), &roles).await;
     assert_eq!(text(&out.stderr), "");
     assert_eq!(text(&out.stdout), "the worker said: done by claude\n");
     let paths: Vec<(String, Value)> = mock
@@ -490,29 +498,8 @@ async fn a_claude_code_alias_inherits_when_anthropic_is_not_configured() {
     })
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let roles = dir.path().join("roles");
-    std::fs::create_dir(&roles).unwrap();
-    write_role(&roles, "lead", "", "You lead.");
-    write_role(&roles, "worker", "model: sonnet\n", "You work.");
-    let url = mock.base_url();
-    let roles_arg = roles.to_str().unwrap();
-    let out = orchestrate(
-        dir.path(),
-        &[
-            "--agents-dir",
-            roles_arg,
-            "--agent",
-            "lead",
-            "--base-url",
-            &url,
-            "--model",
-            "m",
-            "-q",
-            "go",
-        ],
-        &[],
-    )
-    .await;
+    let roles = lead_and_worker(dir.path(), "model: sonnet\n");
+    let out = run_lead(&mock, dir.path(), &roles).await;
     assert_eq!(
         text(&out.stderr),
         format!(
