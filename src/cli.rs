@@ -51,7 +51,7 @@ pub struct Cli {
     #[arg(long, value_name = "DIR", global = true)]
     pub agents_dir: Option<PathBuf>,
     /// openai, anthropic, replay, or a provider named in orchestrate.toml (default:
-    /// the file's; else openai for --base-url; else by the keys set:
+    /// openai for --base-url; else the file's; else by the keys set:
     /// ANTHROPIC_API_KEY, then OPENAI_API_KEY / OPENAI_BASE_URL).
     #[arg(long, value_name = "NAME")]
     pub provider: Option<String>,

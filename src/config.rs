@@ -298,6 +298,16 @@ pub fn resolve(
             None if moved && !entry.trusted => None,
             None => inherited.and_then(|p| p.api_key),
         };
+        if entry.max_tokens == Some(0) {
+            return Err(ConfigError::Invalid(format!(
+                "provider {name:?}: max_tokens must be at least 1"
+            )));
+        }
+        if entry.thinking_budget.is_some() && kind != ProviderKind::Anthropic {
+            return Err(ConfigError::Invalid(format!(
+                "provider {name:?}: thinking_budget is an Anthropic setting"
+            )));
+        }
         let max = entry.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
         if let Some(budget) = entry.thinking_budget
             && (budget < 1024 || budget >= max)
@@ -318,10 +328,16 @@ pub fn resolve(
         );
     }
     let base_url_flag = flag(&flags.base_url);
-    let default_provider = match flag(&flags.provider).or_else(|| file.provider.clone()) {
+    // `--base-url` without `--provider` names an OpenAI-compatible server (a local
+    // Ollama, say), whatever the keys or a repository's file say: neither may send
+    // another provider's key to the address typed on the command line.
+    let chosen_by_file = if base_url_flag.is_some() {
+        None
+    } else {
+        file.provider.clone()
+    };
+    let default_provider = match flag(&flags.provider).or(chosen_by_file) {
         Some(name) => name,
-        // `--base-url` alone names an OpenAI-compatible server (a local Ollama,
-        // say), whatever keys the environment holds.
         None if base_url_flag.is_some() => "openai".to_owned(),
         None if var("ANTHROPIC_API_KEY").is_some() => "anthropic".to_owned(),
         None if var("OPENAI_API_KEY").is_some()
@@ -620,12 +636,13 @@ mod tests {
     #[test]
     fn a_base_url_flag_alone_means_an_openai_compatible_server() {
         let f = flags(None, Some("http://localhost:11434/v1"), Some("qwen"));
-        let s = resolve(
-            &f,
-            &ConfigFile::default(),
-            env(&[("ANTHROPIC_API_KEY", "sk-ant")]),
-        )
-        .unwrap();
+        // Neither the keys nor a repository's choice of provider change that.
+        let file = ConfigFile::parse("orchestrate.toml", "provider = \"anthropic\"\n").unwrap();
+        let s = resolve(&f, &file, env(&[("ANTHROPIC_API_KEY", "sk-ant")])).unwrap();
+        assert_eq!(
+            s.providers["anthropic"].base_url,
+            anthropic::DEFAULT_BASE_URL
+        );
         assert_eq!(s.default_provider, "openai");
         assert_eq!(s.providers["openai"].base_url, "http://localhost:11434/v1");
     }

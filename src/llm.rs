@@ -37,6 +37,18 @@ pub struct ChatRequest {
     pub place: String,
 }
 
+impl ChatRequest {
+    /// What ids made up for calls the provider sent without one derive from: the
+    /// place and how long the conversation is, unique within a transcript (a
+    /// session's later runs restart their turn numbers) and the same in a replay.
+    pub(crate) fn call_id_seed(&self) -> String {
+        if self.place.is_empty() {
+            return String::new();
+        }
+        format!("{}@{}", self.place, self.messages.len())
+    }
+}
+
 /// A tool as offered to a model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolSpec {

@@ -327,3 +327,30 @@ async fn a_role_edited_on_disk_is_used_by_the_next_spawn() {
     );
     runtime.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_prompt_is_refused_without_starting_a_child() {
+    let mock = MockLlm::start_with(|request, _| {
+        let answered = request.body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["role"] == "tool");
+        if answered {
+            return Reply::text("gave up");
+        }
+        let args = json!({"description": "nothing", "prompt": "  ", "subagent_type": "worker"});
+        Reply::tool_calls(&[("t1", "Task", args)])
+    })
+    .await;
+    let team = team(&mock, 8, 2, "Read").await;
+    let (outcome, _) = harness::run(&team.runtime, team.lead, "delegate nothing").await;
+    assert_eq!(harness::finished_text(&outcome), "gave up");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2, "no child was started");
+    let result = &requests[1].body["messages"][3];
+    assert_eq!(result["tool_call_id"], "t1");
+    let content = result["content"].as_str().unwrap();
+    assert!(content.contains("prompt is empty"), "{content}");
+    team.runtime.shutdown().await;
+}

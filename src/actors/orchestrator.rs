@@ -133,12 +133,11 @@ impl Actor for OrchestratorActor {
             OrchestratorMsg::Restart(session) => restart(&myself, state, session).await,
             OrchestratorMsg::Stop(session) => {
                 if let Some(entry) = state.sessions.get_mut(&session) {
-                    match &entry.actor {
-                        Some(actor) => {
-                            let _ = actor.cast(SessionMsg::StopWhenIdle);
-                        }
-                        // Down, waiting to restart: told once it is back.
-                        None => entry.stop_when_idle = true,
+                    // Remembered here too, so that a crash before the session acts
+                    // on it does not lose it: the next incarnation is told at start.
+                    entry.stop_when_idle = true;
+                    if let Some(actor) = &entry.actor {
+                        let _ = actor.cast(SessionMsg::StopWhenIdle);
                     }
                 }
             }

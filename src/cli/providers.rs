@@ -98,7 +98,9 @@ pub(super) fn models(
     flags.provider = Some(file.provider.clone().unwrap_or_else(|| "openai".into()));
     let model = flags.model.clone();
     flags.model = model.or_else(|| Some("replay".into()));
-    let settings = config::resolve(&flags, &file, |_: &str| None)?;
+    let mut settings = config::resolve(&flags, &file, |_: &str| None)?;
+    // The cassette serves every provider: Claude Code's aliases need no key here.
+    settings.inherited_aliases.clear();
     let cassette: Arc<dyn Provider> = Arc::new(ReplayProvider::new(exchanges));
     Models::new(settings, |_| Ok(cassette.clone()))
 }

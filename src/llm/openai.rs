@@ -118,7 +118,8 @@ impl OpenAiClient {
         cancel: &CancellationToken,
     ) -> Result<AssistantTurn, LlmError> {
         let body = wire::request_body(request, true);
-        let decoder = ChatStreamDecoder::new(self.api.max_answer_bytes).with_place(&request.place);
+        let decoder =
+            ChatStreamDecoder::new(self.api.max_answer_bytes).with_place(&request.call_id_seed());
         self.api
             .stream(self.call(request, &body), decoder, sink, cancel)
             .await
@@ -127,7 +128,7 @@ impl OpenAiClient {
     async fn complete_impl(&self, request: &ChatRequest) -> Result<AssistantTurn, LlmError> {
         let body = wire::request_body(request, false);
         let bytes = self.api.complete(self.call(request, &body)).await?;
-        completion_turn(&bytes, &request.place)
+        completion_turn(&bytes, &request.call_id_seed())
     }
 }
 

@@ -170,15 +170,15 @@ impl ReplayProvider {
             return if anthropic {
                 anthropic::message_turn(body)
             } else {
-                openai::completion_turn(body, &exchange.place)
+                openai::completion_turn(body, &request.call_id_seed())
             };
         }
         if anthropic {
             let decoder = MessagesStreamDecoder::new(DEFAULT_MAX_ANSWER_BYTES);
             play(&exchange, decoder, sink, cancel).await
         } else {
-            let decoder =
-                ChatStreamDecoder::new(DEFAULT_MAX_ANSWER_BYTES).with_place(&exchange.place);
+            let decoder = ChatStreamDecoder::new(DEFAULT_MAX_ANSWER_BYTES)
+                .with_place(&request.call_id_seed());
             play(&exchange, decoder, sink, cancel).await
         }
     }
@@ -259,6 +259,21 @@ mod tests {
         // A call the server gave no id gets the same made-up one every time.
         assert_eq!(turn.message.tool_calls[0].id, same.message.tool_calls[0].id);
         assert!(turn.message.tool_calls[0].id.starts_with("call_"));
+        // A later run of the same session reaches "turn 1" again, with a longer
+        // conversation: its made-up ids differ.
+        let later = ReplayProvider::new(vec![exchange(
+            "a/turn 1",
+            "openai",
+            200,
+            r#"{"choices":[{"message":{"tool_calls":[{"function":{"name":"Ls","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}"#,
+        )]);
+        let mut longer = request("a/turn 1");
+        longer.messages.push(Message::user("and again"));
+        let other = later.complete(&longer).await.unwrap();
+        assert_ne!(
+            other.message.tool_calls[0].id,
+            same.message.tool_calls[0].id
+        );
         let gone = replay.complete(&request("a/turn 1")).await.unwrap_err();
         assert_eq!(
             gone.to_string(),

@@ -254,6 +254,11 @@ impl Tool for Task {
     ) -> BoxFuture<'a, Result<String, ToolError>> {
         Box::pin(async move {
             let input: TaskInput = super::parse(input)?;
+            if input.prompt.trim().is_empty() {
+                return Err(ToolError::InvalidInput(
+                    "prompt is empty: say what the sub-agent should do and report".into(),
+                ));
+            }
             let spec = self.child_spec(&input.subagent_type, ctx.session, &ctx.call_id)?;
             let agent = spec.agent.clone();
             // Waits in FIFO order for a slot (shown as queued); a cancel drops the wait.
