@@ -265,6 +265,16 @@ pub(crate) fn parse<T: serde::de::DeserializeOwned>(input: Value) -> Result<T, T
     serde_json::from_value(input).map_err(|e| ToolError::InvalidInput(e.to_string()))
 }
 
+/// Runs a tool's blocking file-system work off the async runtime; a panic in it
+/// becomes a crash result the model sees.
+pub(crate) async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ToolError::Crashed(e.to_string()))?
+}
+
 /// A context on a fresh temporary workspace, for the tools' unit tests.
 #[cfg(test)]
 pub(crate) fn test_context() -> (tempfile::TempDir, ToolContext) {

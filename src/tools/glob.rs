@@ -105,7 +105,7 @@ impl Tool for Glob {
                 }));
             }
             let cancel = ctx.cancel.clone();
-            let found = tokio::task::spawn_blocking(move || {
+            let found = super::blocking(move || {
                 let mut found = Vec::new();
                 for entry in walker(&dir).build() {
                     if cancel.is_cancelled() {
@@ -120,8 +120,7 @@ impl Tool for Glob {
                 }
                 Ok(newest_first(found))
             })
-            .await
-            .map_err(|e| ToolError::Crashed(e.to_string()))??;
+            .await?;
             if found.is_empty() {
                 return Ok("No files found".into());
             }

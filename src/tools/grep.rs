@@ -136,9 +136,7 @@ impl Tool for Grep {
         Box::pin(async move {
             let input: GrepInput = super::parse(input)?;
             let search = Search::new(&input, ctx)?;
-            tokio::task::spawn_blocking(move || search.run())
-                .await
-                .map_err(|e| ToolError::Crashed(e.to_string()))?
+            super::blocking(move || search.run()).await
         })
     }
 }

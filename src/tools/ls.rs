@@ -84,7 +84,7 @@ impl Tool for Ls {
                 root if root.is_empty() => ".".to_owned(),
                 shown => shown,
             };
-            tokio::task::spawn_blocking(move || {
+            super::blocking(move || {
                 let read = std::fs::read_dir(&dir).map_err(|e| {
                     ToolError::Failed(match e.kind() {
                         ErrorKind::NotFound => format!("{shown}: no such directory"),
@@ -139,7 +139,6 @@ impl Tool for Ls {
                 Ok(out.join("\n"))
             })
             .await
-            .map_err(|e| ToolError::Crashed(e.to_string()))?
         })
     }
 }
