@@ -44,6 +44,34 @@ pub(crate) async fn orchestrate(workspace: &Path, args: &[&str], env: &[(&str, &
         .unwrap()
 }
 
+/// The binary in `workspace` against `mock`: `--base-url` and `--model m`, then
+/// `args`.
+fn command_on(
+    mock: &MockLlm,
+    workspace: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> tokio::process::Command {
+    let url = mock.base_url();
+    let mut all = vec!["--base-url", url.as_str(), "--model", "m"];
+    all.extend_from_slice(args);
+    command(workspace, &all, env)
+}
+
+/// Runs [`command_on`] to its exit.
+pub(crate) async fn run_on(
+    mock: &MockLlm,
+    workspace: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
+    let child = command_on(mock, workspace, args, env).output();
+    tokio::time::timeout(DEADLINE, child)
+        .await
+        .expect("orchestrate did not exit in time")
+        .unwrap()
+}
+
 pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -116,10 +144,10 @@ async fn the_base_url_and_model_come_from_the_environment_too() {
 async fn unauthorized_exits_one_with_one_line_and_no_key() {
     let mock = MockLlm::start(vec![Reply::status(401, "Incorrect API key provided")]).await;
     let dir = tempfile::tempdir().unwrap();
-    let url = mock.base_url();
-    let out = orchestrate(
+    let out = run_on(
+        &mock,
         dir.path(),
-        &["--quiet", "--base-url", &url, "--model", "m", "hi"],
+        &["--quiet", "hi"],
         &[("OPENAI_API_KEY", TEST_KEY)],
     )
     .await;
@@ -172,12 +200,11 @@ async fn retries_exhausted_and_unreachable_servers_fail_with_one_line() {
     )
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let url = mock.base_url();
     let fast = ["--max-attempts", "3", "--retry-base-ms", "10"];
-    let mut args = vec!["--quiet", "--base-url", url.as_str(), "--model", "m"];
+    let mut args = vec!["--quiet"];
     args.extend(fast);
     args.push("hi");
-    let out = orchestrate(dir.path(), &args, &[]).await;
+    let out = run_on(&mock, dir.path(), &args, &[]).await;
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         text(&out.stderr),
@@ -208,13 +235,7 @@ async fn retries_exhausted_and_unreachable_servers_fail_with_one_line() {
 async fn json_prints_one_event_per_line() {
     let mock = MockLlm::start(vec![Reply::text("json answer")]).await;
     let dir = tempfile::tempdir().unwrap();
-    let url = mock.base_url();
-    let out = orchestrate(
-        dir.path(),
-        &["--json", "--base-url", &url, "--model", "m", "hi"],
-        &[],
-    )
-    .await;
+    let out = run_on(&mock, dir.path(), &["--json", "hi"], &[]).await;
     assert_eq!(out.status.code(), Some(0));
     let events: Vec<Value> = text(&out.stdout)
         .lines()
@@ -238,20 +259,15 @@ async fn json_prints_one_event_per_line() {
 async fn a_session_that_keeps_crashing_exits_one_instead_of_hanging() {
     let mock = MockLlm::start(vec![Reply::text("unreachable")]).await;
     let dir = tempfile::tempdir().unwrap();
-    let url = mock.base_url();
     let args = [
         "--quiet",
-        "--base-url",
-        &url,
-        "--model",
-        "m",
         "--inject-panic-at-turn",
         "1",
         "--inject-panics",
         "100",
         "hi",
     ];
-    let out = orchestrate(dir.path(), &args, &[]).await;
+    let out = run_on(&mock, dir.path(), &args, &[]).await;
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         text(&out.stderr),
@@ -272,16 +288,11 @@ async fn ctrl_c_cancels_gracefully_prints_the_partial_answer_and_exits_130() {
     });
     let mock = MockLlm::start(vec![slow]).await;
     let dir = tempfile::tempdir().unwrap();
-    let url = mock.base_url();
-    let child = command(
-        dir.path(),
-        &["--quiet", "--base-url", &url, "--model", "m", "count"],
-        &[],
-    )
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
+    let child = command_on(&mock, dir.path(), &["--quiet", "count"], &[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     crate::support::harness::wait_until("five words were sent", || mock.frames_sent() >= 6).await;
     let pid = child.id().unwrap().to_string();
     let kill = std::process::Command::new("kill")
@@ -313,18 +324,8 @@ async fn every_tool_is_offered_and_edits_show_as_diff_events() {
     ])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let url = mock.base_url();
-    let args = [
-        "--json",
-        "--permission-mode",
-        "acceptEdits",
-        "--base-url",
-        &url,
-        "--model",
-        "m",
-        "note it",
-    ];
-    let out = orchestrate(dir.path(), &args, &[]).await;
+    let args = ["--json", "--permission-mode", "acceptEdits", "note it"];
+    let out = run_on(&mock, dir.path(), &args, &[]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(
         std::fs::read_to_string(dir.path().join("notes/todo.txt")).unwrap(),
@@ -370,21 +371,8 @@ async fn without_a_terminal_a_command_is_refused_and_the_run_goes_on() {
     ])
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let url = mock.base_url();
-    let out = orchestrate(
-        dir.path(),
-        &[
-            "--permission-mode",
-            "acceptEdits",
-            "--base-url",
-            &url,
-            "--model",
-            "m",
-            "run it",
-        ],
-        &[],
-    )
-    .await;
+    let args = ["--permission-mode", "acceptEdits", "run it"];
+    let out = run_on(&mock, dir.path(), &args, &[]).await;
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(text(&out.stdout), "could not run it\n");
     assert!(!dir.path().join("made-by-bash").exists());
@@ -563,14 +551,7 @@ async fn without_a_terminal_progress_is_one_plain_line_per_lifecycle_event() {
     })
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let url = mock.base_url();
-    let home = dir.path().to_str().unwrap().to_owned();
-    let out = orchestrate(
-        dir.path(),
-        &["--base-url", &url, "--model", "m", "find main"],
-        &[("HOME", &home)],
-    )
-    .await;
+    let out = run_on(&mock, dir.path(), &["find main"], &[]).await;
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(text(&out.stdout), "all found\n");
     // Times vary; everything else is fixed.
@@ -632,17 +613,11 @@ async fn ctrl_c_during_a_fan_out_cancels_the_sub_agents_and_exits_130() {
     })
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let url = mock.base_url();
-    let home = dir.path().to_str().unwrap().to_owned();
-    let child = command(
-        dir.path(),
-        &["--json", "--base-url", &url, "--model", "m", "search"],
-        &[("HOME", &home)],
-    )
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
+    let child = command_on(&mock, dir.path(), &["--json", "search"], &[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     crate::support::harness::wait_until("the sub-agent is streaming", || {
         mock.request_count() == 2 && mock.frames_sent() >= 5
     })
@@ -680,15 +655,10 @@ async fn ctrl_c_during_a_fan_out_cancels_the_sub_agents_and_exits_130() {
     );
 }
 
-/// Runs the binary against `mock` in a fresh workspace (also its HOME), with
-/// `--base-url` and `--model m` before `args`.
+/// [`run_on`] in a fresh workspace (also its HOME).
 async fn run_cli(mock: &MockLlm, args: &[&str]) -> (tempfile::TempDir, Output) {
     let dir = tempfile::tempdir().unwrap();
-    let url = mock.base_url();
-    let home = dir.path().to_str().unwrap().to_owned();
-    let mut all = vec!["--base-url", url.as_str(), "--model", "m"];
-    all.extend_from_slice(args);
-    let out = orchestrate(dir.path(), &all, &[("HOME", &home)]).await;
+    let out = run_on(mock, dir.path(), args, &[]).await;
     (dir, out)
 }
 
@@ -732,13 +702,8 @@ async fn a_role_file_that_breaks_mid_run_is_reported_on_stderr() {
         "---\nname: worker\ndescription: Works.\n---\nYou work.\n",
     )
     .unwrap();
-    let url = mock.base_url();
     let roles_arg = roles.to_str().unwrap().to_owned();
     let args = [
-        "--base-url",
-        &url,
-        "--model",
-        "m",
         "--agents-dir",
         &roles_arg,
         "--agent",
@@ -747,7 +712,7 @@ async fn a_role_file_that_breaks_mid_run_is_reported_on_stderr() {
         "bypassPermissions",
         "work",
     ];
-    let mut child = command(dir.path(), &args, &[])
+    let mut child = command_on(&mock, dir.path(), &args, &[])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

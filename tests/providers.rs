@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::cli::{orchestrate, text};
+use crate::cli::{orchestrate, run_on, text};
 use crate::support::harness::TEST_KEY;
 use crate::support::mock_llm::{MockLlm, Recorded, Reply, anthropic_stream};
 
@@ -106,21 +106,9 @@ fn lead_and_worker(dir: &Path, worker_front: &str) -> std::path::PathBuf {
 /// Runs the `lead` role of `roles` on the mock (OpenAI-compatible, model `m`),
 /// printing only its answer.
 async fn run_lead(mock: &MockLlm, workspace: &Path, roles: &Path) -> std::process::Output {
-    let url = mock.base_url();
     let roles = roles.to_str().unwrap();
-    let args = [
-        "--agents-dir",
-        roles,
-        "--agent",
-        "lead",
-        "--base-url",
-        &url,
-        "--model",
-        "m",
-        "-q",
-        "go",
-    ];
-    orchestrate(workspace, &args, &[]).await
+    let args = ["--agents-dir", roles, "--agent", "lead", "-q", "go"];
+    run_on(mock, workspace, &args, &[]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -257,7 +245,6 @@ async fn a_recorded_fan_out_replays_with_the_same_lifecycle_and_files_and_no_net
     let cassette = recorded_dir.path().join("run.cassette.jsonl");
     let cassette_arg = cassette.to_str().unwrap().to_owned();
     let roles = team(recorded_dir.path());
-    let url = mock.base_url();
     let common = [
         "--agent",
         "lead",
@@ -265,10 +252,16 @@ async fn a_recorded_fan_out_replays_with_the_same_lifecycle_and_files_and_no_net
         "bypassPermissions",
         "--json",
     ];
-    let mut args = vec!["--agents-dir", &roles, "--base-url", &url, "--model", "m"];
+    let mut args = vec!["--agents-dir", &roles];
     args.extend(common);
     args.extend(["--record", &cassette_arg, "write the files"]);
-    let recorded = orchestrate(recorded_dir.path(), &args, &[("OPENAI_API_KEY", TEST_KEY)]).await;
+    let recorded = run_on(
+        &mock,
+        recorded_dir.path(),
+        &args,
+        &[("OPENAI_API_KEY", TEST_KEY)],
+    )
+    .await;
     assert_eq!(
         recorded.status.code(),
         Some(0),
@@ -456,23 +449,14 @@ async fn a_key_a_server_echoes_never_reaches_the_cassette() {
     .await;
     let dir = tempfile::tempdir().unwrap();
     let cassette = dir.path().join("c.jsonl");
-    let url = mock.base_url();
-    let out = orchestrate(
-        dir.path(),
-        &[
-            "--agent",
-            "explorer",
-            "--base-url",
-            &url,
-            "--model",
-            "m",
-            "--record",
-            cassette.to_str().unwrap(),
-            "go",
-        ],
-        &[("OPENAI_API_KEY", TEST_KEY)],
-    )
-    .await;
+    let args = [
+        "--agent",
+        "explorer",
+        "--record",
+        cassette.to_str().unwrap(),
+        "go",
+    ];
+    let out = run_on(&mock, dir.path(), &args, &[("OPENAI_API_KEY", TEST_KEY)]).await;
     assert_eq!(out.status.code(), Some(1));
     let recorded = std::fs::read_to_string(&cassette).unwrap();
     assert!(!recorded.contains(TEST_KEY), "{recorded}");
