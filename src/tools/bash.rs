@@ -504,6 +504,17 @@ mod tests {
         live
     }
 
+    /// The command's shell leads a process group of its own: what makes
+    /// [`assert_group_gone`] mean something (were the group never
+    /// made, no process would have the shell's pid as its group, and "gone" would
+    /// hold from the start).
+    fn assert_group_running(pgid: i32) {
+        assert!(
+            !live_members(pgid).is_empty(),
+            "no process is in group {pgid}: the shell does not lead a group of its own"
+        );
+    }
+
     async fn assert_group_gone(pgid: i32) {
         let deadline = Instant::now() + DEADLINE;
         loop {
@@ -613,6 +624,7 @@ mod tests {
             .await
         });
         let pgid = wait_for_pid_file(dir.path().join("pid")).await;
+        assert_group_running(pgid);
         cancel.cancel();
         let result = tokio::time::timeout(DEADLINE, call).await.unwrap().unwrap();
         assert!(matches!(result, Err(ToolError::Cancelled)), "{result:?}");
@@ -630,6 +642,7 @@ mod tests {
             .await
         });
         let pgid = wait_for_pid_file(dir.path().join("pid")).await;
+        assert_group_running(pgid);
         call.abort();
         assert!(call.await.unwrap_err().is_cancelled());
         assert_group_gone(pgid).await;
