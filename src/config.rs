@@ -76,6 +76,17 @@ pub struct ProviderSettings {
     pub thinking_budget: Option<u32>,
 }
 
+impl ProviderSettings {
+    /// Whether it points at the vendor's own API (not a proxy or a local server).
+    fn is_vendors_own(&self) -> bool {
+        let vendors = match self.kind {
+            ProviderKind::OpenAi => openai::DEFAULT_BASE_URL,
+            ProviderKind::Anthropic => anthropic::DEFAULT_BASE_URL,
+        };
+        self.base_url.trim_end_matches('/') == vendors
+    }
+}
+
 impl std::fmt::Debug for ProviderSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProviderSettings")
@@ -340,10 +351,7 @@ pub fn resolve(
         Some(name) => name,
         None if base_url_flag.is_some() => "openai".to_owned(),
         None if var("ANTHROPIC_API_KEY").is_some() => "anthropic".to_owned(),
-        None if var("OPENAI_API_KEY").is_some()
-            || var("OPENAI_BASE_URL").is_some()
-            || base_url_flag.is_some() =>
-        {
+        None if var("OPENAI_API_KEY").is_some() || var("OPENAI_BASE_URL").is_some() => {
             "openai".to_owned()
         }
         None if var("ANTHROPIC_BASE_URL").is_some() => "anthropic".to_owned(),
@@ -391,17 +399,9 @@ pub fn resolve(
     }
     let chosen = &providers[&default_provider];
     let default_model = match chosen.kind {
-        ProviderKind::OpenAi
-            if chosen.base_url.trim_end_matches('/') == openai::DEFAULT_BASE_URL =>
-        {
-            Some(DEFAULT_OPENAI_MODEL)
-        }
-        ProviderKind::Anthropic
-            if chosen.base_url.trim_end_matches('/') == anthropic::DEFAULT_BASE_URL =>
-        {
-            Some(DEFAULT_ANTHROPIC_MODEL)
-        }
-        _ => None,
+        _ if !chosen.is_vendors_own() => None,
+        ProviderKind::OpenAi => Some(DEFAULT_OPENAI_MODEL),
+        ProviderKind::Anthropic => Some(DEFAULT_ANTHROPIC_MODEL),
     };
     let name = flag(&flags.model)
         .or_else(|| var("ORCHESTRATE_MODEL"))
@@ -409,8 +409,7 @@ pub fn resolve(
         .or_else(|| default_model.map(str::to_owned))
         .ok_or(ConfigError::NoModel)?;
     let anthropic = &providers["anthropic"];
-    let anthropic_unset = anthropic.api_key.is_none()
-        && anthropic.base_url.trim_end_matches('/') == anthropic::DEFAULT_BASE_URL;
+    let anthropic_unset = anthropic.api_key.is_none() && anthropic.is_vendors_own();
     let inherited_aliases = BUILT_IN_ALIASES
         .iter()
         .map(|(alias, _)| (*alias).to_owned())

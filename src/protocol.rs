@@ -87,6 +87,22 @@ pub enum Outcome {
     },
 }
 
+impl Outcome {
+    /// A run that failed with `error`, having said `partial`.
+    pub(crate) fn failed(
+        error: &crate::error::SessionError,
+        partial: String,
+        stats: RunStats,
+    ) -> Self {
+        Self::Failed {
+            class: error.class().name().to_owned(),
+            message: error.to_string(),
+            partial,
+            stats,
+        }
+    }
+}
+
 /// One thing that happened, stamped with where it happened.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Event {

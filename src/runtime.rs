@@ -331,9 +331,6 @@ impl Handle {
         let mut stream = self.bus.subscribe_session(session);
         let prompt = self.prompt(session, text);
         while let Some(event) = stream.recv().await {
-            if event.session != session {
-                continue;
-            }
             events(&event);
             if let Some(outcome) = event.kind.answer_to(prompt) {
                 return Some(outcome.clone());

@@ -77,6 +77,8 @@ struct Entry {
     actor: Option<ActorRef<SessionMsg>>,
     /// Its PromptQueue, which outlives its crashes.
     queue: ActorRef<PromptQueueMsg>,
+    /// Publishes on its behalf (restarts, escalation, abandoned prompts).
+    publisher: Publisher,
     /// Its restart history.
     tracker: RestartTracker,
     /// A Stop arrived while the session was down: its next incarnation ends with
@@ -163,7 +165,7 @@ impl Actor for OrchestratorActor {
                             partial: String::new(),
                             stats: RunStats::default(),
                         };
-                        abandon_queued(state, id, entry, &stopped).await;
+                        abandon_queued(entry, &stopped).await;
                     }
                 }
             }
@@ -192,7 +194,9 @@ async fn start(
     let id = SessionId::new();
     let publisher = Publisher::new(state.env.bus.clone(), id, spec.parent, &spec.agent);
     let queue =
-        match Actor::spawn_linked(None, PromptQueueActor, publisher, myself.get_cell()).await {
+        match Actor::spawn_linked(None, PromptQueueActor, publisher.clone(), myself.get_cell())
+            .await
+        {
             Ok((queue, _)) => queue,
             Err(e) => {
                 let _ = ready.send(Err(SessionError::Spawn(e.to_string())));
@@ -203,6 +207,7 @@ async fn start(
         spec: Arc::from(spec),
         actor: None,
         queue,
+        publisher,
         tracker: RestartTracker::new(RestartType::Transient, state.restart),
         stop_when_idle: false,
     };
@@ -231,7 +236,6 @@ async fn spawn_session(
         spec: entry.spec.clone(),
         env: state.env.clone(),
         queue: entry.queue.clone(),
-        resume: ready.is_none(),
         ready,
         stop_when_idle: entry.stop_when_idle,
     };
@@ -284,12 +288,7 @@ async fn on_session_crash(
         return;
     };
     entry.actor = None;
-    let publisher = Publisher::new(
-        state.env.bus.clone(),
-        id,
-        entry.spec.parent,
-        &entry.spec.agent,
-    );
+    let publisher = entry.publisher.clone();
     match entry
         .tracker
         .on_exit(Exit::Abnormal, Instant::now(), rand::random::<f64>())
@@ -303,14 +302,14 @@ async fn on_session_crash(
             myself.send_after(after, move || OrchestratorMsg::Restart(id));
         }
         Decision::Escalate { restarts } => {
-            let error = crash_loop(state, id, restarts, reason);
+            let error = crash_loop(state, restarts, reason);
             escalate(state, id, &error).await;
         }
         Decision::Stop => {
             // A transient child's crash always restarts or escalates; a stop here
             // would mean the policy changed under us: let the session go.
             tracing::error!(session = %id, reason, "crashed session not restarted");
-            let error = crash_loop(state, id, 0, reason);
+            let error = crash_loop(state, 0, reason);
             escalate(state, id, &error).await;
         }
     }
@@ -323,14 +322,9 @@ async fn escalate(state: &mut OrchestratorState, id: SessionId, error: &SessionE
         return;
     };
     tracing::error!(session = %id, %error, "giving up on the session");
-    let publisher = Publisher::new(
-        state.env.bus.clone(),
-        id,
-        entry.spec.parent,
-        &entry.spec.agent,
-    );
+    let publisher = entry.publisher.clone();
     let outcome = failed(error);
-    abandon_queued(state, id, entry, &outcome).await;
+    abandon_queued(entry, &outcome).await;
     let path = journal_path(&state.env.workspace, id);
     let terminal = Record::Terminal {
         outcome: outcome.clone(),
@@ -348,20 +342,11 @@ async fn escalate(state: &mut OrchestratorState, id: SessionId, error: &SessionE
 
 /// Stops a session's PromptQueue; each prompt still in it will never run and gets
 /// `outcome` as its terminal event, so nobody waits on it forever.
-async fn abandon_queued(state: &OrchestratorState, id: SessionId, entry: Entry, outcome: &Outcome) {
+async fn abandon_queued(entry: Entry, outcome: &Outcome) {
     let waiting = ractor::call!(entry.queue, PromptQueueMsg::TakeAll).unwrap_or_default();
     entry.queue.stop(None);
-    if waiting.is_empty() {
-        return;
-    }
-    let publisher = Publisher::new(
-        state.env.bus.clone(),
-        id,
-        entry.spec.parent,
-        &entry.spec.agent,
-    );
     for prompt in waiting {
-        publisher.publish(EventKind::Terminal {
+        entry.publisher.publish(EventKind::Terminal {
             prompts: vec![prompt.seq],
             outcome: outcome.clone(),
         });
@@ -369,22 +354,13 @@ async fn abandon_queued(state: &OrchestratorState, id: SessionId, entry: Entry, 
 }
 
 fn failed(error: &SessionError) -> Outcome {
-    Outcome::Failed {
-        class: error.class().name().to_owned(),
-        message: error.to_string(),
-        partial: String::new(),
-        stats: RunStats::default(),
-    }
+    Outcome::failed(error, String::new(), RunStats::default())
 }
 
-fn crash_loop(state: &OrchestratorState, id: SessionId, restarts: u32, last: &str) -> SessionError {
-    let window = state
-        .sessions
-        .get(&id)
-        .map_or(state.restart.window, |e| e.tracker.intensity().window);
+fn crash_loop(state: &OrchestratorState, restarts: u32, last: &str) -> SessionError {
     SessionError::CrashLoop {
         restarts,
-        window,
+        window: state.restart.window,
         last: last.to_owned(),
     }
 }

@@ -84,9 +84,8 @@ pub(crate) struct SessionArgs {
     pub(crate) spec: Arc<SessionSpec>,
     pub(crate) env: Arc<SessionEnv>,
     pub(crate) queue: ActorRef<PromptQueueMsg>,
-    /// Rebuild from the journal instead of starting a new one.
-    pub(crate) resume: bool,
     /// For a new session: answered once it has started (its header is queued).
+    /// `None` for a restart, which rebuilds the session from its journal.
     pub(crate) ready: Option<RpcReplyPort<Result<SessionId, SessionError>>>,
     /// A Stop arrived while it was down: end with the run it resumes, if any.
     pub(crate) stop_when_idle: bool,
@@ -187,10 +186,10 @@ impl Actor for SessionActor {
             spec,
             env,
             queue,
-            resume,
             ready,
             stop_when_idle,
         } = args;
+        let resume = ready.is_none();
         let journal_path = journal_path(&env.workspace, id);
         let publisher = Publisher::new(env.bus.clone(), id, spec.parent, &spec.agent);
         let mut state = SessionState {
@@ -731,13 +730,8 @@ async fn fail(myself: &ActorRef<SessionMsg>, state: &mut SessionState, error: Se
         .as_ref()
         .map(|r| r.last_text.clone())
         .unwrap_or_default();
-    let class = error.class().name().to_owned();
-    let message = error.to_string();
-    end_run(myself, state, |stats| Outcome::Failed {
-        class,
-        message,
-        partial,
-        stats,
+    end_run(myself, state, |stats| {
+        Outcome::failed(&error, partial, stats)
     })
     .await;
 }

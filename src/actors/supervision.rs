@@ -85,11 +85,6 @@ impl RestartTracker {
         }
     }
 
-    /// The intensity this tracker enforces.
-    pub fn intensity(&self) -> Intensity {
-        self.intensity
-    }
-
     /// Decides what to do about an exit at `now`; `jitter` is a sample in `[0, 1)`.
     pub fn on_exit(&mut self, exit: Exit, now: Instant, jitter: f64) -> Decision {
         let restart = match (self.kind, exit) {
