@@ -3,7 +3,6 @@
 //! they come and handed back to the model in call order.
 
 use std::collections::{HashMap, VecDeque};
-use std::time::Duration;
 
 use ractor::{Actor, ActorId, ActorRef};
 use tokio_util::sync::CancellationToken;
@@ -168,7 +167,6 @@ async fn start_calls(myself: &ActorRef<SessionMsg>, state: &mut SessionState, in
         ready = state.sync().await;
     }
     for ((&index, call), tool) in indices.iter().zip(calls).zip(tools) {
-        let bounds_itself = tool.as_ref().is_some_and(|t| t.bounds_itself());
         let args = ToolRunnerArgs {
             turn_seq,
             index,
@@ -181,13 +179,7 @@ async fn start_calls(myself: &ActorRef<SessionMsg>, state: &mut SessionState, in
                 changes: Changes::default(),
                 spent: Spent::default(),
             },
-            // A tool that bounds itself (Task: its sub-agent has its own limits, and
-            // its wait for a slot must not count) gets no call timeout of its own.
-            timeout: if bounds_itself {
-                Duration::from_secs(7 * 24 * 3600)
-            } else {
-                state.spec.tools.timeout()
-            },
+            timeout: state.spec.tools.timeout(),
             gate: Gate {
                 mode: state.spec.permission_mode,
                 agent: state.spec.agent.clone(),

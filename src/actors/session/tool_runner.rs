@@ -119,12 +119,21 @@ async fn run_call(
     // The call is made inside the guarded future, so a panic in the synchronous
     // part of an implementation is caught as well.
     let work = AssertUnwindSafe(async move { tool.call(input, ctx).await }).catch_unwind();
+    // A tool that bounds itself (Task: its sub-agent has its own limits, and its
+    // wait for a slot must not count) gets no call timeout of its own.
+    let limit = (!tool.bounds_itself()).then_some(timeout);
+    let timed = async move {
+        match limit {
+            Some(limit) => tokio::time::timeout(limit, work).await.ok(),
+            None => Some(work.await),
+        }
+    };
     tokio::select! {
         () = ctx.cancel.cancelled() => Err(ToolError::Cancelled),
-        done = tokio::time::timeout(timeout, work) => match done {
-            Err(_) => Err(ToolError::Timeout(timeout)),
-            Ok(Err(panic)) => Err(ToolError::Crashed(crate::actors::panic_message(panic.as_ref()))),
-            Ok(Ok(result)) => result,
+        done = timed => match done {
+            None => Err(ToolError::Timeout(timeout)),
+            Some(Err(panic)) => Err(ToolError::Crashed(crate::actors::panic_message(panic.as_ref()))),
+            Some(Ok(result)) => result,
         },
     }
 }
