@@ -25,10 +25,11 @@ use self::turn::Decision;
 use crate::actors::prompt_queue::{PromptQueueMsg, QueuedPrompt};
 use crate::conversation::Usage;
 use crate::conversation::{AssistantTurn, Message, ToolResult, enforce_protocol};
-use crate::error::{ErrorClass, LlmError, SessionError};
+use crate::error::{LlmError, SessionError};
 use crate::events::Publisher;
 use crate::journal::{Record, journal_path, read_journal};
 use crate::llm::ChatRequest;
+use crate::llm::retry::AfterFailure;
 use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
 use crate::runtime::{FaultPoint, SessionEnv, SessionSpec};
 use crate::tools::FileChange;
@@ -573,22 +574,12 @@ async fn on_turn_finished(
         let partial = run.last_text.clone();
         return end_run(myself, state, |stats| Outcome::Cancelled { partial, stats }).await;
     }
-    let max = state.env.retry.max_attempts;
-    let retry_after = match error.class() {
-        ErrorClass::Retryable { after } => Some(after),
-        // The stream task crashed: a transient child, restarted like a retryable failure.
-        ErrorClass::Crash => Some(None),
-        ErrorClass::ContextOverflow
-        | ErrorClass::Permanent
-        | ErrorClass::Cancelled
-        | ErrorClass::ToolFailure => None,
-    };
-    match retry_after {
-        Some(after) if attempt < max => {
-            let delay = state.env.retry.delay(attempt, after, rand::random::<f64>());
+    let policy = state.env.retry;
+    match policy.after_failure(error.class(), attempt, rand::random::<f64>()) {
+        AfterFailure::Retry(delay) => {
             state.publisher.publish(EventKind::Retrying {
                 attempt,
-                max_attempts: max,
+                max_attempts: policy.max_attempts,
                 delay_ms: delay.as_millis() as u64,
                 reason: error.to_string(),
             });
@@ -599,14 +590,14 @@ async fn on_turn_finished(
             }
             myself.send_after(delay, move || SessionMsg::Retry { stream_id: id });
         }
-        Some(_) => {
+        AfterFailure::Exhausted => {
             let e = SessionError::RetriesExhausted {
                 attempts: attempt,
                 last: Box::new(error),
             };
             fail(myself, state, e).await;
         }
-        None => fail(myself, state, SessionError::Llm(error)).await,
+        AfterFailure::Fatal => fail(myself, state, SessionError::Llm(error)).await,
     }
 }
 

@@ -3,6 +3,8 @@
 
 use std::time::{Duration, SystemTime};
 
+use crate::error::ErrorClass;
+
 /// How a session retries failed model turns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RetryPolicy {
@@ -27,7 +29,38 @@ impl Default for RetryPolicy {
     }
 }
 
+/// What follows a failed attempt at a model turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AfterFailure {
+    /// Try again after this long.
+    Retry(Duration),
+    /// The error was worth retrying, but the attempts are spent.
+    Exhausted,
+    /// Trying again would not help.
+    Fatal,
+}
+
 impl RetryPolicy {
+    /// Decides by the error's class what follows failed attempt `attempt`
+    /// (1-based); `jitter` is a sample in `[0, 1)`.
+    pub fn after_failure(&self, class: ErrorClass, attempt: u32, jitter: f64) -> AfterFailure {
+        let server = match class {
+            ErrorClass::Retryable { after } => after,
+            // The stream task crashed: a transient child, restarted like a
+            // retryable failure.
+            ErrorClass::Crash => None,
+            ErrorClass::ContextOverflow
+            | ErrorClass::Permanent
+            | ErrorClass::Cancelled
+            | ErrorClass::ToolFailure => return AfterFailure::Fatal,
+        };
+        if attempt < self.max_attempts {
+            AfterFailure::Retry(self.delay(attempt, server, jitter))
+        } else {
+            AfterFailure::Exhausted
+        }
+    }
+
     /// The delay before attempt `attempt + 1`, after `attempt` failed (1-based).
     /// `server` is what the server asked for; `jitter` is a sample in `[0, 1)`.
     pub fn delay(&self, attempt: u32, server: Option<Duration>, jitter: f64) -> Duration {
@@ -72,6 +105,35 @@ mod tests {
     use reqwest::header::{HeaderMap, HeaderValue};
 
     use super::*;
+
+    #[test]
+    fn the_class_and_the_attempts_left_decide_what_follows_a_failure() {
+        let policy = RetryPolicy {
+            max_attempts: 3,
+            ..RetryPolicy::default()
+        };
+        let asked = Some(Duration::from_secs(2));
+        assert_eq!(
+            policy.after_failure(ErrorClass::Retryable { after: asked }, 1, 0.5),
+            AfterFailure::Retry(Duration::from_secs(2))
+        );
+        assert_eq!(
+            policy.after_failure(ErrorClass::Crash, 2, 0.0),
+            AfterFailure::Retry(policy.delay(2, None, 0.0))
+        );
+        assert_eq!(
+            policy.after_failure(ErrorClass::Retryable { after: None }, 3, 0.5),
+            AfterFailure::Exhausted
+        );
+        for fatal in [
+            ErrorClass::Permanent,
+            ErrorClass::ContextOverflow,
+            ErrorClass::Cancelled,
+            ErrorClass::ToolFailure,
+        ] {
+            assert_eq!(policy.after_failure(fatal, 1, 0.5), AfterFailure::Fatal);
+        }
+    }
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
