@@ -36,8 +36,59 @@ pub fn plan(calls: &[Concurrency]) -> Vec<Batch> {
     batches
 }
 
+/// Takes from the front of the current batch's `waiting` calls those that may
+/// start now, in order. A parallel group runs at most `limit` calls at once, a
+/// batch of one unsafe call one; calls whose tool bounds its own parallelism
+/// (`bounds_itself[i]`, Task) are not counted in a parallel group. `running` are
+/// the batch's calls already running.
+pub fn admit(
+    waiting: &mut std::collections::VecDeque<usize>,
+    running: impl IntoIterator<Item = usize>,
+    bounds_itself: &[bool],
+    parallel: bool,
+    limit: usize,
+) -> Vec<usize> {
+    let cap = if parallel { limit.max(1) } else { 1 };
+    let free = |i: usize| parallel && bounds_itself[i];
+    let mut counted = running.into_iter().filter(|&i| !free(i)).count();
+    let mut starting = Vec::new();
+    while let Some(&index) = waiting.front() {
+        if !free(index) && counted >= cap {
+            break;
+        }
+        waiting.pop_front();
+        counted += usize::from(!free(index));
+        starting.push(index);
+    }
+    starting
+}
+
 #[cfg(test)]
 mod tests {
+    use std::collections::VecDeque;
+
+    #[test]
+    fn a_parallel_group_fills_its_cap_and_self_bounded_calls_do_not_count() {
+        // Calls 0-4: 1 and 3 are Task calls; 0 is already running; cap 2.
+        let bounds = [false, true, false, true, false];
+        let mut waiting: VecDeque<usize> = [1, 2, 3, 4].into();
+        let started = super::admit(&mut waiting, [0], &bounds, true, 2);
+        assert_eq!(started, [1, 2, 3]);
+        assert_eq!(waiting, [4]);
+        // Nothing more until one finishes.
+        assert!(super::admit(&mut waiting, [0, 1, 2, 3], &bounds, true, 2).is_empty());
+        assert_eq!(super::admit(&mut waiting, [1, 2, 3], &bounds, true, 2), [4]);
+    }
+
+    #[test]
+    fn an_unsafe_batch_runs_one_call_even_a_self_bounded_one() {
+        let bounds = [true];
+        let mut waiting: VecDeque<usize> = [0].into();
+        assert!(super::admit(&mut waiting, [0], &bounds, false, 10).is_empty());
+        let mut waiting: VecDeque<usize> = [0].into();
+        assert_eq!(super::admit(&mut waiting, [], &bounds, false, 10), [0]);
+    }
+
     use super::*;
 
     fn unsafe_() -> Concurrency {

@@ -16,7 +16,7 @@ use crate::journal::Record;
 use crate::protocol::{EventKind, Outcome};
 use crate::runtime::FaultPoint;
 use crate::tools::permissions::Gate;
-use crate::tools::scheduler::{Batch, plan};
+use crate::tools::scheduler::{self, Batch, plan};
 use crate::tools::{Changes, Concurrency, FileChange, Spent, ToolContext};
 
 /// One turn's tool calls in flight.
@@ -105,22 +105,13 @@ async fn advance_tools(myself: &ActorRef<SessionMsg>, state: &mut SessionState) 
             turn.waiting.clear();
             turn.batches.clear();
         }
-        let cap = if turn.parallel { limit } else { 1 };
-        let mut counted = turn
-            .running
-            .values()
-            .filter(|i| !turn.bounds_itself[**i])
-            .count();
-        let mut starting = Vec::new();
-        while let Some(&index) = turn.waiting.front() {
-            let free = turn.bounds_itself[index] && turn.parallel;
-            if !free && counted >= cap {
-                break;
-            }
-            turn.waiting.pop_front();
-            counted += usize::from(!free);
-            starting.push(index);
-        }
+        let starting = scheduler::admit(
+            &mut turn.waiting,
+            turn.running.values().copied(),
+            &turn.bounds_itself,
+            turn.parallel,
+            limit,
+        );
         if !starting.is_empty() {
             start_calls(myself, state, &starting).await;
             continue;
