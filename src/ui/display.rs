@@ -70,6 +70,13 @@ impl Display {
                 }
             }
             Progress::Live(_) => {
+                if index < self.bars.len() && event.kind.is_progress() {
+                    // Text and reasoning deltas come often and change only their
+                    // own row; lifecycle events can change others' (a parent's
+                    // count of sub-agents), so they redraw the tree.
+                    self.draw(index, now);
+                    return;
+                }
                 while self.bars.len() <= index {
                     let bar = self.multi.add(indicatif::ProgressBar::new_spinner());
                     bar.enable_steady_tick(Duration::from_millis(120));
@@ -100,16 +107,21 @@ impl Display {
     /// Redraws every row (elapsed times and countdowns move on their own).
     pub(crate) fn refresh(&self) {
         let now = self.now_ms();
-        for (i, bar) in self.bars.iter().enumerate() {
-            let mut row = progress::render_row(&self.board, i, now);
-            if let Some(color) = self.colors.get(&self.board.rows()[i].role) {
-                row = progress::paint(&row, color);
-            }
-            if self.board.rows()[i].ended_ms.is_some() {
-                bar.finish_with_message(row);
-            } else {
-                bar.set_message(row);
-            }
+        for i in 0..self.bars.len() {
+            self.draw(i, now);
+        }
+    }
+
+    /// Redraws row `i` as of `now`.
+    fn draw(&self, i: usize, now: u64) {
+        let mut row = progress::render_row(&self.board, i, now);
+        if let Some(color) = self.colors.get(&self.board.rows()[i].role) {
+            row = progress::paint(&row, color);
+        }
+        if self.board.rows()[i].ended_ms.is_some() {
+            self.bars[i].finish_with_message(row);
+        } else {
+            self.bars[i].set_message(row);
         }
     }
 
