@@ -376,3 +376,21 @@ async fn a_non_streaming_answer_decodes_the_same_blocks() {
     assert_eq!(body["max_tokens"], 32_000);
     assert_eq!(body["system"], "Be brief.");
 }
+
+#[test]
+fn a_client_never_shows_its_key_when_debug_printed() {
+    let openai = orchestrate::OpenAiClient::new(orchestrate::OpenAiConfig::new(
+        "http://127.0.0.1:9/v1",
+        Some(TEST_KEY.to_owned()),
+    ))
+    .unwrap();
+    let anthropic = orchestrate::AnthropicClient::new(orchestrate::AnthropicConfig::new(
+        "http://127.0.0.1:9",
+        Some(TEST_KEY.to_owned()),
+    ))
+    .unwrap();
+    for shown in [format!("{openai:?}"), format!("{anthropic:?}")] {
+        assert!(!shown.contains(TEST_KEY), "{shown}");
+        assert!(shown.contains("127.0.0.1:9"), "{shown}");
+    }
+}

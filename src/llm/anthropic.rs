@@ -16,7 +16,7 @@ use crate::conversation::AssistantTurn;
 use crate::error::{ConfigError, LlmError, ProviderError, excerpt};
 use crate::llm::assembler::DEFAULT_MAX_ANSWER_BYTES;
 use crate::llm::cassette::Recorder;
-use crate::llm::http::{Call, HttpApi, HttpApiArgs};
+use crate::llm::http::{HttpApi, HttpApiArgs};
 use crate::llm::{ChatRequest, DeltaSink, Provider};
 
 /// The API root used when none is configured.
@@ -79,7 +79,6 @@ impl fmt::Debug for AnthropicConfig {
 #[derive(Debug)]
 pub struct AnthropicClient {
     api: HttpApi,
-    api_key: Option<String>,
     options: wire::Options,
 }
 
@@ -89,7 +88,10 @@ impl AnthropicClient {
         let api = HttpApi::new(HttpApiArgs {
             base_url: &config.base_url,
             path: "/v1/messages",
-            secret: config.api_key.clone(),
+            headers: std::iter::once(("anthropic-version", API_VERSION.to_owned()))
+                .chain(config.api_key.iter().map(|key| ("x-api-key", key.clone())))
+                .collect(),
+            secret: config.api_key,
             idle_timeout: config.idle_timeout,
             request_timeout: config.request_timeout,
             max_answer_bytes: config.max_answer_bytes,
@@ -98,7 +100,6 @@ impl AnthropicClient {
         })?;
         Ok(Self {
             api,
-            api_key: config.api_key,
             options: wire::Options {
                 max_tokens: config.max_tokens,
                 thinking_budget: config.thinking_budget,
@@ -111,22 +112,6 @@ impl AnthropicClient {
         self.api.record_to(recorder);
     }
 
-    fn call<'a>(&self, request: &'a ChatRequest, body: &'a serde_json::Value) -> Call<'a> {
-        Call {
-            body,
-            place: &request.place,
-            request: self.post(body),
-        }
-    }
-
-    fn post(&self, body: &serde_json::Value) -> reqwest::RequestBuilder {
-        let builder = self.api.post(body).header("anthropic-version", API_VERSION);
-        match &self.api_key {
-            Some(key) => builder.header("x-api-key", key),
-            None => builder,
-        }
-    }
-
     async fn stream_impl(
         &self,
         request: &ChatRequest,
@@ -136,13 +121,13 @@ impl AnthropicClient {
         let body = wire::request_body(request, self.options, true);
         let decoder = MessagesStreamDecoder::new(self.api.max_answer_bytes);
         self.api
-            .stream(self.call(request, &body), decoder, sink, cancel)
+            .stream(self.api.call(request, &body), decoder, sink, cancel)
             .await
     }
 
     async fn complete_impl(&self, request: &ChatRequest) -> Result<AssistantTurn, LlmError> {
         let body = wire::request_body(request, self.options, false);
-        let bytes = self.api.complete(self.call(request, &body)).await?;
+        let bytes = self.api.complete(self.api.call(request, &body)).await?;
         message_turn(&bytes)
     }
 }

@@ -15,13 +15,12 @@ use crate::conversation::AssistantTurn;
 use crate::error::{ConfigError, LlmError, ProviderError, StreamError, excerpt};
 use crate::llm::cassette::{Exchange, Recorder};
 use crate::llm::sse::{Step, TurnDecoder, split_events};
-use crate::llm::{DeltaSink, retry};
+use crate::llm::{ChatRequest, DeltaSink, retry};
 
 /// Reads `(code, message)` out of a provider's JSON error body.
 pub(crate) type ErrorBody = fn(&Value) -> (Option<String>, String);
 
 /// One provider endpoint.
-#[derive(Debug)]
 pub(crate) struct HttpApi {
     http: reqwest::Client,
     endpoint: reqwest::Url,
@@ -37,6 +36,20 @@ pub(crate) struct HttpApi {
     protocol: &'static str,
     /// Where exchanges are recorded (`--record`).
     recorder: Option<Arc<Recorder>>,
+    /// Sent with every request (credentials, API version).
+    headers: reqwest::header::HeaderMap,
+}
+
+impl std::fmt::Debug for HttpApi {
+    // Never the key: clients (and the sessions holding them) may be debug-printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpApi")
+            .field("endpoint", &self.endpoint.as_str())
+            .field("protocol", &self.protocol)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 /// One request: its body and place (for the recording) and the request itself.
@@ -57,6 +70,24 @@ pub(crate) struct HttpApiArgs<'a> {
     pub(crate) max_answer_bytes: usize,
     pub(crate) error_body: ErrorBody,
     pub(crate) protocol: &'static str,
+    /// Sent with every request: the credentials and the API version, as the
+    /// provider wants them.
+    pub(crate) headers: Vec<(&'static str, String)>,
+}
+
+/// One HTTP client for every provider of the process: one connection pool and
+/// one TLS set-up, however many providers the configuration names.
+fn shared_client() -> Result<reqwest::Client, String> {
+    static CLIENT: std::sync::OnceLock<Result<reqwest::Client, String>> =
+        std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(10))
+                .build()
+                .map_err(|e| e.without_url().to_string())
+        })
+        .clone()
 }
 
 impl HttpApi {
@@ -82,12 +113,18 @@ impl HttpApi {
             root.host_str().unwrap_or("?"),
             root.port_or_known_default().unwrap_or(0)
         );
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| bad(&e.without_url().to_string()))?;
+        let http = shared_client().map_err(|e| bad(&e))?;
+        let mut headers = reqwest::header::HeaderMap::new();
+        for (name, value) in &args.headers {
+            let mut value = reqwest::header::HeaderValue::from_str(value).map_err(|_| {
+                ConfigError::Invalid(format!("the {name} header cannot carry that value"))
+            })?;
+            value.set_sensitive(true);
+            headers.insert(*name, value);
+        }
         Ok(Self {
             http,
+            headers,
             endpoint,
             host,
             secret: args.secret,
@@ -119,9 +156,18 @@ impl HttpApi {
         }
     }
 
-    /// A POST of `body` to the endpoint; the provider adds its headers.
-    pub(crate) fn post(&self, body: &Value) -> reqwest::RequestBuilder {
-        self.http.post(self.endpoint.clone()).json(body)
+    /// The request for `body`, sent on `request`'s behalf (its place is what a
+    /// recording files it under).
+    pub(crate) fn call<'a>(&self, request: &'a ChatRequest, body: &'a Value) -> Call<'a> {
+        Call {
+            body,
+            place: &request.place,
+            request: self
+                .http
+                .post(self.endpoint.clone())
+                .headers(self.headers.clone())
+                .json(body),
+        }
     }
 
     fn transport_error(&self, e: &reqwest::Error) -> ProviderError {

@@ -17,7 +17,7 @@ use crate::conversation::{AssistantMessage, AssistantTurn, FinishReason, ToolCal
 use crate::error::{ConfigError, LlmError, ProviderError, excerpt};
 use crate::llm::assembler::{DEFAULT_MAX_ANSWER_BYTES, made_up_call_id};
 use crate::llm::cassette::Recorder;
-use crate::llm::http::{Call, HttpApi, HttpApiArgs};
+use crate::llm::http::{HttpApi, HttpApiArgs};
 use crate::llm::{ChatRequest, DeltaSink, Provider};
 
 /// The API root used when none is configured.
@@ -68,7 +68,6 @@ impl fmt::Debug for OpenAiConfig {
 #[derive(Debug)]
 pub struct OpenAiClient {
     api: HttpApi,
-    api_key: Option<String>,
 }
 
 impl OpenAiClient {
@@ -77,38 +76,24 @@ impl OpenAiClient {
         let api = HttpApi::new(HttpApiArgs {
             base_url: &config.base_url,
             path: "/chat/completions",
-            secret: config.api_key.clone(),
+            headers: config
+                .api_key
+                .iter()
+                .map(|key| ("authorization", format!("Bearer {key}")))
+                .collect(),
+            secret: config.api_key,
             idle_timeout: config.idle_timeout,
             request_timeout: config.request_timeout,
             max_answer_bytes: config.max_answer_bytes,
             protocol: "openai",
             error_body,
         })?;
-        Ok(Self {
-            api,
-            api_key: config.api_key,
-        })
+        Ok(Self { api })
     }
 
     /// Records every exchange with the server to `recorder` (`--record`).
     pub fn record_to(&mut self, recorder: Arc<Recorder>) {
         self.api.record_to(recorder);
-    }
-
-    fn call<'a>(&self, request: &'a ChatRequest, body: &'a serde_json::Value) -> Call<'a> {
-        Call {
-            body,
-            place: &request.place,
-            request: self.post(body),
-        }
-    }
-
-    fn post(&self, body: &serde_json::Value) -> reqwest::RequestBuilder {
-        let builder = self.api.post(body);
-        match &self.api_key {
-            Some(key) => builder.bearer_auth(key),
-            None => builder,
-        }
     }
 
     async fn stream_impl(
@@ -121,13 +106,13 @@ impl OpenAiClient {
         let decoder =
             ChatStreamDecoder::new(self.api.max_answer_bytes).with_place(&request.call_id_seed());
         self.api
-            .stream(self.call(request, &body), decoder, sink, cancel)
+            .stream(self.api.call(request, &body), decoder, sink, cancel)
             .await
     }
 
     async fn complete_impl(&self, request: &ChatRequest) -> Result<AssistantTurn, LlmError> {
         let body = wire::request_body(request, false);
-        let bytes = self.api.complete(self.call(request, &body)).await?;
+        let bytes = self.api.complete(self.api.call(request, &body)).await?;
         completion_turn(&bytes, &request.call_id_seed())
     }
 }
