@@ -274,12 +274,6 @@ impl Handle {
         self.bus.subscribe()
     }
 
-    /// Publishes an event about `session` on behalf of a tool (a Task call's sub-agent
-    /// waiting for a slot, say).
-    pub fn publish(&self, session: SessionId, kind: crate::protocol::EventKind) {
-        self.bus.publish(session, None, "", kind);
-    }
-
     /// Subscribes to one session's events from now on.
     pub fn subscribe_session(&self, session: SessionId) -> EventStream {
         self.bus.subscribe_session(session)

@@ -54,6 +54,9 @@ pub struct ToolContext {
     pub changes: Changes,
     /// Tokens spent on the caller's behalf (by sub-agents), rolled up into its stats.
     pub spent: Spent,
+    /// Publishes events as the calling session (a Task call's sub-agent waiting
+    /// for a slot, say); `None` outside a session.
+    pub events: Option<crate::events::Publisher>,
 }
 
 /// Tokens a call spent through others (a sub-agent's), for the caller's totals.
@@ -127,6 +130,7 @@ impl ToolContext {
             cancel: CancellationToken::new(),
             changes: Changes::default(),
             spent: Spent::default(),
+            events: None,
         }
     }
 

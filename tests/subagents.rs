@@ -187,7 +187,7 @@ async fn five_children_with_two_slots_never_run_more_than_two_at_once() {
     let mock = mock(5).await;
     let team = team(&mock, 2, 2, "Read").await;
     let (outcome, events) = harness::run(&team.runtime, team.lead, "five pieces").await;
-    let queued = events
+    let queued: Vec<_> = events
         .iter()
         .filter(|e| {
             matches!(
@@ -195,10 +195,15 @@ async fn five_children_with_two_slots_never_run_more_than_two_at_once() {
                 orchestrate::EventKind::SubagentQueued { waiting: true, .. }
             )
         })
-        .count();
+        .collect();
     assert_eq!(
-        queued, 3,
+        queued.len(),
+        3,
         "the three children past the cap were shown as queued"
+    );
+    assert!(
+        queued.iter().all(|e| e.agent == "tester"),
+        "published as the lead: {queued:?}"
     );
     assert_eq!(harness::finished_text(&outcome), "merged");
     let mut starts: Vec<_> = mock

@@ -272,9 +272,14 @@ impl Tool for Task {
                         role: agent.clone(),
                         waiting,
                     };
-                    self.env.handle.publish(ctx.session, queued(true));
+                    let publish = |kind| {
+                        if let Some(events) = &ctx.events {
+                            events.publish(kind);
+                        }
+                    };
+                    publish(queued(true));
                     let slot = slots.clone().acquire_owned().await;
-                    self.env.handle.publish(ctx.session, queued(false));
+                    publish(queued(false));
                     slot.map_err(|_| ToolError::Failed("the run is shutting down".into()))?
                 }
             };

@@ -169,6 +169,7 @@ async fn start_calls(myself: &ActorRef<SessionMsg>, state: &mut SessionState, in
                 cancel: cancel.clone(),
                 changes: Changes::default(),
                 spent: Spent::default(),
+                events: Some(state.publisher.clone()),
             },
             timeout: state.spec.tools.timeout(),
             gate: Gate {
