@@ -200,6 +200,17 @@ pub struct AssistantTurn {
     pub model: Option<String>,
 }
 
+impl AssistantMessage {
+    /// What the turn says to the person: its text, or its refusal when it has no
+    /// text.
+    pub fn answer(&self) -> &str {
+        match (&self.text, &self.refusal) {
+            (text, Some(refusal)) if text.is_empty() => refusal,
+            (text, _) => text,
+        }
+    }
+}
+
 impl AssistantTurn {
     /// True when the turn carries nothing at all: no text, reasoning, refusal or call.
     pub fn is_empty(&self) -> bool {

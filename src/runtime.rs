@@ -93,7 +93,24 @@ impl FaultPlan {
     }
 
     /// True (and one fewer left) when the session, now at `here`, must panic.
-    pub(crate) fn fire(&self, here: FaultPoint) -> bool {
+    /// Panics, as planned, if `here` is the planned point and shots remain.
+    pub(crate) fn strike(&self, here: FaultPoint) {
+        if self.fire(here) {
+            match here {
+                FaultPoint::BeforeTurn(turn) => {
+                    panic!("injected fault: session panicked at turn {turn}")
+                }
+                FaultPoint::AfterToolStarted(turn) => {
+                    panic!("injected fault: session panicked after starting a tool in turn {turn}")
+                }
+                FaultPoint::AfterToolResult(turn) => {
+                    panic!("injected fault: session panicked after a tool result in turn {turn}")
+                }
+            }
+        }
+    }
+
+    fn fire(&self, here: FaultPoint) -> bool {
         here == self.point
             && self
                 .remaining

@@ -485,13 +485,8 @@ async fn begin_turn(myself: &ActorRef<SessionMsg>, state: &mut SessionState, att
             return fail(myself, state, SessionError::MaxTurns(max_turns)).await;
         }
         run.stats.turns += 1;
-        if let Some(fault) = &state.spec.faults
-            && fault.fire(FaultPoint::BeforeTurn(run.stats.turns))
-        {
-            panic!(
-                "injected fault: session panicked at turn {}",
-                run.stats.turns
-            );
+        if let Some(fault) = &state.spec.faults {
+            fault.strike(FaultPoint::BeforeTurn(run.stats.turns));
         }
     }
     let turn = run.stats.turns;
@@ -571,8 +566,7 @@ async fn on_turn_finished(
     };
     // A cancel that crossed a failing stream still ends the run as cancelled.
     if run.cancelled.is_some() {
-        let partial = run.last_text.clone();
-        return end_run(myself, state, |stats| Outcome::Cancelled { partial, stats }).await;
+        return end_cancelled(myself, state).await;
     }
     let policy = state.env.retry;
     match policy.after_failure(error.class(), attempt, rand::random::<f64>()) {
@@ -621,10 +615,7 @@ fn account(state: &mut SessionState, turn: &AssistantTurn) -> Result<String, Ses
     };
     let usage = turn.usage.unwrap_or_default();
     run.stats.usage.add(&usage);
-    let text = match (&turn.message.text, &turn.message.refusal) {
-        (t, Some(refusal)) if t.is_empty() => refusal.clone(),
-        (t, _) => t.clone(),
-    };
+    let text = turn.message.answer().to_owned();
     if !text.is_empty() {
         run.last_text = text.clone();
     }
@@ -682,6 +673,11 @@ async fn record_turn_and_cancel(
     if let Err(e) = account(state, &turn) {
         tracing::error!(session = %state.id, error = %e, "cannot journal the partial answer");
     }
+    end_cancelled(myself, state).await;
+}
+
+/// Ends the run as cancelled, its last text as the partial answer.
+pub(super) async fn end_cancelled(myself: &ActorRef<SessionMsg>, state: &mut SessionState) {
     let partial = state
         .run
         .as_ref()
@@ -708,8 +704,7 @@ async fn on_cancel(myself: &ActorRef<SessionMsg>, state: &mut SessionState, seq:
         }
         Phase::Tools(turn) => turn.cancel.cancel(),
         Phase::Backoff { .. } | Phase::Starting => {
-            let partial = run.last_text.clone();
-            end_run(myself, state, |stats| Outcome::Cancelled { partial, stats }).await;
+            end_cancelled(myself, state).await;
         }
     }
 }

@@ -97,11 +97,7 @@ pub(crate) fn resume(records: &[Record]) -> Resumed {
                 }
             }
             Some((i, Message::Assistant(a))) if i + 1 == run.len() => {
-                let answer = match (&a.text, &a.refusal) {
-                    (text, Some(refusal)) if text.is_empty() => refusal.clone(),
-                    (text, _) => text.clone(),
-                };
-                Next::Finish(answer)
+                Next::Finish(a.answer().to_owned())
             }
             Some(_) | None => Next::Request,
         };

@@ -8,12 +8,12 @@ use ractor::{Actor, ActorId, ActorRef};
 use tokio_util::sync::CancellationToken;
 
 use super::tool_runner::{ToolRunnerActor, ToolRunnerArgs};
-use super::{Phase, SessionMsg, SessionState, begin_turn, end_run, fail};
+use super::{Phase, SessionMsg, SessionState, begin_turn, end_cancelled, fail};
 use crate::actors::prompt_queue::PromptQueueMsg;
 use crate::conversation::{Message, ToolCall, ToolResult, Usage};
 use crate::error::SessionError;
 use crate::journal::Record;
-use crate::protocol::{EventKind, Outcome};
+use crate::protocol::EventKind;
 use crate::runtime::FaultPoint;
 use crate::tools::permissions::Gate;
 use crate::tools::scheduler::{self, Batch, plan};
@@ -201,12 +201,8 @@ async fn start_calls(myself: &ActorRef<SessionMsg>, state: &mut SessionState, in
                     turn.running.insert(runner.get_id(), index);
                 }
                 let turn_number = state.run.as_ref().map_or(0, |r| r.stats.turns);
-                if let Some(fault) = &state.spec.faults
-                    && fault.fire(FaultPoint::AfterToolStarted(turn_number))
-                {
-                    panic!(
-                        "injected fault: session panicked after starting a tool in turn {turn_number}"
-                    );
+                if let Some(fault) = &state.spec.faults {
+                    fault.strike(FaultPoint::AfterToolStarted(turn_number));
                 }
             }
             Err(e) => {
@@ -281,10 +277,8 @@ pub(super) async fn on_tool_done(
     }
     store_result(state, index, result);
     let turn_number = state.run.as_ref().map_or(0, |r| r.stats.turns);
-    if let Some(fault) = &state.spec.faults
-        && fault.fire(FaultPoint::AfterToolResult(turn_number))
-    {
-        panic!("injected fault: session panicked after a tool result in turn {turn_number}");
+    if let Some(fault) = &state.spec.faults {
+        fault.strike(FaultPoint::AfterToolResult(turn_number));
     }
     advance_tools(myself, state).await;
 }
@@ -310,12 +304,7 @@ async fn finish_tools(myself: &ActorRef<SessionMsg>, state: &mut SessionState) {
     if cancelled {
         // No sync before the terminal record: a crash in between must not leave a
         // cancelled run looking resumable. end_run syncs both together.
-        let partial = state
-            .run
-            .as_ref()
-            .map(|r| r.last_text.clone())
-            .unwrap_or_default();
-        return end_run(myself, state, |stats| Outcome::Cancelled { partial, stats }).await;
+        return end_cancelled(myself, state).await;
     }
     // A tool-turn boundary: prompts that arrived meanwhile join the conversation.
     if let Ok(queued) = ractor::call!(state.queue, PromptQueueMsg::TakeAll) {

@@ -21,7 +21,7 @@ pub(crate) enum Decision {
 /// Decides what a turn means.
 pub(crate) fn decide(turn: &AssistantTurn) -> Decision {
     let m = &turn.message;
-    let answered = !m.text.is_empty() || m.refusal.as_deref().is_some_and(|r| !r.is_empty());
+    let answered = !m.answer().is_empty();
     match &turn.finish {
         Some(FinishReason::ContentFilter) => Decision::Fail(StreamError::Filtered),
         _ if !m.tool_calls.is_empty() => Decision::RunTools,
