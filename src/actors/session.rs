@@ -152,6 +152,13 @@ enum Phase {
     Tools(ToolTurn),
 }
 
+/// Whether a cancel stamped `cancel` applies to a run answering `prompts`: only if
+/// it came after all of them (a prompt sent after a cancel is never cancelled by
+/// it).
+fn cancels(cancel: u64, prompts: &[u64]) -> bool {
+    prompts.iter().all(|p| *p < cancel)
+}
+
 impl Run {
     fn new(prompts: Vec<u64>, turns: u32) -> Self {
         Self {
@@ -255,7 +262,7 @@ impl Actor for SessionActor {
         };
         // A cancel that arrived just before the crash still cancels the run.
         match ractor::call!(state.queue, PromptQueueMsg::TakeCancel) {
-            Ok(Some(seq)) if active.prompts.iter().all(|p| *p < seq) => {
+            Ok(Some(seq)) if cancels(seq, &active.prompts) => {
                 let mut run = Run::new(active.prompts, active.turns);
                 run.cancelled = Some(seq);
                 state.run = Some(run);
@@ -411,23 +418,10 @@ async fn resume_run(myself: &ActorRef<SessionMsg>, state: &mut SessionState, act
             .await;
         }
         Next::Tools(pending) => {
-            // A call that never started, or a read-only one, is safe to run now;
-            // the others may have done their work already, so the model is told
-            // they were interrupted.
-            let mut replay = Vec::new();
-            let mut lost = Vec::new();
-            for p in pending {
-                let read_only = state
-                    .spec
-                    .tools
-                    .get(&p.call.name)
-                    .is_some_and(|t| t.read_only());
-                if p.started && !read_only {
-                    lost.push(p.call);
-                } else {
-                    replay.push(p.call);
-                }
-            }
+            let tools = &state.spec.tools;
+            let (replay, lost) = resume::replay_or_lost(pending, |name| {
+                tools.get(name).is_some_and(|t| t.read_only())
+            });
             for call in lost {
                 if let Err(e) = state.record(Message::Tool(ToolResult::interrupted(&call.id))) {
                     return fail(myself, state, e).await;
@@ -687,13 +681,7 @@ pub(super) async fn end_cancelled(myself: &ActorRef<SessionMsg>, state: &mut Ses
 }
 
 async fn on_cancel(myself: &ActorRef<SessionMsg>, state: &mut SessionState, seq: u64) {
-    // A cancel applies to the run in progress only if it came after the run's
-    // prompts: a prompt sent after a cancel is never cancelled by it.
-    let Some(run) = state
-        .run
-        .as_mut()
-        .filter(|r| r.prompts.iter().all(|p| *p < seq))
-    else {
+    let Some(run) = state.run.as_mut().filter(|r| cancels(seq, &r.prompts)) else {
         let _ = state.queue.cast(PromptQueueMsg::CancelDone(seq));
         return;
     };
@@ -752,5 +740,15 @@ async fn end_run(
         myself.stop(Some("stopped".into()));
     } else {
         let _ = myself.cast(SessionMsg::PullQueue);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_cancel_applies_only_to_runs_whose_prompts_came_before_it() {
+        assert!(super::cancels(5, &[3, 4]));
+        assert!(!super::cancels(5, &[3, 6]));
+        assert!(!super::cancels(5, &[5]));
     }
 }

@@ -110,9 +110,46 @@ pub(crate) fn resume(records: &[Record]) -> Resumed {
     Resumed { transcript, active }
 }
 
+/// Splits a resumed turn's unfinished calls into those safe to run now (never
+/// started, or read-only) and those that may have had effects already, which the
+/// model is told were interrupted rather than running them twice.
+pub(crate) fn replay_or_lost(
+    pending: Vec<Pending>,
+    read_only: impl Fn(&str) -> bool,
+) -> (Vec<ToolCall>, Vec<ToolCall>) {
+    let (lost, replay): (Vec<Pending>, Vec<Pending>) = pending
+        .into_iter()
+        .partition(|p| p.started && !read_only(&p.call.name));
+    let calls = |p: Vec<Pending>| p.into_iter().map(|p| p.call).collect();
+    (calls(replay), calls(lost))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn started_calls_with_effects_are_lost_and_the_rest_run_again() {
+        let pending = |name: &str, started: bool| Pending {
+            call: ToolCall {
+                id: format!("{name}-{started}"),
+                name: name.into(),
+                arguments: "{}".into(),
+            },
+            started,
+        };
+        let (replay, lost) = replay_or_lost(
+            vec![
+                pending("Write", true),
+                pending("Write", false),
+                pending("Read", true),
+            ],
+            |name| name == "Read",
+        );
+        let ids = |calls: Vec<ToolCall>| calls.into_iter().map(|c| c.id).collect::<Vec<_>>();
+        assert_eq!(ids(replay), ["Write-false", "Read-true"]);
+        assert_eq!(ids(lost), ["Write-true"]);
+    }
     use crate::conversation::{AssistantMessage, ToolResult};
     use crate::protocol::{Outcome, RunStats};
 
