@@ -95,6 +95,7 @@ fn drive(sizes: &[String]) {
         "{:>6} {:<12} {:>10} {:>8} {:>12}",
         "N", "client", "wall", "ratio", "peak RSS"
     );
+    let mut failures = 0;
     for n in sizes {
         for (mode, label) in [("run", "orchestrate"), ("base", "bare HTTP")] {
             let out = Command::new(&me)
@@ -106,6 +107,7 @@ fn drive(sizes: &[String]) {
                     "N={n} {label} failed: {}",
                     String::from_utf8_lossy(&out.stderr)
                 );
+                failures += 1;
                 continue;
             }
             let line = String::from_utf8_lossy(&out.stdout);
@@ -143,9 +145,14 @@ fn drive(sizes: &[String]) {
             "task fan-out failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        failures += 1;
     }
     let _ = mock.kill();
     let _ = mock.wait();
+    // A size that failed measured nothing: the run as a whole failed.
+    if failures > 0 {
+        std::process::exit(1);
+    }
 }
 
 /// A baseline child: N tasks, each making the same three streamed requests with
@@ -219,7 +226,8 @@ fn reply_for(body: &Value) -> Reply {
         let args =
             json!({"path": format!("src/module_{done}.rs"), "pattern": "fn main"}).to_string();
         chunks.push(ev_tool_start(0, format!("call_{done}"), "probe"));
-        let step = args.len().div_ceil(CHUNKS - 2);
+        // Role, start, the arguments, finish, usage: CHUNKS in all.
+        let step = args.len().div_ceil(CHUNKS - 4);
         let bytes: Vec<char> = args.chars().collect();
         chunks.extend(
             bytes
@@ -228,10 +236,10 @@ fn reply_for(body: &Value) -> Reply {
         );
         chunks.push(ev_finish("tool_calls"));
     } else {
-        chunks.extend((0..CHUNKS - 2).map(|i| ev_text(format!("word{i} "))));
+        // Role, the words, finish, usage: CHUNKS in all.
+        chunks.extend((0..CHUNKS - 3).map(|i| ev_text(format!("word{i} "))));
         chunks.push(ev_finish("stop"));
     }
-    chunks.truncate(CHUNKS - 1);
     chunks.push(ev_usage(100, 20));
     Reply::Stream(StreamReply {
         chunks,
