@@ -50,7 +50,18 @@ async fn the_quick_start_fixes_the_sample_bug_in_a_scratch_copy() {
         fixed.contains("Some((lengths[mid - 1] + lengths[mid]) as f64 / 2.0)"),
         "{fixed}"
     );
-    assert!(stdout.contains("all 6 tests now pass"), "{stdout}");
+    // The agents' own test runs were real: the tester saw the failure, the coder
+    // saw it pass (their tool results, in the scratch copy's journals).
+    let journals: String = std::fs::read_dir(scratch.join(".orchestrate/sessions"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    for seen in [
+        "test median_length_even ... FAILED",
+        "test median_length_even ... ok",
+    ] {
+        assert!(journals.contains(seen), "no tool result shows {seen:?}");
+    }
     assert!(
         stdout.contains("test result: ok. 6 passed; 0 failed"),
         "{stdout}"

@@ -210,9 +210,32 @@ async fn after_a_crash_a_finished_unsafe_call_is_not_repeated_and_an_unstarted_o
     // restart; w1 is not run again.
     spec.faults = Some(FaultPlan::new(FaultPoint::AfterToolResult(1), 1));
     let session = runtime.start_session(spec).await.unwrap();
-    let (outcome, _) = harness::run(&runtime, session, "write both").await;
+    let (outcome, events) = harness::run(&runtime, session, "write both").await;
     assert_eq!(harness::finished_text(&outcome), "noted");
+    let restarts = events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Restarted { .. }))
+        .count();
+    assert_eq!(restarts, 1, "the crash happened and was survived");
+    // Each call ran exactly once: two runs in all, one result per call.
     assert_eq!(writes.count(), 2);
+    let results: Vec<(String, String)> = mock.requests()[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| {
+            let id = m["tool_call_id"].as_str().unwrap().to_owned();
+            (id, m["content"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            ("w1".to_owned(), "wrote A".to_owned()),
+            ("w2".to_owned(), "wrote B".to_owned()),
+        ]
+    );
     runtime.shutdown().await;
 }
 
