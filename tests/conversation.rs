@@ -192,21 +192,9 @@ async fn a_bad_tool_call_becomes_an_error_result_and_the_session_goes_on() {
         .unwrap();
     let (outcome, _) = harness::run(&runtime, session, "go").await;
     assert_eq!(harness::finished_text(&outcome), "sorry");
-    let messages = mock.requests()[1].body["messages"].clone();
-    let results: Vec<&Value> = messages
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .collect();
-    assert_eq!(
-        results[0]["content"],
-        "Error: unknown tool \"no_such_tool\""
-    );
-    assert_eq!(
-        results[1]["content"],
-        "Error: invalid input: `city` is required"
-    );
+    let results = harness::tool_results(&mock.requests()[1]);
+    assert_eq!(results[0].1, "Error: unknown tool \"no_such_tool\"");
+    assert_eq!(results[1].1, "Error: invalid input: `city` is required");
     runtime.shutdown().await;
 }
 

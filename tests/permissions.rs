@@ -54,13 +54,9 @@ async fn run(
         "the session went on after its tool results"
     );
     runtime.shutdown().await;
-    let messages = mock.requests()[1].body["messages"].clone();
-    let results = messages
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap().to_owned())
+    let results = harness::tool_results(&mock.requests()[1])
+        .into_iter()
+        .map(|(_, content)| content)
         .collect();
     let asked = approver.map_or(0, |a| a.asked.load(Ordering::SeqCst));
     (results, dir, asked)

@@ -137,18 +137,9 @@ async fn three_task_calls_run_in_parallel_and_come_back_in_call_order() {
         last - first
     );
     let lead_final = requests.iter().rfind(|r| system(r) != WORKER).unwrap();
-    let results: Vec<String> = lead_final.body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| {
-            format!(
-                "{}={}",
-                m["tool_call_id"].as_str().unwrap(),
-                m["content"].as_str().unwrap().lines().next().unwrap()
-            )
-        })
+    let results: Vec<String> = harness::tool_results(lead_final)
+        .into_iter()
+        .map(|(id, content)| format!("{id}={}", content.lines().next().unwrap()))
         .collect();
     assert_eq!(
         results,

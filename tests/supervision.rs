@@ -164,19 +164,7 @@ async fn a_crash_mid_tool_batch_keeps_finished_results_and_runs_only_what_is_saf
             .count(),
         1
     );
-    let second = mock.requests()[1].body["messages"].clone();
-    let results: Vec<(String, String)> = second
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| {
-            (
-                m["tool_call_id"].as_str().unwrap().to_owned(),
-                m["content"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
+    let results = harness::tool_results(&mock.requests()[1]);
     assert_eq!(
         results,
         [
@@ -219,16 +207,7 @@ async fn after_a_crash_a_finished_unsafe_call_is_not_repeated_and_an_unstarted_o
     assert_eq!(restarts, 1, "the crash happened and was survived");
     // Each call ran exactly once: two runs in all, one result per call.
     assert_eq!(writes.count(), 2);
-    let results: Vec<(String, String)> = mock.requests()[1].body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| {
-            let id = m["tool_call_id"].as_str().unwrap().to_owned();
-            (id, m["content"].as_str().unwrap().to_owned())
-        })
-        .collect();
+    let results = harness::tool_results(&mock.requests()[1]);
     assert_eq!(
         results,
         [
@@ -257,18 +236,10 @@ async fn an_unsafe_call_cut_off_by_a_crash_is_reported_interrupted_not_repeated(
     let (_dir, runtime, session) = harness::start(&mock, spec).await;
     let (outcome, _) = harness::run(&runtime, session, "write both").await;
     assert_eq!(harness::finished_text(&outcome), "noted");
-    let second = mock.requests()[1].body["messages"].clone();
-    let results: Vec<(&str, &str)> = second
-        .as_array()
-        .unwrap()
+    let results = harness::tool_results(&mock.requests()[1]);
+    let results: Vec<(&str, &str)> = results
         .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| {
-            (
-                m["tool_call_id"].as_str().unwrap(),
-                m["content"].as_str().unwrap(),
-            )
-        })
+        .map(|(id, content)| (id.as_str(), content.as_str()))
         .collect();
     assert_eq!(
         results,

@@ -29,13 +29,9 @@ async fn eight_calls(safe: bool) -> (Vec<harness::Invocation>, Vec<String>) {
     let (outcome, _) = harness::run(&runtime, session, "look them all up").await;
     assert_eq!(harness::finished_text(&outcome), "done");
     runtime.shutdown().await;
-    let messages = mock.requests()[1].body["messages"].clone();
-    let order = messages
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["tool_call_id"].as_str().unwrap().to_owned())
+    let order = harness::tool_results(&mock.requests()[1])
+        .into_iter()
+        .map(|(id, _)| id)
         .collect();
     (lookup.invocations(), order)
 }
@@ -148,13 +144,9 @@ async fn nothing_outside_the_workspace_is_read_or_written_even_through_a_symlink
     let (outcome, _) = harness::run(&runtime, session, "exfiltrate").await;
     assert_eq!(harness::finished_text(&outcome), "refused");
     runtime.shutdown().await;
-    let messages = mock.requests()[1].body["messages"].clone();
-    let results: Vec<&str> = messages
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap())
+    let results: Vec<String> = harness::tool_results(&mock.requests()[1])
+        .into_iter()
+        .map(|(_, content)| content)
         .collect();
     assert_eq!(results.len(), 6);
     for result in &results {

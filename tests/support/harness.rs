@@ -111,6 +111,20 @@ pub async fn wait_for(
         .expect("the event never came")
 }
 
+/// The tool results a recorded request carried, in order: `(call id, content)`.
+pub fn tool_results(request: &super::mock_llm::Recorded) -> Vec<(String, String)> {
+    request.body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| {
+            let text = |key: &str| m[key].as_str().unwrap_or_default().to_owned();
+            (text("tool_call_id"), text("content"))
+        })
+        .collect()
+}
+
 /// The final text of a finished run, or a panic naming what happened instead.
 pub fn finished_text(outcome: &Outcome) -> &str {
     match outcome {
