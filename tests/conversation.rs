@@ -54,13 +54,12 @@ async fn three_turns_with_parallel_tool_calls_split_mid_json() {
         Reply::text("Edinburgh, Paris and Rome are all at 12°C."),
     ])
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = harness::runtime(&mock, dir.path()).await;
     let lookup = Lookup::new(Duration::from_millis(300), true);
-    let session = runtime
-        .start_session(harness::spec(ToolRegistry::new().with(lookup.clone())))
-        .await
-        .unwrap();
+    let (_dir, runtime, session) = harness::start(
+        &mock,
+        harness::spec(ToolRegistry::new().with(lookup.clone())),
+    )
+    .await;
 
     let prompt = "Weather in Edinburgh and Paris, then Rome?";
     let (outcome, events) = harness::run(&runtime, session, prompt).await;
@@ -147,13 +146,12 @@ async fn unsafe_calls_run_one_at_a_time_and_results_keep_call_order() {
         Reply::text("done"),
     ])
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = harness::runtime(&mock, dir.path()).await;
     let lookup = Lookup::new(Duration::from_millis(50), false);
-    let session = runtime
-        .start_session(harness::spec(ToolRegistry::new().with(lookup.clone())))
-        .await
-        .unwrap();
+    let (_dir, runtime, session) = harness::start(
+        &mock,
+        harness::spec(ToolRegistry::new().with(lookup.clone())),
+    )
+    .await;
     let (outcome, _) = harness::run(&runtime, session, "go").await;
     assert_eq!(harness::finished_text(&outcome), "done");
 
@@ -183,13 +181,9 @@ async fn a_bad_tool_call_becomes_an_error_result_and_the_session_goes_on() {
         Reply::text("sorry"),
     ])
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = harness::runtime(&mock, dir.path()).await;
     let lookup = Lookup::new(Duration::ZERO, true);
-    let session = runtime
-        .start_session(harness::spec(ToolRegistry::new().with(lookup)))
-        .await
-        .unwrap();
+    let (_dir, runtime, session) =
+        harness::start(&mock, harness::spec(ToolRegistry::new().with(lookup))).await;
     let (outcome, _) = harness::run(&runtime, session, "go").await;
     assert_eq!(harness::finished_text(&outcome), "sorry");
     let results = harness::tool_results(&mock.requests()[1]);
@@ -261,11 +255,9 @@ async fn a_run_stops_at_max_turns_with_its_partial_work() {
         Reply::text("never"),
     ])
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = harness::runtime(&mock, dir.path()).await;
     let mut spec = harness::spec(ToolRegistry::new().with(Lookup::new(Duration::ZERO, true)));
     spec.max_turns = 2;
-    let session = runtime.start_session(spec).await.unwrap();
+    let (_dir, runtime, session) = harness::start(&mock, spec).await;
     let (outcome, _) = harness::run(&runtime, session, "loop forever").await;
     let Outcome::Failed {
         class,

@@ -84,13 +84,9 @@ async fn a_prompt_queued_during_tools_joins_at_the_tool_turn_boundary() {
         Reply::text("Lima, and noted."),
     ])
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = harness::runtime(&mock, dir.path()).await;
     let lookup = Lookup::new(Duration::from_millis(300), true);
-    let session = runtime
-        .start_session(harness::spec(ToolRegistry::new().with(lookup)))
-        .await
-        .unwrap();
+    let (_dir, runtime, session) =
+        harness::start(&mock, harness::spec(ToolRegistry::new().with(lookup))).await;
     let mut events = runtime.subscribe();
     runtime.prompt(session, "weather in Lima");
     harness::wait_for(&mut events, session, |k| {

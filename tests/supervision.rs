@@ -26,12 +26,10 @@ async fn a_panicking_session_is_restarted_from_its_journal_and_finishes() {
         Reply::text("Oslo is at 12°C."),
     ])
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = harness::runtime(&mock, dir.path()).await;
     let lookup = Lookup::new(Duration::ZERO, false);
     let mut spec = harness::spec(ToolRegistry::new().with(lookup.clone()));
     spec.faults = Some(FaultPlan::panic_at(2, 1));
-    let session = runtime.start_session(spec).await.unwrap();
+    let (dir, runtime, session) = harness::start(&mock, spec).await;
 
     let (outcome, events) = harness::run(&runtime, session, "Weather in Oslo?").await;
 
@@ -93,11 +91,9 @@ async fn a_panicking_session_is_restarted_from_its_journal_and_finishes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn more_panics_than_the_intensity_allows_escalate_with_a_clear_failure() {
     let mock = MockLlm::start(vec![Reply::text("never reached")]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = harness::runtime(&mock, dir.path()).await;
     let mut spec = harness::spec(ToolRegistry::new());
     spec.faults = Some(FaultPlan::panic_at(1, 100));
-    let session = runtime.start_session(spec).await.unwrap();
+    let (dir, runtime, session) = harness::start(&mock, spec).await;
 
     let (outcome, events) = harness::run(&runtime, session, "hello").await;
 
@@ -139,8 +135,6 @@ async fn a_crash_mid_tool_batch_keeps_finished_results_and_runs_only_what_is_saf
         Reply::text("all three done"),
     ])
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = harness::runtime(&mock, dir.path()).await;
     let lookups = Lookup::new(Duration::ZERO, true);
     let writes = harness::Write::default();
     let slow = Lookup::new(Duration::from_millis(300), true);
@@ -152,7 +146,7 @@ async fn a_crash_mid_tool_batch_keeps_finished_results_and_runs_only_what_is_saf
         .with(writes.clone());
     let mut spec = harness::spec(tools);
     spec.faults = Some(FaultPlan::new(FaultPoint::AfterToolResult(1), 1));
-    let session = runtime.start_session(spec).await.unwrap();
+    let (_dir, runtime, session) = harness::start(&mock, spec).await;
 
     let (outcome, events) = harness::run(&runtime, session, "do all three").await;
 
@@ -190,14 +184,12 @@ async fn after_a_crash_a_finished_unsafe_call_is_not_repeated_and_an_unstarted_o
         Reply::text("noted"),
     ])
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = harness::runtime(&mock, dir.path()).await;
     let writes = harness::Write::default();
     let mut spec = harness::spec(ToolRegistry::new().with(writes.clone()));
     // The crash comes after w1's result: w2 has not started and is run after the
     // restart; w1 is not run again.
     spec.faults = Some(FaultPlan::new(FaultPoint::AfterToolResult(1), 1));
-    let session = runtime.start_session(spec).await.unwrap();
+    let (_dir, runtime, session) = harness::start(&mock, spec).await;
     let (outcome, events) = harness::run(&runtime, session, "write both").await;
     assert_eq!(harness::finished_text(&outcome), "noted");
     let restarts = events
@@ -375,11 +367,9 @@ async fn the_journal_records_each_lifecycle_event_a_restart_included() {
         Reply::text("Oslo is at 12°C."),
     ])
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = harness::runtime(&mock, dir.path()).await;
     let mut spec = harness::spec(ToolRegistry::new().with(Lookup::new(Duration::ZERO, false)));
     spec.faults = Some(FaultPlan::panic_at(2, 1));
-    let session = runtime.start_session(spec).await.unwrap();
+    let (dir, runtime, session) = harness::start(&mock, spec).await;
     let (outcome, events) = harness::run(&runtime, session, "Weather in Oslo?").await;
     assert_eq!(harness::finished_text(&outcome), "Oslo is at 12°C.");
     runtime.shutdown().await;
