@@ -4,19 +4,17 @@
 //! error event mid-stream, 401, and thinking signatures sent back unchanged.
 
 use std::path::Path;
-use std::sync::Mutex;
 use std::time::Duration;
 
-use orchestrate::llm::StreamDelta;
 use orchestrate::llm::anthropic::decoder::decode_sse_body;
 use orchestrate::{
-    ChatRequest, ErrorClass, EventKind, FinishReason, LlmError, Message, Outcome, Provider,
-    ProviderError, ToolRegistry, Usage,
+    ChatRequest, EventKind, FinishReason, Message, Outcome, Provider, ToolRegistry, Usage,
 };
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
-use crate::fixtures::{captures, decoded_part, expected};
+use crate::fixtures::{
+    captures, decoded_part, expected, is_expected_in_band_error, serve_capture, stream_through,
+};
 use crate::support::harness::{self, Lookup, TEST_KEY};
 use crate::support::mock_llm::{MockLlm, Reply, anthropic_stream, ev_anthropic};
 
@@ -98,36 +96,11 @@ fn actual_turn(turn: &orchestrate::AssistantTurn) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_anthropic_stream_assembles_through_the_client_over_http() {
     for (name, path) in fixtures() {
-        let raw = std::fs::read_to_string(&path).unwrap();
-        let mock = MockLlm::start(vec![Reply::Status {
-            status: 200,
-            headers: vec![("content-type".into(), "text/event-stream".into())],
-            body: raw,
-        }])
-        .await;
+        let mock = serve_capture(&path).await;
         let client = harness::anthropic_client(&mock, Duration::from_secs(5));
-        let deltas = Mutex::new(String::new());
-        let sink = |d: StreamDelta| {
-            if let StreamDelta::Text(t) = d {
-                deltas.lock().unwrap().push_str(&t);
-            }
-        };
-        let result = client
-            .stream_turn(&request(), &sink, &CancellationToken::new())
-            .await;
+        let (result, deltas) = stream_through(client.as_ref(), &request()).await;
         let expected = expected(&name);
-        if let Some(error) = expected["errors"].as_array().unwrap().first() {
-            let Err(LlmError::Provider(ProviderError::InBand { kind, message, .. })) = &result
-            else {
-                panic!("{name}: expected an in-band error, got {result:?}");
-            };
-            assert_eq!(kind.as_deref(), error["error"]["type"].as_str(), "{name}");
-            assert_eq!(Some(message.as_str()), error["error"]["message"].as_str());
-            assert_eq!(
-                result.unwrap_err().class(),
-                ErrorClass::Retryable { after: None },
-                "{name}"
-            );
+        if is_expected_in_band_error(&name, &expected, &result) {
             continue;
         }
         let turn = result.unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -142,7 +115,7 @@ async fn every_anthropic_stream_assembles_through_the_client_over_http() {
         );
         let spliced = name == "anthropic-spliced-message-start";
         if !spliced {
-            assert_eq!(*deltas.lock().unwrap(), turn.message.text, "{name}: deltas");
+            assert_eq!(deltas, turn.message.text, "{name}: deltas");
         }
     }
 }

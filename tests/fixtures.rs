@@ -105,44 +105,64 @@ fn request() -> ChatRequest {
     }
 }
 
+/// A mock that answers once with the capture at `path`, as a server would.
+pub(crate) async fn serve_capture(path: &Path) -> MockLlm {
+    MockLlm::start(vec![Reply::Status {
+        status: 200,
+        headers: vec![("content-type".into(), "text/event-stream".into())],
+        body: std::fs::read_to_string(path).unwrap(),
+    }])
+    .await
+}
+
+/// Streams one turn through `client`: the result and the text deltas it reported.
+pub(crate) async fn stream_through(
+    client: &dyn Provider,
+    request: &ChatRequest,
+) -> (Result<orchestrate::AssistantTurn, LlmError>, String) {
+    let deltas = Mutex::new(String::new());
+    let sink = |d: StreamDelta| {
+        if let StreamDelta::Text(t) = d {
+            deltas.lock().unwrap().push_str(&t);
+        }
+    };
+    let result = client
+        .stream_turn(request, &sink, &CancellationToken::new())
+        .await;
+    (result, deltas.into_inner().unwrap())
+}
+
+/// For a capture whose expected report holds an in-band error: checks `result` is
+/// that error, classified retryable, and says so. False for any other capture.
+pub(crate) fn is_expected_in_band_error(
+    name: &str,
+    expected: &Value,
+    result: &Result<orchestrate::AssistantTurn, LlmError>,
+) -> bool {
+    let Some(error) = expected["errors"].as_array().unwrap().first() else {
+        return false;
+    };
+    let Err(e @ LlmError::Provider(ProviderError::InBand { kind, message, .. })) = result else {
+        panic!("{name}: expected an in-band error, got {result:?}");
+    };
+    assert_eq!(kind.as_deref(), error["error"]["type"].as_str(), "{name}");
+    assert_eq!(
+        Some(message.as_str()),
+        error["error"]["message"].as_str(),
+        "{name}"
+    );
+    assert_eq!(e.class(), ErrorClass::Retryable { after: None }, "{name}");
+    true
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_openai_family_stream_assembles_through_the_client_over_http() {
     for (name, path) in fixtures() {
-        let raw = std::fs::read_to_string(&path).unwrap();
-        let mock = MockLlm::start(vec![Reply::Status {
-            status: 200,
-            headers: vec![("content-type".into(), "text/event-stream".into())],
-            body: raw,
-        }])
-        .await;
+        let mock = serve_capture(&path).await;
         let client = harness::client(&mock, std::time::Duration::from_secs(5));
-        let deltas = Mutex::new(String::new());
-        let sink = |d: StreamDelta| {
-            if let StreamDelta::Text(t) = d {
-                deltas.lock().unwrap().push_str(&t);
-            }
-        };
-        let result = client
-            .stream_turn(&request(), &sink, &CancellationToken::new())
-            .await;
+        let (result, deltas) = stream_through(client.as_ref(), &request()).await;
         let expected = expected(&name);
-        let errors = expected["errors"].as_array().unwrap();
-        if let Some(error) = errors.first() {
-            let Err(LlmError::Provider(ProviderError::InBand { kind, message, .. })) = &result
-            else {
-                panic!("{name}: expected an in-band error, got {result:?}");
-            };
-            assert_eq!(kind.as_deref(), error["error"]["type"].as_str(), "{name}");
-            assert_eq!(
-                Some(message.as_str()),
-                error["error"]["message"].as_str(),
-                "{name}"
-            );
-            assert_eq!(
-                result.unwrap_err().class(),
-                ErrorClass::Retryable { after: None },
-                "{name}"
-            );
+        if is_expected_in_band_error(&name, &expected, &result) {
             continue;
         }
         let turn = result.unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -156,7 +176,7 @@ async fn every_openai_family_stream_assembles_through_the_client_over_http() {
             choice["content"].as_str().unwrap(),
             "{name}"
         );
-        assert_eq!(*deltas.lock().unwrap(), turn.message.text, "{name}: deltas");
+        assert_eq!(deltas, turn.message.text, "{name}: deltas");
         assert_eq!(turn.message.reasoning, reasoning, "{name}");
         assert_eq!(
             turn.message.refusal.as_deref(),
