@@ -174,8 +174,12 @@ async fn a_crash_mid_tool_batch_keeps_finished_results_and_runs_only_what_is_saf
     runtime.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_a_crash_a_finished_unsafe_call_is_not_repeated_and_an_unstarted_one_runs() {
+/// Two writes in one turn, the session crashing once at `point`: the run's
+/// outcome and events, the tool results the next request carried, and how many
+/// writes ran.
+async fn write_both_crashing_at(
+    point: FaultPoint,
+) -> (Outcome, Vec<orchestrate::Event>, Vec<(String, String)>, u32) {
     let mock = MockLlm::start(vec![
         Reply::tool_calls(&[
             ("w1", "write", json!({"city": "A"})),
@@ -186,11 +190,20 @@ async fn after_a_crash_a_finished_unsafe_call_is_not_repeated_and_an_unstarted_o
     .await;
     let writes = harness::Write::default();
     let mut spec = harness::spec(ToolRegistry::new().with(writes.clone()));
-    // The crash comes after w1's result: w2 has not started and is run after the
-    // restart; w1 is not run again.
-    spec.faults = Some(FaultPlan::new(FaultPoint::AfterToolResult(1), 1));
+    spec.faults = Some(FaultPlan::new(point, 1));
     let (_dir, runtime, session) = harness::start(&mock, spec).await;
     let (outcome, events) = harness::run(&runtime, session, "write both").await;
+    runtime.shutdown().await;
+    let results = harness::tool_results(&mock.requests()[1]);
+    (outcome, events, results, writes.count())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_crash_a_finished_unsafe_call_is_not_repeated_and_an_unstarted_one_runs() {
+    // The crash comes after w1's result: w2 has not started and is run after the
+    // restart; w1 is not run again.
+    let (outcome, events, results, writes) =
+        write_both_crashing_at(FaultPoint::AfterToolResult(1)).await;
     assert_eq!(harness::finished_text(&outcome), "noted");
     let restarts = events
         .iter()
@@ -198,8 +211,7 @@ async fn after_a_crash_a_finished_unsafe_call_is_not_repeated_and_an_unstarted_o
         .count();
     assert_eq!(restarts, 1, "the crash happened and was survived");
     // Each call ran exactly once: two runs in all, one result per call.
-    assert_eq!(writes.count(), 2);
-    let results = harness::tool_results(&mock.requests()[1]);
+    assert_eq!(writes, 2);
     assert_eq!(
         results,
         [
@@ -207,28 +219,15 @@ async fn after_a_crash_a_finished_unsafe_call_is_not_repeated_and_an_unstarted_o
             ("w2".to_owned(), "wrote B".to_owned()),
         ]
     );
-    runtime.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unsafe_call_cut_off_by_a_crash_is_reported_interrupted_not_repeated() {
-    let mock = MockLlm::start(vec![
-        Reply::tool_calls(&[
-            ("w1", "write", json!({"city": "A"})),
-            ("w2", "write", json!({"city": "B"})),
-        ]),
-        Reply::text("noted"),
-    ])
-    .await;
-    let writes = harness::Write::default();
-    let mut spec = harness::spec(ToolRegistry::new().with(writes.clone()));
     // The session dies right after starting w1: w1 may or may not have written,
     // so it must not run again; w2 never started and runs after the restart.
-    spec.faults = Some(FaultPlan::new(FaultPoint::AfterToolStarted(1), 1));
-    let (_dir, runtime, session) = harness::start(&mock, spec).await;
-    let (outcome, _) = harness::run(&runtime, session, "write both").await;
+    let (outcome, _, results, writes) =
+        write_both_crashing_at(FaultPoint::AfterToolStarted(1)).await;
     assert_eq!(harness::finished_text(&outcome), "noted");
-    let results = harness::tool_results(&mock.requests()[1]);
     let results: Vec<(&str, &str)> = results
         .iter()
         .map(|(id, content)| (id.as_str(), content.as_str()))
@@ -244,11 +243,9 @@ async fn an_unsafe_call_cut_off_by_a_crash_is_reported_interrupted_not_repeated(
         ]
     );
     assert!(
-        (1..=2).contains(&writes.count()),
-        "w1 ran at most once, w2 once: {}",
-        writes.count()
+        (1..=2).contains(&writes),
+        "w1 ran at most once, w2 once: {writes}"
     );
-    runtime.shutdown().await;
 }
 
 #[derive(Debug)]
