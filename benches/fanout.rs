@@ -376,8 +376,8 @@ fn run_tasks(url: &str, n: usize) {
     use std::sync::RwLock;
 
     use orchestrate::roles::catalog::Catalog;
+    use orchestrate::task::{Caller, Task, TaskEnv};
     use orchestrate::tools::permissions::PermissionMode;
-    use orchestrate::tools::task::{Caller, Task, TaskEnv};
     use orchestrate::ui::progress::{Board, render_row};
 
     let workspace = tempfile::tempdir().unwrap();

@@ -21,6 +21,28 @@ pub(crate) mod prompt_queue;
 pub(crate) mod session;
 pub mod supervision;
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::events::EventBus;
+use crate::journal::Journal;
+use crate::llm::Provider;
+use crate::llm::retry::RetryPolicy;
+use crate::tools::permissions::{Approver, Remembered};
+
+/// What every session of a runtime shares.
+#[derive(Debug)]
+pub(crate) struct SessionEnv {
+    pub(crate) provider: Arc<dyn Provider>,
+    pub(crate) workspace: PathBuf,
+    pub(crate) bus: EventBus,
+    pub(crate) journal: Journal,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) max_parallel_tools: usize,
+    pub(crate) approver: Arc<dyn Approver>,
+    pub(crate) remembered: Arc<Remembered>,
+}
+
 /// A spawned task that is aborted when this handle is dropped, so work never
 /// outlives the actor that owns it.
 #[derive(Debug)]

@@ -10,14 +10,17 @@ use std::time::Duration;
 use clap::Parser;
 
 use crate::error::ConfigError;
+#[cfg(feature = "test-support")]
+use crate::faults::FaultPlan;
 use crate::models::Models;
 use crate::protocol::{Event, EventKind, Outcome};
 use crate::roles::catalog::{self, Catalog};
 use crate::roles::watch::{self, Reload, RoleWatcher};
-use crate::runtime::{DEFAULT_MAX_TURNS, FaultPlan, Handle, Runtime, RuntimeConfig, SessionSpec};
+use crate::runtime::{Handle, Runtime, RuntimeConfig};
+use crate::session::{DEFAULT_MAX_TURNS, SessionSpec};
+use crate::task::{self, Caller, Task, TaskEnv};
 use crate::tools::ToolRegistry;
 use crate::tools::permissions::{Approver, PermissionMode};
-use crate::tools::task::{self, Caller, Task, TaskEnv};
 use crate::ui::display::Display;
 pub use crate::ui::display::Progress;
 
@@ -100,9 +103,12 @@ pub struct Cli {
     #[arg(long, value_name = "MS", default_value_t = 500, hide = true)]
     pub retry_base_ms: u64,
     /// Supervision drill: the session panics when it reaches this turn…
+    /// (only in builds with the `test-support` feature, which the tests enable)
+    #[cfg(feature = "test-support")]
     #[arg(long, value_name = "TURN", hide = true)]
     pub inject_panic_at_turn: Option<u32>,
     /// …this many times (restarts included).
+    #[cfg(feature = "test-support")]
     #[arg(long, value_name = "N", default_value_t = 1, hide = true)]
     pub inject_panics: u32,
 }
@@ -385,9 +391,12 @@ fn lead_spec(
     spec.tools = tools;
     spec.max_turns = role.max_turns.unwrap_or(cli.max_turns).max(1);
     spec.permission_mode = permission_mode;
-    spec.faults = cli
-        .inject_panic_at_turn
-        .map(|turn| FaultPlan::panic_at(turn, cli.inject_panics));
+    #[cfg(feature = "test-support")]
+    {
+        spec.faults = cli
+            .inject_panic_at_turn
+            .map(|turn| FaultPlan::panic_at(turn, cli.inject_panics));
+    }
     Ok((spec, watcher))
 }
 

@@ -25,12 +25,16 @@ pub mod config;
 pub mod conversation;
 pub mod error;
 pub mod events;
+#[cfg(feature = "test-support")]
+pub mod faults;
 pub mod journal;
 pub mod llm;
 pub mod models;
 pub mod protocol;
 pub mod roles;
 pub mod runtime;
+pub mod session;
+pub mod task;
 pub mod tools;
 pub mod ui;
 
@@ -40,10 +44,13 @@ pub use crate::conversation::{
 };
 pub use crate::error::{ErrorClass, LlmError, ProviderError, SessionError, StreamError, ToolError};
 pub use crate::events::{EventBus, EventStream};
+#[cfg(feature = "test-support")]
+pub use crate::faults::{FaultPlan, FaultPoint};
 pub use crate::llm::anthropic::{AnthropicClient, AnthropicConfig};
 pub use crate::llm::openai::{OpenAiClient, OpenAiConfig};
 pub use crate::llm::retry::RetryPolicy;
 pub use crate::llm::{ChatRequest, Provider, ToolSpec};
 pub use crate::protocol::{Event, EventKind, Outcome, RunStats, SessionId};
-pub use crate::runtime::{FaultPlan, FaultPoint, Handle, Runtime, RuntimeConfig, SessionSpec};
+pub use crate::runtime::{Handle, Runtime, RuntimeConfig};
+pub use crate::session::SessionSpec;
 pub use crate::tools::{Concurrency, Tool, ToolContext, ToolRegistry};

@@ -3,14 +3,15 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use futures::future::BoxFuture;
 use ractor::{Actor, ActorRef};
 use tokio::sync::oneshot;
 
+use crate::actors::SessionEnv;
 use crate::actors::orchestrator::{OrchestratorActor, OrchestratorArgs, OrchestratorMsg};
 use crate::actors::supervision::Intensity;
-use crate::conversation::Message;
 use crate::error::SessionError;
 use crate::events::{EventBus, EventStream};
 use crate::journal::recorder::record_events;
@@ -18,12 +19,10 @@ use crate::journal::{Journal, sessions_dir};
 use crate::llm::Provider;
 use crate::llm::retry::RetryPolicy;
 use crate::protocol::{Outcome, SessionId};
-use crate::tools::ToolRegistry;
-use crate::tools::permissions::{Approver, DenyAll, PermissionMode, Remembered};
+use crate::session::SessionSpec;
+use crate::task::Launcher;
+use crate::tools::permissions::{Approver, DenyAll, Remembered};
 use crate::tools::scheduler::DEFAULT_MAX_PARALLEL;
-
-/// The default limit on model turns per run.
-pub const DEFAULT_MAX_TURNS: u32 = 50;
 
 /// Process-wide settings.
 #[derive(Debug)]
@@ -57,137 +56,6 @@ impl RuntimeConfig {
     }
 }
 
-/// Where a [`FaultPlan`] strikes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FaultPoint {
-    /// When the session is about to start this turn (from 1).
-    BeforeTurn(u32),
-    /// Right after the session journaled a tool result of this turn.
-    AfterToolResult(u32),
-    /// Right after the session started a tool call of this turn.
-    AfterToolStarted(u32),
-}
-
-/// A deliberate fault, for exercising supervision: the session panics at `point`,
-/// the first `remaining` times it gets there (restarts included).
-#[derive(Debug)]
-pub struct FaultPlan {
-    /// Where to panic.
-    pub point: FaultPoint,
-    /// Panics left.
-    pub remaining: AtomicU32,
-}
-
-impl FaultPlan {
-    /// Panic before turn `turn`, `times` times.
-    pub fn panic_at(turn: u32, times: u32) -> Arc<Self> {
-        Self::new(FaultPoint::BeforeTurn(turn), times)
-    }
-
-    /// Panic at `point`, `times` times.
-    pub fn new(point: FaultPoint, times: u32) -> Arc<Self> {
-        Arc::new(Self {
-            point,
-            remaining: AtomicU32::new(times),
-        })
-    }
-
-    /// True (and one fewer left) when the session, now at `here`, must panic.
-    /// Panics, as planned, if `here` is the planned point and shots remain.
-    pub(crate) fn strike(&self, here: FaultPoint) {
-        if self.fire(here) {
-            match here {
-                FaultPoint::BeforeTurn(turn) => {
-                    panic!("injected fault: session panicked at turn {turn}")
-                }
-                FaultPoint::AfterToolStarted(turn) => {
-                    panic!("injected fault: session panicked after starting a tool in turn {turn}")
-                }
-                FaultPoint::AfterToolResult(turn) => {
-                    panic!("injected fault: session panicked after a tool result in turn {turn}")
-                }
-            }
-        }
-    }
-
-    fn fire(&self, here: FaultPoint) -> bool {
-        here == self.point
-            && self
-                .remaining
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok()
-    }
-}
-
-/// What a session is: its role, model, prompt and tools.
-#[derive(Clone, Debug)]
-pub struct SessionSpec {
-    /// The role's name, shown in events.
-    pub agent: String,
-    /// The model id.
-    pub model: String,
-    /// The system prompt.
-    pub system_prompt: String,
-    /// The tools offered.
-    pub tools: ToolRegistry,
-    /// Model turns allowed per run.
-    pub max_turns: u32,
-    /// Messages the conversation starts with (after the system prompt).
-    pub history: Vec<Message>,
-    /// The parent session, for sub-agents.
-    pub parent: Option<SessionId>,
-    /// The parent's tool call that spawned this session.
-    pub tool_call_id: Option<String>,
-    /// Injected faults, for supervision tests.
-    pub faults: Option<Arc<FaultPlan>>,
-    /// What the session's tools may do without asking.
-    pub permission_mode: PermissionMode,
-    /// Who serves its model; `None`: the runtime's provider.
-    pub provider: Option<Arc<dyn Provider>>,
-    /// Its place in the agent tree (`orchestrator/explorer#toolu_02`): the role's
-    /// name for a top-level session; a sub-agent's adds its role and the call that
-    /// spawned it to its parent's.
-    pub place: String,
-}
-
-impl SessionSpec {
-    /// A session with no tools and default limits.
-    pub fn new(
-        agent: impl Into<String>,
-        model: impl Into<String>,
-        system_prompt: impl Into<String>,
-    ) -> Self {
-        let agent = agent.into();
-        Self {
-            place: agent.clone(),
-            agent,
-            model: model.into(),
-            system_prompt: system_prompt.into(),
-            tools: ToolRegistry::new(),
-            max_turns: DEFAULT_MAX_TURNS,
-            history: Vec::new(),
-            parent: None,
-            tool_call_id: None,
-            faults: None,
-            permission_mode: PermissionMode::Default,
-            provider: None,
-        }
-    }
-}
-
-/// What every session of a runtime shares.
-#[derive(Debug)]
-pub(crate) struct SessionEnv {
-    pub(crate) provider: Arc<dyn Provider>,
-    pub(crate) workspace: PathBuf,
-    pub(crate) bus: EventBus,
-    pub(crate) journal: Journal,
-    pub(crate) retry: RetryPolicy,
-    pub(crate) max_parallel_tools: usize,
-    pub(crate) approver: Arc<dyn Approver>,
-    pub(crate) remembered: Arc<Remembered>,
-}
-
 /// A running actor tree. It derefs to its [`Handle`], and owns the tree's lifetime:
 /// [`Runtime::shutdown`] stops it.
 #[derive(Debug)]
@@ -200,7 +68,7 @@ pub struct Runtime {
 }
 
 /// A cheap, cloneable handle on a running tree: start sessions, send prompts,
-/// cancel, watch events. Tools that start sessions (Task) hold one.
+/// cancel, watch events. It is the [`Launcher`] of Task tools.
 #[derive(Clone, Debug)]
 pub struct Handle {
     orchestrator: ActorRef<OrchestratorMsg>,
@@ -353,5 +221,23 @@ impl Handle {
     /// Waits until every journal record appended so far is on disk.
     pub async fn sync_journals(&self) -> Result<(), SessionError> {
         self.journal.sync().await.map_err(SessionError::Journal)
+    }
+}
+
+impl Launcher for Handle {
+    fn start_session(&self, spec: SessionSpec) -> BoxFuture<'_, Result<SessionId, SessionError>> {
+        Box::pin(Handle::start_session(self, spec))
+    }
+
+    fn run_prompt(&self, session: SessionId, prompt: String) -> BoxFuture<'_, Option<Outcome>> {
+        Box::pin(Handle::run_prompt(self, session, prompt, |_| {}))
+    }
+
+    fn cancel(&self, session: SessionId) {
+        Handle::cancel(self, session);
+    }
+
+    fn stop_session(&self, session: SessionId) {
+        Handle::stop_session(self, session);
     }
 }

@@ -11,7 +11,6 @@ pub mod permissions;
 pub mod read;
 pub mod sandbox;
 pub mod scheduler;
-pub mod task;
 pub mod write;
 
 use std::fmt::Debug;

@@ -5,8 +5,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use orchestrate::roles::catalog::Catalog;
+use orchestrate::task::{Caller, Task, TaskEnv};
 use orchestrate::tools::permissions::PermissionMode;
-use orchestrate::tools::task::{Caller, Task, TaskEnv};
 use orchestrate::{Runtime, ToolRegistry};
 use serde_json::{Value, json};
 

@@ -9,14 +9,16 @@ use std::time::Instant;
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
-use super::prompt_queue::{PromptQueueActor, PromptQueueMsg, QueuedPrompt};
+use super::SessionEnv;
+use super::prompt_queue::{PromptQueueActor, PromptQueueMsg};
 use super::session::{SessionActor, SessionArgs, SessionMsg};
 use super::supervision::{Decision, Exit, Intensity, RestartTracker, RestartType};
 use crate::error::SessionError;
 use crate::events::Publisher;
 use crate::journal::{Record, journal_path};
 use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
-use crate::runtime::{SessionEnv, SessionSpec};
+use crate::session::SessionSpec;
+use crate::session::queue::QueuedPrompt;
 
 /// Messages of the Orchestrator.
 #[derive(Debug)]

@@ -1,6 +1,7 @@
 //! PromptQueue: prompts that arrive for a session, in order, until the session takes
 //! them (at once when idle, at a tool-turn boundary, or when its model would
 //! otherwise finish). It also remembers a cancel until the session has acted on it.
+//! The ordering rules are [`crate::session::queue`]'s; this actor only holds them.
 //!
 //! Prompts and cancels are routed here by the Orchestrator rather than through the
 //! session's mailbox, so a session crash loses neither: the queue lives beside the
@@ -10,15 +11,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::events::Publisher;
 use crate::protocol::{EventKind, Outcome, RunStats};
-
-/// A prompt stamped with its arrival order.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct QueuedPrompt {
-    /// Process-wide arrival order; cancels carry one too.
-    pub(crate) seq: u64,
-    /// The prompt.
-    pub(crate) text: String,
-}
+use crate::session::queue::{PromptQueue, QueuedPrompt};
 
 /// Messages of the PromptQueue.
 #[derive(Debug)]
@@ -43,8 +36,7 @@ pub(crate) enum PromptQueueMsg {
 /// What the queue holds.
 #[derive(Debug)]
 pub(crate) struct PromptQueueState {
-    prompts: Vec<QueuedPrompt>,
-    cancel: Option<u64>,
+    queue: PromptQueue,
     /// Tells waiters about prompts a cancel dropped.
     publisher: Publisher,
 }
@@ -64,8 +56,7 @@ impl Actor for PromptQueueActor {
         publisher: Publisher,
     ) -> Result<Self::State, ActorProcessingErr> {
         Ok(PromptQueueState {
-            prompts: Vec::new(),
-            cancel: None,
+            queue: PromptQueue::default(),
             publisher,
         })
     }
@@ -76,27 +67,21 @@ impl Actor for PromptQueueActor {
         msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        let queue = &mut state.queue;
         match msg {
-            PromptQueueMsg::Push(prompt) => state.prompts.push(prompt),
+            PromptQueueMsg::Push(prompt) => queue.push(prompt),
             PromptQueueMsg::Waiting(seq, reply) => {
-                let _ = reply.send(state.prompts.iter().filter(|p| p.seq <= seq).count());
+                let _ = reply.send(queue.waiting(seq));
             }
             PromptQueueMsg::TakeOne(reply) => {
-                let first = (!state.prompts.is_empty()).then(|| state.prompts.remove(0));
-                let _ = reply.send(first);
+                let _ = reply.send(queue.take_one());
             }
             PromptQueueMsg::TakeAll(reply) => {
-                let _ = reply.send(std::mem::take(&mut state.prompts));
+                let _ = reply.send(queue.take_all());
             }
             PromptQueueMsg::Cancel(seq) => {
-                let (dropped, kept): (Vec<QueuedPrompt>, Vec<QueuedPrompt>) =
-                    std::mem::take(&mut state.prompts)
-                        .into_iter()
-                        .partition(|p| p.seq < seq);
-                state.prompts = kept;
-                state.cancel = Some(seq);
                 // Every prompt gets exactly one terminal event, a dropped one too.
-                for prompt in dropped {
+                for prompt in queue.cancel(seq) {
                     state.publisher.publish(EventKind::Terminal {
                         prompts: vec![prompt.seq],
                         outcome: Outcome::Cancelled {
@@ -106,13 +91,9 @@ impl Actor for PromptQueueActor {
                     });
                 }
             }
-            PromptQueueMsg::CancelDone(seq) => {
-                if state.cancel.is_some_and(|c| c <= seq) {
-                    state.cancel = None;
-                }
-            }
+            PromptQueueMsg::CancelDone(seq) => queue.cancel_done(seq),
             PromptQueueMsg::TakeCancel(reply) => {
-                let _ = reply.send(state.cancel.take());
+                let _ = reply.send(queue.take_cancel());
             }
         }
         Ok(())

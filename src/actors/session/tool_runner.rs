@@ -13,6 +13,7 @@ use super::SessionMsg;
 use crate::actors::AbortOnDrop;
 use crate::conversation::{ToolCall, ToolResult};
 use crate::error::ToolError;
+use crate::session::machine::ToolDone;
 use crate::tools::permissions::Gate;
 use crate::tools::{Tool, ToolContext};
 
@@ -72,13 +73,13 @@ impl Actor for ToolRunnerActor {
                     is_error: true,
                 },
             };
-            let _ = args.session.cast(SessionMsg::ToolDone {
-                turn_seq: args.turn_seq,
+            let _ = args.session.cast(SessionMsg::ToolDone(ToolDone {
+                turn: args.turn_seq,
                 index: args.index,
                 result,
                 changes: args.ctx.changes.take(),
                 spent: args.ctx.spent.take(),
-            });
+            }));
             myself.stop(None);
         });
         Ok(AbortOnDrop(task))

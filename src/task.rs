@@ -6,6 +6,9 @@
 //! Task is concurrency-safe, so several Task calls of one turn run in parallel; a
 //! run-wide semaphore caps how many sub-agents run at once, the rest wait in FIFO
 //! order. At the depth limit, Task is not offered to the sub-agent.
+//!
+//! Task starts sessions through a [`Launcher`], which the runtime's handle
+//! implements: Task knows what a session is, not the actors that run one.
 
 use std::sync::{Arc, RwLock};
 
@@ -15,12 +18,12 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
-use crate::error::ToolError;
+use crate::error::{SessionError, ToolError};
 use crate::models::{Model, Models};
 use crate::protocol::{EventKind, Outcome, SessionId};
 use crate::roles::ModelChoice;
 use crate::roles::catalog::Catalog;
-use crate::runtime::{DEFAULT_MAX_TURNS, Handle, SessionSpec};
+use crate::session::{DEFAULT_MAX_TURNS, SessionSpec};
 use crate::tools::permissions::PermissionMode;
 use crate::tools::{Concurrency, Tool, ToolContext, ToolRegistry};
 
@@ -42,11 +45,24 @@ pub struct TaskInput {
     pub subagent_type: String,
 }
 
+/// Starts and drives the sessions of sub-agents ([`crate::Handle`] is one).
+pub trait Launcher: Send + Sync + std::fmt::Debug + 'static {
+    /// Starts a session; it waits for prompts.
+    fn start_session(&self, spec: SessionSpec) -> BoxFuture<'_, Result<SessionId, SessionError>>;
+    /// Runs one prompt in `session` to its end: the run's outcome, or `None` if
+    /// the session went away without one.
+    fn run_prompt(&self, session: SessionId, prompt: String) -> BoxFuture<'_, Option<Outcome>>;
+    /// Cancels the session's current run.
+    fn cancel(&self, session: SessionId);
+    /// Stops the session once its current run (if any) has ended.
+    fn stop_session(&self, session: SessionId);
+}
+
 /// What every Task tool of a run shares.
 #[derive(Debug)]
 pub struct TaskEnv {
-    /// The runtime the sub-agents run in.
-    handle: Handle,
+    /// Starts the sub-agents' sessions.
+    launcher: Arc<dyn Launcher>,
     /// The roles, reloaded when their files change.
     catalog: Arc<RwLock<Catalog>>,
     /// Slots for running sub-agents, one pool per level (FIFO when full). Each
@@ -66,7 +82,7 @@ impl TaskEnv {
     /// The shared state of a run's Task tools: at most `max_parallel` sub-agents of
     /// each level run at once, and at most `max_depth` levels below the lead.
     pub fn new(
-        handle: Handle,
+        launcher: impl Launcher,
         catalog: Arc<RwLock<Catalog>>,
         max_parallel: usize,
         max_depth: u32,
@@ -76,7 +92,7 @@ impl TaskEnv {
             .map(|_| Arc::new(Semaphore::new(max_parallel.max(1))))
             .collect();
         Self {
-            handle,
+            launcher: Arc::new(launcher),
             catalog,
             slots,
             max_depth,
@@ -198,7 +214,7 @@ impl Task {
 
 /// Ends an abandoned sub-agent's run: a parent's cancel reaches its children.
 struct CancelOnDrop {
-    handle: Handle,
+    launcher: Arc<dyn Launcher>,
     session: SessionId,
     armed: bool,
 }
@@ -207,8 +223,8 @@ impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         if self.armed {
             // The sub-agent ends its run as cancelled, then stops.
-            self.handle.cancel(self.session);
-            self.handle.stop_session(self.session);
+            self.launcher.cancel(self.session);
+            self.launcher.stop_session(self.session);
         }
     }
 }
@@ -227,7 +243,7 @@ impl Tool for Task {
     }
 
     fn input_schema(&self) -> Value {
-        let mut schema = super::schema::<TaskInput>();
+        let mut schema = crate::tools::schema::<TaskInput>();
         if let Some(field) = schema.pointer_mut("/properties/subagent_type") {
             field["description"] =
                 Value::String(format!("The role to run. Roles:\n{}", self.roles_summary()));
@@ -253,7 +269,7 @@ impl Tool for Task {
         ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<String, ToolError>> {
         Box::pin(async move {
-            let input: TaskInput = super::parse(input)?;
+            let input: TaskInput = crate::tools::parse(input)?;
             if input.prompt.trim().is_empty() {
                 return Err(ToolError::InvalidInput(
                     "prompt is empty: say what the sub-agent should do and report".into(),
@@ -283,19 +299,19 @@ impl Tool for Task {
                     slot.map_err(|_| ToolError::Failed("the run is shutting down".into()))?
                 }
             };
-            let handle = &self.env.handle;
-            let child = handle
+            let launcher = &self.env.launcher;
+            let child = launcher
                 .start_session(spec)
                 .await
                 .map_err(|e| ToolError::Failed(format!("the sub-agent could not start: {e}")))?;
             let mut guard = CancelOnDrop {
-                handle: handle.clone(),
+                launcher: launcher.clone(),
                 session: child,
                 armed: true,
             };
-            let outcome = handle.run_prompt(child, input.prompt, |_| {}).await;
+            let outcome = launcher.run_prompt(child, input.prompt).await;
             guard.armed = false;
-            handle.stop_session(child);
+            launcher.stop_session(child);
             match outcome {
                 Some(Outcome::Finished { text, stats, .. }) => {
                     ctx.spent.add(&stats.usage);

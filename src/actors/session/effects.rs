@@ -1,0 +1,177 @@
+//! How a Session carries out its machine's effects: journal and queue calls,
+//! events, and the children it spawns (one LlmStream per model turn, one
+//! ToolRunner per tool call). What the machine must hear back (an answer, a
+//! failure) is returned as an input.
+
+use ractor::{Actor, ActorRef};
+use tokio_util::sync::CancellationToken;
+
+use super::llm_stream::{LlmStreamActor, LlmStreamArgs, LlmStreamMsg};
+use super::tool_runner::{ToolRunnerActor, ToolRunnerArgs};
+use super::{SessionMsg, SessionState};
+use crate::actors::prompt_queue::PromptQueueMsg;
+use crate::conversation::{ToolCall, ToolResult};
+use crate::error::SessionError;
+use crate::session::machine::{Effect, Input, ToolDone};
+use crate::tools::permissions::Gate;
+use crate::tools::{Changes, Spent, ToolContext};
+
+impl SessionState {
+    /// Carries out one effect; returns what the machine must hear about it.
+    pub(super) async fn carry_out(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        effect: Effect,
+    ) -> Option<Input> {
+        match effect {
+            Effect::Journal(records) => {
+                let appended = self.env.journal.append_all(&self.journal_path, &records);
+                appended.err().map(|e| {
+                    tracing::error!(session = %self.id, error = %e, "cannot journal");
+                    Input::Failed(SessionError::Journal(e))
+                })
+            }
+            Effect::Sync => Some(Input::Synced(self.env.journal.sync().await)),
+            Effect::Publish(kind) => {
+                self.publisher.publish(kind);
+                None
+            }
+            Effect::StartStream { stream, request } => {
+                let provider = self.spec.provider.as_ref().unwrap_or(&self.env.provider);
+                let args = LlmStreamArgs {
+                    request,
+                    provider: provider.clone(),
+                    publisher: self.publisher.clone(),
+                    session: myself.clone(),
+                    stream_id: stream,
+                };
+                match Actor::spawn_linked(None, LlmStreamActor, args, myself.get_cell()).await {
+                    Ok((actor, _)) => {
+                        self.stream = Some((stream, actor));
+                        None
+                    }
+                    Err(e) => Some(Input::Failed(SessionError::Spawn(e.to_string()))),
+                }
+            }
+            Effect::CancelStream { stream } => {
+                if let Some((current, actor)) = &self.stream
+                    && *current == stream
+                {
+                    let _ = actor.cast(LlmStreamMsg::Cancel);
+                }
+                None
+            }
+            Effect::RetryAfter { stream, delay } => {
+                myself.send_after(delay, move || SessionMsg::Retry { stream_id: stream });
+                None
+            }
+            Effect::StartTool { turn, index, call } => {
+                self.start_tool(myself, turn, index, call).await
+            }
+            Effect::CancelTools { turn } => {
+                if let Some((current, token)) = &self.tool_turn
+                    && *current == turn
+                {
+                    token.cancel();
+                }
+                None
+            }
+            Effect::TakeOne => {
+                let taken = ractor::call!(self.queue, PromptQueueMsg::TakeOne);
+                Some(Input::Taken(taken.ok().flatten().into_iter().collect()))
+            }
+            Effect::TakeAll => {
+                let taken = ractor::call!(self.queue, PromptQueueMsg::TakeAll);
+                Some(Input::Taken(taken.unwrap_or_default()))
+            }
+            Effect::CountWaiting { seq } => {
+                let waiting = ractor::call!(self.queue, PromptQueueMsg::Waiting, seq);
+                Some(Input::Waiting(waiting.unwrap_or(0)))
+            }
+            Effect::CancelDone { seq } => {
+                let _ = self.queue.cast(PromptQueueMsg::CancelDone(seq));
+                None
+            }
+            Effect::PullLater => {
+                let _ = myself.cast(SessionMsg::PullQueue);
+                None
+            }
+            Effect::Stop => {
+                myself.stop(Some("stopped".into()));
+                None
+            }
+            #[cfg(feature = "test-support")]
+            Effect::Crash(point) => panic!("{}", point.panic_message()),
+        }
+    }
+
+    /// Spawns a ToolRunner for one call of tool turn `turn`.
+    async fn start_tool(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        turn: u64,
+        index: usize,
+        call: ToolCall,
+    ) -> Option<Input> {
+        let cancel = match &self.tool_turn {
+            Some((current, token)) if *current == turn => token.clone(),
+            Some(_) | None => {
+                let token = CancellationToken::new();
+                self.tool_turn = Some((turn, token.clone()));
+                token
+            }
+        };
+        let spec = &self.spec;
+        let args = ToolRunnerArgs {
+            turn_seq: turn,
+            index,
+            tool: spec.tools.get(&call.name),
+            ctx: ToolContext {
+                workspace: self.env.workspace.clone(),
+                session: self.id,
+                call_id: call.id.clone(),
+                cancel,
+                changes: Changes::default(),
+                spent: Spent::default(),
+                events: Some(self.publisher.clone()),
+            },
+            timeout: spec.tools.timeout(),
+            gate: Gate {
+                mode: spec.permission_mode,
+                agent: spec.agent.clone(),
+                approver: self.env.approver.clone(),
+                remembered: self.env.remembered.clone(),
+                events: Some(self.publisher.clone()),
+            },
+            session: myself.clone(),
+            call: call.clone(),
+        };
+        match Actor::spawn_linked(None, ToolRunnerActor, args, myself.get_cell()).await {
+            Ok((runner, _)) => {
+                self.runners.insert(runner.get_id(), (turn, index, call.id));
+                None
+            }
+            Err(e) => Some(tool_error(
+                turn,
+                index,
+                call.id,
+                &format!("the tool could not be started: {e}"),
+            )),
+        }
+    }
+}
+
+/// A call that ended without running to completion.
+pub(super) fn tool_error(turn: u64, index: usize, call_id: String, why: &str) -> Input {
+    Input::ToolDone(ToolDone {
+        turn,
+        index,
+        result: ToolResult {
+            tool_call_id: call_id,
+            content: format!("Error: {why}"),
+            is_error: true,
+        },
+        changes: Vec::new(),
+        spent: Default::default(),
+    })
+}

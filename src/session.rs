@@ -1,0 +1,79 @@
+//! What a session is ([`SessionSpec`]) and everything it decides, with no IO and no
+//! actors (DESIGN §10): the run machine, what a model turn means, where a journal
+//! leaves off, and the order of prompts and cancels. The actor that carries the
+//! decisions out is [`crate::actors`]'s Session; it only turns messages into the
+//! machine's inputs and the machine's effects into IO.
+
+pub(crate) mod machine;
+pub(crate) mod queue;
+pub(crate) mod resume;
+pub(crate) mod turn;
+
+use std::sync::Arc;
+
+use crate::conversation::Message;
+use crate::llm::Provider;
+use crate::protocol::SessionId;
+use crate::tools::ToolRegistry;
+use crate::tools::permissions::PermissionMode;
+
+/// The default limit on model turns per run.
+pub const DEFAULT_MAX_TURNS: u32 = 50;
+
+/// What a session is: its role, model, prompt and tools.
+#[derive(Clone, Debug)]
+pub struct SessionSpec {
+    /// The role's name, shown in events.
+    pub agent: String,
+    /// The model id.
+    pub model: String,
+    /// The system prompt.
+    pub system_prompt: String,
+    /// The tools offered.
+    pub tools: ToolRegistry,
+    /// Model turns allowed per run.
+    pub max_turns: u32,
+    /// Messages the conversation starts with (after the system prompt).
+    pub history: Vec<Message>,
+    /// The parent session, for sub-agents.
+    pub parent: Option<SessionId>,
+    /// The parent's tool call that spawned this session.
+    pub tool_call_id: Option<String>,
+    /// Injected faults, for supervision tests.
+    #[cfg(feature = "test-support")]
+    pub faults: Option<Arc<crate::faults::FaultPlan>>,
+    /// What the session's tools may do without asking.
+    pub permission_mode: PermissionMode,
+    /// Who serves its model; `None`: the runtime's provider.
+    pub provider: Option<Arc<dyn Provider>>,
+    /// Its place in the agent tree (`orchestrator/explorer#toolu_02`): the role's
+    /// name for a top-level session; a sub-agent's adds its role and the call that
+    /// spawned it to its parent's.
+    pub place: String,
+}
+
+impl SessionSpec {
+    /// A session with no tools and default limits.
+    pub fn new(
+        agent: impl Into<String>,
+        model: impl Into<String>,
+        system_prompt: impl Into<String>,
+    ) -> Self {
+        let agent = agent.into();
+        Self {
+            place: agent.clone(),
+            agent,
+            model: model.into(),
+            system_prompt: system_prompt.into(),
+            tools: ToolRegistry::new(),
+            max_turns: DEFAULT_MAX_TURNS,
+            history: Vec::new(),
+            parent: None,
+            tool_call_id: None,
+            #[cfg(feature = "test-support")]
+            faults: None,
+            permission_mode: PermissionMode::Default,
+            provider: None,
+        }
+    }
+}

@@ -1,0 +1,501 @@
+//! The run machine (DESIGN §10): every decision a session makes, with no IO, no
+//! actors and no clock. [`Input`]s go in (a prompt arrived, a turn finished, a tool
+//! call finished, a retry is due, a cancel, a stop, the records of a journal to
+//! resume from); [`Effect`]s come out (journal these records, make them durable,
+//! publish this event, start a stream with this request, start this tool call,
+//! retry after this long, stop). The Session actor turns its messages into inputs
+//! and carries the effects out, in order; nothing else.
+//!
+//! Some effects ask a question ([`Effect::Sync`], [`Effect::TakeOne`],
+//! [`Effect::TakeAll`], [`Effect::CountWaiting`]). Such an effect is always the last
+//! of its batch, and its answer ([`Input::Synced`], [`Input::Taken`],
+//! [`Input::Waiting`]) must be the next input: the machine waits for it. The time
+//! comes in with every input, so runs can be replayed without a runtime.
+//!
+//! The inputs and effects are defined in [`input`] and [`effect`]; a run's model
+//! turns are decided in [`model_turn`], its tool phases in [`tool_turn`]; this file
+//! holds the machine, its answers to questions, and how runs begin and end.
+
+mod effect;
+mod input;
+mod model_turn;
+mod tool_turn;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+pub(crate) use self::effect::Effect;
+pub(crate) use self::input::{Input, ToolDone};
+use self::tool_turn::ToolTurn;
+use super::SessionSpec;
+use super::queue::{QueuedPrompt, cancels};
+use super::resume::{self, ActiveRun, Next};
+use crate::conversation::{Message, ToolResult};
+use crate::error::SessionError;
+use crate::journal::Record;
+use crate::llm::retry::RetryPolicy;
+use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
+
+/// What a machine is built from.
+#[derive(Debug)]
+pub(crate) struct MachineArgs {
+    /// The session.
+    pub(crate) id: SessionId,
+    /// What it is.
+    pub(crate) spec: Arc<SessionSpec>,
+    /// How failed model turns are retried.
+    pub(crate) retry: RetryPolicy,
+    /// Concurrency-safe calls of one turn running at once, at most.
+    pub(crate) max_parallel_tools: usize,
+    /// A Stop arrived while the session was down: end with the run it resumes.
+    pub(crate) stopping: bool,
+    /// Seeds the retry jitter.
+    pub(crate) seed: u64,
+}
+
+/// One session's decisions.
+#[derive(Debug)]
+pub(crate) struct Machine {
+    id: SessionId,
+    spec: Arc<SessionSpec>,
+    retry: RetryPolicy,
+    max_parallel_tools: usize,
+    transcript: Vec<Message>,
+    run: Option<Run>,
+    /// The last stream or tool-turn id handed out.
+    next_id: u64,
+    /// The run a resumed journal left unfinished, until the session is up.
+    resume: Option<ActiveRun>,
+    /// Set by a Stop: the session ends with its current run.
+    stopping: bool,
+    /// The answer the machine waits for.
+    awaiting: Option<Awaiting>,
+    jitter: Jitter,
+    /// Effects of the input being handled.
+    out: Vec<Effect>,
+}
+
+/// One prompt and everything it caused, until its terminal event.
+#[derive(Debug)]
+struct Run {
+    /// The prompts it answers: the one that started it, then any that joined.
+    prompts: Vec<u64>,
+    started: Instant,
+    stats: RunStats,
+    /// The last text the model produced: the partial answer if the run stops early.
+    last_text: String,
+    /// The stamp of the cancel that ended this run, once one arrived.
+    cancelled: Option<u64>,
+    phase: Phase,
+}
+
+/// Where a run is.
+#[derive(Debug)]
+enum Phase {
+    /// Between steps.
+    Starting,
+    /// A model turn is streaming.
+    Streaming { stream: u64, attempt: u32 },
+    /// Waiting before another attempt.
+    Backoff { stream: u64, attempt: u32 },
+    /// The turn's tool calls are running.
+    Tools(ToolTurn),
+}
+
+/// What the machine waits for, and what it does with the answer.
+#[derive(Debug)]
+enum Awaiting {
+    /// The oldest queued prompt, to start a run with.
+    Prompt,
+    /// The prompts that join the run at a tool-turn boundary.
+    Joining,
+    /// The boundary's sync, before the next model turn.
+    Boundary,
+    /// The sync before these calls (one of them has effects) start.
+    Calls(Vec<usize>),
+    /// The sync of a terminal record, before its event.
+    End { prompts: Vec<u64>, outcome: Outcome },
+}
+
+impl Run {
+    fn new(prompts: Vec<u64>, turns: u32, started: Instant) -> Self {
+        Self {
+            prompts,
+            started,
+            stats: RunStats {
+                turns,
+                ..RunStats::default()
+            },
+            last_text: String::new(),
+            cancelled: None,
+            phase: Phase::Starting,
+        }
+    }
+}
+
+impl Machine {
+    /// A machine for a new session (`journal: None`: its header and history are
+    /// journaled) or for one restarted from its journal's records. The effects
+    /// start the session; the first input after them is [`Input::Started`].
+    pub(crate) fn start(args: MachineArgs, journal: Option<&[Record]>) -> (Self, Vec<Effect>) {
+        let mut machine = Self {
+            id: args.id,
+            spec: args.spec,
+            retry: args.retry,
+            max_parallel_tools: args.max_parallel_tools,
+            transcript: Vec::new(),
+            run: None,
+            next_id: 0,
+            resume: None,
+            stopping: args.stopping,
+            awaiting: None,
+            jitter: Jitter(args.seed),
+            out: Vec::new(),
+        };
+        match journal {
+            Some(records) => {
+                let resumed = resume::resume(records);
+                machine.transcript = resumed.transcript;
+                machine.resume = resumed.active;
+            }
+            None => {
+                let spec = &machine.spec;
+                let mut records = vec![Record::Header {
+                    session: machine.id,
+                    agent: spec.agent.clone(),
+                    model: spec.model.clone(),
+                    parent: spec.parent,
+                    tool_call_id: spec.tool_call_id.clone(),
+                }];
+                for message in &spec.history {
+                    records.push(Record::Message {
+                        message: message.clone(),
+                    });
+                }
+                machine.transcript = spec.history.clone();
+                machine.emit(Effect::Journal(records));
+            }
+        }
+        machine.publish(EventKind::SessionStarted {
+            model: machine.spec.model.clone(),
+            resumed: journal.is_some(),
+        });
+        let effects = std::mem::take(&mut machine.out);
+        (machine, effects)
+    }
+
+    /// True while a run from the journal waits to resume: the driver asks the
+    /// queue for a remembered cancel before [`Input::Started`].
+    pub(crate) fn resuming(&self) -> bool {
+        self.resume.is_some()
+    }
+
+    /// Handles one input at `now`; returns what to do, in order.
+    pub(crate) fn handle(&mut self, now: Instant, input: Input) -> Vec<Effect> {
+        if self.awaiting.is_some() && !input.is_answer() {
+            tracing::error!(session = %self.id, ?input, "an input arrived before the answer the session waits for");
+        }
+        match input {
+            Input::Started { cancel } => self.on_started(now, cancel),
+            Input::Prompt { seq } if self.run.is_some() => self.emit(Effect::CountWaiting { seq }),
+            Input::Prompt { .. } | Input::PullQueue => self.pull(),
+            Input::Cancel { seq } => self.on_cancel(now, seq),
+            Input::StopWhenIdle => {
+                self.stopping = true;
+                if self.run.is_none() && self.awaiting.is_none() {
+                    self.emit(Effect::Stop);
+                }
+            }
+            Input::TurnFinished { stream, result } => self.on_turn_finished(now, stream, result),
+            Input::RetryDue { stream } => self.on_retry_due(now, stream),
+            Input::ToolDone(done) => self.on_tool_done(now, done),
+            Input::Synced(result) => self.on_synced(now, result),
+            Input::Taken(prompts) => self.on_taken(now, prompts),
+            Input::Waiting(waiting) => {
+                // Nothing waits when the prompt was already taken (it started or
+                // joined the current run).
+                if waiting > 0 {
+                    self.publish(EventKind::PromptQueued { waiting });
+                }
+            }
+            Input::Failed(error) if self.run.is_some() => self.fail(now, &error),
+            Input::Failed(error) => {
+                tracing::error!(session = %self.id, %error, "a journal record or stream was lost between runs");
+            }
+        }
+        std::mem::take(&mut self.out)
+    }
+
+    fn emit(&mut self, effect: Effect) {
+        self.out.push(effect);
+    }
+
+    fn publish(&mut self, kind: EventKind) {
+        self.emit(Effect::Publish(kind));
+    }
+
+    /// Asks a question; its answer is the next input.
+    fn ask(&mut self, awaiting: Awaiting, question: Effect) {
+        self.awaiting = Some(awaiting);
+        self.emit(question);
+    }
+
+    /// Journals `message` and adds it to the transcript.
+    fn record(&mut self, message: Message) {
+        self.emit(Effect::Journal(vec![Record::Message {
+            message: message.clone(),
+        }]));
+        self.transcript.push(message);
+    }
+
+    /// Journals `marker` and `message` together, then adds the message.
+    fn record_after(&mut self, marker: Record, message: Message) {
+        self.emit(Effect::Journal(vec![
+            marker,
+            Record::Message {
+                message: message.clone(),
+            },
+        ]));
+        self.transcript.push(message);
+    }
+
+    fn next_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// The model turns of the current run so far.
+    fn turns(&self) -> u32 {
+        self.run.as_ref().map_or(0, |r| r.stats.turns)
+    }
+
+    /// Emits a crash where the session's fault plan says to.
+    #[cfg(feature = "test-support")]
+    fn strike(&mut self, point: crate::faults::FaultPoint) {
+        if self.spec.faults.as_ref().is_some_and(|f| f.fire(point)) {
+            self.emit(Effect::Crash(point));
+        }
+    }
+
+    fn on_started(&mut self, now: Instant, cancel: Option<u64>) {
+        let Some(active) = self.resume.take() else {
+            // A new session's header is journaled, not synced: its first turn
+            // boundary (or its first side-effecting tool) syncs it with the
+            // turn's records, so a sub-agent's first request never waits on its
+            // journal file being created.
+            if self.stopping {
+                self.emit(Effect::Stop);
+            } else {
+                self.emit(Effect::PullLater);
+            }
+            return;
+        };
+        match cancel {
+            // A cancel that arrived just before the crash still cancels the run.
+            Some(seq) if cancels(seq, &active.prompts) => {
+                let mut run = Run::new(active.prompts, active.turns, now);
+                run.cancelled = Some(seq);
+                self.run = Some(run);
+                self.end_run(now, |stats| Outcome::Cancelled {
+                    partial: String::new(),
+                    stats,
+                });
+            }
+            Some(_) | None => self.resume_run(now, active),
+        }
+    }
+
+    fn resume_run(&mut self, now: Instant, active: ActiveRun) {
+        let mut run = Run::new(active.prompts, active.turns, now);
+        match active.next {
+            Next::Request => {
+                self.run = Some(run);
+                self.begin_turn(now, 1);
+            }
+            Next::Finish(text) => {
+                run.last_text = text.clone();
+                self.run = Some(run);
+                self.end_run(now, |stats| Outcome::Finished {
+                    text,
+                    truncated: false,
+                    stats,
+                });
+            }
+            Next::Tools(pending) => {
+                self.run = Some(run);
+                let tools = &self.spec.tools;
+                let (replay, lost) = resume::replay_or_lost(pending, |name| {
+                    tools.get(name).is_some_and(|t| t.read_only())
+                });
+                for call in lost {
+                    self.record(Message::Tool(ToolResult::interrupted(&call.id)));
+                }
+                if replay.is_empty() {
+                    self.begin_turn(now, 1);
+                } else {
+                    self.start_tools(now, replay);
+                }
+            }
+        }
+    }
+
+    fn pull(&mut self) {
+        if self.run.is_none() && self.awaiting.is_none() {
+            self.ask(Awaiting::Prompt, Effect::TakeOne);
+        }
+    }
+
+    fn on_taken(&mut self, now: Instant, prompts: Vec<QueuedPrompt>) {
+        match self.awaiting.take() {
+            Some(Awaiting::Prompt) => {
+                if let Some(prompt) = prompts.into_iter().next() {
+                    self.start_run(now, prompt);
+                }
+            }
+            Some(Awaiting::Joining) => {
+                // A tool-turn boundary: prompts that arrived meanwhile join the
+                // conversation, durable with the boundary's sync.
+                for prompt in prompts {
+                    if let Some(run) = self.run.as_mut() {
+                        run.prompts.push(prompt.seq);
+                    }
+                    let joined = Record::PromptJoined { prompt: prompt.seq };
+                    self.record_after(joined, Message::user(prompt.text));
+                }
+                self.ask(Awaiting::Boundary, Effect::Sync);
+            }
+            other => self.unexpected("prompts", other),
+        }
+    }
+
+    fn on_synced(&mut self, now: Instant, result: Result<(), String>) {
+        match self.awaiting.take() {
+            Some(Awaiting::Boundary) => match result {
+                Ok(()) => self.begin_turn(now, 1),
+                Err(e) => self.fail(now, &SessionError::Journal(e)),
+            },
+            Some(Awaiting::Calls(indices)) => {
+                self.launch(indices, &result.map_err(SessionError::Journal));
+                self.advance_tools(now);
+            }
+            Some(Awaiting::End { prompts, outcome }) => {
+                if let Err(e) = result {
+                    // The run has ended either way; say so rather than lose the
+                    // outcome too.
+                    tracing::error!(session = %self.id, error = %e, "cannot journal the end of the run");
+                }
+                self.publish(EventKind::Terminal { prompts, outcome });
+                if self.stopping {
+                    self.emit(Effect::Stop);
+                } else {
+                    self.emit(Effect::PullLater);
+                }
+            }
+            other => self.unexpected("a sync", other),
+        }
+    }
+
+    fn unexpected(&mut self, answer: &str, awaiting: Option<Awaiting>) {
+        tracing::error!(session = %self.id, ?awaiting, "{answer} arrived that nothing asked for");
+        self.awaiting = awaiting;
+    }
+
+    fn start_run(&mut self, now: Instant, prompt: QueuedPrompt) {
+        self.run = Some(Run::new(vec![prompt.seq], 0, now));
+        // Not synced here: the prompt is durable with the first turn boundary's
+        // group, and a crashed session still finds it, since the writer outlives
+        // sessions.
+        let started = Record::RunStarted { prompt: prompt.seq };
+        self.record_after(started, Message::user(prompt.text));
+        self.begin_turn(now, 1);
+    }
+
+    fn on_cancel(&mut self, now: Instant, seq: u64) {
+        let Some(run) = self.run.as_mut().filter(|r| cancels(seq, &r.prompts)) else {
+            self.emit(Effect::CancelDone { seq });
+            return;
+        };
+        run.cancelled = Some(seq);
+        match &run.phase {
+            Phase::Streaming { stream, .. } => {
+                let stream = *stream;
+                self.emit(Effect::CancelStream { stream });
+            }
+            Phase::Tools(turn) => {
+                let turn = turn.seq;
+                self.emit(Effect::CancelTools { turn });
+            }
+            Phase::Backoff { .. } | Phase::Starting => self.end_cancelled(now),
+        }
+    }
+
+    /// Ends the run as cancelled, its last text as the partial answer.
+    fn end_cancelled(&mut self, now: Instant) {
+        let partial = self
+            .run
+            .as_ref()
+            .map(|r| r.last_text.clone())
+            .unwrap_or_default();
+        self.end_run(now, |stats| Outcome::Cancelled { partial, stats });
+    }
+
+    fn fail(&mut self, now: Instant, error: &SessionError) {
+        tracing::warn!(session = %self.id, %error, "run failed");
+        let partial = self
+            .run
+            .as_ref()
+            .map(|r| r.last_text.clone())
+            .unwrap_or_default();
+        self.end_run(now, |stats| Outcome::failed(error, partial, stats));
+    }
+
+    /// Ends the run with exactly one terminal record, made durable before its
+    /// event; whatever the run still had in flight is cancelled.
+    fn end_run(&mut self, now: Instant, outcome: impl FnOnce(RunStats) -> Outcome) {
+        let Some(mut run) = self.run.take() else {
+            return;
+        };
+        match &run.phase {
+            Phase::Streaming { stream, .. } => {
+                let stream = *stream;
+                self.emit(Effect::CancelStream { stream });
+            }
+            Phase::Tools(turn) if !turn.running.is_empty() => {
+                let turn = turn.seq;
+                self.emit(Effect::CancelTools { turn });
+            }
+            Phase::Tools(_) | Phase::Starting | Phase::Backoff { .. } => {}
+        }
+        if let Some(seq) = run.cancelled {
+            self.emit(Effect::CancelDone { seq });
+        }
+        run.stats.duration_ms = now.saturating_duration_since(run.started).as_millis() as u64;
+        let outcome = outcome(run.stats);
+        self.emit(Effect::Journal(vec![Record::Terminal {
+            outcome: outcome.clone(),
+        }]));
+        let prompts = run.prompts;
+        self.ask(Awaiting::End { prompts, outcome }, Effect::Sync);
+    }
+}
+
+/// Samples for the retry jitter (SplitMix64): seeded, so a machine's retry delays
+/// are reproducible in tests, and different per session, so a fan-out's retries
+/// spread out.
+#[derive(Debug)]
+struct Jitter(u64);
+
+impl Jitter {
+    /// A sample in `[0, 1)`.
+    fn sample(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests;

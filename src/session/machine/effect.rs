@@ -1,0 +1,75 @@
+//! What the run machine asks to be done: the [`Effect`]s a Session carries out, in
+//! order.
+
+use std::time::Duration;
+
+use crate::conversation::ToolCall;
+use crate::journal::Record;
+use crate::llm::ChatRequest;
+use crate::protocol::EventKind;
+
+/// What the machine asks to be done, in order.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Effect {
+    /// Append these records to the session's journal, together (not yet durable).
+    Journal(Vec<Record>),
+    /// Make everything journaled so far durable; answer [`super::Input::Synced`].
+    Sync,
+    /// Publish this event as the session.
+    Publish(EventKind),
+    /// Start a model turn: stream this request; it ends with
+    /// [`super::Input::TurnFinished`] for `stream`.
+    StartStream {
+        /// The stream's id.
+        stream: u64,
+        /// What to send.
+        request: ChatRequest,
+    },
+    /// Stop reading stream `stream`; it ends with a cancelled turn.
+    CancelStream {
+        /// Which stream.
+        stream: u64,
+    },
+    /// Send [`super::Input::RetryDue`] for `stream` after `delay`.
+    RetryAfter {
+        /// The id the next stream will have.
+        stream: u64,
+        /// How long to wait.
+        delay: Duration,
+    },
+    /// Run one tool call; it ends with [`super::Input::ToolDone`].
+    StartTool {
+        /// Its tool turn.
+        turn: u64,
+        /// Its position in the turn.
+        index: usize,
+        /// The call.
+        call: ToolCall,
+    },
+    /// Cancel every running call of tool turn `turn`.
+    CancelTools {
+        /// Which tool turn.
+        turn: u64,
+    },
+    /// Take the oldest queued prompt; answer [`super::Input::Taken`].
+    TakeOne,
+    /// Take every queued prompt; answer [`super::Input::Taken`].
+    TakeAll,
+    /// Count the queued prompts stamped up to `seq`; answer [`super::Input::Waiting`].
+    CountWaiting {
+        /// The stamp.
+        seq: u64,
+    },
+    /// Tell the queue that the cancel stamped `seq` has been acted on.
+    CancelDone {
+        /// The cancel's stamp.
+        seq: u64,
+    },
+    /// Come back with [`super::Input::PullQueue`] after the messages already waiting.
+    PullLater,
+    /// The session ends.
+    Stop,
+    /// Panic here, as a [`crate::faults::FaultPlan`] asks.
+    #[cfg(feature = "test-support")]
+    Crash(crate::faults::FaultPoint),
+}

@@ -1,0 +1,90 @@
+//! What the run machine is told: the [`Input`]s a Session turns its messages into,
+//! and the answers to the machine's questions.
+
+use crate::conversation::{AssistantTurn, ToolResult, Usage};
+use crate::error::{LlmError, SessionError};
+use crate::session::queue::QueuedPrompt;
+use crate::tools::FileChange;
+
+/// What the machine is told.
+#[derive(Debug)]
+pub(crate) enum Input {
+    /// The session is up. `cancel` is the cancel its queue still remembered (asked
+    /// for only when the session resumes a run from its journal).
+    Started {
+        /// The remembered cancel's stamp.
+        cancel: Option<u64>,
+    },
+    /// A prompt stamped `seq` was queued: take it when idle.
+    Prompt {
+        /// Its place in arrival order.
+        seq: u64,
+    },
+    /// Take the next queued prompt, if idle.
+    PullQueue,
+    /// Cancel the run, if it answers only prompts that came before `seq`.
+    Cancel {
+        /// The cancel's place in arrival order.
+        seq: u64,
+    },
+    /// End the session once the run in progress (if any) has ended.
+    StopWhenIdle,
+    /// A model turn's stream ended.
+    TurnFinished {
+        /// Which stream.
+        stream: u64,
+        /// The assembled turn, or why there is none.
+        result: Result<AssistantTurn, LlmError>,
+    },
+    /// The backoff before another attempt is over.
+    RetryDue {
+        /// The stream id reserved for the attempt.
+        stream: u64,
+    },
+    /// A tool call ended.
+    ToolDone(ToolDone),
+    /// The answer to [`super::Effect::Sync`].
+    Synced(Result<(), String>),
+    /// The answer to [`super::Effect::TakeOne`] (at most one prompt) or
+    /// [`super::Effect::TakeAll`].
+    Taken(Vec<QueuedPrompt>),
+    /// The answer to [`super::Effect::CountWaiting`].
+    Waiting(usize),
+    /// An effect could not be carried out (the journal refused a record, a stream
+    /// could not be started): the run in progress fails with this.
+    Failed(SessionError),
+}
+
+impl Input {
+    /// True for the answer to a question effect, which the driver must hand back
+    /// before any other input.
+    pub(crate) fn is_answer(&self) -> bool {
+        match self {
+            Self::Synced(_) | Self::Taken(_) | Self::Waiting(_) => true,
+            Self::Started { .. }
+            | Self::Prompt { .. }
+            | Self::PullQueue
+            | Self::Cancel { .. }
+            | Self::StopWhenIdle
+            | Self::TurnFinished { .. }
+            | Self::RetryDue { .. }
+            | Self::ToolDone(_)
+            | Self::Failed(_) => false,
+        }
+    }
+}
+
+/// How one tool call ended.
+#[derive(Debug)]
+pub(crate) struct ToolDone {
+    /// Which tool turn.
+    pub(crate) turn: u64,
+    /// The call's position in its turn.
+    pub(crate) index: usize,
+    /// Its result.
+    pub(crate) result: ToolResult,
+    /// The files it changed.
+    pub(crate) changes: Vec<FileChange>,
+    /// Tokens it spent through sub-agents.
+    pub(crate) spent: Usage,
+}

@@ -1,0 +1,186 @@
+//! The model turn of a run: the request (the transcript after protocol
+//! enforcement), what the finished turn means, and retries with backoff.
+
+use std::time::Instant;
+
+use super::{Effect, Machine, Phase, Run};
+use crate::conversation::{AssistantTurn, Message, enforce_protocol};
+use crate::error::{LlmError, SessionError};
+use crate::llm::ChatRequest;
+use crate::llm::retry::AfterFailure;
+use crate::protocol::{EventKind, Outcome};
+use crate::session::turn::{self, Decision};
+
+impl Machine {
+    /// Starts attempt `attempt` of a model turn (a new turn when 1).
+    pub(super) fn begin_turn(&mut self, now: Instant, attempt: u32) {
+        let max_turns = self.spec.max_turns;
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
+        if attempt == 1 {
+            if run.stats.turns >= max_turns {
+                return self.fail(now, &SessionError::MaxTurns(max_turns));
+            }
+            run.stats.turns += 1;
+            #[cfg(feature = "test-support")]
+            self.strike(crate::faults::FaultPoint::BeforeTurn(self.turns()));
+        }
+        let turn = self.turns();
+        let request = self.request(turn);
+        let stream = self.next_id();
+        if let Some(run) = self.run.as_mut() {
+            run.phase = Phase::Streaming { stream, attempt };
+        }
+        // Announced before the stream exists, so no delta can come before it.
+        self.publish(EventKind::TurnStarted { turn, attempt });
+        self.emit(Effect::StartStream { stream, request });
+    }
+
+    /// The request for model turn `turn`: the system prompt, then the transcript
+    /// after protocol enforcement, then the tools.
+    fn request(&self, turn: u32) -> ChatRequest {
+        let (messages, repairs) = enforce_protocol(&self.transcript);
+        if repairs.inserted + repairs.dropped > 0 {
+            tracing::warn!(session = %self.id, ?repairs, "repaired the transcript before the request");
+        }
+        let spec = &self.spec;
+        let mut all = Vec::with_capacity(messages.len() + 1);
+        if !spec.system_prompt.is_empty() {
+            all.push(Message::system(spec.system_prompt.clone()));
+        }
+        all.extend(messages);
+        ChatRequest {
+            model: spec.model.clone(),
+            messages: all,
+            tools: spec.tools.specs(),
+            max_tokens: None,
+            place: format!("{}/turn {turn}", spec.place),
+        }
+    }
+
+    pub(super) fn on_turn_finished(
+        &mut self,
+        now: Instant,
+        stream: u64,
+        result: Result<AssistantTurn, LlmError>,
+    ) {
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
+        let Phase::Streaming {
+            stream: current,
+            attempt,
+        } = run.phase
+        else {
+            return;
+        };
+        if current != stream {
+            return;
+        }
+        run.phase = Phase::Starting;
+        let cancelled = run.cancelled.is_some();
+        let error = match result {
+            Ok(turn) if cancelled => return self.record_turn_and_cancel(now, turn),
+            Ok(turn) => match turn::decide(&turn) {
+                Decision::RunTools => {
+                    self.account(&turn);
+                    return self.start_tools(now, turn.message.tool_calls);
+                }
+                Decision::Finish { truncated } => {
+                    // Durable with the terminal record's sync.
+                    let text = self.account(&turn);
+                    return self.end_run(now, |stats| Outcome::Finished {
+                        text,
+                        truncated,
+                        stats,
+                    });
+                }
+                Decision::Fail(e) => LlmError::Stream(e),
+            },
+            Err(LlmError::Cancelled { partial }) => {
+                return self.record_turn_and_cancel(now, *partial);
+            }
+            Err(error) => error,
+        };
+        // A cancel that crossed a failing stream still ends the run as cancelled.
+        if cancelled {
+            return self.end_cancelled(now);
+        }
+        let policy = self.retry;
+        match policy.after_failure(error.class(), attempt, self.jitter.sample()) {
+            AfterFailure::Retry(delay) => {
+                self.publish(EventKind::Retrying {
+                    attempt,
+                    max_attempts: policy.max_attempts,
+                    delay_ms: delay.as_millis() as u64,
+                    reason: error.to_string(),
+                });
+                tracing::info!(session = %self.id, attempt, ?delay, %error, "retrying the model turn");
+                let stream = self.next_id();
+                if let Some(run) = self.run.as_mut() {
+                    run.phase = Phase::Backoff { stream, attempt };
+                }
+                self.emit(Effect::RetryAfter { stream, delay });
+            }
+            AfterFailure::Exhausted => {
+                let e = SessionError::RetriesExhausted {
+                    attempts: attempt,
+                    last: Box::new(error),
+                };
+                self.fail(now, &e);
+            }
+            AfterFailure::Fatal => self.fail(now, &SessionError::Llm(error)),
+        }
+    }
+
+    pub(super) fn on_retry_due(&mut self, now: Instant, stream: u64) {
+        let Some(Run {
+            phase:
+                Phase::Backoff {
+                    stream: due,
+                    attempt,
+                },
+            ..
+        }) = self.run
+        else {
+            return;
+        };
+        if due == stream {
+            self.begin_turn(now, attempt + 1);
+        }
+    }
+
+    /// Counts a completed turn: usage, the last text, the event, the journal.
+    /// Returns the turn's text.
+    pub(super) fn account(&mut self, turn: &AssistantTurn) -> String {
+        let Some(run) = self.run.as_mut() else {
+            return String::new();
+        };
+        let usage = turn.usage.unwrap_or_default();
+        run.stats.usage.add(&usage);
+        let text = turn.message.answer().to_owned();
+        if !text.is_empty() {
+            run.last_text = text.clone();
+        }
+        let finished = EventKind::TurnFinished {
+            turn: run.stats.turns,
+            text: text.clone(),
+            tool_calls: turn.message.tool_calls.len(),
+            usage,
+        };
+        self.publish(finished);
+        if !turn.is_empty() {
+            self.record(Message::Assistant(turn.message.clone()));
+        }
+        text
+    }
+
+    /// The run was cancelled: keep what the model had said (without its tool
+    /// calls, which will never run) and end the run.
+    pub(super) fn record_turn_and_cancel(&mut self, now: Instant, mut turn: AssistantTurn) {
+        turn.message.tool_calls.clear();
+        self.account(&turn);
+        self.end_cancelled(now);
+    }
+}

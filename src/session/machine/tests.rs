@@ -1,0 +1,1 @@
+//! Tests of the run machine, without a runtime.

@@ -1,0 +1,266 @@
+//! The tool phase of a model turn: the calls cut into batches (consecutive safe
+//! calls together, each unsafe call alone), started as the scheduler admits them,
+//! results journaled as they come and handed back to the model in call order.
+//!
+//! A call whose tool has effects starts only once the records of its turn are
+//! durable: a tool's effects must never precede the record of the turn that asked
+//! for them, or a resumed session could run it again.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use super::{Awaiting, Effect, Machine, Phase, ToolDone};
+use crate::conversation::{Message, ToolCall, ToolResult};
+use crate::error::SessionError;
+use crate::journal::Record;
+use crate::protocol::EventKind;
+use crate::tools::Concurrency;
+use crate::tools::scheduler::{self, Batch, plan};
+
+/// One turn's tool calls in flight.
+#[derive(Debug)]
+pub(super) struct ToolTurn {
+    /// Identifies this tool turn; results from an older one are ignored.
+    pub(super) seq: u64,
+    /// The calls, in the order the model made them.
+    calls: Vec<ToolCall>,
+    /// Batches not started yet.
+    batches: VecDeque<Batch>,
+    /// Calls of the current batch not started yet.
+    waiting: VecDeque<usize>,
+    /// Whether the current batch is a parallel group.
+    parallel: bool,
+    /// Calls started and not finished, by position.
+    pub(super) running: Vec<usize>,
+    /// Results by call position.
+    results: Vec<Option<ToolResult>>,
+    /// Calls whose tool bounds its own parallelism (Task): not counted against
+    /// the turn's cap.
+    bounds_itself: Vec<bool>,
+}
+
+impl Machine {
+    pub(super) fn start_tools(&mut self, now: Instant, calls: Vec<ToolCall>) {
+        let tools = &self.spec.tools;
+        let classes: Vec<Concurrency> = calls
+            .iter()
+            .map(|c| match (tools.get(&c.name), c.parsed_arguments()) {
+                (Some(tool), Ok(input)) => tool.concurrency(&input),
+                // An unknown tool or bad JSON fails at once without touching anything.
+                _ => Concurrency::Safe,
+            })
+            .collect();
+        let bounds_itself: Vec<bool> = calls
+            .iter()
+            .map(|c| tools.get(&c.name).is_some_and(|t| t.bounds_itself()))
+            .collect();
+        let seq = self.next_id();
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
+        run.stats.tool_calls += calls.len() as u32;
+        run.phase = Phase::Tools(ToolTurn {
+            seq,
+            results: vec![None; calls.len()],
+            calls,
+            batches: plan(&classes).into(),
+            waiting: VecDeque::new(),
+            parallel: false,
+            running: Vec::new(),
+            bounds_itself,
+        });
+        self.advance_tools(now);
+    }
+
+    fn tool_turn(&mut self) -> Option<&mut ToolTurn> {
+        match self.run.as_mut().map(|r| &mut r.phase) {
+            Some(Phase::Tools(turn)) => Some(turn),
+            Some(Phase::Starting | Phase::Streaming { .. } | Phase::Backoff { .. }) | None => None,
+        }
+    }
+
+    /// Starts whatever may start now; when the last batch is done, finishes the
+    /// tool turn. Stops early when a start waits for a sync.
+    pub(super) fn advance_tools(&mut self, now: Instant) {
+        loop {
+            let limit = self.max_parallel_tools.max(1);
+            let cancelled = self.run.as_ref().is_some_and(|r| r.cancelled.is_some());
+            let Some(turn) = self.tool_turn() else {
+                return;
+            };
+            if cancelled {
+                turn.waiting.clear();
+                turn.batches.clear();
+            }
+            let starting = scheduler::admit(
+                &mut turn.waiting,
+                turn.running.iter().copied(),
+                &turn.bounds_itself,
+                turn.parallel,
+                limit,
+            );
+            if !starting.is_empty() {
+                if self.start_calls(starting) {
+                    return;
+                }
+                continue;
+            }
+            if !turn.running.is_empty() || !turn.waiting.is_empty() {
+                return;
+            }
+            match turn.batches.pop_front() {
+                Some(batch) => {
+                    turn.parallel = batch.parallel;
+                    turn.waiting = batch.calls.into();
+                }
+                None => return self.finish_tools(now),
+            }
+        }
+    }
+
+    /// Journals the start of the calls at `indices`, together. When one of their
+    /// tools has effects, the journal is made durable first, once for the group,
+    /// and the calls start with the answer (true: waiting for it).
+    fn start_calls(&mut self, indices: Vec<usize>) -> bool {
+        let Some(Phase::Tools(turn)) = self.run.as_ref().map(|r| &r.phase) else {
+            return false;
+        };
+        let calls: Vec<&ToolCall> = indices.iter().map(|i| &turn.calls[*i]).collect();
+        let records = calls
+            .iter()
+            .map(|c| Record::ToolStarted {
+                call_id: c.id.clone(),
+            })
+            .collect();
+        let tools = &self.spec.tools;
+        let durable = calls
+            .iter()
+            .any(|c| tools.get(&c.name).is_some_and(|t| !t.read_only()));
+        self.emit(Effect::Journal(records));
+        if durable {
+            self.ask(Awaiting::Calls(indices), Effect::Sync);
+            return true;
+        }
+        self.launch(indices, &Ok(()));
+        false
+    }
+
+    /// Starts the calls at `indices`, each announced before it runs (so that its
+    /// effects, a sub-agent's events say, never come before it); if their start
+    /// could not be journaled, each gets an error result instead.
+    pub(super) fn launch(&mut self, indices: Vec<usize>, ready: &Result<(), SessionError>) {
+        for index in indices {
+            let Some(turn) = self.tool_turn() else {
+                return;
+            };
+            let call = turn.calls[index].clone();
+            let seq = turn.seq;
+            if ready.is_ok() {
+                turn.running.push(index);
+            }
+            self.publish(EventKind::ToolStarted {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            });
+            match ready {
+                Ok(()) => {
+                    self.emit(Effect::StartTool {
+                        turn: seq,
+                        index,
+                        call,
+                    });
+                    #[cfg(feature = "test-support")]
+                    self.strike(crate::faults::FaultPoint::AfterToolStarted(self.turns()));
+                }
+                Err(e) => {
+                    let result = ToolResult {
+                        tool_call_id: call.id,
+                        content: format!("Error: the tool was not run: {e}"),
+                        is_error: true,
+                    };
+                    self.store_result(index, result);
+                }
+            }
+        }
+    }
+
+    /// Records one call's result: in the turn, as an event, and in the journal (as
+    /// it finishes: a tool's work must not be forgotten; it joins the transcript in
+    /// call order once the whole turn is done).
+    fn store_result(&mut self, index: usize, result: ToolResult) {
+        let Some(turn) = self.tool_turn() else {
+            return;
+        };
+        turn.running.retain(|i| *i != index);
+        let name = turn.calls[index].name.clone();
+        turn.results[index] = Some(result.clone());
+        let preview: String = result.content.chars().take(200).collect();
+        self.publish(EventKind::ToolFinished {
+            call_id: result.tool_call_id.clone(),
+            name,
+            is_error: result.is_error,
+            preview,
+        });
+        self.emit(Effect::Journal(vec![Record::Message {
+            message: Message::Tool(result),
+        }]));
+    }
+
+    /// A call ended. Its file changes and the tokens its sub-agents spent count
+    /// whether or not its turn is still current; its result only if it is.
+    pub(super) fn on_tool_done(&mut self, now: Instant, done: ToolDone) {
+        let ToolDone {
+            turn: turn_seq,
+            index,
+            result,
+            changes,
+            spent,
+        } = done;
+        if let Some(run) = self.run.as_mut() {
+            run.stats.usage.add(&spent);
+        }
+        for change in changes {
+            self.publish(EventKind::FileChanged {
+                call_id: result.tool_call_id.clone(),
+                path: change.path,
+                diff: change.diff,
+            });
+        }
+        let Some(turn) = self.tool_turn() else {
+            return;
+        };
+        if turn.seq != turn_seq || turn.results.get(index).is_none_or(Option::is_some) {
+            return;
+        }
+        self.store_result(index, result);
+        #[cfg(feature = "test-support")]
+        self.strike(crate::faults::FaultPoint::AfterToolResult(self.turns()));
+        self.advance_tools(now);
+    }
+
+    /// Every call has its result: they join the transcript in call order (a call
+    /// that never ran as interrupted); then the run ends if it was cancelled, or
+    /// takes the prompts that arrived meanwhile and goes on.
+    fn finish_tools(&mut self, now: Instant) {
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
+        let Phase::Tools(turn) = std::mem::replace(&mut run.phase, Phase::Starting) else {
+            return;
+        };
+        let cancelled = run.cancelled.is_some();
+        for (call, result) in turn.calls.iter().zip(turn.results) {
+            match result {
+                Some(result) => self.transcript.push(Message::Tool(result)),
+                None => self.record(Message::Tool(ToolResult::interrupted(&call.id))),
+            }
+        }
+        if cancelled {
+            // No sync before the terminal record: a crash in between must not
+            // leave a cancelled run looking resumable. The end syncs both together.
+            return self.end_cancelled(now);
+        }
+        self.ask(Awaiting::Joining, Effect::TakeAll);
+    }
+}

@@ -1,0 +1,164 @@
+//! The order of a session's prompts and cancels. Prompts and cancels share one
+//! process-wide sequence of stamps: a cancel applies to what arrived before it and
+//! never to what came after. Pure code; the PromptQueue actor holds one
+//! [`PromptQueue`] so that it outlives the session's crashes.
+
+/// A prompt stamped with its arrival order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct QueuedPrompt {
+    /// Process-wide arrival order; cancels carry one too.
+    pub(crate) seq: u64,
+    /// The prompt.
+    pub(crate) text: String,
+}
+
+/// Whether a cancel stamped `cancel` applies to a run answering `prompts`: only if
+/// it came after all of them (a prompt sent after a cancel is never cancelled by
+/// it).
+pub(crate) fn cancels(cancel: u64, prompts: &[u64]) -> bool {
+    prompts.iter().all(|p| *p < cancel)
+}
+
+/// The prompts waiting for a session, and the cancel it has not acted on yet.
+#[derive(Debug, Default)]
+pub(crate) struct PromptQueue {
+    prompts: Vec<QueuedPrompt>,
+    cancel: Option<u64>,
+}
+
+impl PromptQueue {
+    /// Queues a prompt.
+    pub(crate) fn push(&mut self, prompt: QueuedPrompt) {
+        self.prompts.push(prompt);
+    }
+
+    /// How many prompts that arrived up to `seq` still wait.
+    pub(crate) fn waiting(&self, seq: u64) -> usize {
+        self.prompts.iter().filter(|p| p.seq <= seq).count()
+    }
+
+    /// Takes the oldest prompt.
+    pub(crate) fn take_one(&mut self) -> Option<QueuedPrompt> {
+        (!self.prompts.is_empty()).then(|| self.prompts.remove(0))
+    }
+
+    /// Takes every waiting prompt, oldest first.
+    pub(crate) fn take_all(&mut self) -> Vec<QueuedPrompt> {
+        std::mem::take(&mut self.prompts)
+    }
+
+    /// A cancel stamped `seq`: drops the prompts that arrived before it (returned,
+    /// oldest first: each still needs its terminal event) and remembers the cancel
+    /// until the session has acted on it.
+    pub(crate) fn cancel(&mut self, seq: u64) -> Vec<QueuedPrompt> {
+        let (dropped, kept) = std::mem::take(&mut self.prompts)
+            .into_iter()
+            .partition(|p| p.seq < seq);
+        self.prompts = kept;
+        self.cancel = Some(seq);
+        dropped
+    }
+
+    /// The session ended a run as cancelled, answering cancels up to `seq`.
+    pub(crate) fn cancel_done(&mut self, seq: u64) {
+        if self.cancel.is_some_and(|c| c <= seq) {
+            self.cancel = None;
+        }
+    }
+
+    /// Takes the remembered cancel (a session resuming after a crash asks).
+    pub(crate) fn take_cancel(&mut self) -> Option<u64> {
+        self.cancel.take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn prompt(seq: u64) -> QueuedPrompt {
+        QueuedPrompt {
+            seq,
+            text: format!("p{seq}"),
+        }
+    }
+
+    fn seqs(prompts: &[QueuedPrompt]) -> Vec<u64> {
+        prompts.iter().map(|p| p.seq).collect()
+    }
+
+    #[test]
+    fn a_cancel_applies_only_to_runs_whose_prompts_came_before_it() {
+        assert!(cancels(5, &[3, 4]));
+        assert!(!cancels(5, &[3, 6]));
+        assert!(!cancels(5, &[5]));
+    }
+
+    #[test]
+    fn a_cancel_drops_what_came_before_it_and_keeps_what_came_after() {
+        let mut queue = PromptQueue::default();
+        for seq in [1, 2, 5] {
+            queue.push(prompt(seq));
+        }
+        assert_eq!(seqs(&queue.cancel(3)), [1, 2]);
+        assert_eq!(queue.waiting(10), 1);
+        assert_eq!(queue.take_cancel(), Some(3));
+        assert_eq!(queue.take_cancel(), None);
+        assert_eq!(queue.take_one().map(|p| p.seq), Some(5));
+        assert_eq!(queue.take_one(), None);
+    }
+
+    #[test]
+    fn a_cancel_is_remembered_until_a_run_answers_it() {
+        let mut queue = PromptQueue::default();
+        queue.cancel(4);
+        queue.cancel_done(3);
+        assert_eq!(queue.take_cancel(), Some(4), "an older answer keeps it");
+        queue.cancel(4);
+        queue.cancel_done(4);
+        assert_eq!(queue.take_cancel(), None);
+    }
+
+    #[test]
+    fn waiting_counts_only_prompts_up_to_the_stamp() {
+        let mut queue = PromptQueue::default();
+        for seq in [2, 4, 6] {
+            queue.push(prompt(seq));
+        }
+        assert_eq!(queue.waiting(4), 2);
+        assert_eq!(seqs(&queue.take_all()), [2, 4, 6]);
+        assert_eq!(queue.waiting(10), 0);
+    }
+
+    proptest! {
+        /// Whatever the order of pushes and cancels, every prompt is either
+        /// dropped by exactly one cancel that came after it or still waits, in
+        /// arrival order; no cancel drops a prompt that came after it.
+        #[test]
+        fn every_prompt_is_kept_or_dropped_once_by_a_later_cancel(
+            ops in proptest::collection::vec(any::<bool>(), 0..40),
+        ) {
+            let mut queue = PromptQueue::default();
+            let mut pushed = Vec::new();
+            let mut dropped = Vec::new();
+            for (seq, is_cancel) in ops.into_iter().enumerate() {
+                let seq = seq as u64 + 1;
+                if is_cancel {
+                    let gone = queue.cancel(seq);
+                    prop_assert!(gone.iter().all(|p| p.seq < seq));
+                    dropped.extend(seqs(&gone));
+                } else {
+                    queue.push(prompt(seq));
+                    pushed.push(seq);
+                }
+            }
+            let mut kept = seqs(&queue.take_all());
+            prop_assert!(kept.windows(2).all(|w| w[0] < w[1]));
+            kept.extend(dropped);
+            kept.sort_unstable();
+            prop_assert_eq!(kept, pushed);
+        }
+    }
+}
