@@ -116,6 +116,12 @@ pub fn read_journal(path: &Path) -> Result<Vec<Record>, JournalError> {
         path: path.to_owned(),
         source,
     })?;
+    parse_journal(path, &text)
+}
+
+/// The records of a journal's text, read from `path` (named in errors). A torn
+/// last line is ignored.
+pub(crate) fn parse_journal(path: &Path, text: &str) -> Result<Vec<Record>, JournalError> {
     let complete = text.ends_with('\n');
     let lines: Vec<&str> = text.lines().collect();
     let mut records = Vec::with_capacity(lines.len());

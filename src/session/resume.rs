@@ -63,6 +63,16 @@ pub(crate) fn resume(records: &[Record]) -> Resumed {
             Record::Terminal { .. } => run_start = None,
         }
     }
+    // A marker is journaled together with its prompt, but a torn write can keep
+    // the one without the other: a run whose prompt was lost never started, and
+    // a prompt that did not make it never joined.
+    match records.last() {
+        Some(Record::RunStarted { .. }) => run_start = None,
+        Some(Record::PromptJoined { .. }) => {
+            prompts.pop();
+        }
+        _ => {}
+    }
     let active = run_start.map(|start| {
         let run = &transcript[start..];
         let is_assistant = |m: &Message| match m {
@@ -271,6 +281,31 @@ mod tests {
                 prompts: vec![1],
                 turns: 1,
                 next: Next::Finish("the answer".into())
+            })
+        );
+    }
+
+    #[test]
+    fn a_marker_torn_from_its_prompt_starts_or_joins_nothing() {
+        let started = resume(&[
+            msg(Message::user("old")),
+            msg(assistant("old answer", &[])),
+            Record::RunStarted { prompt: 3 },
+        ]);
+        assert_eq!((started.active, started.transcript.len()), (None, 2));
+        let joined = resume(&[
+            Record::RunStarted { prompt: 4 },
+            msg(Message::user("a")),
+            msg(assistant("", &["1"])),
+            msg(result("1")),
+            Record::PromptJoined { prompt: 6 },
+        ]);
+        assert_eq!(
+            joined.active,
+            Some(ActiveRun {
+                prompts: vec![4],
+                turns: 1,
+                next: Next::Request
             })
         );
     }

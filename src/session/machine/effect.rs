@@ -9,7 +9,7 @@ use crate::llm::ChatRequest;
 use crate::protocol::EventKind;
 
 /// What the machine asks to be done, in order.
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Effect {
     /// Append these records to the session's journal, together (not yet durable).
     Journal(Vec<Record>),
