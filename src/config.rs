@@ -29,10 +29,6 @@ pub const DEFAULT_OPENAI_MODEL: &str = "gpt-4.1";
 /// The model used with api.anthropic.com when none is named.
 pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
 
-/// Output tokens asked of Anthropic when a request and the provider's settings name
-/// none: what current Claude models allow at least.
-pub const DEFAULT_MAX_TOKENS: u32 = 32_000;
-
 /// Claude Code's aliases, on the `anthropic` provider, unless a file redefines them.
 const BUILT_IN_ALIASES: [(&str, &str); 3] = [
     ("haiku", "claude-haiku-4-5"),
@@ -319,7 +315,7 @@ pub fn resolve(
                 "provider {name:?}: thinking_budget is an Anthropic setting"
             )));
         }
-        let max = entry.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+        let max = entry.max_tokens.unwrap_or(anthropic::DEFAULT_MAX_TOKENS);
         if let Some(budget) = entry.thinking_budget
             && (budget < 1024 || budget >= max)
         {
