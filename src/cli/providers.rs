@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Cli;
+use super::flags::Cli;
 use crate::config::{self, ConfigFile, Flags, ProviderKind, ProviderSettings};
 use crate::error::ConfigError;
 use crate::llm::Provider;

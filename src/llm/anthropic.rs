@@ -25,6 +25,10 @@ pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 /// The API version sent with every request.
 pub const API_VERSION: &str = "2023-06-01";
 
+/// Output tokens asked for when a request and the provider's settings name none:
+/// what current Claude models allow at least.
+pub const DEFAULT_MAX_TOKENS: u32 = 32_000;
+
 /// How to reach the server.
 #[derive(Clone)]
 pub struct AnthropicConfig {
@@ -52,7 +56,7 @@ impl AnthropicConfig {
         Self {
             base_url: base_url.into(),
             api_key,
-            max_tokens: crate::config::DEFAULT_MAX_TOKENS,
+            max_tokens: DEFAULT_MAX_TOKENS,
             thinking_budget: None,
             idle_timeout: Duration::from_secs(120),
             request_timeout: Duration::from_secs(600),

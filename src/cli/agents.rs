@@ -1,0 +1,89 @@
+//! `orchestrate agents list | show NAME | check`: the role catalog shown and checked
+//! without running anything.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use super::exit;
+use super::flags::{AgentsAction, Cli};
+use super::setup::{roles, workspace};
+
+/// `orchestrate agents list | show NAME | check`.
+pub(super) fn run(
+    cli: &Cli,
+    action: &AgentsAction,
+    env: &impl Fn(&str) -> Option<String>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> ExitCode {
+    let workspace = match workspace(cli) {
+        Ok(dir) => dir,
+        Err(e) => {
+            let _ = writeln!(err, "orchestrate: {e}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let (_, catalog) = roles(cli, &workspace, env);
+    match action {
+        AgentsAction::List => {
+            for role in catalog.roles() {
+                let summary = role
+                    .description
+                    .split(". ")
+                    .next()
+                    .unwrap_or(&role.description);
+                let _ = writeln!(
+                    out,
+                    "{:<14} {}  [{}]",
+                    role.name,
+                    summary.trim_end_matches('.'),
+                    role.source
+                );
+            }
+            for problem in &catalog.problems {
+                let _ = writeln!(err, "orchestrate: {problem}");
+            }
+            ExitCode::from(if catalog.problems.is_empty() {
+                exit::DONE
+            } else {
+                exit::FAILED
+            })
+        }
+        AgentsAction::Show { name } => match catalog.get(name) {
+            Some(role) => {
+                let _ = write!(out, "{}", crate::ui::role_card(role));
+                ExitCode::from(exit::DONE)
+            }
+            None => {
+                let names: Vec<&str> = catalog.roles().map(|r| r.name.as_str()).collect();
+                let _ = writeln!(
+                    err,
+                    "orchestrate: no role named {name:?} (roles: {})",
+                    names.join(", ")
+                );
+                ExitCode::from(exit::FAILED)
+            }
+        },
+        AgentsAction::Check => {
+            for warning in &catalog.warnings {
+                let _ = writeln!(out, "warning: {warning}");
+            }
+            for problem in &catalog.problems {
+                let _ = writeln!(out, "{problem}");
+            }
+            let roles = catalog.roles().count();
+            if catalog.problems.is_empty() {
+                let _ = writeln!(out, "{roles} roles, no problems");
+                ExitCode::from(exit::DONE)
+            } else {
+                let n = catalog.problems.len();
+                let _ = writeln!(
+                    out,
+                    "{n} problem{} in the role files",
+                    if n == 1 { "" } else { "s" }
+                );
+                ExitCode::from(exit::FAILED)
+            }
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! What the command line accepts: the [`Cli`] flags, the subcommands, and the
+//! hidden test flags (`--retry-base-ms`, and the supervision drill
+//! `--inject-panic-at-turn` / `--inject-panics`). What the flags become (the workspace,
+//! the roles, the providers) is worked out in `setup` and `providers`.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use crate::session::DEFAULT_MAX_TURNS;
+use crate::task;
+use crate::tools::permissions::PermissionMode;
+
+/// Run a task with an LLM agent in a repository.
+#[derive(Debug, Parser)]
+#[command(name = "orchestrate", version, about)]
+pub struct Cli {
+    /// What to do instead of running a task.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// The task, in plain words.
+    pub task: Option<String>,
+    /// Work in DIR instead of the current directory.
+    #[arg(short = 'C', value_name = "DIR", global = true)]
+    pub workspace: Option<PathBuf>,
+    /// A directory of role files searched last (later roles replace earlier ones).
+    #[arg(long, value_name = "DIR", global = true)]
+    pub agents_dir: Option<PathBuf>,
+    /// openai, anthropic, replay, or a provider named in orchestrate.toml (default:
+    /// openai for --base-url; else the file's; else by the keys set:
+    /// ANTHROPIC_API_KEY, then OPENAI_API_KEY / OPENAI_BASE_URL).
+    #[arg(long, value_name = "NAME")]
+    pub provider: Option<String>,
+    /// The provider's API root: with /v1 for OpenAI-compatible servers, the bare host
+    /// for Anthropic [env: OPENAI_BASE_URL, ANTHROPIC_BASE_URL].
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// Model id or alias [env: ORCHESTRATE_MODEL].
+    #[arg(long, value_name = "M")]
+    pub model: Option<String>,
+    /// Record every provider request and its raw response to this JSONL cassette.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+    /// Answer every provider request from this cassette, with no network.
+    #[arg(long, value_name = "FILE")]
+    pub replay: Option<PathBuf>,
+    /// Print one JSON event per line instead of the answer.
+    #[arg(long)]
+    pub json: bool,
+    /// What tools may do without asking: default (asks for edits and commands),
+    /// acceptEdits (asks for commands), plan (read-only), bypassPermissions.
+    #[arg(long, value_name = "MODE", default_value = "default", value_parser = parse_mode)]
+    pub permission_mode: PermissionMode,
+    /// Run this role instead of the orchestrator.
+    #[arg(long, value_name = "NAME", default_value = "orchestrator")]
+    pub agent: String,
+    /// Sub-agents running at once at each level across the run; the rest wait in order.
+    #[arg(long, value_name = "N", default_value_t = task::DEFAULT_MAX_PARALLEL)]
+    pub max_parallel: usize,
+    /// Levels of sub-agents below the lead (0: no sub-agents).
+    #[arg(long, value_name = "N", default_value_t = task::DEFAULT_MAX_DEPTH)]
+    pub max_depth: u32,
+    /// Print only the final answer.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+    /// Model turns allowed before the run fails (a role's maxTurns wins).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_TURNS)]
+    pub max_turns: u32,
+    /// Requests made at most for one model turn.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub max_attempts: u32,
+    /// Seconds without a streamed event before a stream counts as stalled.
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    pub idle_timeout: u64,
+    /// First retry backoff in milliseconds (doubles each attempt).
+    #[arg(long, value_name = "MS", default_value_t = 500, hide = true)]
+    pub retry_base_ms: u64,
+    /// Supervision drill: the session panics when it reaches this turn…
+    /// (only in builds with the `test-support` feature, which the tests enable)
+    #[cfg(feature = "test-support")]
+    #[arg(long, value_name = "TURN", hide = true)]
+    pub inject_panic_at_turn: Option<u32>,
+    /// …this many times (restarts included).
+    #[cfg(feature = "test-support")]
+    #[arg(long, value_name = "N", default_value_t = 1, hide = true)]
+    pub inject_panics: u32,
+}
+
+/// Subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Inspect the agent roles: built-in, the user's, the workspace's.
+    Agents {
+        /// What to do with them.
+        #[command(subcommand)]
+        action: AgentsAction,
+    },
+}
+
+/// `orchestrate agents …`
+#[derive(Debug, clap::Subcommand)]
+pub enum AgentsAction {
+    /// List every role with where it comes from.
+    List,
+    /// Show one role: its settings and its prompt.
+    Show {
+        /// The role's name.
+        name: String,
+    },
+    /// Check every role file; exits 1 and lists every problem if there is one.
+    Check,
+}
+
+fn parse_mode(value: &str) -> Result<PermissionMode, String> {
+    value.parse()
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    #[test]
+    fn the_help_text() {
+        let help = Cli::command().term_width(100).render_help().to_string();
+        insta::assert_snapshot!(help);
+    }
+}

@@ -1,0 +1,297 @@
+//! Running one task: the runtime started, the lead session built and prompted, its
+//! events shown until it answers (Ctrl-C cancels it, a second Ctrl-C exits), and the
+//! outcome reported as the answer and an exit code. It does not parse flags nor read
+//! configuration (`flags`, `setup`).
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use super::exit;
+use super::flags::Cli;
+use super::setup::{self, Plan};
+#[cfg(feature = "test-support")]
+use crate::faults::FaultPlan;
+use crate::protocol::{Event, EventKind, Outcome};
+use crate::roles::watch::{self, Reload, RoleWatcher};
+use crate::runtime::{Handle, Runtime};
+use crate::session::SessionSpec;
+use crate::task::{Caller, Task, TaskEnv};
+use crate::tools::ToolRegistry;
+use crate::tools::permissions::Approver;
+use crate::ui::display::{Display, Progress};
+
+/// Runs the task the flags name to its exit code. `interrupt` resolves on each Ctrl-C.
+pub(super) async fn task<I>(
+    cli: Cli,
+    approver: Arc<dyn Approver>,
+    progress: Progress,
+    env: impl Fn(&str) -> Option<String>,
+    mut interrupt: I,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> ExitCode
+where
+    I: FnMut() -> futures::future::BoxFuture<'static, ()>,
+{
+    if cli.task.as_deref().is_none_or(|t| t.trim().is_empty()) {
+        let _ = writeln!(
+            err,
+            "orchestrate: no task given: run `orchestrate \"what to do\"` (or `orchestrate --help`)"
+        );
+        return ExitCode::from(exit::USAGE);
+    }
+    let setup = match setup::prepare(&cli, &env, approver) {
+        Ok(setup) => setup,
+        Err(e) => {
+            let _ = writeln!(err, "orchestrate: {e}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let (config, plan) = setup;
+    // A broken role file is never skipped in silence, nor an ignored field.
+    for problem in &plan.catalog.problems {
+        let _ = writeln!(err, "orchestrate: warning: {problem}");
+    }
+    for warning in &plan.catalog.warnings {
+        let _ = writeln!(err, "orchestrate: warning: {warning}");
+    }
+    for note in plan
+        .catalog
+        .roles()
+        .filter_map(|r| plan.models.inherit_note(r))
+    {
+        let _ = writeln!(err, "orchestrate: warning: {note}");
+    }
+    let runtime = match Runtime::start(config).await {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            let _ = writeln!(err, "orchestrate: {e}");
+            return ExitCode::from(exit::FAILED);
+        }
+    };
+    let no_color = env("NO_COLOR").is_some_and(|v| !v.is_empty());
+    let colors: std::collections::HashMap<String, String> = if no_color {
+        std::collections::HashMap::new()
+    } else {
+        plan.catalog
+            .roles()
+            .filter_map(|r| Some((r.name.clone(), r.color.clone()?)))
+            .collect()
+    };
+    let (spec, mut watcher) = match lead_spec(&cli, plan, runtime.handle()) {
+        Ok(lead) => lead,
+        Err(e) => {
+            let _ = writeln!(err, "orchestrate: {e}");
+            runtime.shutdown().await;
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    // Role files that break (or gain ignored fields) during the run are shown as
+    // they are found.
+    let mut events = runtime.subscribe();
+    let id = match runtime.start_session(spec).await {
+        Ok(id) => id,
+        Err(e) => {
+            let _ = writeln!(err, "orchestrate: {e}");
+            runtime.shutdown().await;
+            return ExitCode::from(exit::FAILED);
+        }
+    };
+    let prompt = runtime.prompt(id, cli.task.clone().unwrap_or_default());
+    let mut interrupts = 0;
+    let mut ctrl_c = interrupt();
+    let mode = if cli.json || cli.quiet {
+        Progress::Off
+    } else {
+        progress
+    };
+    let mut display = Display::new(mode, colors);
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    // Sessions that started and have not ended yet: sub-agents cancelled with the
+    // lead end a moment after it, and their ends are worth showing.
+    let mut open = std::collections::HashSet::new();
+    let outcome = loop {
+        tokio::select! {
+            event = events.recv() => {
+                let Some(event) = event else { break None };
+                if cli.json {
+                    print_json(out, &event);
+                }
+                display.show(&event, err);
+                track(&mut open, &event);
+                if event.session == id && let Some(outcome) = event.kind.answer_to(prompt) {
+                    break Some(outcome.clone());
+                }
+            }
+            _ = tick.tick() => display.refresh(),
+            Some(reload) = reloaded(watcher.as_mut()) => display.reloaded(&reload, err),
+            () = &mut ctrl_c => {
+                interrupts += 1;
+                if interrupts > 1 {
+                    // Exit now, but not before what is journaled reaches the disk.
+                    let _ = tokio::time::timeout(Duration::from_secs(1), runtime.sync_journals()).await;
+                    let _ = writeln!(err, "orchestrate: interrupted");
+                    return ExitCode::from(exit::CANCELLED);
+                }
+                runtime.cancel(id);
+                ctrl_c = interrupt();
+            }
+        }
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while !open.is_empty() {
+        match tokio::time::timeout_at(deadline, events.recv()).await {
+            Ok(Some(event)) => {
+                if cli.json {
+                    print_json(out, &event);
+                }
+                display.show(&event, err);
+                track(&mut open, &event);
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    runtime.shutdown().await;
+    display.finish(err);
+    report(cli.json, outcome, out, err)
+}
+
+/// The watcher's next report; never, without a watcher.
+async fn reloaded(watcher: Option<&mut RoleWatcher>) -> Option<Reload> {
+    match watcher {
+        Some(watcher) => watcher.reloaded().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Keeps the set of sessions that started and have not ended.
+fn track(open: &mut std::collections::HashSet<crate::protocol::SessionId>, event: &Event) {
+    if matches!(event.kind, EventKind::SessionStarted { .. }) {
+        open.insert(event.session);
+    } else if matches!(event.kind, EventKind::Terminal { .. }) {
+        open.remove(&event.session);
+    }
+}
+
+/// The lead's session: its role, its tools (with Task, when delegation is allowed),
+/// and the run-wide sub-agent settings.
+fn lead_spec(
+    cli: &Cli,
+    plan: Plan,
+    handle: Handle,
+) -> Result<(SessionSpec, Option<RoleWatcher>), String> {
+    let Some(role) = plan.catalog.get(&cli.agent).cloned() else {
+        let names: Vec<&str> = plan.catalog.roles().map(|r| r.name.as_str()).collect();
+        return Err(format!(
+            "no role named {:?} (roles: {}); see `orchestrate agents list`",
+            cli.agent,
+            names.join(", ")
+        ));
+    };
+    let model = plan
+        .models
+        .for_role(&role, &plan.models.lead())
+        .map_err(|e| e.to_string())?;
+    let permission_mode = role
+        .permission_mode
+        .unwrap_or(cli.permission_mode)
+        .narrowed_by(cli.permission_mode);
+    let standard = ToolRegistry::standard();
+    let mut offered: Vec<&str> = standard.names();
+    offered.push("Task");
+    let allowed = role.allowed_tools(&offered);
+    let mut tools = standard.only(&allowed);
+    let mut watcher = None;
+    if cli.max_depth > 0 && allowed.contains(&"Task") {
+        let catalog = Arc::new(RwLock::new(plan.catalog));
+        // A role edited during the run is used by its next spawn.
+        match watch::watch(&plan.dirs, catalog.clone()) {
+            Ok(w) => watcher = Some(w),
+            Err(e) => tracing::warn!(error = %e, "roles will not be reloaded during this run"),
+        }
+        let env = Arc::new(
+            TaskEnv::new(
+                handle,
+                catalog,
+                cli.max_parallel,
+                cli.max_depth,
+                ToolRegistry::standard(),
+            )
+            .with_models(plan.models.clone()),
+        );
+        let caller = Caller {
+            depth: 0,
+            model: model.clone(),
+            permission_mode,
+            tools: allowed.iter().map(|t| (*t).to_owned()).collect(),
+            place: role.name.clone(),
+        };
+        tools = tools.with(Task::new(env, caller));
+    }
+    let mut spec = SessionSpec::new(role.name.clone(), model.id, role.prompt.clone());
+    spec.provider = model.provider;
+    spec.tools = tools;
+    spec.max_turns = role.max_turns.unwrap_or(cli.max_turns).max(1);
+    spec.permission_mode = permission_mode;
+    #[cfg(feature = "test-support")]
+    {
+        spec.faults = cli
+            .inject_panic_at_turn
+            .map(|turn| FaultPlan::panic_at(turn, cli.inject_panics));
+    }
+    Ok((spec, watcher))
+}
+
+fn print_json(out: &mut dyn Write, event: &Event) {
+    if let Ok(line) = serde_json::to_string(event) {
+        // A closed pipe (`| head`) is not an error worth reporting.
+        let _ = writeln!(out, "{line}");
+    }
+}
+
+fn report(
+    json: bool,
+    outcome: Option<Outcome>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> ExitCode {
+    match outcome {
+        Some(Outcome::Finished {
+            text, truncated, ..
+        }) => {
+            if !json {
+                let _ = writeln!(out, "{text}");
+            }
+            if truncated {
+                let _ = writeln!(
+                    err,
+                    "orchestrate: the answer was cut at the model's output limit"
+                );
+            }
+            let _ = out.flush();
+            ExitCode::from(exit::DONE)
+        }
+        Some(Outcome::Failed {
+            message, partial, ..
+        }) => {
+            if !json && !partial.is_empty() {
+                let _ = writeln!(out, "{partial}");
+            }
+            let _ = writeln!(err, "orchestrate: {message}");
+            ExitCode::from(exit::FAILED)
+        }
+        Some(Outcome::Cancelled { partial, .. }) => {
+            if !json && !partial.is_empty() {
+                let _ = writeln!(out, "{partial}");
+            }
+            let _ = writeln!(err, "orchestrate: cancelled");
+            ExitCode::from(exit::CANCELLED)
+        }
+        None => {
+            let _ = writeln!(err, "orchestrate: the session ended without a result");
+            ExitCode::from(exit::FAILED)
+        }
+    }
+}

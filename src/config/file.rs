@@ -1,0 +1,96 @@
+//! One configuration file as written (`orchestrate.toml`, or the user's
+//! `~/.config/orchestrate/config.toml`): its TOML shape, parsing with errors that name
+//! the line, trust, and merging one file over another. It does not read files from
+//! disk nor decide what the declarations mean together (that is
+//! `resolve`).
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::error::ConfigError;
+
+/// One configuration file as written.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// The default provider's name.
+    pub provider: Option<String>,
+    /// The default model: an alias or an id.
+    pub model: Option<String>,
+    /// Providers by name.
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderEntry>,
+    /// Model aliases.
+    #[serde(default)]
+    pub models: BTreeMap<String, ModelEntry>,
+}
+
+/// A provider as a file declares it.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderEntry {
+    /// `openai` or `anthropic`; defaults to the entry's name when that is one.
+    pub kind: Option<String>,
+    /// Its API root.
+    pub base_url: Option<String>,
+    /// The environment variable holding its key. Honoured only in the user's own
+    /// file: a repository's file must not choose which secret goes to which host.
+    pub api_key_env: Option<String>,
+    /// Output tokens asked for when a request sets none.
+    pub max_tokens: Option<u32>,
+    /// Anthropic's extended thinking budget, in tokens.
+    pub thinking_budget: Option<u32>,
+    /// Whether the entry comes from the user's own file (set by [`ConfigFile::trusted`]).
+    #[serde(skip)]
+    pub trusted: bool,
+}
+
+/// A model alias as a file declares it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum ModelEntry {
+    /// A model id on the default provider.
+    Id(String),
+    /// A model id on a named provider.
+    On {
+        /// The provider's name.
+        provider: Option<String>,
+        /// The model id.
+        model: String,
+    },
+}
+
+impl ConfigFile {
+    /// Parses a file's text; errors name the file and line.
+    pub fn parse(path: &str, text: &str) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| {
+            let line = e.span().map_or(1, |span| {
+                text[..span.start.min(text.len())].matches('\n').count() + 1
+            });
+            ConfigError::File {
+                path: path.to_owned(),
+                line,
+                message: e.message().to_owned(),
+            }
+        })
+    }
+
+    /// Marks the file as the user's own: its providers may name key variables and
+    /// keep the environment's keys when they move a built-in provider elsewhere.
+    pub fn trusted(mut self) -> Self {
+        for entry in self.providers.values_mut() {
+            entry.trusted = true;
+        }
+        self
+    }
+
+    /// `self` with `over`'s settings on top (the workspace's file over the user's).
+    pub fn merged(mut self, over: Self) -> Self {
+        self.provider = over.provider.or(self.provider);
+        self.model = over.model.or(self.model);
+        self.providers.extend(over.providers);
+        self.models.extend(over.models);
+        self
+    }
+}

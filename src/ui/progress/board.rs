@@ -1,0 +1,196 @@
+//! The board's state: one row per agent in the order they started, each with what it
+//! is doing and its counters, changed by one event at a time. It renders nothing
+//! (`render`).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::text::{short_call, short_reason};
+use crate::protocol::{Event, EventKind, Outcome, SessionId};
+
+/// What an agent is doing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Waiting for the model's first token.
+    Thinking,
+    /// The model is writing.
+    Streaming,
+    /// A tool runs (its short form, e.g. `Edit src/http.rs`).
+    Tool(String),
+    /// Waiting on this many sub-agents.
+    Waiting(u32),
+    /// Waiting for a person's yes to run this tool.
+    AwaitingPermission(String),
+    /// A model turn failed and will be tried again.
+    Retrying {
+        /// The attempt that failed.
+        attempt: u32,
+        /// Attempts allowed.
+        max: u32,
+        /// Why, shortened.
+        reason: String,
+        /// When the next attempt starts, in milliseconds since the run began.
+        at_ms: u64,
+    },
+    /// Finished with an answer.
+    Done,
+    /// Failed.
+    Failed(String),
+    /// Cancelled.
+    Cancelled,
+}
+
+/// One agent on the board.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Row {
+    /// Its session.
+    pub session: SessionId,
+    /// Its parent, for sub-agents.
+    pub parent: Option<SessionId>,
+    /// Its role.
+    pub role: String,
+    /// Its label: the role, with an instance number for sub-agents (`explorer#2`).
+    pub label: String,
+    /// What it is doing.
+    pub state: State,
+    /// Model turns made.
+    pub turns: u32,
+    /// Tokens used.
+    pub tokens: u64,
+    /// Tool calls made.
+    pub tools: u32,
+    /// Sub-agents it asked for that wait for a slot.
+    pub queued: u32,
+    /// When it started and (once ended) ended, in milliseconds since the run began.
+    pub started_ms: u64,
+    /// When it ended.
+    pub ended_ms: Option<u64>,
+}
+
+/// Every agent of a run, in the order they started.
+#[derive(Debug, Default)]
+pub struct Board {
+    rows: Vec<Row>,
+    index: HashMap<SessionId, usize>,
+    instances: HashMap<String, u32>,
+}
+
+impl Board {
+    /// An empty board.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The rows, in the order the agents started.
+    pub fn rows(&self) -> &[Row] {
+        &self.rows
+    }
+
+    /// Applies one event that happened `now` after the run began. Returns the index
+    /// of the row it changed, if any.
+    pub fn apply(&mut self, event: &Event, now: Duration) -> Option<usize> {
+        let now_ms = now.as_millis() as u64;
+        let index = match self.index.get(&event.session) {
+            Some(&i) => i,
+            None => {
+                let label = if event.parent.is_some() {
+                    let n = self.instances.entry(event.agent.clone()).or_insert(0);
+                    *n += 1;
+                    format!("{}#{n}", event.agent)
+                } else {
+                    event.agent.clone()
+                };
+                self.rows.push(Row {
+                    session: event.session,
+                    parent: event.parent,
+                    role: event.agent.clone(),
+                    label,
+                    state: State::Thinking,
+                    turns: 0,
+                    tokens: 0,
+                    tools: 0,
+                    queued: 0,
+                    started_ms: now_ms,
+                    ended_ms: None,
+                });
+                self.index.insert(event.session, self.rows.len() - 1);
+                self.rows.len() - 1
+            }
+        };
+        let row = &mut self.rows[index];
+        match &event.kind {
+            EventKind::SessionStarted { .. }
+            | EventKind::Restarted { .. }
+            | EventKind::PromptQueued { .. } => {}
+            EventKind::TurnStarted { .. } => {
+                if !matches!(row.state, State::Waiting(_)) {
+                    row.state = State::Thinking;
+                }
+                row.ended_ms = None;
+            }
+            EventKind::TextDelta { .. } | EventKind::ReasoningDelta { .. } => {
+                row.state = State::Streaming
+            }
+            EventKind::TurnFinished { usage, .. } => {
+                row.turns += 1;
+                row.tokens += usage.total();
+                row.state = State::Thinking;
+            }
+            EventKind::ToolStarted {
+                name, arguments, ..
+            } => {
+                row.tools += 1;
+                row.state = match (&row.state, name.as_str()) {
+                    (State::Waiting(n), "Task") => State::Waiting(n + 1),
+                    (_, "Task") => State::Waiting(1),
+                    _ => State::Tool(short_call(name, arguments)),
+                };
+            }
+            EventKind::ToolFinished { name, .. } => {
+                row.state = match (&row.state, name.as_str()) {
+                    (State::Waiting(n), "Task") if *n > 1 => State::Waiting(n - 1),
+                    _ => State::Thinking,
+                };
+            }
+            EventKind::FileChanged { .. } => {}
+            EventKind::SubagentQueued { waiting: true, .. } => row.queued += 1,
+            EventKind::SubagentQueued { waiting: false, .. } => {
+                row.queued = row.queued.saturating_sub(1)
+            }
+            EventKind::AwaitingPermission { tool } => {
+                row.state = State::AwaitingPermission(tool.clone())
+            }
+            EventKind::Retrying {
+                attempt,
+                max_attempts,
+                delay_ms,
+                reason,
+            } => {
+                row.state = State::Retrying {
+                    attempt: *attempt,
+                    max: *max_attempts,
+                    reason: short_reason(reason),
+                    at_ms: now_ms + delay_ms,
+                };
+            }
+            EventKind::Terminal { outcome, .. } => {
+                row.ended_ms = Some(now_ms);
+                // The run's own counters are the authority once it has ended.
+                let stats = match outcome {
+                    Outcome::Finished { stats, .. }
+                    | Outcome::Failed { stats, .. }
+                    | Outcome::Cancelled { stats, .. } => stats,
+                };
+                row.turns = row.turns.max(stats.turns);
+                row.tools = row.tools.max(stats.tool_calls);
+                row.tokens = row.tokens.max(stats.usage.total());
+                row.state = match outcome {
+                    Outcome::Finished { .. } => State::Done,
+                    Outcome::Failed { class, .. } => State::Failed(class.clone()),
+                    Outcome::Cancelled { .. } => State::Cancelled,
+                };
+            }
+        }
+        Some(index)
+    }
+}

@@ -1,0 +1,418 @@
+//! The board rendered as text, by pure functions: the live tree's rows, the plain
+//! line for each lifecycle event (no terminal), and the summary table at the end.
+//! It does not change the board (`board`) nor draw anything.
+
+use super::board::{Board, State};
+use super::text::{clip, clock, short_call, tokens};
+use crate::protocol::{Event, EventKind, Outcome};
+
+/// The state as words, with its mark.
+pub fn state_text(state: &State, now_ms: u64, tools: u32) -> String {
+    match state {
+        State::Thinking => "thinking".to_owned(),
+        State::Streaming => "streaming".to_owned(),
+        State::Tool(call) => call.clone(),
+        State::Waiting(1) => "waiting on 1 sub-agent".to_owned(),
+        State::Waiting(n) => format!("waiting on {n} sub-agents"),
+        State::AwaitingPermission(tool) => format!("awaiting permission for {tool}"),
+        State::Retrying {
+            attempt,
+            max,
+            reason,
+            at_ms,
+        } => {
+            let left = at_ms.saturating_sub(now_ms).div_ceil(1000);
+            format!("retrying {attempt}/{max} · {reason} ({left}s)")
+        }
+        State::Done => format!("✔ done · {tools} tools"),
+        State::Failed(class) => format!("✘ failed · {class}"),
+        State::Cancelled => "cancelled".to_owned(),
+    }
+}
+
+/// One row of the live tree (without the spinner, which the terminal draws).
+pub fn render_row(board: &Board, index: usize, now_ms: u64) -> String {
+    let rows = board.rows();
+    let row = &rows[index];
+    let prefix = match row.parent {
+        None => "",
+        Some(parent) => {
+            let last = rows.iter().rposition(|r| r.parent == Some(parent)) == Some(index);
+            if last { "└ " } else { "├ " }
+        }
+    };
+    let elapsed = row
+        .ended_ms
+        .unwrap_or(now_ms)
+        .saturating_sub(row.started_ms);
+    format!(
+        "{:<16} {:<44} {:>8}   {}",
+        format!("{prefix}{}", row.label),
+        if row.queued > 0 {
+            format!(
+                "{} · {} queued",
+                state_text(&row.state, now_ms, row.tools),
+                row.queued
+            )
+        } else {
+            state_text(&row.state, now_ms, row.tools)
+        },
+        format!("{} tok", tokens(row.tokens)),
+        clock(elapsed)
+    )
+}
+
+/// The plain line for one lifecycle event (no terminal), or none for progress and
+/// bookkeeping events.
+pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Option<String> {
+    let row = &board.rows()[index];
+    let what = match &event.kind {
+        EventKind::SessionStarted { resumed: false, .. } => "started".to_owned(),
+        EventKind::SessionStarted { resumed: true, .. } => "resumed from its journal".to_owned(),
+        EventKind::SubagentQueued {
+            role,
+            waiting: true,
+            ..
+        } => format!("{role} queued for a free slot"),
+        EventKind::SubagentQueued { waiting: false, .. } => return None,
+        EventKind::AwaitingPermission { tool } => format!("awaiting permission for {tool}"),
+        EventKind::Restarted { reason, .. } => {
+            format!("crashed and restarted ({})", clip(reason, 60))
+        }
+        EventKind::ToolStarted {
+            name, arguments, ..
+        } => short_call(name, arguments),
+        EventKind::ToolFinished {
+            name,
+            is_error: true,
+            ..
+        } => format!("{name} failed"),
+        EventKind::Retrying {
+            attempt,
+            max_attempts,
+            delay_ms,
+            reason,
+        } => format!(
+            "retrying {attempt}/{max_attempts} in {:.1}s: {}",
+            *delay_ms as f64 / 1000.0,
+            clip(reason, 80)
+        ),
+        EventKind::Terminal { outcome, .. } => match outcome {
+            Outcome::Finished { stats, .. } => format!(
+                "done · {} turns · {} tools · {} tok",
+                stats.turns,
+                stats.tool_calls,
+                tokens(stats.usage.total())
+            ),
+            Outcome::Failed { message, .. } => format!("failed: {}", clip(message, 100)),
+            Outcome::Cancelled { .. } => "cancelled".to_owned(),
+        },
+        EventKind::PromptQueued { .. }
+        | EventKind::TurnStarted { .. }
+        | EventKind::TextDelta { .. }
+        | EventKind::ReasoningDelta { .. }
+        | EventKind::TurnFinished { .. }
+        | EventKind::ToolFinished { .. }
+        | EventKind::FileChanged { .. } => return None,
+    };
+    Some(format!("[{}] {}: {what}", clock(now_ms), row.label))
+}
+
+/// The summary table printed at the end of a run.
+pub fn summary(board: &Board, now_ms: u64) -> String {
+    let mut out = format!(
+        "{:<16} {:<10} {:>5} {:>6} {:>8} {:>6}\n",
+        "agent", "status", "turns", "tools", "tokens", "time"
+    );
+    for row in board.rows() {
+        let status = match &row.state {
+            State::Done => "done",
+            State::Failed(_) => "failed",
+            State::Cancelled => "cancelled",
+            State::Thinking
+            | State::Streaming
+            | State::Tool(_)
+            | State::Waiting(_)
+            | State::AwaitingPermission(_)
+            | State::Retrying { .. } => "unfinished",
+        };
+        let elapsed = row
+            .ended_ms
+            .unwrap_or(now_ms)
+            .saturating_sub(row.started_ms);
+        out.push_str(&format!(
+            "{:<16} {:<10} {:>5} {:>6} {:>8} {:>6}\n",
+            row.label,
+            status,
+            row.turns,
+            row.tools,
+            tokens(row.tokens),
+            clock(elapsed)
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::conversation::Usage;
+    use crate::protocol::{RunStats, SessionId};
+
+    fn event(session: SessionId, parent: Option<SessionId>, agent: &str, kind: EventKind) -> Event {
+        Event {
+            seq: 0,
+            session,
+            parent,
+            agent: agent.into(),
+            kind,
+        }
+    }
+
+    /// A lead with three sub-agents, each left in a different state.
+    fn fan_out() -> (Board, Vec<String>) {
+        let lead = SessionId::new();
+        let (a, b, c, d) = (
+            SessionId::new(),
+            SessionId::new(),
+            SessionId::new(),
+            SessionId::new(),
+        );
+        let usage = Usage {
+            input_tokens: 1800,
+            output_tokens: 500,
+            ..Usage::default()
+        };
+        let stats = RunStats {
+            turns: 3,
+            tool_calls: 6,
+            duration_ms: 7000,
+            usage,
+        };
+        let mut steps: Vec<(u64, Event)> = vec![
+            (
+                0,
+                event(
+                    lead,
+                    None,
+                    "orchestrator",
+                    EventKind::SessionStarted {
+                        model: "m".into(),
+                        resumed: false,
+                    },
+                ),
+            ),
+            (
+                100,
+                event(
+                    lead,
+                    None,
+                    "orchestrator",
+                    EventKind::TurnStarted {
+                        turn: 1,
+                        attempt: 1,
+                    },
+                ),
+            ),
+            (
+                900,
+                event(
+                    lead,
+                    None,
+                    "orchestrator",
+                    EventKind::TurnFinished {
+                        turn: 1,
+                        text: String::new(),
+                        tool_calls: 3,
+                        usage,
+                    },
+                ),
+            ),
+            (
+                1000,
+                event(
+                    lead,
+                    None,
+                    "orchestrator",
+                    EventKind::ToolStarted {
+                        call_id: "t1".into(),
+                        name: "Task".into(),
+                        arguments: "{}".into(),
+                    },
+                ),
+            ),
+            (
+                1000,
+                event(
+                    lead,
+                    None,
+                    "orchestrator",
+                    EventKind::ToolStarted {
+                        call_id: "t2".into(),
+                        name: "Task".into(),
+                        arguments: "{}".into(),
+                    },
+                ),
+            ),
+            (
+                1000,
+                event(
+                    lead,
+                    None,
+                    "orchestrator",
+                    EventKind::ToolStarted {
+                        call_id: "t3".into(),
+                        name: "Task".into(),
+                        arguments: "{}".into(),
+                    },
+                ),
+            ),
+            (
+                1100,
+                event(
+                    a,
+                    Some(lead),
+                    "explorer",
+                    EventKind::SessionStarted {
+                        model: "m".into(),
+                        resumed: false,
+                    },
+                ),
+            ),
+            (
+                1100,
+                event(
+                    b,
+                    Some(lead),
+                    "coder",
+                    EventKind::SessionStarted {
+                        model: "m".into(),
+                        resumed: false,
+                    },
+                ),
+            ),
+            (
+                1100,
+                event(
+                    c,
+                    Some(lead),
+                    "tester",
+                    EventKind::SessionStarted {
+                        model: "m".into(),
+                        resumed: false,
+                    },
+                ),
+            ),
+            (
+                2000,
+                event(
+                    b,
+                    Some(lead),
+                    "coder",
+                    EventKind::ToolStarted {
+                        call_id: "e".into(),
+                        name: "Edit".into(),
+                        arguments: r#"{"file_path":"src/http.rs"}"#.into(),
+                    },
+                ),
+            ),
+            (
+                3000,
+                event(
+                    c,
+                    Some(lead),
+                    "tester",
+                    EventKind::Retrying {
+                        attempt: 2,
+                        max_attempts: 5,
+                        delay_ms: 3000,
+                        reason: "HTTP 429: rate limited".into(),
+                    },
+                ),
+            ),
+            (
+                1000,
+                event(
+                    lead,
+                    None,
+                    "orchestrator",
+                    EventKind::SubagentQueued {
+                        call_id: "t4".into(),
+                        role: "tester".into(),
+                        waiting: true,
+                    },
+                ),
+            ),
+            (
+                1100,
+                event(
+                    d,
+                    Some(lead),
+                    "reviewer",
+                    EventKind::SessionStarted {
+                        model: "m".into(),
+                        resumed: false,
+                    },
+                ),
+            ),
+            (
+                3500,
+                event(
+                    d,
+                    Some(lead),
+                    "reviewer",
+                    EventKind::AwaitingPermission {
+                        tool: "Bash".into(),
+                    },
+                ),
+            ),
+            (
+                8100,
+                event(
+                    a,
+                    Some(lead),
+                    "explorer",
+                    EventKind::Terminal {
+                        prompts: vec![2],
+                        outcome: Outcome::Finished {
+                            text: "x".into(),
+                            truncated: false,
+                            stats,
+                        },
+                    },
+                ),
+            ),
+        ];
+        steps.sort_by_key(|(at, _)| *at);
+        let mut board = Board::new();
+        let mut lines = Vec::new();
+        for (at, e) in &steps {
+            let i = board.apply(e, Duration::from_millis(*at)).unwrap();
+            lines.extend(plain_line(&board, i, e, *at));
+        }
+        (board, lines)
+    }
+
+    #[test]
+    fn the_live_tree_shows_every_state() {
+        let (board, _) = fan_out();
+        let tree: Vec<String> = (0..board.rows().len())
+            .map(|i| render_row(&board, i, 4000))
+            .collect();
+        insta::assert_snapshot!(tree.join("\n"));
+    }
+
+    #[test]
+    fn without_a_terminal_each_lifecycle_event_is_one_line() {
+        let (_, lines) = fan_out();
+        insta::assert_snapshot!(lines.join("\n"));
+    }
+
+    #[test]
+    fn the_summary_table_lists_every_agent() {
+        let (board, _) = fan_out();
+        insta::assert_snapshot!(summary(&board, 9000));
+    }
+}

@@ -1,0 +1,84 @@
+//! Short forms a person reads at a glance, shared by the board and its renderings: a
+//! tool call in a few words, a reason or message clipped, tokens as `2.3k`, elapsed
+//! time as `mm:ss`, a role's color.
+
+/// A tool call in a few words: the tool and its main argument.
+pub fn short_call(name: &str, arguments: &str) -> String {
+    let input: serde_json::Value = serde_json::from_str(arguments).unwrap_or_default();
+    let key = ["file_path", "command", "pattern", "path", "description"]
+        .iter()
+        .find_map(|k| input.get(*k).and_then(serde_json::Value::as_str));
+    match key {
+        Some(arg) => format!("{name} {}", clip(arg.lines().next().unwrap_or(""), 40)),
+        None => name.to_owned(),
+    }
+}
+
+pub(super) fn short_reason(reason: &str) -> String {
+    let reason = reason.split(':').next().unwrap_or(reason);
+    clip(reason, 30)
+}
+
+pub(super) fn clip(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let cut: String = text.chars().take(max - 1).collect();
+    format!("{cut}…")
+}
+
+/// `text` in a role's color, as an ANSI escape (unknown colors leave it plain).
+pub fn paint(text: &str, color: &str) -> String {
+    let code = match color {
+        "red" => "31",
+        "green" => "32",
+        "yellow" => "33",
+        "blue" => "34",
+        "purple" => "35",
+        "cyan" => "36",
+        "gray" => "90",
+        "orange" => "38;5;208",
+        "pink" => "38;5;213",
+        _ => return text.to_owned(),
+    };
+    format!("\x1b[{code}m{text}\x1b[0m")
+}
+
+/// Tokens as a person reads them: `950`, `2.3k`, `1.2M`.
+pub fn tokens(n: u64) -> String {
+    match n {
+        0..=999 => n.to_string(),
+        1_000..=999_999 => format!("{:.1}k", n as f64 / 1000.0),
+        _ => format!("{:.1}M", n as f64 / 1_000_000.0),
+    }
+}
+
+/// Elapsed time as `mm:ss`.
+pub fn clock(ms: u64) -> String {
+    let secs = ms / 1000;
+    format!("{:02}:{:02}", secs / 60, secs % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_are_painted_in_their_color() {
+        assert_eq!(paint("coder#1", "green"), "\x1b[32mcoder#1\x1b[0m");
+        assert_eq!(paint("x", "mauve"), "x");
+    }
+
+    #[test]
+    fn tokens_and_clocks_read_naturally() {
+        assert_eq!(
+            [tokens(950), tokens(2300), tokens(1_250_000)],
+            ["950", "2.3k", "1.2M"]
+        );
+        assert_eq!(clock(125_000), "02:05");
+        assert_eq!(
+            short_call("Bash", r#"{"command":"cargo test --all\nmore"}"#),
+            "Bash cargo test --all"
+        );
+    }
+}
