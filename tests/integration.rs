@@ -4,6 +4,7 @@
 mod support;
 
 mod anthropic;
+mod architecture;
 mod cancel;
 mod cli;
 mod conversation;
