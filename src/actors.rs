@@ -12,9 +12,10 @@
 //! than under it: a crashing ractor actor takes its linked children with it, and the
 //! queue must outlive a session crash so that no prompt is lost.
 //!
-//! Actors are plumbing: each `handle` is a `match` that calls plain functions. Every
-//! parent overrides ractor's default `handle_supervisor_evt`, which would stop the
-//! parent whenever any child exits.
+//! Actors are plumbing: the decisions are plain code (a session's are its run
+//! machine's, `session::machine`; the restart policy is [`supervision`]),
+//! and the actors carry them out. Every parent overrides ractor's default
+//! `handle_supervisor_evt`, which would stop the parent whenever any child exits.
 
 pub(crate) mod orchestrator;
 pub(crate) mod prompt_queue;

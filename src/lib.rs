@@ -15,7 +15,9 @@
 //! alone, results in call order), loops until the model is done, retries what the
 //! [error taxonomy](error) calls retryable, journals every message under
 //! `.orchestrate/sessions/`, and comes back from a crash by replaying its journal.
-//! Everything that happens is an [`Event`]; the library never prints.
+//! What a session decides is a pure state machine ([`session`]); its actor only
+//! carries the decisions out. Everything that happens is an [`Event`]; the library
+//! never prints. `docs/ARCHITECTURE.md` describes the whole.
 
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
