@@ -318,25 +318,33 @@ async fn a_workspace_that_cannot_hold_journals_is_refused_at_start() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// One thread, so that the paused clock below is this test's whole world.
+#[tokio::test(flavor = "current_thread")]
 async fn a_stop_while_waiting_to_restart_ends_the_session_after_its_resumed_run() {
     let mock = MockLlm::start(vec![Reply::text("resumed answer")]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut config =
-        orchestrate::RuntimeConfig::new(dir.path(), harness::client(&mock, harness::DEADLINE));
-    // Long enough that the Stop surely lands while the session is down.
-    config.restart.backoff_base = Duration::from_secs(2);
-    let runtime = orchestrate::Runtime::start(config).await.unwrap();
     let mut spec = harness::spec(ToolRegistry::new());
     spec.faults = Some(FaultPlan::panic_at(1, 1));
-    let session = runtime.start_session(spec).await.unwrap();
+    let (_dir, runtime, session) = harness::start(&mock, spec).await;
     let mut events = runtime.subscribe_session(session);
+    // The clock stands still from the prompt until the Stop is sent, so the restart
+    // backoff cannot run out before the Stop lands: it lands while the session is
+    // down. (Between the prompt and the crash nothing waits on anything outside this
+    // thread, so the paused clock never skips ahead; no request is made before the
+    // clock runs again.)
+    tokio::time::pause();
+    let paused_at = tokio::time::Instant::now();
     let first = runtime.prompt(session, "hello");
     harness::wait_for(&mut events, session, |k| {
         matches!(k, EventKind::Restarted { .. })
     })
     .await;
     runtime.stop_session(session);
+    assert_eq!(
+        tokio::time::Instant::now(),
+        paused_at,
+        "the clock moved, so the restart may have come before the Stop"
+    );
+    tokio::time::resume();
 
     let (outcome, _) = harness::until_terminal(&mut events, session).await;
     assert_eq!(harness::finished_text(&outcome), "resumed answer");
