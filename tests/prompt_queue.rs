@@ -7,7 +7,7 @@ use orchestrate::{EventKind, Outcome, ToolRegistry};
 use serde_json::{Value, json};
 
 use crate::support::harness::{self, Lookup};
-use crate::support::mock_llm::{MockLlm, Reply};
+use crate::support::mock_llm::{Gate, MockLlm, Reply};
 
 fn slow(reply: Reply) -> Reply {
     reply.with_timing(Duration::from_millis(400), Duration::ZERO)
@@ -84,7 +84,9 @@ async fn a_prompt_queued_during_tools_joins_at_the_tool_turn_boundary() {
         Reply::text("Lima, and noted."),
     ])
     .await;
-    let lookup = Lookup::new(Duration::from_millis(300), true);
+    // The lookup answers only once the second prompt is queued.
+    let queued = Gate::new();
+    let lookup = Lookup::held(true, queued.clone());
     let (_dir, runtime, session) =
         harness::start(&mock, harness::spec(ToolRegistry::new().with(lookup))).await;
     let mut events = runtime.subscribe();
@@ -94,6 +96,11 @@ async fn a_prompt_queued_during_tools_joins_at_the_tool_turn_boundary() {
     })
     .await;
     runtime.prompt(session, "also, use metric");
+    harness::wait_for(&mut events, session, |k| {
+        matches!(k, EventKind::PromptQueued { waiting: 1 })
+    })
+    .await;
+    queued.open();
     let (outcome, _) = harness::until_terminal(&mut events, session).await;
     assert_eq!(harness::finished_text(&outcome), "Lima, and noted.");
     let second = mock.requests()[1].body["messages"].clone();
