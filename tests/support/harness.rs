@@ -331,7 +331,8 @@ impl Tool for Write {
     }
 }
 
-/// `lookup` that is fast for `"Fast"` and slow otherwise, each half counted apart.
+/// `lookup` that sends `"Fast"` to `fast` and every other city to `slow` (which a
+/// test makes wait, see [`Lookup::held`]), each half counted apart.
 #[derive(Clone, Debug)]
 pub struct Routed {
     pub fast: Lookup,
