@@ -266,7 +266,7 @@ async fn a_thinking_signature_goes_back_unchanged_with_the_tool_result() {
     .await;
     let (outcome, _) = anthropic_run(
         &mock,
-        ToolRegistry::new().with(Lookup::new(Duration::ZERO, true)),
+        ToolRegistry::new().with(Lookup::new(true)),
         "Weather in Oslo?",
     )
     .await;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use orchestrate::{EventKind, Outcome, ToolRegistry};
 
 use crate::support::harness::{self, TEST_KEY};
-use crate::support::mock_llm::{End, MockLlm, Reply, ev_error};
+use crate::support::mock_llm::{End, Gate, MockLlm, Reply, ev_error};
 
 async fn run_script(
     script: Vec<Reply>,
@@ -103,7 +103,8 @@ async fn a_connection_dropped_mid_stream_is_retried() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stall_past_the_idle_timeout_is_retried() {
-    let stalled = Reply::text("slow answer").with_end(End::StallAfter(1, Duration::from_secs(10)));
+    // Silent after its first chunk until the client gives up on it.
+    let stalled = Reply::text("slow answer").with_end(End::HoldAfter(1, Gate::new()));
     let (outcome, events, mock) = run_script(
         vec![stalled, Reply::text("fast answer")],
         Duration::from_millis(300),

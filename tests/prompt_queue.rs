@@ -1,16 +1,15 @@
 //! The prompt queue: prompts that arrive while the session is busy wait, and are
 //! answered in order; a cancel drops only the prompts queued before it.
 
-use std::time::Duration;
-
 use orchestrate::{EventKind, Outcome, ToolRegistry};
 use serde_json::{Value, json};
 
 use crate::support::harness::{self, Lookup};
-use crate::support::mock_llm::{MockLlm, Reply};
+use crate::support::mock_llm::{End, Gate, MockLlm, Reply};
 
-fn slow(reply: Reply) -> Reply {
-    reply.with_timing(Duration::from_millis(400), Duration::ZERO)
+/// `reply`, sent only once `gate` opens.
+fn held(reply: Reply, gate: &Gate) -> Reply {
+    reply.with_end(End::HoldAfter(0, gate.clone()))
 }
 
 fn last_user(body: &Value) -> String {
@@ -26,10 +25,10 @@ fn last_user(body: &Value) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_prompts_sent_while_busy_are_both_answered_in_order() {
-    // The first answer takes a second, so that both prompts surely arrive while the
-    // session is busy, even on a loaded machine.
+    // The first answer waits until the test has seen both later prompts queued.
+    let both_queued = Gate::new();
     let mock = MockLlm::start(vec![
-        Reply::text("answer one").with_timing(Duration::from_secs(1), Duration::ZERO),
+        held(Reply::text("answer one"), &both_queued),
         Reply::text("answer two"),
         Reply::text("answer three"),
     ])
@@ -43,9 +42,17 @@ async fn two_prompts_sent_while_busy_are_both_answered_in_order() {
     .await;
     runtime.prompt(session, "two");
     runtime.prompt(session, "three");
+    let mut queued = Vec::new();
+    harness::wait_for(&mut events, session, |k| {
+        if let EventKind::PromptQueued { waiting } = k {
+            queued.push(*waiting);
+        }
+        queued.len() == 2
+    })
+    .await;
+    both_queued.open();
 
     let mut answers = Vec::new();
-    let mut queued = Vec::new();
     while answers.len() < 3 {
         let (outcome, seen) = harness::until_terminal(&mut events, session).await;
         queued.extend(seen.iter().filter_map(|e| match e.kind {
@@ -84,7 +91,9 @@ async fn a_prompt_queued_during_tools_joins_at_the_tool_turn_boundary() {
         Reply::text("Lima, and noted."),
     ])
     .await;
-    let lookup = Lookup::new(Duration::from_millis(300), true);
+    // The lookup answers only once the second prompt is queued.
+    let queued = Gate::new();
+    let lookup = Lookup::held(true, queued.clone());
     let (_dir, runtime, session) =
         harness::start(&mock, harness::spec(ToolRegistry::new().with(lookup))).await;
     let mut events = runtime.subscribe();
@@ -94,6 +103,11 @@ async fn a_prompt_queued_during_tools_joins_at_the_tool_turn_boundary() {
     })
     .await;
     runtime.prompt(session, "also, use metric");
+    harness::wait_for(&mut events, session, |k| {
+        matches!(k, EventKind::PromptQueued { waiting: 1 })
+    })
+    .await;
+    queued.open();
     let (outcome, _) = harness::until_terminal(&mut events, session).await;
     assert_eq!(harness::finished_text(&outcome), "Lima, and noted.");
     let second = mock.requests()[1].body["messages"].clone();
@@ -111,8 +125,9 @@ async fn a_prompt_queued_during_tools_joins_at_the_tool_turn_boundary() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_drops_only_the_prompts_queued_before_it() {
+    // The first answer is held until the client gives up on it.
     let mock = MockLlm::start(vec![
-        slow(Reply::text("never finished")),
+        held(Reply::text("never finished"), &Gate::new()),
         Reply::text("answer to after"),
     ])
     .await;
@@ -157,11 +172,13 @@ async fn a_cancel_drops_only_the_prompts_queued_before_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_never_cancels_a_prompt_sent_after_it() {
-    let mock = MockLlm::start_with(|request, _| {
+    // The earlier prompt's answer is held until the client gives up on it.
+    let never = Gate::new();
+    let mock = MockLlm::start_with(move |request, _| {
         if last_user(&request.body) == "later" {
             Reply::text("answer to later")
         } else {
-            slow(Reply::text("answer to earlier"))
+            held(Reply::text("answer to earlier"), &never)
         }
     })
     .await;

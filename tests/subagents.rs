@@ -1,20 +1,20 @@
 //! Sub-agents through the Task tool: parallel children, failures that do not sink the
 //! lead, the parallelism cap, the depth limit and the tool intersection.
 
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex, RwLock};
 
 use orchestrate::roles::catalog::Catalog;
 use orchestrate::task::{Caller, Task, TaskEnv};
 use orchestrate::tools::permissions::PermissionMode;
-use orchestrate::{Runtime, ToolRegistry};
+use orchestrate::{EventKind, Runtime, ToolRegistry};
 use serde_json::{Value, json};
+use tokio::sync::mpsc;
 
 use crate::support::harness;
-use crate::support::mock_llm::{MockLlm, Recorded, Reply};
+use crate::support::mock_llm::{End, Gate, MockLlm, Recorded, Reply};
 
 const WORKER: &str = "You are a worker.";
-const WORK: Duration = Duration::from_millis(600);
 
 fn system(request: &Recorded) -> String {
     request.body["messages"][0]["content"]
@@ -43,14 +43,24 @@ fn tool_names(request: &Recorded) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The lead asks for `pieces` Task calls in one turn, then answers "merged";
-/// workers answer "done: <prompt>" after WORK, or fail with a 401 when told "fail".
-async fn mock(pieces: usize) -> MockLlm {
+/// A worker's answer to `prompt`: "done: <prompt>".
+fn done(prompt: &str) -> Reply {
+    Reply::text(format!("done: {prompt}"))
+}
+
+/// `reply`, sent only once `gate` opens.
+fn held(reply: Reply, gate: &Gate) -> Reply {
+    reply.with_end(End::HoldAfter(0, gate.clone()))
+}
+
+/// The lead asks for `pieces` Task calls in one turn, then answers "merged"; a
+/// worker told "fail" gets a 401, any other gets `worker(prompt)`.
+async fn mock(pieces: usize, worker: impl Fn(&str) -> Reply + Send + Sync + 'static) -> MockLlm {
     MockLlm::start_with(move |request, _| {
         if system(request) == WORKER {
             return match last_user(request).as_str() {
                 "fail" => Reply::status(401, "worker key revoked"),
-                prompt => Reply::text(format!("done: {prompt}")).with_timing(WORK, Duration::ZERO),
+                prompt => worker(prompt),
             };
         }
         let answered = request.body["messages"].as_array().unwrap().iter().any(|m| m["role"] == "tool");
@@ -69,6 +79,14 @@ async fn mock(pieces: usize) -> MockLlm {
     .await
 }
 
+/// The next prompt a worker asked with.
+async fn next_asked(asked: &mut mpsc::UnboundedReceiver<String>) -> String {
+    tokio::time::timeout(harness::DEADLINE, asked.recv())
+        .await
+        .expect("no worker asked in time")
+        .expect("the mock is gone")
+}
+
 struct Team {
     _dir: tempfile::TempDir,
     runtime: Runtime,
@@ -85,7 +103,9 @@ async fn team(mock: &MockLlm, max_parallel: usize, max_depth: u32, worker_tools:
         format!("---\nname: worker\ndescription: Does one piece.\ntools: {worker_tools}\n---\n{WORKER}\n"),
     )
     .unwrap();
-    let runtime = harness::runtime(mock, dir.path()).await;
+    // Workers' answers are held as long as a test needs: no idle timeout cuts in
+    // before the test's own deadline.
+    let runtime = harness::runtime_with(mock, dir.path(), harness::DEADLINE).await;
     let env = Arc::new(TaskEnv::new(
         runtime.handle(),
         Arc::new(RwLock::new(Catalog::load(&[roles]))),
@@ -113,7 +133,20 @@ async fn team(mock: &MockLlm, max_parallel: usize, max_depth: u32, worker_tools:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_task_calls_run_in_parallel_and_come_back_in_call_order() {
-    let mock = mock(3).await;
+    // Each worker's answer is held until all three workers have asked: had the
+    // children run one after another, the first would wait forever and the run would
+    // miss its deadline.
+    let all_asked = Gate::new();
+    let asked = Mutex::new(BTreeSet::new());
+    let mock = mock(3, move |prompt| {
+        let mut asked = asked.lock().unwrap();
+        asked.insert(prompt.to_owned());
+        if asked.len() == 3 {
+            all_asked.open();
+        }
+        held(done(prompt), &all_asked)
+    })
+    .await;
     let team = team(&mock, 8, 2, "Read, Task").await;
     let (outcome, _) = harness::run(&team.runtime, team.lead, "split it three ways").await;
     assert_eq!(harness::finished_text(&outcome), "merged");
@@ -127,15 +160,8 @@ async fn three_task_calls_run_in_parallel_and_come_back_in_call_order() {
         "children's tokens roll up into the lead's"
     );
     let requests = mock.requests();
-    let workers: Vec<&Recorded> = requests.iter().filter(|r| system(r) == WORKER).collect();
-    assert_eq!(workers.len(), 3);
-    let first = workers.iter().map(|r| r.at).min().unwrap();
-    let last = workers.iter().map(|r| r.at).max().unwrap();
-    assert!(
-        last - first < WORK,
-        "the children did not overlap: {:?}",
-        last - first
-    );
+    let workers = requests.iter().filter(|r| system(r) == WORKER).count();
+    assert_eq!(workers, 3, "one request per child");
     let lead_final = requests.iter().rfind(|r| system(r) != WORKER).unwrap();
     let results: Vec<String> = harness::tool_results(lead_final)
         .into_iter()
@@ -155,7 +181,7 @@ async fn three_task_calls_run_in_parallel_and_come_back_in_call_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_child_is_an_error_result_and_the_lead_still_answers() {
-    let mock = mock(2).await;
+    let mock = mock(2, done).await;
     let team = team(&mock, 8, 2, "Read").await;
     let (outcome, _) = harness::run(&team.runtime, team.lead, "two pieces").await;
     assert_eq!(harness::finished_text(&outcome), "merged");
@@ -175,49 +201,75 @@ async fn a_failing_child_is_an_error_result_and_the_lead_still_answers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_children_with_two_slots_never_run_more_than_two_at_once() {
-    let mock = mock(5).await;
+    // Each worker's answer is held on a gate of its own, which the test opens one at
+    // a time; as each worker asks, the mock notes how many answers were held then,
+    // its own included.
+    let gates: Arc<Mutex<BTreeMap<String, Gate>>> = Arc::default();
+    let held_when_asked: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let (asked_tx, mut asked) = mpsc::unbounded_channel();
+    let mock = mock(5, {
+        let (gates, held_when_asked) = (gates.clone(), held_when_asked.clone());
+        move |prompt| {
+            let gate = Gate::new();
+            let mut gates = gates.lock().unwrap();
+            gates.insert(prompt.to_owned(), gate.clone());
+            let held_now = gates.values().filter(|g| !g.is_open()).count();
+            held_when_asked.lock().unwrap().push(held_now);
+            asked_tx.send(prompt.to_owned()).unwrap();
+            held(done(prompt), &gate)
+        }
+    })
+    .await;
     let team = team(&mock, 2, 2, "Read").await;
-    let (outcome, events) = harness::run(&team.runtime, team.lead, "five pieces").await;
-    let queued: Vec<_> = events
-        .iter()
-        .filter(|e| {
-            matches!(
-                e.kind,
-                orchestrate::EventKind::SubagentQueued { waiting: true, .. }
-            )
-        })
-        .collect();
-    assert_eq!(
-        queued.len(),
-        3,
-        "the three children past the cap were shown as queued"
-    );
+    let mut events = team.runtime.subscribe();
+    team.runtime.prompt(team.lead, "five pieces");
+
+    // Two children take the slots; the other three are shown waiting for one.
+    let mut running = VecDeque::from([next_asked(&mut asked).await, next_asked(&mut asked).await]);
+    let queued = tokio::time::timeout(harness::DEADLINE, async {
+        let mut queued = Vec::new();
+        while queued.len() < 3 {
+            let event = events.recv().await.unwrap();
+            if matches!(event.kind, EventKind::SubagentQueued { waiting: true, .. }) {
+                queued.push(event);
+            }
+        }
+        queued
+    })
+    .await
+    .expect("the children past the cap were not shown as queued");
     assert!(
-        queued.iter().all(|e| e.agent == "tester"),
+        queued
+            .iter()
+            .all(|e| e.session == team.lead && e.agent == "tester"),
         "published as the lead: {queued:?}"
     );
-    assert_eq!(harness::finished_text(&outcome), "merged");
-    let mut starts: Vec<_> = mock
-        .requests()
-        .iter()
-        .filter(|r| system(r) == WORKER)
-        .map(|r| r.at)
-        .collect();
-    starts.sort();
-    assert_eq!(starts.len(), 5);
-    // A third child can only start once one of the first two has finished.
-    for i in 2..5 {
-        assert!(
-            starts[i] - starts[i - 2] >= WORK - Duration::from_millis(50),
-            "child {i} started too early"
-        );
+    // Each answer the test lets through frees one slot, and one waiting child takes it.
+    let mut waiting = 3;
+    while let Some(piece) = running.pop_front() {
+        gates.lock().unwrap()[&piece].open();
+        if waiting > 0 {
+            waiting -= 1;
+            running.push_back(next_asked(&mut asked).await);
+        }
     }
+    let (outcome, events) = harness::until_terminal(&mut events, team.lead).await;
+    assert_eq!(harness::finished_text(&outcome), "merged");
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::SubagentQueued { waiting: true, .. })),
+        "only three children waited: {events:?}"
+    );
+    // Never more than two children at once: each of the last three asked only after
+    // the test had let one running child's answer through.
+    assert_eq!(*held_when_asked.lock().unwrap(), [1, 2, 2, 2, 2]);
     team.runtime.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn children_get_no_more_tools_than_their_caller_and_no_task_at_the_depth_limit() {
-    let mock = mock(1).await;
+    let mock = mock(1, done).await;
     // The role asks for Read, Bash and Task; the lead has only Read and Task; depth 1.
     let team = team(&mock, 8, 1, "Read, Bash, Task").await;
     let (outcome, _) = harness::run(&team.runtime, team.lead, "one piece").await;
@@ -233,7 +285,7 @@ async fn children_get_no_more_tools_than_their_caller_and_no_task_at_the_depth_l
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn below_the_depth_limit_a_child_may_delegate_again() {
-    let mock = mock(1).await;
+    let mock = mock(1, done).await;
     let team = team(&mock, 8, 2, "Read, Task").await;
     let (_, _) = harness::run(&team.runtime, team.lead, "one piece").await;
     let worker = mock

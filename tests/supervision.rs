@@ -8,7 +8,7 @@ use orchestrate::{EventKind, FaultPlan, FaultPoint, Message, Outcome, ToolRegist
 use serde_json::json;
 
 use crate::support::harness::{self, Lookup};
-use crate::support::mock_llm::{MockLlm, Reply};
+use crate::support::mock_llm::{Gate, MockLlm, Reply};
 
 /// A session's journal without the lifecycle events recorded beside its transcript.
 fn transcript_records(workspace: &std::path::Path, session: orchestrate::SessionId) -> Vec<Record> {
@@ -26,7 +26,7 @@ async fn a_panicking_session_is_restarted_from_its_journal_and_finishes() {
         Reply::text("Oslo is at 12°C."),
     ])
     .await;
-    let lookup = Lookup::new(Duration::ZERO, false);
+    let lookup = Lookup::new(false);
     let mut spec = harness::spec(ToolRegistry::new().with(lookup.clone()));
     spec.faults = Some(FaultPlan::panic_at(2, 1));
     let (dir, runtime, session) = harness::start(&mock, spec).await;
@@ -125,7 +125,8 @@ async fn more_panics_than_the_intensity_allows_escalate_with_a_clear_failure() {
 async fn a_crash_mid_tool_batch_keeps_finished_results_and_runs_only_what_is_safe() {
     // Turn 1 asks for three calls: two safe lookups (a parallel group) and one
     // unsafe write after them. The session panics right after the first result is
-    // journaled; the other lookup is still running and the write never started.
+    // journaled; the other lookup is still running (it waits for a gate the test
+    // opens only once the crash has happened) and the write never started.
     let mock = MockLlm::start(vec![
         Reply::tool_calls(&[
             ("fast", "lookup", json!({"city": "Fast"})),
@@ -135,9 +136,10 @@ async fn a_crash_mid_tool_batch_keeps_finished_results_and_runs_only_what_is_saf
         Reply::text("all three done"),
     ])
     .await;
-    let lookups = Lookup::new(Duration::ZERO, true);
+    let lookups = Lookup::new(true);
     let writes = harness::Write::default();
-    let slow = Lookup::new(Duration::from_millis(300), true);
+    let crashed = Gate::new();
+    let slow = Lookup::held(true, crashed.clone());
     let tools = ToolRegistry::new()
         .with(harness::Routed {
             fast: lookups.clone(),
@@ -148,15 +150,22 @@ async fn a_crash_mid_tool_batch_keeps_finished_results_and_runs_only_what_is_saf
     spec.faults = Some(FaultPlan::new(FaultPoint::AfterToolResult(1), 1));
     let (_dir, runtime, session) = harness::start(&mock, spec).await;
 
-    let (outcome, events) = harness::run(&runtime, session, "do all three").await;
+    let mut events = runtime.subscribe();
+    runtime.prompt(session, "do all three");
+    harness::wait_for(&mut events, session, |k| {
+        matches!(k, EventKind::Restarted { .. })
+    })
+    .await;
+    assert_eq!(writes.count(), 0, "the write had not started at the crash");
+    crashed.open();
+    let (outcome, events) = harness::until_terminal(&mut events, session).await;
 
     assert_eq!(harness::finished_text(&outcome), "all three done");
-    assert_eq!(
-        events
+    assert!(
+        !events
             .iter()
-            .filter(|e| matches!(e.kind, EventKind::Restarted { .. }))
-            .count(),
-        1
+            .any(|e| matches!(e.kind, EventKind::Restarted { .. })),
+        "the session restarted more than once"
     );
     let results = harness::tool_results(&mock.requests()[1]);
     assert_eq!(
@@ -318,25 +327,33 @@ async fn a_workspace_that_cannot_hold_journals_is_refused_at_start() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// One thread, so that the paused clock below is this test's whole world.
+#[tokio::test(flavor = "current_thread")]
 async fn a_stop_while_waiting_to_restart_ends_the_session_after_its_resumed_run() {
     let mock = MockLlm::start(vec![Reply::text("resumed answer")]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut config =
-        orchestrate::RuntimeConfig::new(dir.path(), harness::client(&mock, harness::DEADLINE));
-    // Long enough that the Stop surely lands while the session is down.
-    config.restart.backoff_base = Duration::from_secs(2);
-    let runtime = orchestrate::Runtime::start(config).await.unwrap();
     let mut spec = harness::spec(ToolRegistry::new());
     spec.faults = Some(FaultPlan::panic_at(1, 1));
-    let session = runtime.start_session(spec).await.unwrap();
+    let (_dir, runtime, session) = harness::start(&mock, spec).await;
     let mut events = runtime.subscribe_session(session);
+    // The clock stands still from the prompt until the Stop is sent, so the restart
+    // backoff cannot run out before the Stop lands: it lands while the session is
+    // down. (Between the prompt and the crash nothing waits on anything outside this
+    // thread, so the paused clock never skips ahead; no request is made before the
+    // clock runs again.)
+    tokio::time::pause();
+    let paused_at = tokio::time::Instant::now();
     let first = runtime.prompt(session, "hello");
     harness::wait_for(&mut events, session, |k| {
         matches!(k, EventKind::Restarted { .. })
     })
     .await;
     runtime.stop_session(session);
+    assert_eq!(
+        tokio::time::Instant::now(),
+        paused_at,
+        "the clock moved, so the restart may have come before the Stop"
+    );
+    tokio::time::resume();
 
     let (outcome, _) = harness::until_terminal(&mut events, session).await;
     assert_eq!(harness::finished_text(&outcome), "resumed answer");
@@ -364,7 +381,7 @@ async fn the_journal_records_each_lifecycle_event_a_restart_included() {
         Reply::text("Oslo is at 12°C."),
     ])
     .await;
-    let mut spec = harness::spec(ToolRegistry::new().with(Lookup::new(Duration::ZERO, false)));
+    let mut spec = harness::spec(ToolRegistry::new().with(Lookup::new(false)));
     spec.faults = Some(FaultPlan::panic_at(2, 1));
     let (dir, runtime, session) = harness::start(&mock, spec).await;
     let (outcome, events) = harness::run(&runtime, session, "Weather in Oslo?").await;

@@ -1,69 +1,91 @@
 //! Tool scheduling through a session: safe calls fan out, unsafe ones run one at a
 //! time, results come back in call order; and the real tools doing real work.
 
-use std::time::Duration;
-
-use orchestrate::ToolRegistry;
+use orchestrate::{Event, EventKind, ToolRegistry};
 use serde_json::{Value, json};
 
 use crate::support::harness::{self, Lookup};
 use crate::support::mock_llm::{MockLlm, Reply};
 
-const CALL: Duration = Duration::from_millis(200);
+/// The ids `c0` … `c7`.
+fn ids() -> Vec<String> {
+    (0..8).map(|i| format!("c{i}")).collect()
+}
 
-/// Runs one turn of eight `lookup` calls; returns the tool's invocations and the
-/// ids of the results as the model got them back.
-async fn eight_calls(safe: bool) -> (Vec<harness::Invocation>, Vec<String>) {
-    let ids: Vec<String> = (0..8).map(|i| format!("c{i}")).collect();
+/// Runs one turn of eight `lookup` calls on `lookup`; returns the ids of the
+/// results as the model got them back, and the run's events.
+async fn eight_calls(lookup: &Lookup) -> (Vec<String>, Vec<Event>) {
+    let ids = ids();
     let calls: Vec<(&str, &str, Value)> = ids
         .iter()
         .map(|id| (id.as_str(), "lookup", json!({"city": id})))
         .collect();
     let mock = MockLlm::start(vec![Reply::tool_calls(&calls), Reply::text("done")]).await;
-    let lookup = Lookup::new(CALL, safe);
     let (_dir, runtime, session) = harness::start(
         &mock,
         harness::spec(ToolRegistry::new().with(lookup.clone())),
     )
     .await;
-    let (outcome, _) = harness::run(&runtime, session, "look them all up").await;
+    let (outcome, events) = harness::run(&runtime, session, "look them all up").await;
     assert_eq!(harness::finished_text(&outcome), "done");
     runtime.shutdown().await;
     let order = harness::tool_results(&mock.requests()[1])
         .into_iter()
         .map(|(id, _)| id)
         .collect();
-    (lookup.invocations(), order)
+    (order, events)
 }
 
-fn span(calls: &[harness::Invocation]) -> Duration {
-    let start = calls.iter().map(|c| c.started).min().unwrap();
-    let end = calls.iter().map(|c| c.ended).max().unwrap();
-    end - start
+/// The tool calls' starts and ends as the session announced them, in order.
+fn starts_and_ends(events: &[Event]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ToolStarted { call_id, .. } => Some(format!("start {call_id}")),
+            EventKind::ToolFinished { call_id, .. } => Some(format!("end {call_id}")),
+            _ => None,
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_safe_calls_run_together() {
-    let (calls, order) = eight_calls(true).await;
-    assert_eq!(calls.len(), 8);
+    // Each call waits until all eight are running: run one by one, the first would
+    // wait forever and the run would miss its deadline.
+    let lookup = Lookup::meeting(8);
+    let (order, events) = eight_calls(&lookup).await;
+    assert_eq!(lookup.invocations().len(), 8);
+    assert_eq!(lookup.most_at_once(), 8);
+    let announced = starts_and_ends(&events);
     assert!(
-        span(&calls) < CALL * 2,
-        "eight safe calls took {:?}",
-        span(&calls)
+        announced[..8].iter().all(|a| a.starts_with("start ")),
+        "all eight started before any ended: {announced:?}"
     );
-    assert_eq!(order, (0..8).map(|i| format!("c{i}")).collect::<Vec<_>>());
+    assert_eq!(order, ids());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_unsafe_calls_run_one_after_another() {
-    let (calls, order) = eight_calls(false).await;
-    assert_eq!(calls.len(), 8);
-    assert!(
-        span(&calls) >= CALL * 8,
-        "eight unsafe calls took only {:?}",
-        span(&calls)
+    let lookup = Lookup::new(false);
+    let (order, events) = eight_calls(&lookup).await;
+    let calls = lookup.invocations();
+    let started: Vec<&str> = calls
+        .iter()
+        .map(|c| c.input["city"].as_str().unwrap())
+        .collect();
+    assert_eq!(started, ids(), "the calls started in call order");
+    assert_eq!(
+        lookup.most_at_once(),
+        1,
+        "unsafe calls overlapped: {calls:?}"
     );
-    assert_eq!(order, (0..8).map(|i| format!("c{i}")).collect::<Vec<_>>());
+    // The session started each call only once the one before it had ended.
+    let one_by_one: Vec<String> = ids()
+        .iter()
+        .flat_map(|id| [format!("start {id}"), format!("end {id}")])
+        .collect();
+    assert_eq!(starts_and_ends(&events), one_by_one);
+    assert_eq!(order, ids());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

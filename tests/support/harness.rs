@@ -3,6 +3,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -12,8 +13,9 @@ use orchestrate::{
     RuntimeConfig, SessionId, SessionSpec, Tool, ToolContext, ToolError, ToolRegistry,
 };
 use serde_json::{Value, json};
+use tokio::sync::Barrier;
 
-use super::mock_llm::MockLlm;
+use super::mock_llm::{Gate, MockLlm};
 
 /// No test waits longer than this for anything.
 pub const DEADLINE: Duration = Duration::from_secs(30);
@@ -137,29 +139,82 @@ pub fn finished_text(outcome: &Outcome) -> &str {
 #[derive(Clone, Debug)]
 pub struct Invocation {
     pub input: Value,
-    pub started: Instant,
-    pub ended: Instant,
+    /// How many calls of the tool were running when this one started, itself
+    /// included.
+    pub running: usize,
 }
 
-/// A test tool: `lookup {city}` answers `"<city>: 12°C"` after `delay`.
+/// A test tool: `lookup {city}` answers `"<city>: 12°C"`. It records each call as it
+/// starts, with how many calls were running then, and may make calls wait first (see
+/// [`Lookup::held`] and [`Lookup::meeting`]); nothing in it depends on time.
 #[derive(Clone, Debug)]
 pub struct Lookup {
-    pub delay: Duration,
-    pub safe: bool,
-    pub calls: Arc<Mutex<Vec<Invocation>>>,
+    safe: bool,
+    wait: Wait,
+    calls: Arc<Mutex<Vec<Invocation>>>,
+    running: Arc<AtomicUsize>,
+}
+
+/// What a [`Lookup`] call waits for before it answers.
+#[derive(Clone, Debug)]
+enum Wait {
+    /// Nothing; it only yields once, so that calls running beside it get to start.
+    Nothing,
+    /// Until the test opens the gate.
+    Gate(Gate),
+    /// The first `calls` calls wait here until all of them have arrived, which they
+    /// only can if they run at the same time; later calls pass.
+    Barrier { barrier: Arc<Barrier>, calls: usize },
+}
+
+/// Counts a call as running until it is dropped (answered, or cut off).
+struct Running(Arc<AtomicUsize>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Lookup {
-    pub fn new(delay: Duration, safe: bool) -> Self {
+    /// A lookup that answers at once; `safe` lets its calls run in parallel.
+    pub fn new(safe: bool) -> Self {
+        Self::waiting(safe, Wait::Nothing)
+    }
+
+    /// A lookup whose every call waits until `gate` opens.
+    pub fn held(safe: bool, gate: Gate) -> Self {
+        Self::waiting(safe, Wait::Gate(gate))
+    }
+
+    /// A safe lookup whose first `calls` calls answer only once all of them are
+    /// running at the same time: if they ran one by one, the first would wait forever.
+    pub fn meeting(calls: usize) -> Self {
+        let barrier = Arc::new(Barrier::new(calls));
+        Self::waiting(true, Wait::Barrier { barrier, calls })
+    }
+
+    fn waiting(safe: bool, wait: Wait) -> Self {
         Self {
-            delay,
             safe,
+            wait,
             calls: Arc::default(),
+            running: Arc::default(),
         }
     }
 
+    /// Every call so far, in the order they started.
     pub fn invocations(&self) -> Vec<Invocation> {
         self.calls.lock().unwrap().clone()
+    }
+
+    /// The most calls that were ever running at once.
+    pub fn most_at_once(&self) -> usize {
+        self.invocations()
+            .iter()
+            .map(|c| c.running)
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -196,18 +251,25 @@ impl Tool for Lookup {
         _ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<String, ToolError>> {
         Box::pin(async move {
-            let started = Instant::now();
-            tokio::time::sleep(self.delay).await;
             let city = input
                 .get("city")
                 .and_then(Value::as_str)
                 .ok_or_else(|| ToolError::InvalidInput("`city` is required".into()))?
                 .to_owned();
-            self.calls.lock().unwrap().push(Invocation {
-                input,
-                started,
-                ended: Instant::now(),
-            });
+            let (index, _running) = {
+                let mut calls = self.calls.lock().unwrap();
+                let running = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+                calls.push(Invocation { input, running });
+                (calls.len() - 1, Running(self.running.clone()))
+            };
+            match &self.wait {
+                Wait::Nothing => tokio::task::yield_now().await,
+                Wait::Gate(gate) => gate.opened().await,
+                Wait::Barrier { barrier, calls } if index < *calls => {
+                    barrier.wait().await;
+                }
+                Wait::Barrier { .. } => {}
+            }
             Ok(format!("{city}: 12°C"))
         })
     }
@@ -269,7 +331,8 @@ impl Tool for Write {
     }
 }
 
-/// `lookup` that is fast for `"Fast"` and slow otherwise, each half counted apart.
+/// `lookup` that sends `"Fast"` to `fast` and every other city to `slow` (which a
+/// test makes wait, see [`Lookup::held`]), each half counted apart.
 #[derive(Clone, Debug)]
 pub struct Routed {
     pub fast: Lookup,

@@ -3,11 +3,11 @@
 //!
 //! [`MockLlm`] binds `127.0.0.1:0`, runs on the current tokio runtime and answers
 //! `POST /v1/chat/completions` with scripted [`Reply`]s: server-sent-event
-//! streams (with time to first token, per-chunk delays, stalls, abrupt aborts and
-//! malformed chunks), plain JSON completions, or arbitrary error statuses. Every
-//! request is recorded, and streamed bodies the client dropped before the end are
-//! counted as disconnects. The server shuts down (gracefully) when the `MockLlm`
-//! is dropped.
+//! streams (with time to first token, per-chunk delays, stalls, holds until the
+//! test opens a [`Gate`], abrupt aborts and malformed chunks), plain JSON
+//! completions, or arbitrary error statuses. Every request is recorded, and
+//! streamed bodies the client dropped before the end are counted as disconnects.
+//! The server shuts down (gracefully) when the `MockLlm` is dropped.
 //!
 //! The `ev_*` functions build the `data:` payloads of real
 //! `chat.completion.chunk` events; the constructors and modifiers on [`Reply`]
@@ -32,6 +32,7 @@ use futures::stream;
 use serde_json::{Map, Value, json};
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 
 /// The path the mock serves, relative to the host (the API root is `/v1`).
 const CHAT_PATH: &str = "/v1/chat/completions";
@@ -121,6 +122,38 @@ pub enum End {
     /// Send the first n chunks, then stall for the duration (send nothing),
     /// then send the rest and `[DONE]`.
     StallAfter(usize, Duration),
+    /// Send the first n chunks, then send nothing until the gate opens, then the
+    /// rest and `[DONE]`. A gate that never opens holds the stream until the
+    /// client goes away.
+    HoldAfter(usize, Gate),
+}
+
+/// An event the test sets once: a reply held on it (see [`End::HoldAfter`]) goes
+/// on when it opens, and every wait after that returns at once. Clones share one
+/// gate.
+#[derive(Clone, Debug, Default)]
+pub struct Gate(CancellationToken);
+
+impl Gate {
+    /// A closed gate.
+    pub fn new() -> Gate {
+        Gate::default()
+    }
+
+    /// Opens the gate for every waiter, present and future.
+    pub fn open(&self) {
+        self.0.cancel();
+    }
+
+    /// Whether the gate has been opened.
+    pub fn is_open(&self) -> bool {
+        self.0.is_cancelled()
+    }
+
+    /// Waits until the gate is open.
+    pub async fn opened(&self) {
+        self.0.cancelled().await;
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -767,6 +800,8 @@ enum Item {
 }
 
 struct Step {
+    /// A gate to wait for before the wait below.
+    hold: Option<Gate>,
     wait: Duration,
     item: Item,
 }
@@ -811,11 +846,13 @@ fn plan(s: StreamReply) -> VecDeque<Step> {
         delay,
         end,
     } = s;
-    let (send, stall) = match end {
-        End::DropAfter(n) => (n.min(chunks.len()), None),
-        End::StallAfter(n, d) => (chunks.len(), Some((n, d))),
-        End::Done | End::Close => (chunks.len(), None),
+    let (send, stall, hold) = match &end {
+        End::DropAfter(n) => ((*n).min(chunks.len()), None, None),
+        End::StallAfter(n, d) => (chunks.len(), Some((*n, *d)), None),
+        End::HoldAfter(n, gate) => (chunks.len(), None, Some((*n, gate))),
+        End::Done | End::Close => (chunks.len(), None, None),
     };
+    let held_at = |i: usize| hold.filter(|(n, _)| *n == i).map(|(_, gate)| gate.clone());
     let mut steps = VecDeque::with_capacity(send + 1);
     for (i, payload) in chunks.iter().take(send).enumerate() {
         let mut wait = if i == 0 { ttft } else { delay };
@@ -824,19 +861,24 @@ fn plan(s: StreamReply) -> VecDeque<Step> {
             _ => {}
         }
         steps.push_back(Step {
+            hold: held_at(i),
             wait,
             item: Item::Data(frame(payload)),
         });
     }
     let first = steps.is_empty();
-    match end {
-        End::Done | End::StallAfter(..) => {
+    match &end {
+        End::Done | End::StallAfter(..) | End::HoldAfter(..) => {
             let mut wait = if first { ttft } else { Duration::ZERO };
             match stall {
                 Some((n, d)) if n >= chunks.len() => wait += d,
                 _ => {}
             }
+            let hold = hold
+                .filter(|(n, _)| *n >= chunks.len())
+                .map(|(_, gate)| gate.clone());
             steps.push_back(Step {
+                hold,
                 wait,
                 item: Item::Data(frame("[DONE]")),
             });
@@ -844,6 +886,7 @@ fn plan(s: StreamReply) -> VecDeque<Step> {
         End::DropAfter(_) => {
             let base = if first { ttft } else { delay };
             steps.push_back(Step {
+                hold: None,
                 wait: base.max(MIN_ABORT_PAUSE),
                 item: Item::Abort,
             });
@@ -868,6 +911,11 @@ fn stream_response(s: StreamReply, shared: &Arc<Shared>) -> Response {
     let body = stream::unfold(state, |mut st| async move {
         // `finished` was set when the last step was taken (or at the start).
         let step = st.steps.pop_front()?;
+        if let Some(gate) = &step.hold {
+            gate.opened().await;
+            // Delays after a hold count from its end.
+            st.due = Some(tokio::time::Instant::now());
+        }
         let due = st.due.unwrap_or_else(tokio::time::Instant::now) + step.wait;
         st.due = Some(due);
         if !step.wait.is_zero() {
@@ -900,10 +948,16 @@ fn stream_response(s: StreamReply, shared: &Arc<Shared>) -> Response {
 // ---------------------------------------------------------------------------
 
 /// Answers a non-streaming request with a streamed reply: waits as long as the
-/// stream would have taken, then sends the chunks assembled into one
-/// `chat.completion` (or the first in-stream error as a 500).
+/// stream would have taken (its gates included), then sends the chunks assembled
+/// into one `chat.completion` (or the first in-stream error as a 500).
 async fn non_stream_response(s: StreamReply) -> Response {
-    let total: Duration = plan(s.clone()).iter().map(|st| st.wait).sum();
+    let mut total = Duration::ZERO;
+    for step in plan(s.clone()) {
+        if let Some(gate) = step.hold {
+            gate.opened().await;
+        }
+        total += step.wait;
+    }
     if !total.is_zero() {
         tokio::time::sleep(total).await;
     }
