@@ -53,6 +53,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             stats.turns, stats.usage.input_tokens, stats.usage.output_tokens, stats.duration_ms
         ),
         Some(Outcome::Failed { class, message, .. }) => eprintln!("failed ({class}): {message}"),
+        Some(Outcome::Stopped { reason, .. }) => eprintln!("stopped ({reason})"),
         Some(Outcome::Cancelled { .. }) | None => eprintln!("cancelled"),
     }
     runtime.shutdown().await;

@@ -24,6 +24,7 @@ pub mod supervision;
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use crate::events::EventBus;
 use crate::journal::Journal;
@@ -42,6 +43,8 @@ pub(crate) struct SessionEnv {
     pub(crate) max_parallel_tools: usize,
     pub(crate) approver: Arc<dyn Approver>,
     pub(crate) remembered: Arc<Remembered>,
+    /// The process-wide order of prompts and cancels: the next stamp.
+    pub(crate) stamps: Arc<AtomicU64>,
 }
 
 /// A spawned task that is aborted when this handle is dropped, so work never

@@ -24,6 +24,7 @@
 pub mod actors;
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod conversation;
 pub mod error;
 pub mod events;
@@ -34,6 +35,7 @@ pub mod llm;
 pub mod models;
 pub mod protocol;
 pub mod roles;
+pub mod runs;
 pub mod runtime;
 pub mod session;
 pub mod task;

@@ -18,6 +18,15 @@ impl SessionId {
     pub fn new() -> Self {
         Self(uuid::Uuid::now_v7())
     }
+
+    /// When the session was created, in milliseconds since the Unix epoch (the
+    /// id is a UUIDv7, which begins with the time); 0 for an id of another kind.
+    pub fn timestamp_millis(&self) -> u64 {
+        self.0.get_timestamp().map_or(0, |t| {
+            let (secs, nanos) = t.to_unix();
+            secs * 1000 + u64::from(nanos / 1_000_000)
+        })
+    }
 }
 
 impl Default for SessionId {
@@ -85,9 +94,28 @@ pub enum Outcome {
         /// The run's counters.
         stats: RunStats,
     },
+    /// The run was stopped at a turn boundary before the model had finished.
+    Stopped {
+        /// Why (`requested`: someone asked for it).
+        reason: String,
+        /// What the model had said by then.
+        partial: String,
+        /// The run's counters.
+        stats: RunStats,
+    },
 }
 
 impl Outcome {
+    /// The run's counters.
+    pub fn stats(&self) -> &RunStats {
+        match self {
+            Self::Finished { stats, .. }
+            | Self::Failed { stats, .. }
+            | Self::Cancelled { stats, .. }
+            | Self::Stopped { stats, .. } => stats,
+        }
+    }
+
     /// A run that failed with `error`, having said `partial`.
     pub(crate) fn failed(
         error: &crate::error::SessionError,

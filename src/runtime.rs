@@ -1,5 +1,8 @@
-//! The public handle on a running actor tree: start sessions, send prompts, cancel,
-//! watch events, shut down. Everything behind it is actors.
+//! The public handle on a running actor tree: start and resume sessions, send
+//! prompts, cancel, watch events, shut down, and run Task calls in their
+//! sub-agents ([`delegate`]). Everything behind it is actors.
+
+mod delegate;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,17 +11,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use futures::future::BoxFuture;
 use ractor::{Actor, ActorRef};
 use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 
 use crate::actors::SessionEnv;
 use crate::actors::orchestrator::{OrchestratorActor, OrchestratorArgs, OrchestratorMsg};
 use crate::actors::supervision::Intensity;
 use crate::error::SessionError;
+use crate::events::Publisher;
 use crate::events::{EventBus, EventStream};
 use crate::journal::recorder::record_events;
-use crate::journal::{Journal, sessions_dir};
+use crate::journal::{self, Journal};
 use crate::llm::Provider;
 use crate::llm::retry::RetryPolicy;
-use crate::protocol::{Outcome, SessionId};
+use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
 use crate::session::SessionSpec;
 use crate::task::Launcher;
 use crate::tools::permissions::{Approver, DenyAll, Remembered};
@@ -75,6 +80,8 @@ pub struct Handle {
     bus: EventBus,
     journal: Journal,
     seq: Arc<AtomicU64>,
+    /// The workspace, canonical: its journals are under `.orchestrate/`.
+    workspace: Arc<PathBuf>,
 }
 
 impl std::ops::Deref for Runtime {
@@ -96,9 +103,8 @@ impl Runtime {
         let workspace = config.workspace.canonicalize().unwrap_or(config.workspace);
         // Made now so that a workspace that cannot hold journals is refused here,
         // before any session is started.
-        let journals = sessions_dir(&workspace);
-        std::fs::create_dir_all(&journals)
-            .map_err(|e| SessionError::Journal(format!("{}: {e}", journals.display())))?;
+        journal::prepare_dir(&workspace).map_err(SessionError::Journal)?;
+        let stamps = Arc::new(AtomicU64::new(1));
         let env = Arc::new(SessionEnv {
             provider: config.provider,
             workspace,
@@ -108,6 +114,7 @@ impl Runtime {
             max_parallel_tools: config.max_parallel_tools,
             approver: config.approver,
             remembered: Arc::new(Remembered::default()),
+            stamps: stamps.clone(),
         });
         let args = OrchestratorArgs {
             env,
@@ -120,6 +127,7 @@ impl Runtime {
             args.env.workspace.clone(),
             stop,
         ));
+        let args_workspace = args.env.workspace.clone();
         let (orchestrator, join) = Actor::spawn(None, OrchestratorActor, args)
             .await
             .map_err(|e| SessionError::Spawn(e.to_string()))?;
@@ -127,7 +135,8 @@ impl Runtime {
             orchestrator,
             bus,
             journal,
-            seq: Arc::new(AtomicU64::new(1)),
+            seq: stamps,
+            workspace: Arc::new(args_workspace),
         };
         Ok(Self {
             handle,
@@ -170,6 +179,22 @@ impl Handle {
             .map_err(|e| SessionError::Spawn(e.to_string()))?
     }
 
+    /// Starts session `id` again from its journal (written by an earlier process):
+    /// its conversation is restored and a run that the journal shows unfinished
+    /// carries on. A session already live is left as it is. Returns its id.
+    pub async fn resume_session(
+        &self,
+        id: SessionId,
+        spec: SessionSpec,
+    ) -> Result<SessionId, SessionError> {
+        ractor::call!(self.orchestrator, |reply| OrchestratorMsg::Resume(
+            id,
+            Box::new(spec),
+            reply
+        ))
+        .map_err(|e| SessionError::Spawn(e.to_string()))?
+    }
+
     /// Stops a session once its current run (if any) has ended; it takes no more
     /// prompts. Cancel first to end a run in progress sooner.
     pub fn stop_session(&self, session: SessionId) {
@@ -182,12 +207,29 @@ impl Handle {
     /// it in its `prompts`.
     pub fn prompt(&self, session: SessionId, text: impl Into<String>) -> u64 {
         let seq = self.seq.fetch_add(1, Ordering::SeqCst);
-        let _ = self.orchestrator.cast(OrchestratorMsg::Prompt {
+        let sent = self.orchestrator.cast(OrchestratorMsg::Prompt {
             session,
             seq,
             text: text.into(),
         });
+        if sent.is_err() {
+            // The runtime has shut down: whoever waits for this prompt's run must
+            // not wait forever.
+            let error = SessionError::Spawn("the runtime has shut down".into());
+            let publisher = Publisher::new(self.bus.clone(), session, None, "orchestrate");
+            publisher.publish(EventKind::Terminal {
+                prompts: vec![seq],
+                outcome: Outcome::failed(&error, String::new(), RunStats::default()),
+            });
+        }
         seq
+    }
+
+    /// Ends the session's current run at its next turn boundary (after what is
+    /// streaming or running now), as `stopped`, its partial work kept: a
+    /// sub-agent's caller gets that work as its result and goes on.
+    pub fn stop_run(&self, session: SessionId) {
+        let _ = self.orchestrator.cast(OrchestratorMsg::StopRun(session));
     }
 
     /// Cancels the session's current run and drops the prompts queued before now.
@@ -218,6 +260,12 @@ impl Handle {
         None
     }
 
+    /// Crashes the session's PromptQueue, for the tests of its supervision.
+    #[cfg(feature = "test-support")]
+    pub fn crash_queue(&self, session: SessionId) {
+        let _ = self.orchestrator.cast(OrchestratorMsg::CrashQueue(session));
+    }
+
     /// Waits until every journal record appended so far is on disk.
     pub async fn sync_journals(&self) -> Result<(), SessionError> {
         self.journal.sync().await.map_err(SessionError::Journal)
@@ -225,19 +273,13 @@ impl Handle {
 }
 
 impl Launcher for Handle {
-    fn start_session(&self, spec: SessionSpec) -> BoxFuture<'_, Result<SessionId, SessionError>> {
-        Box::pin(Handle::start_session(self, spec))
-    }
-
-    fn run_prompt(&self, session: SessionId, prompt: String) -> BoxFuture<'_, Option<Outcome>> {
-        Box::pin(Handle::run_prompt(self, session, prompt, |_| {}))
-    }
-
-    fn cancel(&self, session: SessionId) {
-        Handle::cancel(self, session);
-    }
-
-    fn stop_session(&self, session: SessionId) {
-        Handle::stop_session(self, session);
+    fn delegate(
+        &self,
+        spec: SessionSpec,
+        prompt: String,
+        cancel: CancellationToken,
+        resumed: bool,
+    ) -> BoxFuture<'_, Result<Option<Outcome>, SessionError>> {
+        Box::pin(Handle::delegate(self, spec, prompt, cancel, resumed))
     }
 }

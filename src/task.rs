@@ -17,6 +17,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 
 use crate::error::{SessionError, ToolError};
 use crate::models::{Model, Models};
@@ -45,17 +46,21 @@ pub struct TaskInput {
     pub subagent_type: String,
 }
 
-/// Starts and drives the sessions of sub-agents ([`crate::Handle`] is one).
+/// Runs Task calls in sub-agents ([`crate::Handle`] is one).
 pub trait Launcher: Send + Sync + std::fmt::Debug + 'static {
-    /// Starts a session; it waits for prompts.
-    fn start_session(&self, spec: SessionSpec) -> BoxFuture<'_, Result<SessionId, SessionError>>;
-    /// Runs one prompt in `session` to its end: the run's outcome, or `None` if
-    /// the session went away without one.
-    fn run_prompt(&self, session: SessionId, prompt: String) -> BoxFuture<'_, Option<Outcome>>;
-    /// Cancels the session's current run.
-    fn cancel(&self, session: SessionId);
-    /// Stops the session once its current run (if any) has ended.
-    fn stop_session(&self, session: SessionId);
+    /// Runs `prompt` in a sub-agent for the Task call that `spec` names (its
+    /// `parent` and `tool_call_id`): when `resumed` (the call was started by an
+    /// earlier incarnation of its caller), the sub-agent that start began, if
+    /// there is one (its recorded result when it finished); else a new one.
+    /// Returns the sub-agent's outcome, `None` if it went away without one. The
+    /// sub-agent is cancelled when `cancel` is, and only then.
+    fn delegate(
+        &self,
+        spec: SessionSpec,
+        prompt: String,
+        cancel: CancellationToken,
+        resumed: bool,
+    ) -> BoxFuture<'_, Result<Option<Outcome>, SessionError>>;
 }
 
 /// What every Task tool of a run shares.
@@ -212,23 +217,6 @@ impl Task {
     }
 }
 
-/// Ends an abandoned sub-agent's run: a parent's cancel reaches its children.
-struct CancelOnDrop {
-    launcher: Arc<dyn Launcher>,
-    session: SessionId,
-    armed: bool,
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        if self.armed {
-            // The sub-agent ends its run as cancelled, then stops.
-            self.launcher.cancel(self.session);
-            self.launcher.stop_session(self.session);
-        }
-    }
-}
-
 impl Tool for Task {
     fn name(&self) -> &str {
         "Task"
@@ -260,6 +248,10 @@ impl Tool for Task {
     }
 
     fn bounds_itself(&self) -> bool {
+        true
+    }
+
+    fn resumable(&self) -> bool {
         true
     }
 
@@ -299,19 +291,12 @@ impl Tool for Task {
                     slot.map_err(|_| ToolError::Failed("the run is shutting down".into()))?
                 }
             };
-            let launcher = &self.env.launcher;
-            let child = launcher
-                .start_session(spec)
+            let outcome = self
+                .env
+                .launcher
+                .delegate(spec, input.prompt, ctx.cancel.clone(), ctx.resumed)
                 .await
                 .map_err(|e| ToolError::Failed(format!("the sub-agent could not start: {e}")))?;
-            let mut guard = CancelOnDrop {
-                launcher: launcher.clone(),
-                session: child,
-                armed: true,
-            };
-            let outcome = launcher.run_prompt(child, input.prompt).await;
-            guard.armed = false;
-            launcher.stop_session(child);
             match outcome {
                 Some(Outcome::Finished { text, stats, .. }) => {
                     ctx.spent.add(&stats.usage);
@@ -340,6 +325,22 @@ impl Tool for Task {
                     )))
                 }
                 Some(Outcome::Cancelled { .. }) => Err(ToolError::Cancelled),
+                // Stopped at a turn boundary: its partial work is the result, and the
+                // caller goes on.
+                Some(Outcome::Stopped {
+                    reason,
+                    partial,
+                    stats,
+                }) => {
+                    ctx.spent.add(&stats.usage);
+                    Ok(format!(
+                        "[the {agent} sub-agent was stopped ({reason}) before it finished; its work so far:]\n{partial}\n\n[{agent}: {} turns, {} tool calls, {} tokens, {:.1}s]",
+                        stats.turns,
+                        stats.tool_calls,
+                        stats.usage.total(),
+                        stats.duration_ms as f64 / 1000.0
+                    ))
+                }
                 None => Err(ToolError::Failed(format!(
                     "the {agent} sub-agent ended without a result"
                 ))),

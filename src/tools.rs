@@ -56,6 +56,10 @@ pub struct ToolContext {
     /// Publishes events as the calling session (a Task call's sub-agent waiting
     /// for a slot, say); `None` outside a session.
     pub events: Option<crate::events::Publisher>,
+    /// An earlier incarnation of the session had started this call (it crashed,
+    /// or its process died): a tool that resumes by call id picks up what it
+    /// began (see [`Tool::resumable`]).
+    pub resumed: bool,
 }
 
 /// Tokens a call spent through others (a sub-agent's), for the caller's totals.
@@ -130,6 +134,7 @@ impl ToolContext {
             changes: Changes::default(),
             spent: Spent::default(),
             events: None,
+            resumed: false,
         }
     }
 
@@ -159,6 +164,13 @@ pub trait Tool: Send + Sync + Debug + 'static {
     /// True when the tool bounds its own parallelism (Task, by the run-wide cap on
     /// sub-agents), so a turn's parallel group does not count its calls.
     fn bounds_itself(&self) -> bool {
+        false
+    }
+    /// True when calling it again with the same call id carries on the first call
+    /// instead of repeating its effects (Task finds the sub-agent that call
+    /// started), so a session resumed from its journal runs it again rather than
+    /// reporting it interrupted.
+    fn resumable(&self) -> bool {
         false
     }
     /// Runs the call. The returned text goes back to the model; an error becomes an

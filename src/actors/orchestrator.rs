@@ -1,24 +1,26 @@
 //! Orchestrator: the root supervisor, one per process. It starts sessions (each with
-//! its PromptQueue beside it), routes prompts and cancels to them, and applies the
-//! restart policy when one crashes: restart it from its journal after a backoff, or,
-//! past the restart intensity, give up and end its run with a `crash` failure.
+//! its PromptQueue beside it) and resumes them from their journals, routes prompts
+//! and cancels to them, finds the sub-agent a parent's Task call started, and
+//! applies the restart policy when a session or a queue crashes ([`restarts`]).
+
+mod children;
+mod restarts;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
+use self::children::Children;
 use super::SessionEnv;
-use super::prompt_queue::{PromptQueueActor, PromptQueueMsg};
+use super::prompt_queue::{Inbox, PromptQueueActor, PromptQueueMsg, Queued};
 use super::session::{SessionActor, SessionArgs, SessionMsg};
-use super::supervision::{Decision, Exit, Intensity, RestartTracker, RestartType};
+use super::supervision::{Intensity, RestartTracker, RestartType};
 use crate::error::SessionError;
 use crate::events::Publisher;
-use crate::journal::{Record, journal_path};
 use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
 use crate::session::SessionSpec;
-use crate::session::queue::QueuedPrompt;
+use crate::session::queue::{QueuedPrompt, SharedQueue};
 
 /// Messages of the Orchestrator.
 #[derive(Debug)]
@@ -28,6 +30,22 @@ pub(crate) enum OrchestratorMsg {
         Box<SessionSpec>,
         RpcReplyPort<Result<SessionId, SessionError>>,
     ),
+    /// Start a session again from its journal (its run resumed by a new process),
+    /// unless it is live already; replies with its id.
+    Resume(
+        SessionId,
+        Box<SessionSpec>,
+        RpcReplyPort<Result<SessionId, SessionError>>,
+    ),
+    /// The session the call `call` of session `parent` started, if any.
+    FindChild {
+        /// The parent session.
+        parent: SessionId,
+        /// Its Task call.
+        call: String,
+        /// The child and where it is.
+        reply: RpcReplyPort<Option<(SessionId, Whereabouts)>>,
+    },
     /// Deliver a prompt.
     Prompt {
         /// The session.
@@ -44,10 +62,18 @@ pub(crate) enum OrchestratorMsg {
         /// Arrival order, shared with prompts.
         seq: u64,
     },
+    /// A session's PromptQueue has queued a prompt or recorded a cancel: tell the
+    /// session.
+    Queued(SessionId, Queued),
     /// The backoff after a crash is over: start the session again.
     Restart(SessionId),
     /// Stop a session once its current run (if any) has ended.
     Stop(SessionId),
+    /// End a session's current run at its next turn boundary, as stopped.
+    StopRun(SessionId),
+    /// Crash a session's PromptQueue, for the tests of its supervision.
+    #[cfg(feature = "test-support")]
+    CrashQueue(SessionId),
 }
 
 /// What the Orchestrator is started with.
@@ -66,19 +92,49 @@ pub(crate) struct OrchestratorState {
     restart: Intensity,
     /// Every live session.
     sessions: HashMap<SessionId, Entry>,
-    /// Which session a running session actor is.
-    by_actor: HashMap<ActorId, SessionId>,
+    /// Which session a running actor is, and whether it is the session or its queue.
+    by_actor: HashMap<ActorId, (SessionId, Role)>,
+    /// Every sub-agent by the call that started it.
+    children: Children,
 }
 
-#[derive(Debug)]
+/// Where a session the Orchestrator was asked about is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Whereabouts {
+    /// Not live in this process: only its journal knows it.
+    Journaled,
+    /// Live in this process, never sent a prompt yet.
+    Unprompted,
+    /// Live in this process, sent a prompt.
+    Prompted,
+}
+
+/// What a supervised actor is to its session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Session,
+    Queue,
+}
+
 /// One supervised session.
+#[derive(Debug)]
 struct Entry {
     /// What it was started with, reused on restart.
     spec: Arc<SessionSpec>,
+    /// The run it belongs to (its lead's id).
+    run: SessionId,
+    /// It came from the journal of an earlier process.
+    resumed: bool,
+    /// A prompt was routed to it.
+    prompted: bool,
+    /// Its run was asked to stop: a restarted incarnation is told again.
+    stop_run: bool,
     /// `None` while the session waits to be restarted.
     actor: Option<ActorRef<SessionMsg>>,
-    /// Its PromptQueue, which outlives its crashes.
-    queue: ActorRef<PromptQueueMsg>,
+    /// Its prompts, which outlive its crashes and its queue's.
+    inbox: Arc<Inbox>,
+    /// Its PromptQueue actor; `None` while it is being restarted.
+    queue_actor: Option<ActorRef<PromptQueueMsg>>,
     /// Publishes on its behalf (restarts, escalation, abandoned prompts).
     publisher: Publisher,
     /// Its restart history.
@@ -86,6 +142,15 @@ struct Entry {
     /// A Stop arrived while the session was down: its next incarnation ends with
     /// the run it resumes.
     stop_when_idle: bool,
+}
+
+/// How a session starts.
+#[derive(Debug)]
+enum Origin {
+    /// A new conversation.
+    New,
+    /// From its journal, written by an earlier process.
+    Journal,
 }
 
 /// The Orchestrator actor.
@@ -102,11 +167,13 @@ impl Actor for OrchestratorActor {
         _myself: ActorRef<Self::Msg>,
         args: OrchestratorArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
+        let children = Children::new(&args.env.workspace);
         Ok(OrchestratorState {
             env: args.env,
             restart: args.restart,
             sessions: HashMap::new(),
             by_actor: HashMap::new(),
+            children,
         })
     }
 
@@ -117,24 +184,51 @@ impl Actor for OrchestratorActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            OrchestratorMsg::Start(spec, reply) => start(&myself, state, spec, reply).await,
+            OrchestratorMsg::Start(spec, reply) => {
+                start(&myself, state, SessionId::new(), spec, Origin::New, reply).await;
+            }
+            OrchestratorMsg::Resume(id, spec, reply) => {
+                if state.sessions.contains_key(&id) {
+                    let _ = reply.send(Ok(id));
+                } else {
+                    start(&myself, state, id, spec, Origin::Journal, reply).await;
+                }
+            }
+            OrchestratorMsg::FindChild {
+                parent,
+                call,
+                reply,
+            } => {
+                let resumed = state.sessions.get(&parent).is_some_and(|e| e.resumed);
+                let child = state.children.find(parent, &call, resumed).await;
+                let found = child.map(|id| {
+                    let whereabouts = match state.sessions.get(&id) {
+                        None => Whereabouts::Journaled,
+                        Some(entry) if entry.prompted => Whereabouts::Prompted,
+                        Some(_) => Whereabouts::Unprompted,
+                    };
+                    (id, whereabouts)
+                });
+                let _ = reply.send(found);
+            }
             OrchestratorMsg::Prompt { session, seq, text } => {
-                route(
-                    state,
-                    session,
-                    PromptQueueMsg::Push(QueuedPrompt { seq, text }),
-                    SessionMsg::Prompt { seq },
-                );
+                route(state, session, Routed::Prompt(QueuedPrompt { seq, text }));
             }
             OrchestratorMsg::Cancel { session, seq } => {
-                route(
-                    state,
-                    session,
-                    PromptQueueMsg::Cancel(seq),
-                    SessionMsg::Cancel { seq },
-                );
+                route(state, session, Routed::Cancel(seq));
             }
-            OrchestratorMsg::Restart(session) => restart(&myself, state, session).await,
+            OrchestratorMsg::Queued(session, queued) => {
+                if let Some(actor) = state.sessions.get(&session).and_then(|e| e.actor.as_ref()) {
+                    let nudge = match queued {
+                        Queued::Prompt(seq) => SessionMsg::Prompt { seq },
+                        Queued::Cancel(seq) => SessionMsg::Cancel { seq },
+                    };
+                    let _ = actor.cast(nudge);
+                }
+            }
+            OrchestratorMsg::Restart(session) => {
+                restarts::restart(&myself, state, session).await;
+            }
             OrchestratorMsg::Stop(session) => {
                 if let Some(entry) = state.sessions.get_mut(&session) {
                     // Remembered here too, so that a crash before the session acts
@@ -143,6 +237,25 @@ impl Actor for OrchestratorActor {
                     if let Some(actor) = &entry.actor {
                         let _ = actor.cast(SessionMsg::StopWhenIdle);
                     }
+                }
+            }
+            OrchestratorMsg::StopRun(session) => {
+                if let Some(entry) = state.sessions.get_mut(&session) {
+                    // Remembered for a session that is down: told when it is back.
+                    entry.stop_run = true;
+                    if let Some(actor) = &entry.actor {
+                        let _ = actor.cast(SessionMsg::StopRun);
+                    }
+                }
+            }
+            #[cfg(feature = "test-support")]
+            OrchestratorMsg::CrashQueue(session) => {
+                if let Some(queue) = state
+                    .sessions
+                    .get(&session)
+                    .and_then(|e| e.queue_actor.as_ref())
+                {
+                    let _ = queue.cast(PromptQueueMsg::Crash);
                 }
             }
         }
@@ -159,7 +272,7 @@ impl Actor for OrchestratorActor {
             SupervisionEvent::ActorStarted(_) | SupervisionEvent::ProcessGroupChanged(_) => {}
             SupervisionEvent::ActorTerminated(cell, _, reason) => {
                 // A session stops only when told to; a queue only with its session.
-                if let Some(id) = state.by_actor.remove(&cell.get_id()) {
+                if let Some((id, Role::Session)) = state.by_actor.remove(&cell.get_id()) {
                     tracing::debug!(session = %id, ?reason, "session stopped");
                     if let Some(entry) = state.sessions.remove(&id) {
                         // Prompts that arrived while it was stopping never ran.
@@ -167,217 +280,181 @@ impl Actor for OrchestratorActor {
                             partial: String::new(),
                             stats: RunStats::default(),
                         };
-                        abandon_queued(entry, &stopped).await;
+                        restarts::abandon_queued(&entry, &stopped);
                     }
                 }
             }
             SupervisionEvent::ActorFailed(cell, err) => {
-                let Some(id) = state.by_actor.remove(&cell.get_id()) else {
-                    // A PromptQueue is plain bookkeeping and has never been seen to
-                    // fail; if one does, its session keeps running without queueing.
-                    tracing::error!(actor = %cell.get_id(), error = %err, "a prompt queue crashed");
-                    return Ok(());
-                };
-                on_session_crash(&myself, state, id, &err.to_string()).await;
+                match state.by_actor.remove(&cell.get_id()) {
+                    Some((id, Role::Session)) => {
+                        restarts::on_session_crash(&myself, state, id, &err.to_string()).await;
+                    }
+                    Some((id, Role::Queue)) => {
+                        tracing::warn!(session = %id, error = %err, "a prompt queue crashed; restarting it");
+                        restarts::restart_queue(&myself, state, id).await;
+                    }
+                    None => {}
+                }
             }
         }
         Ok(())
     }
 }
 
-/// Starts a session; the session itself answers `ready` once it has started, so the
-/// Orchestrator never waits on a session's start-up.
+/// Starts a session (new, or from its journal) with its PromptQueue; the session
+/// itself answers `ready` once it has started, so the Orchestrator never waits on a
+/// session's start-up.
 async fn start(
     myself: &ActorRef<OrchestratorMsg>,
     state: &mut OrchestratorState,
+    id: SessionId,
     spec: Box<SessionSpec>,
+    origin: Origin,
     ready: RpcReplyPort<Result<SessionId, SessionError>>,
 ) {
-    let id = SessionId::new();
+    let run = spec
+        .parent
+        .and_then(|parent| state.sessions.get(&parent))
+        .map_or(id, |parent| parent.run);
+    if let (Some(parent), Some(call)) = (spec.parent, &spec.tool_call_id) {
+        state.children.insert(parent, call, id);
+    }
+    let from_journal = matches!(origin, Origin::Journal);
     let publisher = Publisher::new(state.env.bus.clone(), id, spec.parent, &spec.agent);
-    let queue =
-        match Actor::spawn_linked(None, PromptQueueActor, publisher.clone(), myself.get_cell())
-            .await
-        {
-            Ok((queue, _)) => queue,
-            Err(e) => {
-                let _ = ready.send(Err(SessionError::Spawn(e.to_string())));
-                return;
-            }
-        };
+    let orchestrator = myself.clone();
+    let inbox = Arc::new(Inbox {
+        queue: SharedQueue::default(),
+        publisher: publisher.clone(),
+        tell: Arc::new(move |queued| {
+            let _ = orchestrator.cast(OrchestratorMsg::Queued(id, queued));
+        }),
+    });
     let entry = Entry {
-        spec: Arc::from(spec),
-        actor: None,
-        queue,
         publisher,
+        inbox,
+        spec: Arc::from(spec),
+        run,
+        resumed: from_journal,
+        prompted: false,
+        stop_run: false,
+        actor: None,
+        queue_actor: None,
         tracker: RestartTracker::new(RestartType::Transient, state.restart),
         stop_when_idle: false,
     };
     state.sessions.insert(id, entry);
+    if let Err(e) = spawn_queue(myself, state, id).await {
+        state.sessions.remove(&id);
+        let _ = ready.send(Err(e));
+        return;
+    }
     // On a spawn error the reply port is dropped with the arguments, and the
     // caller's `call` fails; the entry goes.
-    if let Err(e) = spawn_session(myself, state, id, Some(ready)).await {
+    if let Err(e) = spawn_session(myself, state, id, Some(ready), from_journal).await {
         tracing::warn!(session = %id, error = %e, "session did not start");
-        if let Some(entry) = state.sessions.remove(&id) {
-            entry.queue.stop(None);
+        if let Some(queue) = state.sessions.remove(&id).and_then(|e| e.queue_actor) {
+            queue.stop(None);
         }
     }
 }
 
+/// Spawns the PromptQueue of session `id` over its shared queue.
+async fn spawn_queue(
+    myself: &ActorRef<OrchestratorMsg>,
+    state: &mut OrchestratorState,
+    id: SessionId,
+) -> Result<(), SessionError> {
+    let Some(entry) = state.sessions.get_mut(&id) else {
+        return Err(SessionError::Spawn(format!("unknown session {id}")));
+    };
+    let inbox = entry.inbox.clone();
+    let (queue, _) = Actor::spawn_linked(None, PromptQueueActor, inbox, myself.get_cell())
+        .await
+        .map_err(|e| SessionError::Spawn(e.to_string()))?;
+    state.by_actor.insert(queue.get_id(), (id, Role::Queue));
+    entry.queue_actor = Some(queue);
+    Ok(())
+}
+
+/// Spawns the actor of session `id`: a new one (`ready` answered once it has
+/// started), or one rebuilt from its journal (after a crash, or a run resumed).
 async fn spawn_session(
     myself: &ActorRef<OrchestratorMsg>,
     state: &mut OrchestratorState,
     id: SessionId,
     ready: Option<RpcReplyPort<Result<SessionId, SessionError>>>,
+    from_journal: bool,
 ) -> Result<(), SessionError> {
     let Some(entry) = state.sessions.get_mut(&id) else {
         return Err(SessionError::Spawn(format!("unknown session {id}")));
     };
     let args = SessionArgs {
         id,
+        run: entry.run,
         spec: entry.spec.clone(),
         env: state.env.clone(),
-        queue: entry.queue.clone(),
+        queue: entry.inbox.queue.clone(),
         ready,
+        from_journal,
         stop_when_idle: entry.stop_when_idle,
     };
     let (actor, _) = Actor::spawn_linked(None, SessionActor, args, myself.get_cell())
         .await
         .map_err(|e| SessionError::Spawn(e.to_string()))?;
-    state.by_actor.insert(actor.get_id(), id);
+    state.by_actor.insert(actor.get_id(), (id, Role::Session));
+    if entry.stop_run {
+        let _ = actor.cast(SessionMsg::StopRun);
+    }
     entry.actor = Some(actor);
     Ok(())
 }
 
+/// A prompt or a cancel on its way to a session.
+enum Routed {
+    Prompt(QueuedPrompt),
+    Cancel(u64),
+}
+
 /// Hands a prompt or a cancel to the session's PromptQueue, which outlives session
-/// crashes, then nudges the session. A session that is down (waiting to restart)
-/// misses only the nudge: it reads its queue when it starts again.
-fn route(
-    state: &mut OrchestratorState,
-    session: SessionId,
-    queued: PromptQueueMsg,
-    nudge: SessionMsg,
-) {
-    let Some(entry) = state.sessions.get(&session) else {
+/// crashes; once queued, the session is told (`Queued`). A session that is down
+/// (waiting to restart) misses only that: it reads its queue when it starts again.
+/// A queue that is down is bypassed: its inbox takes the prompt or the cancel
+/// directly.
+fn route(state: &mut OrchestratorState, session: SessionId, routed: Routed) {
+    let Some(entry) = state.sessions.get_mut(&session) else {
         tracing::warn!(%session, "prompt or cancel for an unknown session");
-        if let PromptQueueMsg::Push(prompt) = queued {
+        if let Routed::Prompt(prompt) = routed {
             // Whoever waits for this prompt's run must not wait forever.
             let error =
                 SessionError::Spawn(format!("no session {session} (it ended or never existed)"));
             let publisher = Publisher::new(state.env.bus.clone(), session, None, "orchestrate");
             publisher.publish(EventKind::Terminal {
                 prompts: vec![prompt.seq],
-                outcome: failed(&error),
+                outcome: restarts::failed(&error),
             });
         }
         return;
     };
-    if entry.queue.cast(queued).is_err() {
-        tracing::error!(%session, "the prompt queue is gone; prompt or cancel dropped");
-    }
-    if let Some(actor) = &entry.actor {
-        let _ = actor.cast(nudge);
-    }
-}
-
-async fn on_session_crash(
-    myself: &ActorRef<OrchestratorMsg>,
-    state: &mut OrchestratorState,
-    id: SessionId,
-    reason: &str,
-) {
-    let Some(entry) = state.sessions.get_mut(&id) else {
-        return;
-    };
-    entry.actor = None;
-    let publisher = entry.publisher.clone();
-    match entry
-        .tracker
-        .on_exit(Exit::Abnormal, Instant::now(), rand::random::<f64>())
-    {
-        Decision::Restart { after, restarts } => {
-            tracing::warn!(session = %id, restarts, ?after, reason, "session crashed; restarting from its journal");
-            publisher.publish(EventKind::Restarted {
-                restarts,
-                reason: reason.to_owned(),
-            });
-            myself.send_after(after, move || OrchestratorMsg::Restart(id));
+    let queued = match routed {
+        Routed::Prompt(prompt) => {
+            entry.prompted = true;
+            PromptQueueMsg::Push(prompt)
         }
-        Decision::Escalate { restarts } => {
-            let error = crash_loop(state, restarts, reason);
-            escalate(state, id, &error).await;
-        }
-        Decision::Stop => {
-            // A transient child's crash always restarts or escalates; a stop here
-            // would mean the policy changed under us: let the session go.
-            tracing::error!(session = %id, reason, "crashed session not restarted");
-            let error = crash_loop(state, 0, reason);
-            escalate(state, id, &error).await;
-        }
-    }
-}
-
-/// Gives up on a session: its run ends with a failure, in its journal and as its
-/// terminal event, and the session is forgotten.
-async fn escalate(state: &mut OrchestratorState, id: SessionId, error: &SessionError) {
-    let Some(entry) = state.sessions.remove(&id) else {
-        return;
+        Routed::Cancel(seq) => PromptQueueMsg::Cancel(seq),
     };
-    tracing::error!(session = %id, %error, "giving up on the session");
-    let publisher = entry.publisher.clone();
-    let outcome = failed(error);
-    abandon_queued(entry, &outcome).await;
-    let path = journal_path(&state.env.workspace, id);
-    let terminal = Record::Terminal {
-        outcome: outcome.clone(),
+    let undelivered = match &entry.queue_actor {
+        Some(queue) => match queue.cast(queued) {
+            Ok(()) => None,
+            // A queue that died before its restart hands the message back.
+            Err(ractor::MessagingErr::SendErr(msg)) => Some(msg),
+            Err(e) => {
+                tracing::error!(%session, error = %e, "a prompt or cancel could not be queued");
+                None
+            }
+        },
+        None => Some(queued),
     };
-    let journaled = state.env.journal.append(&path, &terminal);
-    if let Err(e) = journaled.and(state.env.journal.sync().await) {
-        tracing::error!(session = %id, error = %e, "cannot journal the escalation");
-    }
-    // No prompts named: the session itself has ended, and with it its run.
-    publisher.publish(EventKind::Terminal {
-        prompts: Vec::new(),
-        outcome,
-    });
-}
-
-/// Stops a session's PromptQueue; each prompt still in it will never run and gets
-/// `outcome` as its terminal event, so nobody waits on it forever.
-async fn abandon_queued(entry: Entry, outcome: &Outcome) {
-    let waiting = ractor::call!(entry.queue, PromptQueueMsg::TakeAll).unwrap_or_default();
-    entry.queue.stop(None);
-    for prompt in waiting {
-        entry.publisher.publish(EventKind::Terminal {
-            prompts: vec![prompt.seq],
-            outcome: outcome.clone(),
-        });
-    }
-}
-
-fn failed(error: &SessionError) -> Outcome {
-    Outcome::failed(error, String::new(), RunStats::default())
-}
-
-fn crash_loop(state: &OrchestratorState, restarts: u32, last: &str) -> SessionError {
-    SessionError::CrashLoop {
-        restarts,
-        window: state.restart.window,
-        last: last.to_owned(),
-    }
-}
-
-async fn restart(myself: &ActorRef<OrchestratorMsg>, state: &mut OrchestratorState, id: SessionId) {
-    // The crashed session's last records may still be queued in the writer: make
-    // them reach the file before the new incarnation reads it.
-    let synced = state
-        .env
-        .journal
-        .sync()
-        .await
-        .map_err(SessionError::Journal);
-    if let Err(e) = synced.and(spawn_session(myself, state, id, None).await) {
-        // Rebuilding failed (an unreadable journal, say): that is final.
-        escalate(state, id, &e).await;
+    if let Some(queued) = undelivered {
+        entry.inbox.apply(queued);
     }
 }

@@ -14,6 +14,7 @@ pub(crate) mod tool_runner;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
@@ -22,14 +23,14 @@ use tokio_util::sync::CancellationToken;
 use self::effects::tool_error;
 use self::llm_stream::LlmStreamMsg;
 use super::SessionEnv;
-use super::prompt_queue::PromptQueueMsg;
 use crate::conversation::AssistantTurn;
 use crate::error::{LlmError, SessionError};
 use crate::events::Publisher;
-use crate::journal::{journal_path, read_journal};
+use crate::journal::{Record, journal_path, read_journal};
 use crate::protocol::SessionId;
 use crate::session::SessionSpec;
 use crate::session::machine::{Input, Machine, MachineArgs, ToolDone};
+use crate::session::queue::SharedQueue;
 
 /// Messages of a Session.
 #[derive(Debug)]
@@ -62,6 +63,8 @@ pub(crate) enum SessionMsg {
     PullQueue,
     /// Stop once the current run (if any) has ended, without taking more prompts.
     StopWhenIdle,
+    /// End the current run at its next turn boundary, as stopped.
+    StopRun,
 }
 
 impl From<SessionMsg> for Input {
@@ -77,6 +80,7 @@ impl From<SessionMsg> for Input {
             SessionMsg::ToolDone(done) => Self::ToolDone(done),
             SessionMsg::PullQueue => Self::PullQueue,
             SessionMsg::StopWhenIdle => Self::StopWhenIdle,
+            SessionMsg::StopRun => Self::StopRun,
         }
     }
 }
@@ -85,12 +89,17 @@ impl From<SessionMsg> for Input {
 #[derive(Debug)]
 pub(crate) struct SessionArgs {
     pub(crate) id: SessionId,
+    /// Its run: the lead session's id.
+    pub(crate) run: SessionId,
     pub(crate) spec: Arc<SessionSpec>,
     pub(crate) env: Arc<SessionEnv>,
-    pub(crate) queue: ActorRef<PromptQueueMsg>,
-    /// For a new session: answered once it has started (its header is queued).
-    /// `None` for a restart, which rebuilds the session from its journal.
+    pub(crate) queue: SharedQueue,
+    /// Answered once it has started (a new session's header is queued). `None`
+    /// for a restart after a crash.
     pub(crate) ready: Option<RpcReplyPort<Result<SessionId, SessionError>>>,
+    /// It is rebuilt from its journal (a restart, or a run resumed by a new
+    /// process) rather than new.
+    pub(crate) from_journal: bool,
     /// A Stop arrived while it was down: end with the run it resumes, if any.
     pub(crate) stop_when_idle: bool,
 }
@@ -102,7 +111,7 @@ pub(crate) struct SessionState {
     machine: Machine,
     spec: Arc<SessionSpec>,
     env: Arc<SessionEnv>,
-    queue: ActorRef<PromptQueueMsg>,
+    queue: SharedQueue,
     publisher: Publisher,
     journal_path: PathBuf,
     ready: Option<RpcReplyPort<Result<SessionId, SessionError>>>,
@@ -112,6 +121,18 @@ pub(crate) struct SessionState {
     tool_turn: Option<(u64, CancellationToken)>,
     /// Running calls by their ToolRunner: tool turn, position, call id.
     runners: HashMap<ActorId, (u64, usize, String)>,
+}
+
+/// The highest prompt stamp a journal holds.
+fn last_stamp(records: &[Record]) -> u64 {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::RunStarted { prompt } | Record::PromptJoined { prompt } => Some(*prompt),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// The Session actor.
@@ -130,19 +151,27 @@ impl Actor for SessionActor {
     ) -> Result<Self::State, ActorProcessingErr> {
         let SessionArgs {
             id,
+            run,
             spec,
             env,
             queue,
             ready,
+            from_journal,
             stop_when_idle,
         } = args;
         let journal_path = journal_path(&env.workspace, id);
-        let records = match ready {
-            Some(_) => None,
-            None => Some(read_journal(&journal_path)?),
+        let records = match from_journal {
+            true => Some(read_journal(&journal_path)?),
+            false => None,
         };
+        if let Some(records) = &records {
+            // Prompts and cancels sent from now on must come after the journal's.
+            env.stamps
+                .fetch_max(last_stamp(records) + 1, Ordering::SeqCst);
+        }
         let machine_args = MachineArgs {
             id,
+            run,
             spec: spec.clone(),
             retry: env.retry,
             max_parallel_tools: env.max_parallel_tools,
@@ -177,9 +206,7 @@ impl Actor for SessionActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let cancel = if state.machine.resuming() {
-            ractor::call!(state.queue, PromptQueueMsg::TakeCancel)
-                .ok()
-                .flatten()
+            state.queue.lock().take_cancel()
         } else {
             None
         };

@@ -20,6 +20,9 @@ pub struct Cli {
     pub command: Option<Command>,
     /// The task, in plain words.
     pub task: Option<String>,
+    /// Continue the workspace's latest run with this prompt.
+    #[arg(short = 'c', long = "continue", value_name = "PROMPT")]
+    pub continue_with: Option<String>,
     /// Work in DIR instead of the current directory.
     #[arg(short = 'C', value_name = "DIR", global = true)]
     pub workspace: Option<PathBuf>,
@@ -94,6 +97,51 @@ pub enum Command {
         /// What to do with them.
         #[command(subcommand)]
         action: AgentsAction,
+    },
+    /// List this workspace's runs, newest first, or show one.
+    Sessions {
+        /// What to do with them (default: list).
+        #[command(subcommand)]
+        action: Option<SessionsAction>,
+    },
+    /// Continue a run: after a crash, from where its journals end; after its end,
+    /// with PROMPT as a follow-up.
+    Resume {
+        /// The run: a unique prefix of its id (default: the latest run).
+        id: Option<String>,
+        /// A follow-up prompt.
+        prompt: Option<String>,
+    },
+    /// Show the agents of the live run(s) in this workspace.
+    Ps,
+    /// Send a message to a live agent; it joins at the agent's next tool turn.
+    Steer {
+        /// The agent, as its row names it (`explorer#2`) or a prefix of its session id.
+        agent: String,
+        /// The message.
+        message: String,
+    },
+    /// Stop a live agent at its next turn boundary; its caller gets its work so far.
+    Stop {
+        /// The agent, as its row names it (`explorer#2`) or a prefix of its session id.
+        agent: String,
+    },
+    /// Cancel a live agent now, with its running tool calls.
+    Kill {
+        /// The agent, as its row names it (`explorer#2`) or a prefix of its session id.
+        agent: String,
+    },
+}
+
+/// `orchestrate sessions …`
+#[derive(Debug, clap::Subcommand)]
+pub enum SessionsAction {
+    /// List the runs, newest first (the default).
+    List,
+    /// Show one run's agents, their outcomes and counters, and its final answer.
+    Show {
+        /// The run: a unique prefix of its id.
+        id: String,
     },
 }
 

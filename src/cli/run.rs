@@ -1,7 +1,8 @@
-//! Running one task: the runtime started, the lead session built and prompted, its
-//! events shown until it answers (Ctrl-C cancels it, a second Ctrl-C exits), and the
-//! outcome reported as the answer and an exit code. It does not parse flags nor read
-//! configuration (`flags`, `setup`).
+//! Running one task, or resuming a run: the runtime started, the lead session built
+//! and prompted (or resumed from its journal), the run's lock held, its events
+//! shown until it answers (Ctrl-C cancels it, a second Ctrl-C exits), and the
+//! outcome reported as the answer and an exit code. It does not parse flags nor
+//! read configuration (`flags`, `setup`), nor find runs (`resume`).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -11,10 +12,12 @@ use std::time::Duration;
 use super::exit;
 use super::flags::Cli;
 use super::setup::{self, Plan};
+use crate::control::Control;
 #[cfg(feature = "test-support")]
 use crate::faults::FaultPlan;
-use crate::protocol::{Event, EventKind, Outcome};
+use crate::protocol::{Event, EventKind, Outcome, SessionId};
 use crate::roles::watch::{self, Reload, RoleWatcher};
+use crate::runs::lock::RunLock;
 use crate::runtime::{Handle, Runtime};
 use crate::session::SessionSpec;
 use crate::task::{Caller, Task, TaskEnv};
@@ -22,9 +25,63 @@ use crate::tools::ToolRegistry;
 use crate::tools::permissions::Approver;
 use crate::ui::display::{Display, Progress};
 
+/// Which lead a run drives.
+#[derive(Debug)]
+pub(super) enum Lead {
+    /// A new run of this task.
+    New(String),
+    /// A run resumed from its journal, with a follow-up prompt or not.
+    Resume {
+        /// The run (its lead session's id).
+        run: SessionId,
+        /// The lead's role.
+        role: String,
+        /// The follow-up.
+        prompt: Option<String>,
+    },
+}
+
 /// Runs the task the flags name to its exit code. `interrupt` resolves on each Ctrl-C.
 pub(super) async fn task<I>(
     cli: Cli,
+    approver: Arc<dyn Approver>,
+    progress: Progress,
+    env: impl Fn(&str) -> Option<String>,
+    interrupt: I,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> ExitCode
+where
+    I: FnMut() -> futures::future::BoxFuture<'static, ()>,
+{
+    let Some(task) = cli.task.clone().filter(|t| !t.trim().is_empty()) else {
+        let _ = writeln!(
+            err,
+            "orchestrate: no task given: run `orchestrate \"what to do\"` (or `orchestrate --help`)"
+        );
+        return ExitCode::from(exit::USAGE);
+    };
+    drive(
+        cli,
+        Lead::New(task),
+        approver,
+        progress,
+        env,
+        interrupt,
+        out,
+        err,
+    )
+    .await
+}
+
+/// Drives a run to its end and reports it. `interrupt` resolves on each Ctrl-C.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the CLI's inputs, passed through once"
+)]
+pub(super) async fn drive<I>(
+    cli: Cli,
+    lead: Lead,
     approver: Arc<dyn Approver>,
     progress: Progress,
     env: impl Fn(&str) -> Option<String>,
@@ -35,13 +92,6 @@ pub(super) async fn task<I>(
 where
     I: FnMut() -> futures::future::BoxFuture<'static, ()>,
 {
-    if cli.task.as_deref().is_none_or(|t| t.trim().is_empty()) {
-        let _ = writeln!(
-            err,
-            "orchestrate: no task given: run `orchestrate \"what to do\"` (or `orchestrate --help`)"
-        );
-        return ExitCode::from(exit::USAGE);
-    }
     let setup = match setup::prepare(&cli, &env, approver) {
         Ok(setup) => setup,
         Err(e) => {
@@ -64,6 +114,18 @@ where
     {
         let _ = writeln!(err, "orchestrate: warning: {note}");
     }
+    let workspace = config.workspace.clone();
+    // A resumed run is refused before anything starts if another process runs it.
+    let mut lock = match &lead {
+        Lead::Resume { run, .. } => match RunLock::acquire(&workspace, *run) {
+            Ok(lock) => Some(lock),
+            Err(e) => {
+                let _ = writeln!(err, "orchestrate: {e}");
+                return ExitCode::from(exit::USAGE);
+            }
+        },
+        Lead::New(_) => None,
+    };
     let runtime = match Runtime::start(config).await {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -80,7 +142,11 @@ where
             .filter_map(|r| Some((r.name.clone(), r.color.clone()?)))
             .collect()
     };
-    let (spec, mut watcher) = match lead_spec(&cli, plan, runtime.handle()) {
+    let role = match &lead {
+        Lead::New(_) => cli.agent.clone(),
+        Lead::Resume { role, .. } => role.clone(),
+    };
+    let (spec, mut watcher) = match lead_spec(&cli, &role, plan, runtime.handle()) {
         Ok(lead) => lead,
         Err(e) => {
             let _ = writeln!(err, "orchestrate: {e}");
@@ -91,7 +157,12 @@ where
     // Role files that break (or gain ignored fields) during the run are shown as
     // they are found.
     let mut events = runtime.subscribe();
-    let id = match runtime.start_session(spec).await {
+    let control_events = runtime.subscribe();
+    let (started, prompt) = match lead {
+        Lead::New(task) => (runtime.start_session(spec).await, Some(task)),
+        Lead::Resume { run, prompt, .. } => (runtime.resume_session(run, spec).await, prompt),
+    };
+    let id = match started {
         Ok(id) => id,
         Err(e) => {
             let _ = writeln!(err, "orchestrate: {e}");
@@ -99,7 +170,23 @@ where
             return ExitCode::from(exit::FAILED);
         }
     };
-    let prompt = runtime.prompt(id, cli.task.clone().unwrap_or_default());
+    if lock.is_none() {
+        match RunLock::acquire(&workspace, id) {
+            Ok(taken) => lock = Some(taken),
+            Err(e) => tracing::warn!(error = %e, "the run is not locked"),
+        }
+    }
+    // `orchestrate ps | steer | stop | kill` from another terminal reach it here.
+    let control = match Control::serve(&workspace, id, runtime.handle(), control_events) {
+        Ok(control) => Some(control),
+        Err(e) => {
+            tracing::warn!(error = %e, "the run cannot be controlled from another terminal");
+            None
+        }
+    };
+    // The run's end: the terminal event answering the prompt, or, for a resumed
+    // run with no new prompt, the first terminal event of the lead.
+    let prompt = prompt.map(|p| runtime.prompt(id, p));
     let mut interrupts = 0;
     let mut ctrl_c = interrupt();
     let mode = if cli.json || cli.quiet {
@@ -121,7 +208,7 @@ where
                 }
                 display.show(&event, err);
                 track(&mut open, &event);
-                if event.session == id && let Some(outcome) = event.kind.answer_to(prompt) {
+                if event.session == id && let Some(outcome) = ends_run(&event.kind, prompt) {
                     break Some(outcome.clone());
                 }
             }
@@ -153,9 +240,21 @@ where
             Ok(None) | Err(_) => break,
         }
     }
+    drop(control);
     runtime.shutdown().await;
+    drop(lock);
     display.finish(err);
     report(cli.json, outcome, out, err)
+}
+
+/// The outcome `kind` ends the run with: the answer to `prompt`, or with no
+/// prompt, any terminal event.
+fn ends_run(kind: &EventKind, prompt: Option<u64>) -> Option<&Outcome> {
+    match (kind, prompt) {
+        (kind, Some(prompt)) => kind.answer_to(prompt),
+        (EventKind::Terminal { outcome, .. }, None) => Some(outcome),
+        (_, None) => None,
+    }
 }
 
 /// The watcher's next report; never, without a watcher.
@@ -179,14 +278,14 @@ fn track(open: &mut std::collections::HashSet<crate::protocol::SessionId>, event
 /// and the run-wide sub-agent settings.
 fn lead_spec(
     cli: &Cli,
+    role: &str,
     plan: Plan,
     handle: Handle,
 ) -> Result<(SessionSpec, Option<RoleWatcher>), String> {
-    let Some(role) = plan.catalog.get(&cli.agent).cloned() else {
+    let Some(role) = plan.catalog.get(role).cloned() else {
         let names: Vec<&str> = plan.catalog.roles().map(|r| r.name.as_str()).collect();
         return Err(format!(
-            "no role named {:?} (roles: {}); see `orchestrate agents list`",
-            cli.agent,
+            "no role named {role:?} (roles: {}); see `orchestrate agents list`",
             names.join(", ")
         ));
     };
@@ -251,7 +350,7 @@ fn print_json(out: &mut dyn Write, event: &Event) {
     }
 }
 
-fn report(
+pub(super) fn report(
     json: bool,
     outcome: Option<Outcome>,
     out: &mut dyn Write,
@@ -288,6 +387,18 @@ fn report(
             }
             let _ = writeln!(err, "orchestrate: cancelled");
             ExitCode::from(exit::CANCELLED)
+        }
+        Some(Outcome::Stopped {
+            reason, partial, ..
+        }) => {
+            if !json && !partial.is_empty() {
+                let _ = writeln!(out, "{partial}");
+            }
+            let _ = writeln!(
+                err,
+                "orchestrate: stopped ({reason}) before the lead finished"
+            );
+            ExitCode::from(exit::FAILED)
         }
         None => {
             let _ = writeln!(err, "orchestrate: the session ended without a result");

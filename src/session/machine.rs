@@ -41,6 +41,8 @@ use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
 pub(crate) struct MachineArgs {
     /// The session.
     pub(crate) id: SessionId,
+    /// Its run: the lead session's id.
+    pub(crate) run: SessionId,
     /// What it is.
     pub(crate) spec: Arc<SessionSpec>,
     /// How failed model turns are retried.
@@ -86,6 +88,8 @@ struct Run {
     last_text: String,
     /// The stamp of the cancel that ended this run, once one arrived.
     cancelled: Option<u64>,
+    /// Why the run is to stop at its next turn boundary, once someone asked.
+    stop: Option<String>,
     phase: Phase,
 }
 
@@ -128,6 +132,7 @@ impl Run {
             },
             last_text: String::new(),
             cancelled: None,
+            stop: None,
             phase: Phase::Starting,
         }
     }
@@ -166,6 +171,7 @@ impl Machine {
                     model: spec.model.clone(),
                     parent: spec.parent,
                     tool_call_id: spec.tool_call_id.clone(),
+                    run: Some(args.run),
                 }];
                 for message in &spec.history {
                     records.push(Record::Message {
@@ -206,6 +212,7 @@ impl Machine {
                     self.emit(Effect::Stop);
                 }
             }
+            Input::StopRun => self.on_stop_run(now),
             Input::TurnFinished { stream, result } => self.on_turn_finished(now, stream, result),
             Input::RetryDue { stream } => self.on_retry_due(now, stream),
             Input::ToolDone(done) => self.on_tool_done(now, done),
@@ -325,7 +332,9 @@ impl Machine {
                 self.run = Some(run);
                 let tools = &self.spec.tools;
                 let (replay, lost) = resume::replay_or_lost(pending, |name| {
-                    tools.get(name).is_some_and(|t| t.read_only())
+                    tools
+                        .get(name)
+                        .is_some_and(|t| t.read_only() || t.resumable())
                 });
                 for call in lost {
                     self.record(Message::Tool(ToolResult::interrupted(&call.id)));
@@ -333,7 +342,11 @@ impl Machine {
                 if replay.is_empty() {
                     self.begin_turn(now, 1);
                 } else {
-                    self.start_tools(now, replay);
+                    // A replayed call that had started is resumed: a tool that
+                    // resumes by call id picks up what it began.
+                    let resumed = replay.iter().map(|p| p.started).collect();
+                    let calls = replay.into_iter().map(|p| p.call).collect();
+                    self.start_tools(now, calls, resumed);
                 }
             }
         }
@@ -427,6 +440,33 @@ impl Machine {
             }
             Phase::Backoff { .. } | Phase::Starting => self.end_cancelled(now),
         }
+    }
+
+    /// Someone asked the run to stop: it ends at its next turn boundary (now, if
+    /// it is between turns); what is streaming or running finishes first.
+    fn on_stop_run(&mut self, now: Instant) {
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
+        run.stop = Some("requested".to_owned());
+        match run.phase {
+            Phase::Backoff { .. } | Phase::Starting => self.end_stopped(now),
+            Phase::Streaming { .. } | Phase::Tools(_) => {}
+        }
+    }
+
+    /// Ends the run as stopped, its last text as the partial work.
+    pub(super) fn end_stopped(&mut self, now: Instant) {
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
+        let reason = run.stop.take().unwrap_or_default();
+        let partial = run.last_text.clone();
+        self.end_run(now, |stats| Outcome::Stopped {
+            reason,
+            partial,
+            stats,
+        });
     }
 
     /// Ends the run as cancelled, its last text as the partial answer.

@@ -19,6 +19,22 @@ pub(crate) fn cancels(cancel: u64, prompts: &[u64]) -> bool {
     prompts.iter().all(|p| *p < cancel)
 }
 
+/// A session's queue, shared by the PromptQueue actor that fills it, the session
+/// that takes from it, and the Orchestrator that keeps it across their crashes.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SharedQueue(std::sync::Arc<std::sync::Mutex<PromptQueue>>);
+
+impl SharedQueue {
+    /// The queue, for one short, synchronous operation.
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, PromptQueue> {
+        // Every operation on the queue completes or changes nothing: a panic
+        // cannot leave it half-updated.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// The prompts waiting for a session, and the cancel it has not acted on yet.
 #[derive(Debug, Default)]
 pub(crate) struct PromptQueue {

@@ -121,17 +121,17 @@ pub(crate) fn resume(records: &[Record]) -> Resumed {
 }
 
 /// Splits a resumed turn's unfinished calls into those safe to run now (never
-/// started, or read-only) and those that may have had effects already, which the
-/// model is told were interrupted rather than running them twice.
+/// started, or of a tool that is `replayable`: read-only, or resumable by its call
+/// id) and those that may have had effects already, which the model is told were
+/// interrupted rather than running them twice.
 pub(crate) fn replay_or_lost(
     pending: Vec<Pending>,
-    read_only: impl Fn(&str) -> bool,
-) -> (Vec<ToolCall>, Vec<ToolCall>) {
+    replayable: impl Fn(&str) -> bool,
+) -> (Vec<Pending>, Vec<ToolCall>) {
     let (lost, replay): (Vec<Pending>, Vec<Pending>) = pending
         .into_iter()
-        .partition(|p| p.started && !read_only(&p.call.name));
-    let calls = |p: Vec<Pending>| p.into_iter().map(|p| p.call).collect();
-    (calls(replay), calls(lost))
+        .partition(|p| p.started && !replayable(&p.call.name));
+    (replay, lost.into_iter().map(|p| p.call).collect())
 }
 
 #[cfg(test)]
@@ -156,9 +156,10 @@ mod tests {
             ],
             |name| name == "Read",
         );
-        let ids = |calls: Vec<ToolCall>| calls.into_iter().map(|c| c.id).collect::<Vec<_>>();
-        assert_eq!(ids(replay), ["Write-false", "Read-true"]);
-        assert_eq!(ids(lost), ["Write-true"]);
+        let replayed: Vec<String> = replay.into_iter().map(|p| p.call.id).collect();
+        assert_eq!(replayed, ["Write-false", "Read-true"]);
+        let lost: Vec<String> = lost.into_iter().map(|c| c.id).collect();
+        assert_eq!(lost, ["Write-true"]);
     }
     use crate::conversation::{AssistantMessage, ToolResult};
     use crate::protocol::{Outcome, RunStats};

@@ -9,7 +9,6 @@ use tokio_util::sync::CancellationToken;
 use super::llm_stream::{LlmStreamActor, LlmStreamArgs, LlmStreamMsg};
 use super::tool_runner::{ToolRunnerActor, ToolRunnerArgs};
 use super::{SessionMsg, SessionState};
-use crate::actors::prompt_queue::PromptQueueMsg;
 use crate::conversation::{ToolCall, ToolResult};
 use crate::error::SessionError;
 use crate::session::machine::{Effect, Input, ToolDone};
@@ -65,9 +64,12 @@ impl SessionState {
                 myself.send_after(delay, move || SessionMsg::Retry { stream_id: stream });
                 None
             }
-            Effect::StartTool { turn, index, call } => {
-                self.start_tool(myself, turn, index, call).await
-            }
+            Effect::StartTool {
+                turn,
+                index,
+                call,
+                resumed,
+            } => self.start_tool(myself, turn, index, call, resumed).await,
             Effect::CancelTools { turn } => {
                 if let Some((current, token)) = &self.tool_turn
                     && *current == turn
@@ -77,19 +79,13 @@ impl SessionState {
                 None
             }
             Effect::TakeOne => {
-                let taken = ractor::call!(self.queue, PromptQueueMsg::TakeOne);
-                Some(Input::Taken(taken.ok().flatten().into_iter().collect()))
+                let taken = self.queue.lock().take_one();
+                Some(Input::Taken(taken.into_iter().collect()))
             }
-            Effect::TakeAll => {
-                let taken = ractor::call!(self.queue, PromptQueueMsg::TakeAll);
-                Some(Input::Taken(taken.unwrap_or_default()))
-            }
-            Effect::CountWaiting { seq } => {
-                let waiting = ractor::call!(self.queue, PromptQueueMsg::Waiting, seq);
-                Some(Input::Waiting(waiting.unwrap_or(0)))
-            }
+            Effect::TakeAll => Some(Input::Taken(self.queue.lock().take_all())),
+            Effect::CountWaiting { seq } => Some(Input::Waiting(self.queue.lock().waiting(seq))),
             Effect::CancelDone { seq } => {
-                let _ = self.queue.cast(PromptQueueMsg::CancelDone(seq));
+                self.queue.lock().cancel_done(seq);
                 None
             }
             Effect::PullLater => {
@@ -112,6 +108,7 @@ impl SessionState {
         turn: u64,
         index: usize,
         call: ToolCall,
+        resumed: bool,
     ) -> Option<Input> {
         let cancel = match &self.tool_turn {
             Some((current, token)) if *current == turn => token.clone(),
@@ -134,6 +131,7 @@ impl SessionState {
                 changes: Changes::default(),
                 spent: Spent::default(),
                 events: Some(self.publisher.clone()),
+                resumed,
             },
             timeout: spec.tools.timeout(),
             gate: Gate {

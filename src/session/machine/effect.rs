@@ -45,6 +45,8 @@ pub(crate) enum Effect {
         index: usize,
         /// The call.
         call: ToolCall,
+        /// An earlier incarnation of the session had started it.
+        resumed: bool,
     },
     /// Cancel every running call of tool turn `turn`.
     CancelTools {

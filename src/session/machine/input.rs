@@ -29,6 +29,9 @@ pub(crate) enum Input {
     },
     /// End the session once the run in progress (if any) has ended.
     StopWhenIdle,
+    /// End the run in progress at its next turn boundary, as stopped, its
+    /// partial work kept.
+    StopRun,
     /// A model turn's stream ended.
     TurnFinished {
         /// Which stream.
@@ -66,6 +69,7 @@ impl Input {
             | Self::PullQueue
             | Self::Cancel { .. }
             | Self::StopWhenIdle
+            | Self::StopRun
             | Self::TurnFinished { .. }
             | Self::RetryDue { .. }
             | Self::ToolDone(_)

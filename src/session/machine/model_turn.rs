@@ -18,6 +18,10 @@ impl Machine {
         let Some(run) = self.run.as_mut() else {
             return;
         };
+        if run.stop.is_some() {
+            // A turn boundary: where a requested stop takes effect.
+            return self.end_stopped(now);
+        }
         if attempt == 1 {
             if run.stats.turns >= max_turns {
                 return self.fail(now, &SessionError::MaxTurns(max_turns));
@@ -85,7 +89,8 @@ impl Machine {
             Ok(turn) => match turn::decide(&turn) {
                 Decision::RunTools => {
                     self.account(&turn);
-                    return self.start_tools(now, turn.message.tool_calls);
+                    let fresh = vec![false; turn.message.tool_calls.len()];
+                    return self.start_tools(now, turn.message.tool_calls, fresh);
                 }
                 Decision::Finish { truncated } => {
                     // Durable with the terminal record's sync.

@@ -37,10 +37,14 @@ pub(super) struct ToolTurn {
     /// Calls whose tool bounds its own parallelism (Task): not counted against
     /// the turn's cap.
     bounds_itself: Vec<bool>,
+    /// Calls an earlier incarnation of the session had started.
+    resumed: Vec<bool>,
 }
 
 impl Machine {
-    pub(super) fn start_tools(&mut self, now: Instant, calls: Vec<ToolCall>) {
+    /// Runs a turn's calls; `resumed[i]` when call `i` was started by an earlier
+    /// incarnation of the session.
+    pub(super) fn start_tools(&mut self, now: Instant, calls: Vec<ToolCall>, resumed: Vec<bool>) {
         let tools = &self.spec.tools;
         let classes: Vec<Concurrency> = calls
             .iter()
@@ -68,6 +72,7 @@ impl Machine {
             parallel: false,
             running: Vec::new(),
             bounds_itself,
+            resumed,
         });
         self.advance_tools(now);
     }
@@ -155,6 +160,7 @@ impl Machine {
             };
             let call = turn.calls[index].clone();
             let seq = turn.seq;
+            let resumed = turn.resumed[index];
             if ready.is_ok() {
                 turn.running.push(index);
             }
@@ -169,6 +175,7 @@ impl Machine {
                         turn: seq,
                         index,
                         call,
+                        resumed,
                     });
                     #[cfg(feature = "test-support")]
                     self.strike(crate::faults::FaultPoint::AfterToolStarted(self.turns()));

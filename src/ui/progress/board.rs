@@ -38,6 +38,8 @@ pub enum State {
     Failed(String),
     /// Cancelled.
     Cancelled,
+    /// Stopped at a turn boundary, for this reason.
+    Stopped(String),
 }
 
 /// One agent on the board.
@@ -176,11 +178,7 @@ impl Board {
             EventKind::Terminal { outcome, .. } => {
                 row.ended_ms = Some(now_ms);
                 // The run's own counters are the authority once it has ended.
-                let stats = match outcome {
-                    Outcome::Finished { stats, .. }
-                    | Outcome::Failed { stats, .. }
-                    | Outcome::Cancelled { stats, .. } => stats,
-                };
+                let stats = outcome.stats();
                 row.turns = row.turns.max(stats.turns);
                 row.tools = row.tools.max(stats.tool_calls);
                 row.tokens = row.tokens.max(stats.usage.total());
@@ -188,6 +186,7 @@ impl Board {
                     Outcome::Finished { .. } => State::Done,
                     Outcome::Failed { class, .. } => State::Failed(class.clone()),
                     Outcome::Cancelled { .. } => State::Cancelled,
+                    Outcome::Stopped { reason, .. } => State::Stopped(reason.clone()),
                 };
             }
         }

@@ -27,6 +27,7 @@ pub fn state_text(state: &State, now_ms: u64, tools: u32) -> String {
         State::Done => format!("✔ done · {tools} tools"),
         State::Failed(class) => format!("✘ failed · {class}"),
         State::Cancelled => "cancelled".to_owned(),
+        State::Stopped(reason) => format!("■ stopped · {reason}"),
     }
 }
 
@@ -106,6 +107,7 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
             ),
             Outcome::Failed { message, .. } => format!("failed: {}", clip(message, 100)),
             Outcome::Cancelled { .. } => "cancelled".to_owned(),
+            Outcome::Stopped { reason, .. } => format!("stopped ({reason})"),
         },
         EventKind::PromptQueued { .. }
         | EventKind::TurnStarted { .. }
@@ -129,6 +131,7 @@ pub fn summary(board: &Board, now_ms: u64) -> String {
             State::Done => "done",
             State::Failed(_) => "failed",
             State::Cancelled => "cancelled",
+            State::Stopped(_) => "stopped",
             State::Thinking
             | State::Streaming
             | State::Tool(_)

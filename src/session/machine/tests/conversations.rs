@@ -17,6 +17,7 @@ fn with_limits(spec: SessionSpec, max_parallel_tools: usize, retry: RetryPolicy)
     let registry = spec.tools.clone();
     let args = MachineArgs {
         id: SessionId::new(),
+        run: SessionId::new(),
         spec: Arc::new(spec),
         retry,
         max_parallel_tools,

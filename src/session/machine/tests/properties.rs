@@ -72,7 +72,8 @@ fn case() -> impl Strategy<Value = Case> {
 struct Played {
     /// Terminal events for the prompt, over every life of the session.
     terminals: Vec<Outcome>,
-    /// Every call with effects started, over every life.
+    /// Every call started that has effects and cannot be replayed (Write), over
+    /// every life. (Task resumes by call id: running it again is how it resumes.)
     started_with_effects: Vec<String>,
     /// Whether the run's start (its marker and its prompt) was still in the
     /// journal at the end; a process crash can lose it before it was durable.
@@ -102,7 +103,7 @@ fn play(case: &Case) -> Played {
         started_with_effects.extend(
             sim.started
                 .iter()
-                .filter(|c| c.name != "Read")
+                .filter(|c| c.name == "Write")
                 .map(|c| c.id.clone()),
         );
         violations.append(&mut sim.violations);

@@ -35,6 +35,13 @@ pub(super) struct FakeTool {
     bounds_itself: bool,
 }
 
+impl FakeTool {
+    /// Task is the tool that bounds itself and resumes by call id.
+    fn resumes(&self) -> bool {
+        self.bounds_itself
+    }
+}
+
 impl Tool for FakeTool {
     fn name(&self) -> &str {
         self.name
@@ -58,6 +65,9 @@ impl Tool for FakeTool {
     fn bounds_itself(&self) -> bool {
         self.bounds_itself
     }
+    fn resumable(&self) -> bool {
+        self.resumes()
+    }
     fn call<'a>(
         &'a self,
         _: Value,
@@ -68,7 +78,7 @@ impl Tool for FakeTool {
 }
 
 /// `Read` (read-only, parallel), `Write` (has effects, alone) and `Task` (has
-/// effects, parallel, bounds itself).
+/// effects, parallel, bounds itself, resumes by call id).
 pub(super) fn tools() -> ToolRegistry {
     let tool = |name, read_only, safe, bounds_itself| FakeTool {
         name,
@@ -208,6 +218,7 @@ impl Sim {
         let registry = spec.tools.clone();
         let args = MachineArgs {
             id: SessionId::new(),
+            run: SessionId::new(),
             spec: Arc::new(spec),
             retry: RetryPolicy::default(),
             max_parallel_tools: 10,
@@ -327,7 +338,9 @@ impl Sim {
                 }
             }
             Effect::RetryAfter { stream, delay } => self.retry = Some((stream, delay)),
-            Effect::StartTool { turn, index, call } => {
+            Effect::StartTool {
+                turn, index, call, ..
+            } => {
                 let has_effects = self
                     .registry
                     .get(&call.name)

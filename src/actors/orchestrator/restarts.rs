@@ -1,0 +1,153 @@
+//! What the Orchestrator does when a child ends badly: a crashed session is
+//! restarted from its journal after a backoff, or, past the restart intensity,
+//! given up on (its run fails with a `crash` failure, its live sub-agents are
+//! cancelled); a crashed PromptQueue is restarted at once over the same queue.
+
+use std::time::Instant;
+
+use ractor::ActorRef;
+
+use super::{Entry, OrchestratorMsg, OrchestratorState, spawn_queue, spawn_session};
+use crate::actors::session::SessionMsg;
+use crate::actors::supervision::{Decision, Exit};
+use crate::error::SessionError;
+use crate::journal::{Record, journal_path};
+use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
+
+pub(super) async fn on_session_crash(
+    myself: &ActorRef<OrchestratorMsg>,
+    state: &mut OrchestratorState,
+    id: SessionId,
+    reason: &str,
+) {
+    let Some(entry) = state.sessions.get_mut(&id) else {
+        return;
+    };
+    entry.actor = None;
+    let publisher = entry.publisher.clone();
+    match entry
+        .tracker
+        .on_exit(Exit::Abnormal, Instant::now(), rand::random::<f64>())
+    {
+        Decision::Restart { after, restarts } => {
+            tracing::warn!(session = %id, restarts, ?after, reason, "session crashed; restarting from its journal");
+            publisher.publish(EventKind::Restarted {
+                restarts,
+                reason: reason.to_owned(),
+            });
+            myself.send_after(after, move || OrchestratorMsg::Restart(id));
+        }
+        Decision::Escalate { restarts } => {
+            let error = crash_loop(state, restarts, reason);
+            escalate(state, id, &error).await;
+        }
+        Decision::Stop => {
+            // A transient child's crash always restarts or escalates; a stop here
+            // would mean the policy changed under us: let the session go.
+            tracing::error!(session = %id, reason, "crashed session not restarted");
+            let error = crash_loop(state, 0, reason);
+            escalate(state, id, &error).await;
+        }
+    }
+}
+
+pub(super) async fn restart(
+    myself: &ActorRef<OrchestratorMsg>,
+    state: &mut OrchestratorState,
+    id: SessionId,
+) {
+    // The crashed session's last records may still be queued in the writer: make
+    // them reach the file before the new incarnation reads it.
+    let synced = state
+        .env
+        .journal
+        .sync()
+        .await
+        .map_err(SessionError::Journal);
+    if let Err(e) = synced.and(spawn_session(myself, state, id, None, true).await) {
+        // Rebuilding failed (an unreadable journal, say): that is final.
+        escalate(state, id, &e).await;
+    }
+}
+
+/// A PromptQueue is permanent: restarted at once, over the same queue, so nothing
+/// queued and no cancel mark is lost; what is routed meanwhile goes to the queue
+/// directly.
+pub(super) async fn restart_queue(
+    myself: &ActorRef<OrchestratorMsg>,
+    state: &mut OrchestratorState,
+    id: SessionId,
+) {
+    let Some(entry) = state.sessions.get_mut(&id) else {
+        return;
+    };
+    entry.queue_actor = None;
+    if let Err(e) = spawn_queue(myself, state, id).await {
+        // The session goes on; its queue is still there, fed directly.
+        tracing::error!(session = %id, error = %e, "the prompt queue could not be restarted");
+    }
+}
+
+/// Gives up on a session: its run ends with a failure, in its journal and as its
+/// terminal event, its live sub-agents are cancelled (nobody will take their
+/// results), and the session is forgotten.
+async fn escalate(state: &mut OrchestratorState, id: SessionId, error: &SessionError) {
+    let Some(entry) = state.sessions.remove(&id) else {
+        return;
+    };
+    tracing::error!(session = %id, %error, "giving up on the session");
+    for child in state
+        .sessions
+        .values()
+        .filter(|e| e.spec.parent == Some(id))
+    {
+        if let Some(actor) = &child.actor {
+            // A cancel stamped after everything: it ends whatever run is going.
+            let _ = actor.cast(SessionMsg::Cancel { seq: u64::MAX });
+            let _ = actor.cast(SessionMsg::StopWhenIdle);
+        }
+    }
+    let publisher = entry.publisher.clone();
+    let outcome = failed(error);
+    abandon_queued(&entry, &outcome);
+    let path = journal_path(&state.env.workspace, id);
+    let terminal = Record::Terminal {
+        outcome: outcome.clone(),
+    };
+    let journaled = state.env.journal.append(&path, &terminal);
+    if let Err(e) = journaled.and(state.env.journal.sync().await) {
+        tracing::error!(session = %id, error = %e, "cannot journal the escalation");
+    }
+    // No prompts named: the session itself has ended, and with it its run.
+    publisher.publish(EventKind::Terminal {
+        prompts: Vec::new(),
+        outcome,
+    });
+}
+
+/// Stops a session's PromptQueue; each prompt still in it will never run and gets
+/// `outcome` as its terminal event, so nobody waits on it forever.
+pub(super) fn abandon_queued(entry: &Entry, outcome: &Outcome) {
+    if let Some(queue) = &entry.queue_actor {
+        queue.stop(None);
+    }
+    let waiting = entry.inbox.queue.lock().take_all();
+    for prompt in waiting {
+        entry.publisher.publish(EventKind::Terminal {
+            prompts: vec![prompt.seq],
+            outcome: outcome.clone(),
+        });
+    }
+}
+
+pub(super) fn failed(error: &SessionError) -> Outcome {
+    Outcome::failed(error, String::new(), RunStats::default())
+}
+
+fn crash_loop(state: &OrchestratorState, restarts: u32, last: &str) -> SessionError {
+    SessionError::CrashLoop {
+        restarts,
+        window: state.restart.window,
+        last: last.to_owned(),
+    }
+}

@@ -1,0 +1,102 @@
+//! `orchestrate resume [ID] [PROMPT]` and `orchestrate -c PROMPT`: which run to
+//! continue and how. A run cut off by a crash carries on where its journals end; a
+//! run that ended takes the prompt as a follow-up in the same conversation, and
+//! without one prints how it ended. The running itself is `run`'s.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use super::exit;
+use super::flags::Cli;
+use super::run::{self, Lead};
+use super::setup;
+use crate::runs::{self, RunStatus};
+use crate::tools::permissions::Approver;
+use crate::ui::display::Progress;
+
+/// Resumes the run a prefix of whose id is `id` (the latest run without one).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the CLI's inputs, passed through once"
+)]
+pub(super) async fn resume<I>(
+    cli: Cli,
+    id: Option<String>,
+    prompt: Option<String>,
+    approver: Arc<dyn Approver>,
+    progress: Progress,
+    env: impl Fn(&str) -> Option<String>,
+    interrupt: I,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> ExitCode
+where
+    I: FnMut() -> futures::future::BoxFuture<'static, ()>,
+{
+    let workspace = match setup::workspace(&cli) {
+        Ok(workspace) => workspace,
+        Err(e) => {
+            let _ = writeln!(err, "orchestrate: {e}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let (prefix, prompt) = run_and_prompt(id, prompt);
+    let run = match runs::find(&workspace, prefix.as_deref()) {
+        Ok(run) => run,
+        Err(e) => {
+            let _ = writeln!(err, "orchestrate: {e}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    if run.status == RunStatus::Running
+        && let Some(holder) = runs::lock::holder(&workspace, run.id)
+    {
+        let _ = writeln!(
+            err,
+            "orchestrate: run {} is live in {holder}; wait for it to end, or stop it",
+            run.id
+        );
+        return ExitCode::from(exit::USAGE);
+    }
+    let lead = run.lead();
+    match (&lead.outcome, prompt) {
+        // It ended, and nothing more is asked: how it ended, as it was reported.
+        (Some(outcome), None) => run::report(cli.json, Some(outcome.clone()), out, err),
+        (_, prompt) => {
+            let lead = Lead::Resume {
+                run: run.id,
+                role: lead.role.clone(),
+                prompt,
+            };
+            run::drive(cli, lead, approver, progress, env, interrupt, out, err).await
+        }
+    }
+}
+
+/// Splits `resume`'s words into a run prefix and a prompt: one word that cannot
+/// be a prefix of an id is the prompt, for the latest run.
+fn run_and_prompt(id: Option<String>, prompt: Option<String>) -> (Option<String>, Option<String>) {
+    match (id, prompt) {
+        (Some(word), None) if !looks_like_id(&word) => (None, Some(word)),
+        (id, prompt) => (id, prompt.filter(|p| !p.trim().is_empty())),
+    }
+}
+
+fn looks_like_id(word: &str) -> bool {
+    !word.is_empty() && word.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_word_is_a_run_when_it_can_be_an_id_and_a_prompt_otherwise() {
+        let s = |v: &str| Some(v.to_owned());
+        assert_eq!(run_and_prompt(s("01a2b3"), None), (s("01a2b3"), None));
+        assert_eq!(run_and_prompt(s("add tests"), None), (None, s("add tests")));
+        assert_eq!(run_and_prompt(s("01a2"), s("more")), (s("01a2"), s("more")));
+        assert_eq!(run_and_prompt(None, None), (None, None));
+    }
+}

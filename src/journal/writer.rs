@@ -1,0 +1,288 @@
+//! The journal writer: one thread that writes every session's records and commits
+//! them in groups. Every record that arrived while the previous sync ran is covered
+//! by the next one, so thousands of sessions finishing turns at once cost a handful
+//! of syncs, not thousands, and no fsync ever blocks the async runtime. Appends only
+//! queue (no wake-up, no I/O); a sync request wakes the writer, which writes
+//! everything queued, syncs once and answers every sync that was waiting.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::Record;
+
+/// How long appended records may sit in memory before the writer flushes them to
+/// the files (without a sync) on its own.
+const IDLE_FLUSH: Duration = Duration::from_millis(100);
+
+/// After a wake-up, the writer waits this long for more sync requests before it
+/// syncs: sessions of a fan-out reach their turn boundaries together, and one
+/// group sync then covers them all (it halves the groups of a 1000-session run).
+const GATHER: Duration = Duration::from_millis(2);
+
+/// Appends queued past this wake the writer early, bounding memory.
+const WAKE_AT: usize = 4096;
+
+type Waiter = oneshot::Sender<Result<(), String>>;
+
+#[derive(Default)]
+struct Pending {
+    appends: Vec<(PathBuf, Vec<u8>)>,
+    waiters: Vec<Waiter>,
+    closed: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    pending: Mutex<Pending>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Pending> {
+        // The writer only moves Vecs in and out under this lock; a panic cannot
+        // leave them half-updated.
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A handle to the journal writer. Cheap to clone; the writer thread ends when the
+/// last handle is dropped, after flushing and syncing what it holds.
+#[derive(Clone)]
+pub struct Journal {
+    handle: Arc<Handle>,
+}
+
+struct Handle {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.shared.lock().closed = true;
+        self.shared.wake.notify_one();
+    }
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal").finish_non_exhaustive()
+    }
+}
+
+impl Journal {
+    /// Starts the writer thread.
+    pub fn start() -> std::io::Result<Self> {
+        let shared = Arc::new(Shared::default());
+        let writer = Writer {
+            shared: shared.clone(),
+            files: HashMap::new(),
+            dirty: HashSet::new(),
+            grown: HashSet::new(),
+            dirs: HashSet::new(),
+            max_open: max_open_files(),
+        };
+        std::thread::Builder::new()
+            .name("orchestrate-journal".into())
+            .spawn(move || writer.run())?;
+        Ok(Self {
+            handle: Arc::new(Handle { shared }),
+        })
+    }
+
+    /// Queues one record for `path`. It reaches the file within 100 ms and is
+    /// durable after the next [`Journal::sync`]. Appending never blocks on I/O and
+    /// never wakes the writer thread, so sessions can journal every message cheaply.
+    pub fn append(&self, path: &Path, record: &Record) -> Result<(), String> {
+        self.append_all(path, std::slice::from_ref(record))
+    }
+
+    /// Queues several records for `path` at once: they reach the file together, so
+    /// a crash never leaves one without the others.
+    pub fn append_all(&self, path: &Path, records: &[Record]) -> Result<(), String> {
+        let mut lines = Vec::new();
+        for record in records {
+            serde_json::to_writer(&mut lines, record).map_err(|e| e.to_string())?;
+            lines.push(b'\n');
+        }
+        let shared = &self.handle.shared;
+        let mut pending = shared.lock();
+        pending.appends.push((path.to_owned(), lines));
+        if pending.appends.len() >= WAKE_AT {
+            shared.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Waits until everything appended so far (by any session) is on disk. Syncs
+    /// requested while one is running are served together by the next one.
+    pub async fn sync(&self) -> Result<(), String> {
+        let (done, wait) = oneshot::channel();
+        let shared = &self.handle.shared;
+        shared.lock().waiters.push(done);
+        shared.wake.notify_one();
+        wait.await
+            .map_err(|_| "the journal writer has stopped".to_owned())?
+    }
+}
+
+/// A quarter of the process's file-descriptor limit, so journals never starve the
+/// sockets and tools of descriptors.
+fn max_open_files() -> usize {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    limit.map_or(256, |n| (n / 4).clamp(16, 8192) as usize)
+}
+
+struct Writer {
+    shared: Arc<Shared>,
+    files: HashMap<PathBuf, BufWriter<File>>,
+    /// Files written since their last sync, open or closed.
+    dirty: HashSet<PathBuf>,
+    /// Directories that gained a file since their last sync.
+    grown: HashSet<PathBuf>,
+    /// Directories known to exist.
+    dirs: HashSet<PathBuf>,
+    max_open: usize,
+}
+
+impl Writer {
+    fn run(mut self) {
+        loop {
+            {
+                let mut pending = self.shared.lock();
+                while pending.appends.is_empty() && pending.waiters.is_empty() && !pending.closed {
+                    pending = match self.shared.wake.wait_timeout(pending, IDLE_FLUSH) {
+                        Ok((guard, _)) => guard,
+                        Err(poisoned) => poisoned.into_inner().0,
+                    };
+                }
+            }
+            std::thread::sleep(GATHER);
+            let (appends, waiters, closed) = {
+                let mut pending = self.shared.lock();
+                (
+                    std::mem::take(&mut pending.appends),
+                    std::mem::take(&mut pending.waiters),
+                    pending.closed,
+                )
+            };
+            let mut error = None;
+            for (path, line) in appends {
+                if let Err(e) = self.write(&path, &line) {
+                    error = Some(format!("{}: {e}", path.display()));
+                }
+            }
+            let synced = self.flush_and_sync(!waiters.is_empty() || closed);
+            let result = match (error, synced) {
+                (Some(e), _) | (None, Err(e)) => Err(e),
+                (None, Ok(())) => Ok(()),
+            };
+            if let Err(e) = &result {
+                tracing::error!(error = %e, "journal write failed");
+            }
+            for done in waiters {
+                let _ = done.send(result.clone());
+            }
+            if self.files.len() > self.max_open {
+                // Flushed above; a dirty file closed now is reopened to be synced.
+                self.files.clear();
+            }
+            if closed && self.shared.lock().appends.is_empty() {
+                return;
+            }
+        }
+    }
+
+    fn write(&mut self, path: &Path, line: &[u8]) -> std::io::Result<()> {
+        if !self.files.contains_key(path) {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            if !self.dirs.contains(dir) {
+                std::fs::create_dir_all(dir)?;
+                self.dirs.insert(dir.to_owned());
+            }
+            if !path.exists() {
+                self.grown.insert(dir.to_owned());
+            }
+            // Journals hold whole conversations: readable by their owner only.
+            let file = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .open(path)?;
+            self.files.insert(path.to_owned(), BufWriter::new(file));
+        }
+        self.dirty.insert(path.to_owned());
+        match self.files.get_mut(path) {
+            Some(w) => w.write_all(line),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes out what is buffered; with `sync`, makes every file written since its
+    /// last sync durable (`fdatasync` of exactly those files, never the whole
+    /// filesystem), and the directory entries of new files.
+    fn flush_and_sync(&mut self, sync: bool) -> Result<(), String> {
+        for (path, w) in &mut self.files {
+            w.flush().map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        if !sync {
+            return Ok(());
+        }
+        let failed =
+            |path: &Path, e: std::io::Error| format!("journal sync of {}: {e}", path.display());
+        for path in std::mem::take(&mut self.dirty) {
+            let synced = match self.files.get(&path) {
+                Some(w) => w.get_ref().sync_data(),
+                None => File::open(&path).and_then(|f| f.sync_data()),
+            };
+            synced.map_err(|e| failed(&path, e))?;
+        }
+        for dir in std::mem::take(&mut self.grown) {
+            File::open(&dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| failed(&dir, e))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conversation::Message;
+    use crate::journal::{journal_path, read_journal};
+    use crate::protocol::SessionId;
+
+    #[tokio::test]
+    async fn appended_records_are_readable_after_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::start().unwrap();
+        let id = SessionId::new();
+        let path = journal_path(dir.path(), id);
+        for i in 0..100 {
+            journal
+                .append(
+                    &path,
+                    &Record::Message {
+                        message: Message::user(i.to_string()),
+                    },
+                )
+                .unwrap();
+        }
+        journal.sync().await.unwrap();
+        let records = read_journal(&path).unwrap();
+        assert_eq!(records.len(), 100);
+        assert_eq!(
+            records[99],
+            Record::Message {
+                message: Message::user("99")
+            }
+        );
+    }
+}

@@ -1,0 +1,294 @@
+//! The runs of a workspace, read from its journals: a run is named by its lead
+//! session's id, and every session's journal header names its run. Listing them,
+//! finding one by a prefix of its id, and the tree of one run's agents. Whether a
+//! run is live is [`lock`]'s: the process running it holds its lock.
+
+pub mod lock;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use crate::conversation::Message;
+use crate::journal::{Record, read_journal, sessions_dir};
+use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
+
+/// How a run stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunStatus {
+    /// A live process is running it.
+    Running,
+    /// Its lead gave its final answer.
+    Finished,
+    /// Its lead failed.
+    Failed,
+    /// It was cancelled.
+    Cancelled,
+    /// Its lead was stopped.
+    Stopped,
+    /// Its process died mid-run: `orchestrate resume` carries on.
+    Interrupted,
+}
+
+impl RunStatus {
+    /// The word `orchestrate sessions` shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Finished => "finished",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+            Self::Stopped => "stopped",
+            Self::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// One session of a run, as its journal tells it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Agent {
+    /// Its session.
+    pub session: SessionId,
+    /// Its parent, for sub-agents.
+    pub parent: Option<SessionId>,
+    /// Its role.
+    pub role: String,
+    /// Its model.
+    pub model: String,
+    /// The outcome of its last run; `None` while a run is unfinished.
+    pub outcome: Option<Outcome>,
+    /// Its runs' counters, summed (for an unfinished run, what its events tell).
+    pub stats: RunStats,
+    /// Tokens its own model turns used (not its sub-agents').
+    pub tokens: u64,
+    /// The prompt of its first run.
+    pub task: String,
+}
+
+/// One run of a workspace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Run {
+    /// The run's id: its lead session's.
+    pub id: SessionId,
+    /// How it stands.
+    pub status: RunStatus,
+    /// When it started.
+    pub started: SystemTime,
+    /// Every agent, the lead first, then in the order they started.
+    pub agents: Vec<Agent>,
+}
+
+impl Run {
+    /// Its lead.
+    pub fn lead(&self) -> &Agent {
+        &self.agents[0]
+    }
+
+    /// Tokens used by every agent of the run.
+    pub fn tokens(&self) -> u64 {
+        self.agents.iter().map(|a| a.tokens).sum()
+    }
+
+    /// The first line of the lead's task.
+    pub fn task_line(&self) -> &str {
+        self.lead().task.lines().next().unwrap_or_default()
+    }
+}
+
+/// Why a run could not be found.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The workspace has no runs.
+    #[error("no runs in {0} yet")]
+    None(String),
+    /// No run's id starts with the prefix.
+    #[error("no run {0:?} here (see `orchestrate sessions`)")]
+    Unknown(String),
+    /// Several runs' ids start with the prefix.
+    #[error("{prefix:?} names {count} runs; give more of the id (see `orchestrate sessions`)")]
+    Ambiguous {
+        /// The prefix.
+        prefix: String,
+        /// How many it names.
+        count: usize,
+    },
+}
+
+/// Every run of the workspace, newest first. Journals that cannot be read are
+/// skipped (each is named in the log).
+pub fn list(workspace: &Path) -> Vec<Run> {
+    let mut sessions: Vec<(SessionId, Vec<Record>)> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(sessions_dir(workspace)) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "jsonl") {
+                continue;
+            }
+            match read_journal(&path) {
+                Ok(records) => {
+                    if let Some(Record::Header { session, .. }) = records.first() {
+                        sessions.push((*session, records));
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "a journal that cannot be read is not listed"),
+            }
+        }
+    }
+    let mut runs = assemble(&sessions);
+    for run in &mut runs {
+        if lock::holder(workspace, run.id).is_some() {
+            run.status = RunStatus::Running;
+        }
+    }
+    runs
+}
+
+/// The run named by `prefix` (a unique prefix of its id), or the newest run.
+pub fn find(workspace: &Path, prefix: Option<&str>) -> Result<Run, RunError> {
+    let runs = list(workspace);
+    let Some(prefix) = prefix else {
+        return runs
+            .into_iter()
+            .next()
+            .ok_or_else(|| RunError::None(workspace.display().to_string()));
+    };
+    let mut matching: Vec<Run> = runs
+        .into_iter()
+        .filter(|r| r.id.to_string().starts_with(prefix))
+        .collect();
+    match matching.len() {
+        0 => Err(RunError::Unknown(prefix.to_owned())),
+        1 => Ok(matching.remove(0)),
+        count => Err(RunError::Ambiguous {
+            prefix: prefix.to_owned(),
+            count,
+        }),
+    }
+}
+
+/// Groups sessions into runs (a session's run is its header's, or for journals
+/// written before runs were named, its root ancestor's) and reads each.
+fn assemble(sessions: &[(SessionId, Vec<Record>)]) -> Vec<Run> {
+    let parents: HashMap<SessionId, Option<SessionId>> = sessions
+        .iter()
+        .map(|(id, records)| (*id, header(records).1))
+        .collect();
+    let mut by_run: BTreeMap<SessionId, Vec<Agent>> = BTreeMap::new();
+    for (id, records) in sessions {
+        let run = header(records).2.unwrap_or_else(|| root(*id, &parents));
+        by_run.entry(run).or_default().push(agent(*id, records));
+    }
+    let mut runs: Vec<Run> = by_run
+        .into_iter()
+        .filter_map(|(id, mut agents)| {
+            // The lead first, the rest in the order they started (ids are in time order).
+            agents.sort_by_key(|a| (a.session != id, a.session));
+            let lead = agents.first().filter(|a| a.session == id)?;
+            let status = match &lead.outcome {
+                None => RunStatus::Interrupted,
+                Some(Outcome::Finished { .. }) => RunStatus::Finished,
+                Some(Outcome::Failed { .. }) => RunStatus::Failed,
+                Some(Outcome::Cancelled { .. }) => RunStatus::Cancelled,
+                Some(Outcome::Stopped { .. }) => RunStatus::Stopped,
+            };
+            Some(Run {
+                id,
+                status,
+                started: started(id),
+                agents,
+            })
+        })
+        .collect();
+    runs.sort_by_key(|r| std::cmp::Reverse(r.id));
+    runs
+}
+
+/// A header's agent, parent and run.
+fn header(records: &[Record]) -> (&str, Option<SessionId>, Option<SessionId>) {
+    match records.first() {
+        Some(Record::Header {
+            agent, parent, run, ..
+        }) => (agent, *parent, *run),
+        _ => ("", None, None),
+    }
+}
+
+fn root(mut id: SessionId, parents: &HashMap<SessionId, Option<SessionId>>) -> SessionId {
+    // Bounded by the number of sessions, so a cycle in damaged headers ends.
+    for _ in 0..parents.len() {
+        match parents.get(&id) {
+            Some(Some(parent)) if parents.contains_key(parent) => id = *parent,
+            _ => break,
+        }
+    }
+    id
+}
+
+/// What one session's journal says about it.
+fn agent(session: SessionId, records: &[Record]) -> Agent {
+    let (role, parent, _) = header(records);
+    let model = match records.first() {
+        Some(Record::Header { model, .. }) => model.clone(),
+        _ => String::new(),
+    };
+    let mut outcome = None;
+    let mut stats = RunStats::default();
+    let mut running = RunStats::default();
+    let mut tokens = 0;
+    let mut task = None;
+    let mut after_start = false;
+    for record in records {
+        match record {
+            Record::RunStarted { .. } => {
+                outcome = None;
+                running = RunStats::default();
+                after_start = true;
+                continue;
+            }
+            Record::Message {
+                message: Message::User { content },
+            } if after_start && task.is_none() => task = Some(content.clone()),
+            Record::Terminal { outcome: ended } => {
+                let counted = ended.stats();
+                stats.turns += counted.turns;
+                stats.tool_calls += counted.tool_calls;
+                stats.duration_ms += counted.duration_ms;
+                stats.usage.add(&counted.usage);
+                outcome = Some(ended.clone());
+            }
+            Record::Event { event } => match &event.kind {
+                EventKind::TurnFinished { usage, .. } => {
+                    tokens += usage.total();
+                    running.turns += 1;
+                }
+                EventKind::ToolStarted { .. } => running.tool_calls += 1,
+                _ => {}
+            },
+            Record::Header { .. }
+            | Record::PromptJoined { .. }
+            | Record::ToolStarted { .. }
+            | Record::Message { .. } => {}
+        }
+        after_start = false;
+    }
+    if outcome.is_none() {
+        stats.turns += running.turns;
+        stats.tool_calls += running.tool_calls;
+    }
+    Agent {
+        session,
+        parent,
+        role: role.to_owned(),
+        model,
+        outcome,
+        stats,
+        tokens,
+        task: task.unwrap_or_default(),
+    }
+}
+
+/// When a session started: its id is a UUIDv7, which begins with the time.
+fn started(id: SessionId) -> SystemTime {
+    let millis = id.timestamp_millis();
+    SystemTime::UNIX_EPOCH + Duration::from_millis(millis)
+}

@@ -1,0 +1,154 @@
+//! The lock of a live run: `.orchestrate/runs/<run id>.lock`, held (`flock`) by
+//! the process running the run, with that process's id inside. The kernel lets it
+//! go when the process dies, however it dies, so a lock is never stale; a second
+//! process that would run the same run is refused, naming the first.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{FlockOperation, flock};
+
+use crate::journal::state_dir;
+use crate::protocol::SessionId;
+
+/// Where a workspace's live runs keep their locks and control sockets.
+pub fn runs_dir(workspace: &Path) -> PathBuf {
+    state_dir(workspace).join("runs")
+}
+
+/// The lock file of one run.
+pub fn lock_path(workspace: &Path, run: SessionId) -> PathBuf {
+    runs_dir(workspace).join(format!("{run}.lock"))
+}
+
+/// The process that holds a run's lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// Its process id.
+    pub pid: u32,
+    /// Its command line, as far as it can be read.
+    pub command: String,
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.command.is_empty() {
+            write!(f, "process {}", self.pid)
+        } else {
+            write!(f, "process {} ({})", self.pid, self.command)
+        }
+    }
+}
+
+/// A run's lock, held until dropped.
+#[derive(Debug)]
+pub struct RunLock {
+    _file: File,
+    path: PathBuf,
+}
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        // Unlocked when the file closes; the file goes, so that `runs/` holds only
+        // live runs' locks (a process that dies leaves its file, unlocked).
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Why a run's lock could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// Another live process runs it.
+    #[error("run {run} is live in {holder}; wait for it to end, or stop it")]
+    Held {
+        /// The run.
+        run: SessionId,
+        /// Who holds it.
+        holder: Holder,
+    },
+    /// The lock file could not be made.
+    #[error("{0}")]
+    Io(String),
+}
+
+impl RunLock {
+    /// Takes the lock of run `run` for this process.
+    pub fn acquire(workspace: &Path, run: SessionId) -> Result<Self, LockError> {
+        let path = lock_path(workspace, run);
+        let failed = |e: std::io::Error| LockError::Io(format!("{}: {e}", path.display()));
+        std::fs::create_dir_all(runs_dir(workspace)).map_err(failed)?;
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(failed)?;
+        if flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
+            let holder = holder_of(&mut file).unwrap_or(Holder {
+                pid: 0,
+                command: String::new(),
+            });
+            return Err(LockError::Held { run, holder });
+        }
+        file.set_len(0).map_err(failed)?;
+        file.rewind().map_err(failed)?;
+        write!(file, "{}", std::process::id()).map_err(failed)?;
+        file.flush().map_err(failed)?;
+        Ok(Self { _file: file, path })
+    }
+}
+
+/// The live process that holds run `run`'s lock, if one does.
+pub fn holder(workspace: &Path, run: SessionId) -> Option<Holder> {
+    let mut file = File::open(lock_path(workspace, run)).ok()?;
+    if flock(&file, FlockOperation::NonBlockingLockShared).is_ok() {
+        // Nobody holds it: the process that wrote it has died.
+        return None;
+    }
+    holder_of(&mut file)
+}
+
+fn holder_of(file: &mut File) -> Option<Holder> {
+    let mut text = String::new();
+    file.read_to_string(&mut text).ok()?;
+    let pid: u32 = text.trim().parse().ok()?;
+    let command = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|raw| {
+            raw.split(|b| *b == 0)
+                .filter(|part| !part.is_empty())
+                .map(|part| String::from_utf8_lossy(part).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    Some(Holder { pid, command })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_is_locked_once_and_named_by_its_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = SessionId::new();
+        assert_eq!(holder(dir.path(), run), None);
+        let lock = RunLock::acquire(dir.path(), run).unwrap();
+        let held = holder(dir.path(), run).expect("held");
+        assert_eq!(held.pid, std::process::id());
+        // flock locks belong to the open file, so a second open in this process
+        // conflicts like another process would.
+        let again = RunLock::acquire(dir.path(), run).unwrap_err().to_string();
+        assert!(
+            again.contains(&format!("process {}", std::process::id())),
+            "{again}"
+        );
+        drop(lock);
+        assert_eq!(holder(dir.path(), run), None);
+        assert!(!lock_path(dir.path(), run).exists());
+    }
+}

@@ -1,0 +1,208 @@
+//! Delegation: running a Task call's prompt in its sub-agent. A call that an
+//! earlier incarnation of its caller already started (the caller crashed and was
+//! restarted, or its run was resumed by a new process) finds that sub-agent by
+//! (parent, call id) and carries on with it: a finished one gives its recorded result with no model
+//! request, a running one is waited for, one cut off mid-run resumes from its
+//! journal. Only a call never started before starts a new sub-agent.
+//!
+//! A sub-agent is cancelled only when its call is: a parent that crashes leaves
+//! its sub-agents running, for its next incarnation to find.
+
+use tokio_util::sync::CancellationToken;
+
+use super::Handle;
+use crate::actors::orchestrator::{OrchestratorMsg, Whereabouts};
+use crate::conversation::Message;
+use crate::error::SessionError;
+use crate::events::EventStream;
+use crate::journal::{Record, journal_path, read_journal};
+use crate::protocol::{EventKind, Outcome, SessionId};
+use crate::session::SessionSpec;
+
+/// What a sub-agent's journal says about a delegation of `prompt`.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Recorded {
+    /// Its run ended: this is the call's result.
+    Ended(Outcome),
+    /// Its run started and has not ended.
+    Running,
+    /// It was never sent its prompt.
+    Unprompted,
+    /// It answers another prompt: the same call id in another conversation.
+    Other,
+}
+
+/// Reads a sub-agent's journal for the delegation of `prompt`.
+pub(crate) fn recorded(records: &[Record], prompt: &str) -> Recorded {
+    let mut records = records.iter();
+    let started = records
+        .by_ref()
+        .position(|r| matches!(r, Record::RunStarted { .. }));
+    if started.is_none() {
+        return Recorded::Unprompted;
+    }
+    match records.next() {
+        Some(Record::Message {
+            message: Message::User { content },
+        }) if content == prompt => {}
+        _ => return Recorded::Other,
+    }
+    records
+        .rev()
+        .find_map(|r| match r {
+            Record::Terminal { outcome } => Some(Recorded::Ended(outcome.clone())),
+            _ => None,
+        })
+        .unwrap_or(Recorded::Running)
+}
+
+/// Cancels a sub-agent whose delegation is dropped because its call was
+/// cancelled; one dropped for any other reason (its parent crashed) keeps running.
+struct CancelWithCall {
+    handle: Handle,
+    child: SessionId,
+    cancel: CancellationToken,
+    armed: bool,
+}
+
+impl Drop for CancelWithCall {
+    fn drop(&mut self) {
+        if self.armed && self.cancel.is_cancelled() {
+            // The sub-agent ends its run as cancelled, then stops.
+            self.handle.cancel(self.child);
+            self.handle.stop_session(self.child);
+        }
+    }
+}
+
+impl Handle {
+    /// Runs `prompt` in the sub-agent of the Task call `spec` names (its `parent`
+    /// and `tool_call_id`); see the module's documentation. `cancel` is the call's
+    /// cancellation; `resumed` says an earlier incarnation of the caller started
+    /// the call (only then is there a sub-agent to find). Returns the sub-agent's
+    /// outcome, `None` if it went away without one.
+    pub(crate) async fn delegate(
+        &self,
+        spec: SessionSpec,
+        prompt: String,
+        cancel: CancellationToken,
+        resumed: bool,
+    ) -> Result<Option<Outcome>, SessionError> {
+        let found = match (resumed, spec.parent, &spec.tool_call_id) {
+            (true, Some(parent), Some(call)) => self.find_child(parent, call).await,
+            _ => None,
+        };
+        let (child, mut events, send_prompt) = match found {
+            Some((child, whereabouts)) => {
+                // Subscribed before the journal is read: a run that ends after the
+                // read is seen as an event, one that ended before is in the journal.
+                let events = self.bus.subscribe_session(child);
+                self.journal.sync().await.map_err(SessionError::Journal)?;
+                let path = journal_path(&self.workspace, child);
+                let records = read_journal(&path).unwrap_or_default();
+                match (recorded(&records, &prompt), whereabouts) {
+                    (Recorded::Ended(outcome), whereabouts) => {
+                        if whereabouts != Whereabouts::Journaled {
+                            self.stop_session(child);
+                        }
+                        return Ok(Some(outcome));
+                    }
+                    (Recorded::Other, _) => self.start_child(spec).await?,
+                    (Recorded::Running, Whereabouts::Journaled) => {
+                        self.resume_session(child, spec).await?;
+                        (child, events, false)
+                    }
+                    (Recorded::Unprompted, Whereabouts::Journaled) => {
+                        self.resume_session(child, spec).await?;
+                        (child, events, true)
+                    }
+                    // A prompt routed to a live sub-agent may not be in its journal
+                    // yet: it must not be sent twice.
+                    (Recorded::Running, _) | (Recorded::Unprompted, Whereabouts::Prompted) => {
+                        (child, events, false)
+                    }
+                    (Recorded::Unprompted, Whereabouts::Unprompted) => (child, events, true),
+                }
+            }
+            None => self.start_child(spec).await?,
+        };
+        let mut guard = CancelWithCall {
+            handle: self.clone(),
+            child,
+            cancel,
+            armed: true,
+        };
+        let prompt_id = send_prompt.then(|| self.prompt(child, prompt));
+        let outcome = wait_for_outcome(&mut events, prompt_id).await;
+        guard.armed = false;
+        self.stop_session(child);
+        Ok(outcome)
+    }
+
+    async fn start_child(
+        &self,
+        spec: SessionSpec,
+    ) -> Result<(SessionId, EventStream, bool), SessionError> {
+        let child = self.start_session(spec).await?;
+        Ok((child, self.bus.subscribe_session(child), true))
+    }
+
+    /// The session that session `parent`'s call `call` started, and where it is.
+    async fn find_child(&self, parent: SessionId, call: &str) -> Option<(SessionId, Whereabouts)> {
+        ractor::call!(self.orchestrator, |reply| OrchestratorMsg::FindChild {
+            parent,
+            call: call.to_owned(),
+            reply,
+        })
+        .ok()
+        .flatten()
+    }
+}
+
+/// The outcome of the sub-agent's run: the terminal event naming `prompt` when
+/// one was sent, else the first terminal event (a resumed or running run).
+async fn wait_for_outcome(events: &mut EventStream, prompt: Option<u64>) -> Option<Outcome> {
+    while let Some(event) = events.recv().await {
+        let answer = match (&event.kind, prompt) {
+            (kind, Some(prompt)) => kind.answer_to(prompt),
+            (EventKind::Terminal { outcome, .. }, None) => Some(outcome),
+            (_, None) => None,
+        };
+        if let Some(outcome) = answer {
+            return Some(outcome.clone());
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::RunStats;
+
+    fn run(prompt: &str) -> Vec<Record> {
+        vec![
+            Record::RunStarted { prompt: 3 },
+            Record::Message {
+                message: Message::user(prompt),
+            },
+        ]
+    }
+
+    #[test]
+    fn a_sub_agent_journal_says_whether_the_call_ended_runs_or_never_began() {
+        assert_eq!(recorded(&[], "p"), Recorded::Unprompted);
+        assert_eq!(recorded(&run("p"), "p"), Recorded::Running);
+        assert_eq!(recorded(&run("q"), "p"), Recorded::Other);
+        let finished = Outcome::Finished {
+            text: "done".into(),
+            truncated: false,
+            stats: RunStats::default(),
+        };
+        let mut ended = run("p");
+        ended.push(Record::Terminal {
+            outcome: finished.clone(),
+        });
+        assert_eq!(recorded(&ended, "p"), Recorded::Ended(finished));
+    }
+}
