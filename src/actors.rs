@@ -2,15 +2,16 @@
 //!
 //! ```text
 //! Orchestrator                     root supervisor, one per process
-//! ├── PromptQueue (per session)    prompts that arrive while busy        permanent
+//! ├── prompt queue (per session)   plain state, not an actor: prompts and cancels
 //! └── Session (per conversation)                                         transient
 //!     ├── LlmStream                one per model turn                    transient
 //!     └── ToolRunner × n           one per tool call                     temporary
 //! ```
 //!
-//! A session's PromptQueue is spawned by the Orchestrator beside the session rather
-//! than under it: a crashing ractor actor takes its linked children with it, and the
-//! queue must outlive a session crash so that no prompt is lost.
+//! A session's prompt queue is plain state the Orchestrator keeps beside the
+//! session, not an actor under it: a crashing ractor actor takes its linked
+//! children with it, and a crashing actor loses its mailbox; the queue must outlive
+//! a session crash and cannot lose a prompt of its own.
 //!
 //! Actors are plumbing: the decisions are plain code (a session's are its run
 //! machine's, `session::machine`; the restart policy is [`supervision`]),
@@ -18,7 +19,6 @@
 //! `handle_supervisor_evt`, which would stop the parent whenever any child exits.
 
 pub(crate) mod orchestrator;
-pub(crate) mod prompt_queue;
 pub(crate) mod session;
 pub mod supervision;
 

@@ -54,6 +54,12 @@ pub enum Op {
         /// The agent.
         agent: String,
     },
+    /// Crash an agent's session, for the tests of supervision.
+    #[cfg(feature = "test-support")]
+    Crash {
+        /// The agent.
+        agent: String,
+    },
 }
 
 /// The answer to a request.
@@ -170,6 +176,8 @@ fn carry_out(op: Op, handle: &Handle, board: &Board, now: Duration) -> Reply {
             };
         }
         Op::Steer { agent, .. } | Op::Stop { agent } | Op::Kill { agent } => agent,
+        #[cfg(feature = "test-support")]
+        Op::Crash { agent } => agent,
     };
     let row = match find(board, agent) {
         Ok(row) => row,
@@ -194,6 +202,11 @@ fn carry_out(op: Op, handle: &Handle, board: &Board, now: Duration) -> Reply {
         Op::Kill { .. } => {
             handle.cancel(row.session);
             format!("{label} cancelled")
+        }
+        #[cfg(feature = "test-support")]
+        Op::Crash { .. } => {
+            handle.crash_session(row.session);
+            format!("{label} crashed")
         }
         Op::Ps => ps(board, now),
     };

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! Orchestrator                     root supervisor, one per process
-//! ├── PromptQueue (per session)    prompts that arrive while busy        permanent
+//! ├── prompt queue (per session)   plain state, not an actor: prompts and cancels
 //! └── Session (per conversation)                                         transient
 //!     ├── LlmStream                one per model turn                    transient
 //!     └── ToolRunner × n           one per tool call                     temporary

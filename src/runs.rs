@@ -51,6 +51,8 @@ pub struct Agent {
     pub session: SessionId,
     /// Its parent, for sub-agents.
     pub parent: Option<SessionId>,
+    /// The parent's Task call that started it, for sub-agents.
+    pub call: Option<String>,
     /// Its role.
     pub role: String,
     /// Its model.
@@ -227,9 +229,13 @@ fn root(mut id: SessionId, parents: &HashMap<SessionId, Option<SessionId>>) -> S
 /// What one session's journal says about it.
 fn agent(session: SessionId, records: &[Record]) -> Agent {
     let (role, parent, _) = header(records);
-    let model = match records.first() {
-        Some(Record::Header { model, .. }) => model.clone(),
-        _ => String::new(),
+    let (model, call) = match records.first() {
+        Some(Record::Header {
+            model,
+            tool_call_id,
+            ..
+        }) => (model.clone(), tool_call_id.clone()),
+        _ => (String::new(), None),
     };
     let mut outcome = None;
     let mut stats = RunStats::default();
@@ -278,6 +284,7 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
     Agent {
         session,
         parent,
+        call,
         role: role.to_owned(),
         model,
         outcome,

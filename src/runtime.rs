@@ -260,10 +260,12 @@ impl Handle {
         None
     }
 
-    /// Crashes the session's PromptQueue, for the tests of its supervision.
+    /// Crashes the session, for the tests of supervision.
     #[cfg(feature = "test-support")]
-    pub fn crash_queue(&self, session: SessionId) {
-        let _ = self.orchestrator.cast(OrchestratorMsg::CrashQueue(session));
+    pub fn crash_session(&self, session: SessionId) {
+        let _ = self
+            .orchestrator
+            .cast(OrchestratorMsg::CrashSession(session));
     }
 
     /// Waits until every journal record appended so far is on disk.

@@ -46,7 +46,7 @@ pub(crate) async fn orchestrate(workspace: &Path, args: &[&str], env: &[(&str, &
 
 /// The binary in `workspace` against `mock`: `--base-url` and `--model m`, then
 /// `args`.
-fn command_on(
+pub(crate) fn command_on(
     mock: &MockLlm,
     workspace: &Path,
     args: &[&str],
@@ -744,4 +744,40 @@ async fn a_role_file_that_breaks_mid_run_is_reported_on_stderr() {
         .unwrap()
         .unwrap();
     assert_eq!(status.code(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journals_stay_private_and_out_of_git_and_a_symlinked_state_dir_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let mock = MockLlm::start(vec![Reply::text("hi")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_on(&mock, dir.path(), &["hello"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let state = dir.path().join(".orchestrate");
+    assert_eq!(
+        std::fs::read_to_string(state.join(".gitignore")).unwrap(),
+        "*\n"
+    );
+    for journal in std::fs::read_dir(state.join("sessions")).unwrap() {
+        let mode = journal.unwrap().metadata().unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "journals are the owner's alone");
+    }
+
+    // A repository that points .orchestrate elsewhere gets nothing written there.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let repo = tempfile::tempdir().unwrap();
+    let repo_path = repo.path().canonicalize().unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), repo_path.join(".orchestrate")).unwrap();
+    let out = run_on(&mock, &repo_path, &["hello"], &[]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "orchestrate: journal: {}/.orchestrate is a symbolic link; refusing to write journals through it (remove it, and orchestrate makes a real directory)\n",
+            repo_path.display()
+        )
+    );
+    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
+    assert_eq!(mock.request_count(), 1, "nothing was asked of the model");
 }

@@ -228,3 +228,37 @@ async fn a_prompt_for_an_unknown_session_fails_instead_of_waiting_forever() {
     );
     runtime.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_to_a_session_that_is_gone_fails_at_once() {
+    let mock = MockLlm::start(vec![Reply::text("hi")]).await;
+    let (_dir, runtime, session) = harness::start(&mock, harness::spec(ToolRegistry::new())).await;
+    runtime.stop_session(session);
+    // While it stops, a prompt is queued and cancelled with the session; once it
+    // is gone, one fails at once. Neither waits.
+    let gone = tokio::time::timeout(harness::DEADLINE, async {
+        loop {
+            match runtime.run_prompt(session, "anyone there?", |_| {}).await {
+                Some(Outcome::Failed { message, .. }) => return message,
+                Some(Outcome::Cancelled { .. }) => tokio::task::yield_now().await,
+                other => panic!("{other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("a prompt to a stopped session is answered");
+    assert!(gone.contains("it ended or never existed"), "{gone}");
+
+    let handle = runtime.handle();
+    runtime.shutdown().await;
+    let after = tokio::time::timeout(
+        harness::DEADLINE,
+        handle.run_prompt(session, "still?", |_| {}),
+    )
+    .await
+    .expect("a prompt after shutdown is answered at once");
+    let Some(Outcome::Failed { message, .. }) = after else {
+        panic!("{after:?}")
+    };
+    assert_eq!(message, "cannot start session: the runtime has shut down");
+}

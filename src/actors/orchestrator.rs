@@ -1,7 +1,12 @@
-//! Orchestrator: the root supervisor, one per process. It starts sessions (each with
-//! its PromptQueue beside it) and resumes them from their journals, routes prompts
-//! and cancels to them, finds the sub-agent a parent's Task call started, and
-//! applies the restart policy when a session or a queue crashes ([`restarts`]).
+//! Orchestrator: the root supervisor, one per process. It starts sessions and
+//! resumes them from their journals, keeps each one's prompt queue, routes prompts
+//! and cancels into it, finds the sub-agent a parent's Task call started, and
+//! applies the restart policy when a session crashes ([`restarts`]).
+//!
+//! A session's queue is plain shared state ([`SharedQueue`]) beside the session,
+//! not an actor: the Orchestrator applies each prompt and cancel to it before it
+//! tells the session, and the session takes from it. It outlives the session's
+//! crashes, and, holding no mailbox, it has nothing to lose in one of its own.
 
 mod children;
 mod restarts;
@@ -13,7 +18,6 @@ use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, Supervi
 
 use self::children::Children;
 use super::SessionEnv;
-use super::prompt_queue::{Inbox, PromptQueueActor, PromptQueueMsg, Queued};
 use super::session::{SessionActor, SessionArgs, SessionMsg};
 use super::supervision::{Intensity, RestartTracker, RestartType};
 use crate::error::SessionError;
@@ -62,18 +66,15 @@ pub(crate) enum OrchestratorMsg {
         /// Arrival order, shared with prompts.
         seq: u64,
     },
-    /// A session's PromptQueue has queued a prompt or recorded a cancel: tell the
-    /// session.
-    Queued(SessionId, Queued),
     /// The backoff after a crash is over: start the session again.
     Restart(SessionId),
     /// Stop a session once its current run (if any) has ended.
     Stop(SessionId),
     /// End a session's current run at its next turn boundary, as stopped.
     StopRun(SessionId),
-    /// Crash a session's PromptQueue, for the tests of its supervision.
+    /// Crash a session, for the tests of supervision.
     #[cfg(feature = "test-support")]
-    CrashQueue(SessionId),
+    CrashSession(SessionId),
 }
 
 /// What the Orchestrator is started with.
@@ -92,8 +93,8 @@ pub(crate) struct OrchestratorState {
     restart: Intensity,
     /// Every live session.
     sessions: HashMap<SessionId, Entry>,
-    /// Which session a running actor is, and whether it is the session or its queue.
-    by_actor: HashMap<ActorId, (SessionId, Role)>,
+    /// Which session a running session actor is.
+    by_actor: HashMap<ActorId, SessionId>,
     /// Every sub-agent by the call that started it.
     children: Children,
 }
@@ -107,13 +108,6 @@ pub(crate) enum Whereabouts {
     Unprompted,
     /// Live in this process, sent a prompt.
     Prompted,
-}
-
-/// What a supervised actor is to its session.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Role {
-    Session,
-    Queue,
 }
 
 /// One supervised session.
@@ -131,10 +125,8 @@ struct Entry {
     stop_run: bool,
     /// `None` while the session waits to be restarted.
     actor: Option<ActorRef<SessionMsg>>,
-    /// Its prompts, which outlive its crashes and its queue's.
-    inbox: Arc<Inbox>,
-    /// Its PromptQueue actor; `None` while it is being restarted.
-    queue_actor: Option<ActorRef<PromptQueueMsg>>,
+    /// Its prompts and its cancel mark, which outlive its crashes.
+    queue: SharedQueue,
     /// Publishes on its behalf (restarts, escalation, abandoned prompts).
     publisher: Publisher,
     /// Its restart history.
@@ -217,15 +209,6 @@ impl Actor for OrchestratorActor {
             OrchestratorMsg::Cancel { session, seq } => {
                 route(state, session, Routed::Cancel(seq));
             }
-            OrchestratorMsg::Queued(session, queued) => {
-                if let Some(actor) = state.sessions.get(&session).and_then(|e| e.actor.as_ref()) {
-                    let nudge = match queued {
-                        Queued::Prompt(seq) => SessionMsg::Prompt { seq },
-                        Queued::Cancel(seq) => SessionMsg::Cancel { seq },
-                    };
-                    let _ = actor.cast(nudge);
-                }
-            }
             OrchestratorMsg::Restart(session) => {
                 restarts::restart(&myself, state, session).await;
             }
@@ -249,13 +232,9 @@ impl Actor for OrchestratorActor {
                 }
             }
             #[cfg(feature = "test-support")]
-            OrchestratorMsg::CrashQueue(session) => {
-                if let Some(queue) = state
-                    .sessions
-                    .get(&session)
-                    .and_then(|e| e.queue_actor.as_ref())
-                {
-                    let _ = queue.cast(PromptQueueMsg::Crash);
+            OrchestratorMsg::CrashSession(session) => {
+                if let Some(actor) = state.sessions.get(&session).and_then(|e| e.actor.as_ref()) {
+                    let _ = actor.cast(SessionMsg::Crash);
                 }
             }
         }
@@ -271,8 +250,8 @@ impl Actor for OrchestratorActor {
         match event {
             SupervisionEvent::ActorStarted(_) | SupervisionEvent::ProcessGroupChanged(_) => {}
             SupervisionEvent::ActorTerminated(cell, _, reason) => {
-                // A session stops only when told to; a queue only with its session.
-                if let Some((id, Role::Session)) = state.by_actor.remove(&cell.get_id()) {
+                // A session stops only when told to.
+                if let Some(id) = state.by_actor.remove(&cell.get_id()) {
                     tracing::debug!(session = %id, ?reason, "session stopped");
                     if let Some(entry) = state.sessions.remove(&id) {
                         // Prompts that arrived while it was stopping never ran.
@@ -285,15 +264,8 @@ impl Actor for OrchestratorActor {
                 }
             }
             SupervisionEvent::ActorFailed(cell, err) => {
-                match state.by_actor.remove(&cell.get_id()) {
-                    Some((id, Role::Session)) => {
-                        restarts::on_session_crash(&myself, state, id, &err.to_string()).await;
-                    }
-                    Some((id, Role::Queue)) => {
-                        tracing::warn!(session = %id, error = %err, "a prompt queue crashed; restarting it");
-                        restarts::restart_queue(&myself, state, id).await;
-                    }
-                    None => {}
+                if let Some(id) = state.by_actor.remove(&cell.get_id()) {
+                    restarts::on_session_crash(&myself, state, id, &err.to_string()).await;
                 }
             }
         }
@@ -301,9 +273,8 @@ impl Actor for OrchestratorActor {
     }
 }
 
-/// Starts a session (new, or from its journal) with its PromptQueue; the session
-/// itself answers `ready` once it has started, so the Orchestrator never waits on a
-/// session's start-up.
+/// Starts a session (new, or from its journal); the session itself answers `ready`
+/// once it has started, so the Orchestrator never waits on a session's start-up.
 async fn start(
     myself: &ActorRef<OrchestratorMsg>,
     state: &mut OrchestratorState,
@@ -320,60 +291,25 @@ async fn start(
         state.children.insert(parent, call, id);
     }
     let from_journal = matches!(origin, Origin::Journal);
-    let publisher = Publisher::new(state.env.bus.clone(), id, spec.parent, &spec.agent);
-    let orchestrator = myself.clone();
-    let inbox = Arc::new(Inbox {
-        queue: SharedQueue::default(),
-        publisher: publisher.clone(),
-        tell: Arc::new(move |queued| {
-            let _ = orchestrator.cast(OrchestratorMsg::Queued(id, queued));
-        }),
-    });
     let entry = Entry {
-        publisher,
-        inbox,
+        publisher: Publisher::new(state.env.bus.clone(), id, spec.parent, &spec.agent),
+        queue: SharedQueue::default(),
         spec: Arc::from(spec),
         run,
         resumed: from_journal,
         prompted: false,
         stop_run: false,
         actor: None,
-        queue_actor: None,
         tracker: RestartTracker::new(RestartType::Transient, state.restart),
         stop_when_idle: false,
     };
     state.sessions.insert(id, entry);
-    if let Err(e) = spawn_queue(myself, state, id).await {
-        state.sessions.remove(&id);
-        let _ = ready.send(Err(e));
-        return;
-    }
     // On a spawn error the reply port is dropped with the arguments, and the
     // caller's `call` fails; the entry goes.
     if let Err(e) = spawn_session(myself, state, id, Some(ready), from_journal).await {
         tracing::warn!(session = %id, error = %e, "session did not start");
-        if let Some(queue) = state.sessions.remove(&id).and_then(|e| e.queue_actor) {
-            queue.stop(None);
-        }
+        state.sessions.remove(&id);
     }
-}
-
-/// Spawns the PromptQueue of session `id` over its shared queue.
-async fn spawn_queue(
-    myself: &ActorRef<OrchestratorMsg>,
-    state: &mut OrchestratorState,
-    id: SessionId,
-) -> Result<(), SessionError> {
-    let Some(entry) = state.sessions.get_mut(&id) else {
-        return Err(SessionError::Spawn(format!("unknown session {id}")));
-    };
-    let inbox = entry.inbox.clone();
-    let (queue, _) = Actor::spawn_linked(None, PromptQueueActor, inbox, myself.get_cell())
-        .await
-        .map_err(|e| SessionError::Spawn(e.to_string()))?;
-    state.by_actor.insert(queue.get_id(), (id, Role::Queue));
-    entry.queue_actor = Some(queue);
-    Ok(())
 }
 
 /// Spawns the actor of session `id`: a new one (`ready` answered once it has
@@ -393,7 +329,7 @@ async fn spawn_session(
         run: entry.run,
         spec: entry.spec.clone(),
         env: state.env.clone(),
-        queue: entry.inbox.queue.clone(),
+        queue: entry.queue.clone(),
         ready,
         from_journal,
         stop_when_idle: entry.stop_when_idle,
@@ -401,7 +337,7 @@ async fn spawn_session(
     let (actor, _) = Actor::spawn_linked(None, SessionActor, args, myself.get_cell())
         .await
         .map_err(|e| SessionError::Spawn(e.to_string()))?;
-    state.by_actor.insert(actor.get_id(), (id, Role::Session));
+    state.by_actor.insert(actor.get_id(), id);
     if entry.stop_run {
         let _ = actor.cast(SessionMsg::StopRun);
     }
@@ -415,11 +351,9 @@ enum Routed {
     Cancel(u64),
 }
 
-/// Hands a prompt or a cancel to the session's PromptQueue, which outlives session
-/// crashes; once queued, the session is told (`Queued`). A session that is down
-/// (waiting to restart) misses only that: it reads its queue when it starts again.
-/// A queue that is down is bypassed: its inbox takes the prompt or the cancel
-/// directly.
+/// Puts a prompt or a cancel in the session's queue, which outlives session
+/// crashes, then tells the session. A session that is down (waiting to restart)
+/// misses only the telling: it reads its queue when it starts again.
 fn route(state: &mut OrchestratorState, session: SessionId, routed: Routed) {
     let Some(entry) = state.sessions.get_mut(&session) else {
         tracing::warn!(%session, "prompt or cancel for an unknown session");
@@ -435,26 +369,29 @@ fn route(state: &mut OrchestratorState, session: SessionId, routed: Routed) {
         }
         return;
     };
-    let queued = match routed {
+    let nudge = match routed {
         Routed::Prompt(prompt) => {
+            let seq = prompt.seq;
             entry.prompted = true;
-            PromptQueueMsg::Push(prompt)
+            entry.queue.lock().push(prompt);
+            SessionMsg::Prompt { seq }
         }
-        Routed::Cancel(seq) => PromptQueueMsg::Cancel(seq),
-    };
-    let undelivered = match &entry.queue_actor {
-        Some(queue) => match queue.cast(queued) {
-            Ok(()) => None,
-            // A queue that died before its restart hands the message back.
-            Err(ractor::MessagingErr::SendErr(msg)) => Some(msg),
-            Err(e) => {
-                tracing::error!(%session, error = %e, "a prompt or cancel could not be queued");
-                None
+        Routed::Cancel(seq) => {
+            let dropped = entry.queue.lock().cancel(seq);
+            // Every prompt gets exactly one terminal event, a dropped one too.
+            for prompt in dropped {
+                entry.publisher.publish(EventKind::Terminal {
+                    prompts: vec![prompt.seq],
+                    outcome: Outcome::Cancelled {
+                        partial: String::new(),
+                        stats: RunStats::default(),
+                    },
+                });
             }
-        },
-        None => Some(queued),
+            SessionMsg::Cancel { seq }
+        }
     };
-    if let Some(queued) = undelivered {
-        entry.inbox.apply(queued);
+    if let Some(actor) = &entry.actor {
+        let _ = actor.cast(nudge);
     }
 }

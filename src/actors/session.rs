@@ -2,7 +2,7 @@
 //! machine's ([`crate::session::machine`]); this actor turns its messages into the
 //! machine's inputs and carries out the effects, in order: it journals, publishes,
 //! spawns one LlmStream per model turn and one ToolRunner per tool call, schedules
-//! retries and talks to its PromptQueue.
+//! retries and takes prompts from its queue.
 //!
 //! A session is transient under the Orchestrator: after a crash it is started again
 //! from its journal and carries on with the turn it was in.
@@ -65,6 +65,9 @@ pub(crate) enum SessionMsg {
     StopWhenIdle,
     /// End the current run at its next turn boundary, as stopped.
     StopRun,
+    /// Panic, for the tests of supervision.
+    #[cfg(feature = "test-support")]
+    Crash,
 }
 
 impl From<SessionMsg> for Input {
@@ -81,6 +84,9 @@ impl From<SessionMsg> for Input {
             SessionMsg::PullQueue => Self::PullQueue,
             SessionMsg::StopWhenIdle => Self::StopWhenIdle,
             SessionMsg::StopRun => Self::StopRun,
+            // Turned into an input inside `handle`: the panic is the session's.
+            #[cfg(feature = "test-support")]
+            SessionMsg::Crash => panic!("injected fault: the session was crashed from outside"),
         }
     }
 }

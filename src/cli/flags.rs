@@ -32,60 +32,72 @@ pub struct Cli {
     /// openai, anthropic, replay, or a provider named in orchestrate.toml (default:
     /// openai for --base-url; else the file's; else by the keys set:
     /// ANTHROPIC_API_KEY, then OPENAI_API_KEY / OPENAI_BASE_URL).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", global = true)]
     pub provider: Option<String>,
     /// The provider's API root: with /v1 for OpenAI-compatible servers, the bare host
     /// for Anthropic [env: OPENAI_BASE_URL, ANTHROPIC_BASE_URL].
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", global = true)]
     pub base_url: Option<String>,
     /// Model id or alias [env: ORCHESTRATE_MODEL].
-    #[arg(long, value_name = "M")]
+    #[arg(long, value_name = "M", global = true)]
     pub model: Option<String>,
     /// Record every provider request and its raw response to this JSONL cassette.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     pub record: Option<PathBuf>,
     /// Answer every provider request from this cassette, with no network.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     pub replay: Option<PathBuf>,
     /// Print one JSON event per line instead of the answer.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub json: bool,
     /// What tools may do without asking: default (asks for edits and commands),
     /// acceptEdits (asks for commands), plan (read-only), bypassPermissions.
-    #[arg(long, value_name = "MODE", default_value = "default", value_parser = parse_mode)]
+    #[arg(long, value_name = "MODE", default_value = "default", value_parser = parse_mode, global = true)]
     pub permission_mode: PermissionMode,
     /// Run this role instead of the orchestrator.
     #[arg(long, value_name = "NAME", default_value = "orchestrator")]
     pub agent: String,
     /// Sub-agents running at once at each level across the run; the rest wait in order.
-    #[arg(long, value_name = "N", default_value_t = task::DEFAULT_MAX_PARALLEL)]
+    #[arg(long, value_name = "N", default_value_t = task::DEFAULT_MAX_PARALLEL, global = true)]
     pub max_parallel: usize,
     /// Levels of sub-agents below the lead (0: no sub-agents).
-    #[arg(long, value_name = "N", default_value_t = task::DEFAULT_MAX_DEPTH)]
+    #[arg(long, value_name = "N", default_value_t = task::DEFAULT_MAX_DEPTH, global = true)]
     pub max_depth: u32,
     /// Print only the final answer.
-    #[arg(long, short = 'q')]
+    #[arg(long, short = 'q', global = true)]
     pub quiet: bool,
     /// Model turns allowed before the run fails (a role's maxTurns wins).
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_TURNS)]
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_TURNS, global = true)]
     pub max_turns: u32,
     /// Requests made at most for one model turn.
-    #[arg(long, value_name = "N", default_value_t = 5)]
+    #[arg(long, value_name = "N", default_value_t = 5, global = true)]
     pub max_attempts: u32,
     /// Seconds without a streamed event before a stream counts as stalled.
-    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    #[arg(long, value_name = "SECS", default_value_t = 120, global = true)]
     pub idle_timeout: u64,
     /// First retry backoff in milliseconds (doubles each attempt).
-    #[arg(long, value_name = "MS", default_value_t = 500, hide = true)]
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 500,
+        hide = true,
+        global = true
+    )]
     pub retry_base_ms: u64,
     /// Supervision drill: the session panics when it reaches this turn…
     /// (only in builds with the `test-support` feature, which the tests enable)
     #[cfg(feature = "test-support")]
-    #[arg(long, value_name = "TURN", hide = true)]
+    #[arg(long, value_name = "TURN", hide = true, global = true)]
     pub inject_panic_at_turn: Option<u32>,
     /// …this many times (restarts included).
     #[cfg(feature = "test-support")]
-    #[arg(long, value_name = "N", default_value_t = 1, hide = true)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        hide = true,
+        global = true
+    )]
     pub inject_panics: u32,
 }
 

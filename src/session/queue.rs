@@ -1,7 +1,8 @@
 //! The order of a session's prompts and cancels. Prompts and cancels share one
 //! process-wide sequence of stamps: a cancel applies to what arrived before it and
-//! never to what came after. Pure code; the PromptQueue actor holds one
-//! [`PromptQueue`] so that it outlives the session's crashes.
+//! never to what came after. Pure code; the Orchestrator keeps each session's
+//! [`PromptQueue`] beside it ([`SharedQueue`]), so that it outlives the session's
+//! crashes.
 
 /// A prompt stamped with its arrival order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,8 +20,8 @@ pub(crate) fn cancels(cancel: u64, prompts: &[u64]) -> bool {
     prompts.iter().all(|p| *p < cancel)
 }
 
-/// A session's queue, shared by the PromptQueue actor that fills it, the session
-/// that takes from it, and the Orchestrator that keeps it across their crashes.
+/// A session's queue, shared by the Orchestrator, which fills it and keeps it
+/// across the session's crashes, and the session, which takes from it.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct SharedQueue(std::sync::Arc<std::sync::Mutex<PromptQueue>>);
 

@@ -1,13 +1,13 @@
-//! What the Orchestrator does when a child ends badly: a crashed session is
-//! restarted from its journal after a backoff, or, past the restart intensity,
-//! given up on (its run fails with a `crash` failure, its live sub-agents are
-//! cancelled); a crashed PromptQueue is restarted at once over the same queue.
+//! What the Orchestrator does when a session ends badly: restarted from its
+//! journal after a backoff, or, past the restart intensity, given up on (its run
+//! fails with a `crash` failure, its live sub-agents are cancelled, the prompts
+//! still queued for it get their terminal events).
 
 use std::time::Instant;
 
 use ractor::ActorRef;
 
-use super::{Entry, OrchestratorMsg, OrchestratorState, spawn_queue, spawn_session};
+use super::{Entry, OrchestratorMsg, OrchestratorState, spawn_session};
 use crate::actors::session::SessionMsg;
 use crate::actors::supervision::{Decision, Exit};
 use crate::error::SessionError;
@@ -70,24 +70,6 @@ pub(super) async fn restart(
     }
 }
 
-/// A PromptQueue is permanent: restarted at once, over the same queue, so nothing
-/// queued and no cancel mark is lost; what is routed meanwhile goes to the queue
-/// directly.
-pub(super) async fn restart_queue(
-    myself: &ActorRef<OrchestratorMsg>,
-    state: &mut OrchestratorState,
-    id: SessionId,
-) {
-    let Some(entry) = state.sessions.get_mut(&id) else {
-        return;
-    };
-    entry.queue_actor = None;
-    if let Err(e) = spawn_queue(myself, state, id).await {
-        // The session goes on; its queue is still there, fed directly.
-        tracing::error!(session = %id, error = %e, "the prompt queue could not be restarted");
-    }
-}
-
 /// Gives up on a session: its run ends with a failure, in its journal and as its
 /// terminal event, its live sub-agents are cancelled (nobody will take their
 /// results), and the session is forgotten.
@@ -125,13 +107,10 @@ async fn escalate(state: &mut OrchestratorState, id: SessionId, error: &SessionE
     });
 }
 
-/// Stops a session's PromptQueue; each prompt still in it will never run and gets
+/// Each prompt still queued for a session that has ended will never run: it gets
 /// `outcome` as its terminal event, so nobody waits on it forever.
 pub(super) fn abandon_queued(entry: &Entry, outcome: &Outcome) {
-    if let Some(queue) = &entry.queue_actor {
-        queue.stop(None);
-    }
-    let waiting = entry.inbox.queue.lock().take_all();
+    let waiting = entry.queue.lock().take_all();
     for prompt in waiting {
         entry.publisher.publish(EventKind::Terminal {
             prompts: vec![prompt.seq],
