@@ -472,3 +472,74 @@ async fn a_lead_that_crashes_while_its_sub_agents_run_gets_their_results() {
         "merged: result of piece 0 | result of piece 1 | result of piece 2"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_two_levels_down_resumes_at_every_depth() {
+    const MIDDLE: &str = "You delegate.";
+    const LEAF: &str = "You look things up.";
+    let held = Gate::new();
+    let after_kill = Arc::new(AtomicBool::new(false));
+    let mock = MockLlm::start_with({
+        let (held, after_kill) = (held.clone(), after_kill.clone());
+        move |request, _| {
+            let task = |role: &str, prompt: &str| {
+                let args = json!({"description": prompt, "prompt": prompt, "subagent_type": role});
+                Reply::tool_calls(&[("deep1", "Task", args)])
+            };
+            match system(request) {
+                LEAF if after_kill.load(Ordering::SeqCst) => Reply::text("the leaf's finding"),
+                LEAF => Reply::text("the leaf's finding").with_end(End::HoldAfter(1, held.clone())),
+                MIDDLE if results(request).is_empty() => task("leaf", "look it up"),
+                MIDDLE => Reply::text(format!(
+                    "middle got: {}",
+                    results(request)[0].lines().next().unwrap_or("")
+                )),
+                _ if results(request).is_empty() => task("middle", "find out"),
+                _ => merged(request),
+            }
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("agents")).unwrap();
+    for (name, tools, prompt) in [("middle", "Task", MIDDLE), ("leaf", "Read", LEAF)] {
+        std::fs::write(
+            dir.path().join(format!("agents/{name}.md")),
+            format!("---\nname: {name}\ndescription: {name}\ntools: {tools}\n---\n{prompt}\n"),
+        )
+        .unwrap();
+    }
+    let mut child = command_on(&mock, dir.path(), &["go deep"], &[])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the leaf is streaming", || {
+        mock.requests().iter().any(|r| system(r) == LEAF)
+    })
+    .await;
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+
+    after_kill.store(true, Ordering::SeqCst);
+    let out = run_on(&mock, dir.path(), &["resume"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "merged: middle got: the leaf's finding\n"
+    );
+    let asked = |s: &str| mock.requests().iter().filter(|r| system(r) == s).count();
+    assert_eq!(asked(LEAF), 2, "the leaf was cut off and asked again");
+    assert_eq!(
+        asked(MIDDLE),
+        2,
+        "the middle's first turn was answered, then its second"
+    );
+    let lead = mock
+        .requests()
+        .iter()
+        .filter(|r| ![LEAF, MIDDLE].contains(&system(r)))
+        .count();
+    assert_eq!(lead, 2);
+    let run = &runs::list(dir.path())[0];
+    assert_eq!(run.agents.len(), 3, "no sub-agent was started twice");
+}
