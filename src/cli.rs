@@ -26,6 +26,18 @@ mod setup;
 
 pub use self::flags::{AgentsAction, Cli, Command, SessionsAction};
 
+/// What a run needs besides its flags: who answers permission questions, how
+/// progress is shown, the environment, Ctrl-C (`interrupt` resolves on each), and
+/// where output goes.
+pub(crate) struct Io<'a, E, I> {
+    pub(crate) approver: Arc<dyn Approver>,
+    pub(crate) progress: Progress,
+    pub(crate) env: E,
+    pub(crate) interrupt: I,
+    pub(crate) out: &'a mut dyn Write,
+    pub(crate) err: &'a mut dyn Write,
+}
+
 /// Runs the CLI to its exit code. `interrupt` resolves on each Ctrl-C.
 pub async fn run<I>(
     cli: Cli,
@@ -39,52 +51,41 @@ pub async fn run<I>(
 where
     I: FnMut() -> futures::future::BoxFuture<'static, ()>,
 {
-    match &cli.command {
-        Some(Command::Agents { action }) => agents::run(&cli, action, &env, out, err),
-        Some(Command::Sessions { action }) => sessions::run(&cli, action.as_ref(), out, err),
-        Some(Command::Resume { id, prompt }) => {
+    let op = match &cli.command {
+        Some(Command::Agents { action }) => return agents::run(&cli, action, &env, out, err),
+        Some(Command::Sessions { action }) => {
+            return sessions::run(&cli, action.as_ref(), out, err);
+        }
+        Some(Command::Ps) => return control::ps(&cli, out, err).await,
+        Some(Command::Steer { agent, message }) => Some(control::Op::Steer {
+            agent: agent.clone(),
+            message: message.clone(),
+        }),
+        Some(Command::Stop { agent }) => Some(control::Op::Stop {
+            agent: agent.clone(),
+        }),
+        Some(Command::Kill { agent }) => Some(control::Op::Kill {
+            agent: agent.clone(),
+        }),
+        Some(Command::Resume { .. }) | None => None,
+    };
+    if let Some(op) = op {
+        return control::send(&cli, op, out, err).await;
+    }
+    let io = Io {
+        approver,
+        progress,
+        env,
+        interrupt,
+        out,
+        err,
+    };
+    match (&cli.command, cli.continue_with.clone()) {
+        (Some(Command::Resume { id, prompt }), _) => {
             let (id, prompt) = (id.clone(), prompt.clone());
-            resume::resume(
-                cli, id, prompt, approver, progress, env, interrupt, out, err,
-            )
-            .await
+            resume::resume(cli, id, prompt, io).await
         }
-        Some(Command::Ps) => control::ps(&cli, out, err).await,
-        Some(Command::Steer { agent, message }) => {
-            let op = control::Op::Steer {
-                agent: agent.clone(),
-                message: message.clone(),
-            };
-            control::send(&cli, op, out, err).await
-        }
-        Some(Command::Stop { agent }) => {
-            let op = control::Op::Stop {
-                agent: agent.clone(),
-            };
-            control::send(&cli, op, out, err).await
-        }
-        Some(Command::Kill { agent }) => {
-            let op = control::Op::Kill {
-                agent: agent.clone(),
-            };
-            control::send(&cli, op, out, err).await
-        }
-        None => match cli.continue_with.clone() {
-            Some(prompt) => {
-                resume::resume(
-                    cli,
-                    None,
-                    Some(prompt),
-                    approver,
-                    progress,
-                    env,
-                    interrupt,
-                    out,
-                    err,
-                )
-                .await
-            }
-            None => run::task(cli, approver, progress, env, interrupt, out, err).await,
-        },
+        (_, Some(prompt)) => resume::resume(cli, None, Some(prompt), io).await,
+        (_, None) => run::task(cli, io).await,
     }
 }

@@ -297,24 +297,19 @@ impl Tool for Task {
                 .delegate(spec, input.prompt, ctx.cancel.clone(), ctx.resumed)
                 .await
                 .map_err(|e| ToolError::Failed(format!("the sub-agent could not start: {e}")))?;
+            if let Some(outcome) = &outcome {
+                ctx.spent.add(&outcome.stats().usage);
+            }
             match outcome {
                 Some(Outcome::Finished { text, stats, .. }) => {
-                    ctx.spent.add(&stats.usage);
-                    Ok(format!(
-                        "{text}\n\n[{agent}: {} turns, {} tool calls, {} tokens, {:.1}s]",
-                        stats.turns,
-                        stats.tool_calls,
-                        stats.usage.total(),
-                        stats.duration_ms as f64 / 1000.0
-                    ))
+                    Ok(format!("{text}\n\n{}", footer(&agent, &stats)))
                 }
                 Some(Outcome::Failed {
                     class,
                     message,
                     partial,
-                    stats,
+                    ..
                 }) => {
-                    ctx.spent.add(&stats.usage);
                     let partial = if partial.is_empty() {
                         String::new()
                     } else {
@@ -331,20 +326,25 @@ impl Tool for Task {
                     reason,
                     partial,
                     stats,
-                }) => {
-                    ctx.spent.add(&stats.usage);
-                    Ok(format!(
-                        "[the {agent} sub-agent was stopped ({reason}) before it finished; its work so far:]\n{partial}\n\n[{agent}: {} turns, {} tool calls, {} tokens, {:.1}s]",
-                        stats.turns,
-                        stats.tool_calls,
-                        stats.usage.total(),
-                        stats.duration_ms as f64 / 1000.0
-                    ))
-                }
+                }) => Ok(format!(
+                    "[the {agent} sub-agent was stopped ({reason}) before it finished; its work so far:]\n{partial}\n\n{}",
+                    footer(&agent, &stats)
+                )),
                 None => Err(ToolError::Failed(format!(
                     "the {agent} sub-agent ended without a result"
                 ))),
             }
         })
     }
+}
+
+/// The line under a sub-agent's result: what it took.
+fn footer(agent: &str, stats: &crate::protocol::RunStats) -> String {
+    format!(
+        "[{agent}: {} turns, {} tool calls, {} tokens, {:.1}s]",
+        stats.turns,
+        stats.tool_calls,
+        stats.usage.total(),
+        stats.duration_ms as f64 / 1000.0
+    )
 }

@@ -3,37 +3,26 @@
 //! run that ended takes the prompt as a follow-up in the same conversation, and
 //! without one prints how it ended. The running itself is `run`'s.
 
-use std::io::Write;
 use std::process::ExitCode;
-use std::sync::Arc;
 
-use super::exit;
 use super::flags::Cli;
 use super::run::{self, Lead};
 use super::setup;
+use super::{Io, exit};
 use crate::runs::{self, RunStatus};
-use crate::tools::permissions::Approver;
-use crate::ui::display::Progress;
 
 /// Resumes the run a prefix of whose id is `id` (the latest run without one).
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the CLI's inputs, passed through once"
-)]
-pub(super) async fn resume<I>(
+pub(super) async fn resume<E, I>(
     cli: Cli,
     id: Option<String>,
     prompt: Option<String>,
-    approver: Arc<dyn Approver>,
-    progress: Progress,
-    env: impl Fn(&str) -> Option<String>,
-    interrupt: I,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
+    io: Io<'_, E, I>,
 ) -> ExitCode
 where
+    E: Fn(&str) -> Option<String>,
     I: FnMut() -> futures::future::BoxFuture<'static, ()>,
 {
+    let err = &mut *io.err;
     let workspace = match setup::workspace(&cli) {
         Ok(workspace) => workspace,
         Err(e) => {
@@ -62,14 +51,14 @@ where
     let lead = run.lead();
     match (&lead.outcome, prompt) {
         // It ended, and nothing more is asked: how it ended, as it was reported.
-        (Some(outcome), None) => run::report(cli.json, Some(outcome.clone()), out, err),
+        (Some(outcome), None) => run::report(cli.json, Some(outcome.clone()), io.out, io.err),
         (_, prompt) => {
             let lead = Lead::Resume {
                 run: run.id,
                 role: lead.role.clone(),
                 prompt,
             };
-            run::drive(cli, lead, approver, progress, env, interrupt, out, err).await
+            run::drive(cli, lead, io).await
         }
     }
 }

@@ -9,9 +9,9 @@ use std::process::ExitCode;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use super::exit;
 use super::flags::Cli;
 use super::setup::{self, Plan};
+use super::{Io, exit};
 use crate::control::Control;
 #[cfg(feature = "test-support")]
 use crate::faults::FaultPlan;
@@ -22,7 +22,6 @@ use crate::runtime::{Handle, Runtime};
 use crate::session::SessionSpec;
 use crate::task::{Caller, Task, TaskEnv};
 use crate::tools::ToolRegistry;
-use crate::tools::permissions::Approver;
 use crate::ui::display::{Display, Progress};
 
 /// Which lead a run drives.
@@ -41,57 +40,36 @@ pub(super) enum Lead {
     },
 }
 
-/// Runs the task the flags name to its exit code. `interrupt` resolves on each Ctrl-C.
-pub(super) async fn task<I>(
-    cli: Cli,
-    approver: Arc<dyn Approver>,
-    progress: Progress,
-    env: impl Fn(&str) -> Option<String>,
-    interrupt: I,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-) -> ExitCode
+/// Runs the task the flags name to its exit code.
+pub(super) async fn task<E, I>(cli: Cli, io: Io<'_, E, I>) -> ExitCode
 where
+    E: Fn(&str) -> Option<String>,
     I: FnMut() -> futures::future::BoxFuture<'static, ()>,
 {
     let Some(task) = cli.task.clone().filter(|t| !t.trim().is_empty()) else {
         let _ = writeln!(
-            err,
+            io.err,
             "orchestrate: no task given: run `orchestrate \"what to do\"` (or `orchestrate --help`)"
         );
         return ExitCode::from(exit::USAGE);
     };
-    drive(
-        cli,
-        Lead::New(task),
+    drive(cli, Lead::New(task), io).await
+}
+
+/// Drives a run to its end and reports it.
+pub(super) async fn drive<E, I>(cli: Cli, lead: Lead, io: Io<'_, E, I>) -> ExitCode
+where
+    E: Fn(&str) -> Option<String>,
+    I: FnMut() -> futures::future::BoxFuture<'static, ()>,
+{
+    let Io {
         approver,
         progress,
         env,
-        interrupt,
+        mut interrupt,
         out,
         err,
-    )
-    .await
-}
-
-/// Drives a run to its end and reports it. `interrupt` resolves on each Ctrl-C.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the CLI's inputs, passed through once"
-)]
-pub(super) async fn drive<I>(
-    cli: Cli,
-    lead: Lead,
-    approver: Arc<dyn Approver>,
-    progress: Progress,
-    env: impl Fn(&str) -> Option<String>,
-    mut interrupt: I,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-) -> ExitCode
-where
-    I: FnMut() -> futures::future::BoxFuture<'static, ()>,
-{
+    } = io;
     let setup = match setup::prepare(&cli, &env, approver) {
         Ok(setup) => setup,
         Err(e) => {
