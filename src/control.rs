@@ -99,8 +99,9 @@ impl Control {
         handle: Handle,
         mut events: EventStream,
     ) -> std::io::Result<Self> {
-        let dir = runs_dir(workspace);
-        std::fs::create_dir_all(&dir)?;
+        // The directory is the owner's alone, so the socket is never reachable by
+        // others, even before its own mode is set.
+        crate::runs::lock::make_runs_dir(workspace)?;
         let path = socket_path(workspace, run);
         // The run's lock is ours, so a socket already there was left by a process
         // that died.
@@ -192,7 +193,7 @@ fn carry_out(op: Op, handle: &Handle, board: &Board, now: Duration) -> Reply {
             return failed("the message is empty".into());
         }
         Op::Steer { message, .. } => {
-            handle.prompt(row.session, message);
+            handle.steer(row.session, message);
             format!("sent to {label}: it joins at its next tool turn, or starts a run if idle")
         }
         Op::Stop { .. } => {

@@ -297,6 +297,12 @@ pub enum SessionError {
     /// The session could not be started.
     #[error("cannot start session: {0}")]
     Spawn(String),
+    /// A prompt went to a session that has ended or never existed.
+    #[error("no session {0} (it ended or never existed)")]
+    Gone(String),
+    /// The runtime has shut down: nothing more runs.
+    #[error("the runtime has shut down")]
+    Shutdown,
 }
 
 /// Classification of provider error objects by their `type`/`code`, shared by the
@@ -421,7 +427,9 @@ impl SessionError {
             Self::RetriesExhausted { .. }
             | Self::MaxTurns(_)
             | Self::Journal(_)
-            | Self::Spawn(_) => ErrorClass::Permanent,
+            | Self::Spawn(_)
+            | Self::Gone(_)
+            | Self::Shutdown => ErrorClass::Permanent,
             Self::CrashLoop { .. } => ErrorClass::Crash,
         }
     }

@@ -111,7 +111,8 @@ pub fn sessions_dir(workspace: &Path) -> PathBuf {
 pub fn prepare_dir(workspace: &Path) -> Result<PathBuf, String> {
     let state = state_dir(workspace);
     let sessions = sessions_dir(workspace);
-    for dir in [&state, &sessions] {
+    let runs = state.join("runs");
+    for dir in [&state, &sessions, &runs] {
         if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
             return Err(format!(
                 "{} is a symbolic link; refusing to write journals through it (remove it, and orchestrate makes a real directory)",

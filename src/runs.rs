@@ -65,6 +65,8 @@ pub struct Agent {
     pub tokens: u64,
     /// The prompt of its first run.
     pub task: String,
+    /// Its journal shows a run to carry on (started, its prompt saved, not ended).
+    pub unfinished: bool,
 }
 
 /// One run of a workspace.
@@ -282,6 +284,7 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
         stats.tool_calls += running.tool_calls;
     }
     Agent {
+        unfinished: crate::session::resume::resume(records).active.is_some(),
         session,
         parent,
         call,

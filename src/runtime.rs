@@ -82,6 +82,8 @@ pub struct Handle {
     seq: Arc<AtomicU64>,
     /// The workspace, canonical: its journals are under `.orchestrate/`.
     workspace: Arc<PathBuf>,
+    /// Cancelled once the runtime has shut down: nothing waits on it after that.
+    closed: CancellationToken,
 }
 
 impl std::ops::Deref for Runtime {
@@ -137,6 +139,7 @@ impl Runtime {
             journal,
             seq: stamps,
             workspace: Arc::new(args_workspace),
+            closed: CancellationToken::new(),
         };
         Ok(Self {
             handle,
@@ -155,6 +158,7 @@ impl Runtime {
     pub async fn shutdown(self) {
         self.handle.orchestrator.stop(Some("shutdown".into()));
         let _ = self.join.await;
+        self.handle.closed.cancel();
         // Nothing publishes any more: the recorder takes what is queued and ends.
         let _ = self.stop_recorder.send(());
         let _ = self.recorder.await;
@@ -206,16 +210,29 @@ impl Handle {
     /// Returns the prompt's id: the terminal event of the run that answers it names
     /// it in its `prompts`.
     pub fn prompt(&self, session: SessionId, text: impl Into<String>) -> u64 {
+        self.send(session, text.into(), false)
+    }
+
+    /// Sends a message to the session's run in progress (`orchestrate steer`): it
+    /// joins the conversation at the run's next turn boundary, even when the
+    /// model is about to give its final answer; an idle session starts a run with
+    /// it. Returns its id, as [`Handle::prompt`] does.
+    pub fn steer(&self, session: SessionId, text: impl Into<String>) -> u64 {
+        self.send(session, text.into(), true)
+    }
+
+    fn send(&self, session: SessionId, text: String, steer: bool) -> u64 {
         let seq = self.seq.fetch_add(1, Ordering::SeqCst);
         let sent = self.orchestrator.cast(OrchestratorMsg::Prompt {
             session,
             seq,
-            text: text.into(),
+            text,
+            steer,
         });
         if sent.is_err() {
             // The runtime has shut down: whoever waits for this prompt's run must
             // not wait forever.
-            let error = SessionError::Spawn("the runtime has shut down".into());
+            let error = SessionError::Shutdown;
             let publisher = Publisher::new(self.bus.clone(), session, None, "orchestrate");
             publisher.publish(EventKind::Terminal {
                 prompts: vec![seq],
@@ -251,13 +268,26 @@ impl Handle {
     ) -> Option<Outcome> {
         let mut stream = self.bus.subscribe_session(session);
         let prompt = self.prompt(session, text);
-        while let Some(event) = stream.recv().await {
+        loop {
+            let event = tokio::select! {
+                biased;
+                event = stream.recv() => event,
+                // Shut down: what was published before still counts, then nothing
+                // more will come.
+                () = self.closed.cancelled() => match stream.try_recv() {
+                    Some(event) => Some(event),
+                    None => {
+                        let error = SessionError::Shutdown;
+                        return Some(Outcome::failed(&error, String::new(), RunStats::default()));
+                    }
+                },
+            };
+            let event = event?;
             events(&event);
             if let Some(outcome) = event.kind.answer_to(prompt) {
                 return Some(outcome.clone());
             }
         }
-        None
     }
 
     /// Crashes the session, for the tests of supervision.

@@ -543,3 +543,28 @@ async fn a_kill_two_levels_down_resumes_at_every_depth() {
     let run = &runs::list(dir.path())[0];
     assert_eq!(run.agents.len(), 3, "no sub-agent was started twice");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_task_was_never_saved_asks_for_a_prompt() {
+    let mock = MockLlm::start(vec![Reply::text("fresh start")]).await;
+    let dir = workspace();
+    // The process died right after writing the header, before the task.
+    let id = orchestrate::SessionId::new();
+    let sessions = dir.path().join(".orchestrate/sessions");
+    std::fs::create_dir_all(&sessions).unwrap();
+    let header = json!({"record": "header", "session": id, "agent": "orchestrator", "model": "m", "run": id});
+    std::fs::write(sessions.join(format!("{id}.jsonl")), format!("{header}\n")).unwrap();
+
+    let out = run_on(&mock, dir.path(), &["resume"], &[]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "orchestrate: run {id} has nothing to carry on (its process died before its task was saved); give a PROMPT\n"
+        )
+    );
+    assert_eq!(mock.request_count(), 0);
+    let given = run_on(&mock, dir.path(), &["-c", "start over"], &[]).await;
+    assert_eq!(given.status.code(), Some(0), "{}", text(&given.stderr));
+    assert_eq!(text(&given.stdout), "fresh start\n");
+}

@@ -58,6 +58,8 @@ pub(crate) enum OrchestratorMsg {
         seq: u64,
         /// The prompt.
         text: String,
+        /// A message for the run in progress (see [`QueuedPrompt::steer`]).
+        steer: bool,
     },
     /// Cancel a session's run.
     Cancel {
@@ -121,8 +123,6 @@ struct Entry {
     resumed: bool,
     /// A prompt was routed to it.
     prompted: bool,
-    /// Its run was asked to stop: a restarted incarnation is told again.
-    stop_run: bool,
     /// `None` while the session waits to be restarted.
     actor: Option<ActorRef<SessionMsg>>,
     /// Its prompts and its cancel mark, which outlive its crashes.
@@ -203,8 +203,14 @@ impl Actor for OrchestratorActor {
                 });
                 let _ = reply.send(found);
             }
-            OrchestratorMsg::Prompt { session, seq, text } => {
-                route(state, session, Routed::Prompt(QueuedPrompt { seq, text }));
+            OrchestratorMsg::Prompt {
+                session,
+                seq,
+                text,
+                steer,
+            } => {
+                let prompt = QueuedPrompt { seq, text, steer };
+                route(state, session, Routed::Prompt(prompt));
             }
             OrchestratorMsg::Cancel { session, seq } => {
                 route(state, session, Routed::Cancel(seq));
@@ -222,15 +228,7 @@ impl Actor for OrchestratorActor {
                     }
                 }
             }
-            OrchestratorMsg::StopRun(session) => {
-                if let Some(entry) = state.sessions.get_mut(&session) {
-                    // Remembered for a session that is down: told when it is back.
-                    entry.stop_run = true;
-                    if let Some(actor) = &entry.actor {
-                        let _ = actor.cast(SessionMsg::StopRun);
-                    }
-                }
-            }
+            OrchestratorMsg::StopRun(session) => route(state, session, Routed::Stop),
             #[cfg(feature = "test-support")]
             OrchestratorMsg::CrashSession(session) => {
                 if let Some(actor) = state.sessions.get(&session).and_then(|e| e.actor.as_ref()) {
@@ -298,7 +296,6 @@ async fn start(
         run,
         resumed: from_journal,
         prompted: false,
-        stop_run: false,
         actor: None,
         tracker: RestartTracker::new(RestartType::Transient, state.restart),
         stop_when_idle: false,
@@ -338,17 +335,15 @@ async fn spawn_session(
         .await
         .map_err(|e| SessionError::Spawn(e.to_string()))?;
     state.by_actor.insert(actor.get_id(), id);
-    if entry.stop_run {
-        let _ = actor.cast(SessionMsg::StopRun);
-    }
     entry.actor = Some(actor);
     Ok(())
 }
 
-/// A prompt or a cancel on its way to a session.
+/// A prompt, a cancel or a stop on its way to a session.
 enum Routed {
     Prompt(QueuedPrompt),
     Cancel(u64),
+    Stop,
 }
 
 /// Puts a prompt or a cancel in the session's queue, which outlives session
@@ -356,11 +351,10 @@ enum Routed {
 /// misses only the telling: it reads its queue when it starts again.
 fn route(state: &mut OrchestratorState, session: SessionId, routed: Routed) {
     let Some(entry) = state.sessions.get_mut(&session) else {
-        tracing::warn!(%session, "prompt or cancel for an unknown session");
+        tracing::warn!(%session, "prompt, cancel or stop for an unknown session");
         if let Routed::Prompt(prompt) = routed {
             // Whoever waits for this prompt's run must not wait forever.
-            let error =
-                SessionError::Spawn(format!("no session {session} (it ended or never existed)"));
+            let error = SessionError::Gone(session.to_string());
             let publisher = Publisher::new(state.env.bus.clone(), session, None, "orchestrate");
             publisher.publish(EventKind::Terminal {
                 prompts: vec![prompt.seq],
@@ -389,6 +383,12 @@ fn route(state: &mut OrchestratorState, session: SessionId, routed: Routed) {
                 });
             }
             SessionMsg::Cancel { seq }
+        }
+        Routed::Stop => {
+            // Kept in the queue until the session takes it: a session that is down
+            // finds it when it is back.
+            entry.queue.lock().stop();
+            SessionMsg::StopRun
         }
     };
     if let Some(actor) = &entry.actor {

@@ -211,15 +211,22 @@ impl Actor for SessionActor {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let cancel = if state.machine.resuming() {
-            state.queue.lock().take_cancel()
+        let (cancel, stop) = if state.machine.resuming() {
+            let mut queue = state.queue.lock();
+            (queue.take_cancel(), queue.take_stop())
         } else {
-            None
+            (None, false)
         };
-        if let Some(ready) = state.ready.take() {
-            let _ = ready.send(Ok(state.id));
+        if let Some(ready) = state.ready.take()
+            && ready.send(Ok(state.id)).is_err()
+            && !state.machine.resuming()
+        {
+            // Whoever started it went away before it was up (a cancelled Task
+            // call): nobody will prompt it.
+            myself.stop(Some("nobody waits for it".into()));
+            return Ok(());
         }
-        state.drive(&myself, Input::Started { cancel }).await;
+        state.drive(&myself, Input::Started { cancel, stop }).await;
         Ok(())
     }
 
@@ -229,6 +236,11 @@ impl Actor for SessionActor {
         msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        // A stop request waits in the queue until taken here, so that one sent
+        // while the session was down reaches its next incarnation.
+        if matches!(msg, SessionMsg::StopRun) && !state.queue.lock().take_stop() {
+            return Ok(());
+        }
         state.drive(&myself, msg.into()).await;
         Ok(())
     }

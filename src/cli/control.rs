@@ -43,13 +43,18 @@ pub(super) async fn send(cli: &Cli, op: Op, out: &mut dyn Write, err: &mut dyn W
     };
     let mut why = Vec::new();
     for socket in &sockets {
+        // With several live runs, each refusal says which run it is from.
+        let run = match sockets.len() {
+            1 => String::new(),
+            _ => format!("run {}: ", run_of(socket)),
+        };
         match request(socket, &op).await {
             Ok(reply) if reply.ok => {
                 let _ = writeln!(out, "{}", reply.text);
                 return ExitCode::from(exit::DONE);
             }
-            Ok(reply) => why.push(reply.text),
-            Err(e) => why.push(format!("run {}: {e}", run_of(socket))),
+            Ok(reply) => why.push(format!("{run}{}", reply.text)),
+            Err(e) => why.push(format!("{run}{e}")),
         }
     }
     let _ = writeln!(err, "orchestrate: {}", why.join("; "));

@@ -21,7 +21,12 @@ pub struct Cli {
     /// The task, in plain words.
     pub task: Option<String>,
     /// Continue the workspace's latest run with this prompt.
-    #[arg(short = 'c', long = "continue", value_name = "PROMPT")]
+    #[arg(
+        short = 'c',
+        long = "continue",
+        value_name = "PROMPT",
+        conflicts_with = "task"
+    )]
     pub continue_with: Option<String>,
     /// Work in DIR instead of the current directory.
     #[arg(short = 'C', value_name = "DIR", global = true)]

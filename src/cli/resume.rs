@@ -49,6 +49,15 @@ where
         return ExitCode::from(exit::USAGE);
     }
     let lead = run.lead();
+    if lead.outcome.is_none() && !lead.unfinished && prompt.is_none() {
+        // Its process died before its task was saved: there is nothing to carry on.
+        let _ = writeln!(
+            err,
+            "orchestrate: run {} has nothing to carry on (its process died before its task was saved); give a PROMPT",
+            run.id
+        );
+        return ExitCode::from(exit::USAGE);
+    }
     match (&lead.outcome, prompt) {
         // It ended, and nothing more is asked: how it ended, as it was reported.
         (Some(outcome), None) => run::report(cli.json, Some(outcome.clone()), io.out, io.err),
@@ -72,8 +81,11 @@ fn run_and_prompt(id: Option<String>, prompt: Option<String>) -> (Option<String>
     }
 }
 
+/// An id prefix is hex digits and dashes; ids begin with the time, so every prefix
+/// has a digit, while words like "add" or "beef" have none.
 fn looks_like_id(word: &str) -> bool {
-    !word.is_empty() && word.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+    word.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+        && word.chars().any(|c| c.is_ascii_digit())
 }
 
 #[cfg(test)]
@@ -85,6 +97,7 @@ mod tests {
         let s = |v: &str| Some(v.to_owned());
         assert_eq!(run_and_prompt(s("01a2b3"), None), (s("01a2b3"), None));
         assert_eq!(run_and_prompt(s("add tests"), None), (None, s("add tests")));
+        assert_eq!(run_and_prompt(s("beef"), None), (None, s("beef")));
         assert_eq!(run_and_prompt(s("01a2"), s("more")), (s("01a2"), s("more")));
         assert_eq!(run_and_prompt(None, None), (None, None));
     }

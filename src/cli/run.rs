@@ -93,6 +93,12 @@ where
         let _ = writeln!(err, "orchestrate: warning: {note}");
     }
     let workspace = config.workspace.clone();
+    // Before anything is written under `.orchestrate/` (the run's lock), it is
+    // checked: a symlinked one is refused.
+    if let Err(e) = crate::journal::prepare_dir(&workspace) {
+        let _ = writeln!(err, "orchestrate: journal: {e}");
+        return ExitCode::from(exit::FAILED);
+    }
     // A resumed run is refused before anything starts if another process runs it.
     let mut lock = match &lead {
         Lead::Resume { run, .. } => match RunLock::acquire(&workspace, *run) {

@@ -234,19 +234,27 @@ impl Writer {
         if !sync {
             return Ok(());
         }
-        let failed =
-            |path: &Path, e: std::io::Error| format!("journal sync of {}: {e}", path.display());
+        // Every file is tried; those that fail stay dirty, so a later sync tries
+        // them again instead of reporting them durable.
+        let mut first_error = None;
         for path in std::mem::take(&mut self.dirty) {
             let synced = match self.files.get(&path) {
                 Some(w) => w.get_ref().sync_data(),
                 None => File::open(&path).and_then(|f| f.sync_data()),
             };
-            synced.map_err(|e| failed(&path, e))?;
+            if let Err(e) = synced {
+                first_error.get_or_insert(format!("journal sync of {}: {e}", path.display()));
+                self.dirty.insert(path);
+            }
         }
         for dir in std::mem::take(&mut self.grown) {
-            File::open(&dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| failed(&dir, e))?;
+            if let Err(e) = File::open(&dir).and_then(|d| d.sync_all()) {
+                first_error.get_or_insert(format!("journal sync of {}: {e}", dir.display()));
+                self.grown.insert(dir);
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
         }
         Ok(())
     }

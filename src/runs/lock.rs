@@ -78,28 +78,61 @@ impl RunLock {
     pub fn acquire(workspace: &Path, run: SessionId) -> Result<Self, LockError> {
         let path = lock_path(workspace, run);
         let failed = |e: std::io::Error| LockError::Io(format!("{}: {e}", path.display()));
-        std::fs::create_dir_all(runs_dir(workspace)).map_err(failed)?;
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&path)
-            .map_err(failed)?;
-        if flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
-            let holder = holder_of(&mut file).unwrap_or(Holder {
-                pid: 0,
-                command: String::new(),
-            });
-            return Err(LockError::Held { run, holder });
+        make_runs_dir(workspace).map_err(failed)?;
+        // A few tries: `holder` takes a shared lock for a moment to look, and a
+        // lock file unlinked by the process that held it must not be kept.
+        for _ in 0..20 {
+            let mut file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(&path)
+                .map_err(failed)?;
+            if flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
+                if let Some(holder) = holder_of(&mut file) {
+                    return Err(LockError::Held { run, holder });
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                continue;
+            }
+            // Locked the file that is at `path` now, not one unlinked meanwhile.
+            let same = match (file.metadata(), std::fs::metadata(&path)) {
+                (Ok(open), Ok(named)) => {
+                    std::os::unix::fs::MetadataExt::ino(&open)
+                        == std::os::unix::fs::MetadataExt::ino(&named)
+                }
+                _ => false,
+            };
+            if !same {
+                continue;
+            }
+            file.set_len(0).map_err(failed)?;
+            file.rewind().map_err(failed)?;
+            write!(file, "{}", std::process::id()).map_err(failed)?;
+            file.flush().map_err(failed)?;
+            return Ok(Self { _file: file, path });
         }
-        file.set_len(0).map_err(failed)?;
-        file.rewind().map_err(failed)?;
-        write!(file, "{}", std::process::id()).map_err(failed)?;
-        file.flush().map_err(failed)?;
-        Ok(Self { _file: file, path })
+        Err(LockError::Io(format!(
+            "{}: cannot take the run's lock",
+            path.display()
+        )))
     }
+}
+
+/// Makes `.orchestrate/runs/`, the owner's alone (its control sockets are made
+/// inside it), refusing one reached through a symlink.
+pub(crate) fn make_runs_dir(workspace: &Path) -> std::io::Result<()> {
+    let dir = runs_dir(workspace);
+    if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(std::io::Error::other(format!(
+            "{} is a symbolic link; refusing to use it",
+            dir.display()
+        )));
+    }
+    std::fs::create_dir_all(&dir)?;
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
 }
 
 /// The live process that holds run `run`'s lock, if one does.
@@ -112,10 +145,11 @@ pub fn holder(workspace: &Path, run: SessionId) -> Option<Holder> {
     holder_of(&mut file)
 }
 
+/// Who the lock file says holds it; `None` until the holder has written itself in.
 fn holder_of(file: &mut File) -> Option<Holder> {
     let mut text = String::new();
     file.read_to_string(&mut text).ok()?;
-    let pid: u32 = text.trim().parse().ok()?;
+    let pid: u32 = text.trim().parse().ok().filter(|pid| *pid > 0)?;
     let command = std::fs::read(format!("/proc/{pid}/cmdline"))
         .map(|raw| {
             raw.split(|b| *b == 0)

@@ -57,20 +57,23 @@ pub(crate) fn recorded(records: &[Record], prompt: &str) -> Recorded {
 }
 
 /// Cancels a sub-agent whose delegation is dropped because its call was
-/// cancelled; one dropped for any other reason (its parent crashed) keeps running.
+/// cancelled, at whatever point (finding, resuming or waiting for it); one dropped
+/// for any other reason (its parent crashed) keeps running.
 struct CancelWithCall {
     handle: Handle,
-    child: SessionId,
+    /// The sub-agent, once known.
+    child: Option<SessionId>,
     cancel: CancellationToken,
-    armed: bool,
 }
 
 impl Drop for CancelWithCall {
     fn drop(&mut self) {
-        if self.armed && self.cancel.is_cancelled() {
+        if let Some(child) = self.child
+            && self.cancel.is_cancelled()
+        {
             // The sub-agent ends its run as cancelled, then stops.
-            self.handle.cancel(self.child);
-            self.handle.stop_session(self.child);
+            self.handle.cancel(child);
+            self.handle.stop_session(child);
         }
     }
 }
@@ -88,12 +91,18 @@ impl Handle {
         cancel: CancellationToken,
         resumed: bool,
     ) -> Result<Option<Outcome>, SessionError> {
+        let mut guard = CancelWithCall {
+            handle: self.clone(),
+            child: None,
+            cancel,
+        };
         let found = match (resumed, spec.parent, &spec.tool_call_id) {
             (true, Some(parent), Some(call)) => self.find_child(parent, call).await,
             _ => None,
         };
         let (child, mut events, send_prompt) = match found {
             Some((child, whereabouts)) => {
+                guard.child = Some(child);
                 // Subscribed before the journal is read: a run that ends after the
                 // read is seen as an event, one that ended before is in the journal.
                 let events = self.bus.subscribe_session(child);
@@ -102,6 +111,7 @@ impl Handle {
                 let records = read_journal(&path).unwrap_or_default();
                 match (recorded(&records, &prompt), whereabouts) {
                     (Recorded::Ended(outcome), whereabouts) => {
+                        guard.child = None;
                         if whereabouts != Whereabouts::Journaled {
                             self.stop_session(child);
                         }
@@ -126,15 +136,14 @@ impl Handle {
             }
             None => self.start_child(spec).await?,
         };
-        let mut guard = CancelWithCall {
-            handle: self.clone(),
-            child,
-            cancel,
-            armed: true,
-        };
+        guard.child = Some(child);
+        if guard.cancel.is_cancelled() {
+            // Cancelled while it was being found or started: the guard ends it.
+            return Ok(None);
+        }
         let prompt_id = send_prompt.then(|| self.prompt(child, prompt));
         let outcome = wait_for_outcome(&mut events, prompt_id).await;
-        guard.armed = false;
+        guard.child = None;
         self.stop_session(child);
         Ok(outcome)
     }

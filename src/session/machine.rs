@@ -13,10 +13,12 @@
 //! comes in with every input, so runs can be replayed without a runtime.
 //!
 //! The inputs and effects are defined in [`input`] and [`effect`]; a run's model
-//! turns are decided in [`model_turn`], its tool phases in [`tool_turn`]; this file
-//! holds the machine, its answers to questions, and how runs begin and end.
+//! turns are decided in [`model_turn`], its tool phases in [`tool_turn`], how it
+//! ends in [`ending`]; this file holds the machine, its answers to questions, and
+//! how runs begin.
 
 mod effect;
+mod ending;
 mod input;
 mod model_turn;
 mod tool_turn;
@@ -119,6 +121,8 @@ enum Awaiting {
     Calls(Vec<usize>),
     /// The sync of a terminal record, before its event.
     End { prompts: Vec<u64>, outcome: Outcome },
+    /// The steers that keep a run going past what would be its final answer.
+    Finishing { text: String, truncated: bool },
 }
 
 impl Run {
@@ -202,7 +206,7 @@ impl Machine {
             tracing::error!(session = %self.id, ?input, "an input arrived before the answer the session waits for");
         }
         match input {
-            Input::Started { cancel } => self.on_started(now, cancel),
+            Input::Started { cancel, stop } => self.on_started(now, cancel, stop),
             Input::Prompt { seq } if self.run.is_some() => self.emit(Effect::CountWaiting { seq }),
             Input::Prompt { .. } | Input::PullQueue => self.pull(),
             Input::Cancel { seq } => self.on_cancel(now, seq),
@@ -284,7 +288,7 @@ impl Machine {
         }
     }
 
-    fn on_started(&mut self, now: Instant, cancel: Option<u64>) {
+    fn on_started(&mut self, now: Instant, cancel: Option<u64>, stop: bool) {
         let Some(active) = self.resume.take() else {
             // A new session's header is journaled, not synced: its first turn
             // boundary (or its first side-effecting tool) syncs it with the
@@ -308,12 +312,15 @@ impl Machine {
                     stats,
                 });
             }
-            Some(_) | None => self.resume_run(now, active),
+            Some(_) | None => self.resume_run(now, active, stop),
         }
     }
 
-    fn resume_run(&mut self, now: Instant, active: ActiveRun) {
+    fn resume_run(&mut self, now: Instant, active: ActiveRun, stop: bool) {
         let mut run = Run::new(active.prompts, active.turns, now);
+        if stop {
+            run.stop = Some("requested".to_owned());
+        }
         match active.next {
             Next::Request => {
                 self.run = Some(run);
@@ -365,20 +372,32 @@ impl Machine {
                     self.start_run(now, prompt);
                 }
             }
-            Some(Awaiting::Joining) => {
-                // A tool-turn boundary: prompts that arrived meanwhile join the
-                // conversation, durable with the boundary's sync.
-                for prompt in prompts {
-                    if let Some(run) = self.run.as_mut() {
-                        run.prompts.push(prompt.seq);
-                    }
-                    let joined = Record::PromptJoined { prompt: prompt.seq };
-                    self.record_after(joined, Message::user(prompt.text));
-                }
-                self.ask(Awaiting::Boundary, Effect::Sync);
+            Some(Awaiting::Joining) => self.join(prompts),
+            Some(Awaiting::Finishing { text, truncated }) if prompts.is_empty() => {
+                // Durable with the terminal record's sync.
+                self.end_run(now, |stats| Outcome::Finished {
+                    text,
+                    truncated,
+                    stats,
+                });
             }
+            // Steers sent while the model answered: the run goes on with them.
+            Some(Awaiting::Finishing { .. }) => self.join(prompts),
             other => self.unexpected("prompts", other),
         }
+    }
+
+    /// A turn boundary: prompts that arrived meanwhile join the conversation,
+    /// durable with the boundary's sync, and the run asks the model again.
+    fn join(&mut self, prompts: Vec<QueuedPrompt>) {
+        for prompt in prompts {
+            if let Some(run) = self.run.as_mut() {
+                run.prompts.push(prompt.seq);
+            }
+            let joined = Record::PromptJoined { prompt: prompt.seq };
+            self.record_after(joined, Message::user(prompt.text));
+        }
+        self.ask(Awaiting::Boundary, Effect::Sync);
     }
 
     fn on_synced(&mut self, now: Instant, result: Result<(), String>) {
@@ -421,101 +440,6 @@ impl Machine {
         let started = Record::RunStarted { prompt: prompt.seq };
         self.record_after(started, Message::user(prompt.text));
         self.begin_turn(now, 1);
-    }
-
-    fn on_cancel(&mut self, now: Instant, seq: u64) {
-        let Some(run) = self.run.as_mut().filter(|r| cancels(seq, &r.prompts)) else {
-            self.emit(Effect::CancelDone { seq });
-            return;
-        };
-        run.cancelled = Some(seq);
-        match &run.phase {
-            Phase::Streaming { stream, .. } => {
-                let stream = *stream;
-                self.emit(Effect::CancelStream { stream });
-            }
-            Phase::Tools(turn) => {
-                let turn = turn.seq;
-                self.emit(Effect::CancelTools { turn });
-            }
-            Phase::Backoff { .. } | Phase::Starting => self.end_cancelled(now),
-        }
-    }
-
-    /// Someone asked the run to stop: it ends at its next turn boundary (now, if
-    /// it is between turns); what is streaming or running finishes first.
-    fn on_stop_run(&mut self, now: Instant) {
-        let Some(run) = self.run.as_mut() else {
-            return;
-        };
-        run.stop = Some("requested".to_owned());
-        match run.phase {
-            Phase::Backoff { .. } | Phase::Starting => self.end_stopped(now),
-            Phase::Streaming { .. } | Phase::Tools(_) => {}
-        }
-    }
-
-    /// Ends the run as stopped, its last text as the partial work.
-    pub(super) fn end_stopped(&mut self, now: Instant) {
-        let Some(run) = self.run.as_mut() else {
-            return;
-        };
-        let reason = run.stop.take().unwrap_or_default();
-        let partial = run.last_text.clone();
-        self.end_run(now, |stats| Outcome::Stopped {
-            reason,
-            partial,
-            stats,
-        });
-    }
-
-    /// Ends the run as cancelled, its last text as the partial answer.
-    fn end_cancelled(&mut self, now: Instant) {
-        let partial = self
-            .run
-            .as_ref()
-            .map(|r| r.last_text.clone())
-            .unwrap_or_default();
-        self.end_run(now, |stats| Outcome::Cancelled { partial, stats });
-    }
-
-    fn fail(&mut self, now: Instant, error: &SessionError) {
-        tracing::warn!(session = %self.id, %error, "run failed");
-        let partial = self
-            .run
-            .as_ref()
-            .map(|r| r.last_text.clone())
-            .unwrap_or_default();
-        self.end_run(now, |stats| Outcome::failed(error, partial, stats));
-    }
-
-    /// Ends the run with exactly one terminal record, made durable before its
-    /// event; whatever the run still had in flight is cancelled.
-    fn end_run(&mut self, now: Instant, outcome: impl FnOnce(RunStats) -> Outcome) {
-        let Some(mut run) = self.run.take() else {
-            return;
-        };
-        match &run.phase {
-            Phase::Streaming { stream, .. } => {
-                let stream = *stream;
-                self.emit(Effect::CancelStream { stream });
-            }
-            Phase::Tools(turn) if !turn.running.is_empty() => {
-                let turn = turn.seq;
-                self.emit(Effect::CancelTools { turn });
-            }
-            Phase::Tools(_) | Phase::Starting | Phase::Backoff { .. } => {}
-        }
-        if let Some(seq) = run.cancelled {
-            self.emit(Effect::CancelDone { seq });
-        }
-        run.stats.duration_ms = now.saturating_duration_since(run.started).as_millis() as u64;
-        let outcome = outcome(run.stats);
-        self.emit(Effect::Journal(vec![Record::Terminal {
-            outcome: outcome.clone(),
-        }]));
-        let prompts = run.prompts;
-        self.ask(Awaiting::End { prompts, outcome }, Effect::Sync);
     }
 }
 

@@ -11,6 +11,10 @@ pub(crate) struct QueuedPrompt {
     pub(crate) seq: u64,
     /// The prompt.
     pub(crate) text: String,
+    /// A message for the run in progress (`steer`): it joins that run even when
+    /// the model is about to give its final answer, instead of waiting for a run
+    /// of its own.
+    pub(crate) steer: bool,
 }
 
 /// Whether a cancel stamped `cancel` applies to a run answering `prompts`: only if
@@ -41,6 +45,9 @@ impl SharedQueue {
 pub(crate) struct PromptQueue {
     prompts: Vec<QueuedPrompt>,
     cancel: Option<u64>,
+    /// Someone asked the run in progress to stop, and the session has not taken
+    /// the request yet.
+    stop: bool,
 }
 
 impl PromptQueue {
@@ -62,6 +69,26 @@ impl PromptQueue {
     /// Takes every waiting prompt, oldest first.
     pub(crate) fn take_all(&mut self) -> Vec<QueuedPrompt> {
         std::mem::take(&mut self.prompts)
+    }
+
+    /// Takes the waiting steers (messages for the run in progress), oldest first;
+    /// other prompts keep waiting for runs of their own.
+    pub(crate) fn take_steers(&mut self) -> Vec<QueuedPrompt> {
+        let (steers, rest) = std::mem::take(&mut self.prompts)
+            .into_iter()
+            .partition(|p| p.steer);
+        self.prompts = rest;
+        steers
+    }
+
+    /// Records that the run in progress is to stop at its next turn boundary.
+    pub(crate) fn stop(&mut self) {
+        self.stop = true;
+    }
+
+    /// Takes the stop request, if one waits.
+    pub(crate) fn take_stop(&mut self) -> bool {
+        std::mem::take(&mut self.stop)
     }
 
     /// A cancel stamped `seq`: drops the prompts that arrived before it (returned,
@@ -99,7 +126,23 @@ mod tests {
         QueuedPrompt {
             seq,
             text: format!("p{seq}"),
+            steer: false,
         }
+    }
+
+    #[test]
+    fn steers_are_taken_apart_from_prompts_that_wait_for_runs_of_their_own() {
+        let mut queue = PromptQueue::default();
+        queue.push(prompt(1));
+        queue.push(QueuedPrompt {
+            steer: true,
+            ..prompt(2)
+        });
+        assert_eq!(seqs(&queue.take_steers()), [2]);
+        assert_eq!(seqs(&queue.take_all()), [1]);
+        assert!(!queue.take_stop());
+        queue.stop();
+        assert!(queue.take_stop() && !queue.take_stop());
     }
 
     fn seqs(prompts: &[QueuedPrompt]) -> Vec<u64> {

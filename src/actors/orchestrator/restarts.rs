@@ -3,11 +3,12 @@
 //! fails with a `crash` failure, its live sub-agents are cancelled, the prompts
 //! still queued for it get their terminal events).
 
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use ractor::ActorRef;
 
-use super::{Entry, OrchestratorMsg, OrchestratorState, spawn_session};
+use super::{Entry, OrchestratorMsg, OrchestratorState, Routed, route, spawn_session};
 use crate::actors::session::SessionMsg;
 use crate::actors::supervision::{Decision, Exit};
 use crate::error::SessionError;
@@ -78,15 +79,21 @@ async fn escalate(state: &mut OrchestratorState, id: SessionId, error: &SessionE
         return;
     };
     tracing::error!(session = %id, %error, "giving up on the session");
-    for child in state
+    let children: Vec<SessionId> = state
         .sessions
-        .values()
-        .filter(|e| e.spec.parent == Some(id))
-    {
-        if let Some(actor) = &child.actor {
-            // A cancel stamped after everything: it ends whatever run is going.
-            let _ = actor.cast(SessionMsg::Cancel { seq: u64::MAX });
-            let _ = actor.cast(SessionMsg::StopWhenIdle);
+        .iter()
+        .filter(|(_, e)| e.spec.parent == Some(id))
+        .map(|(child, _)| *child)
+        .collect();
+    for child in children {
+        // Like any cancel: through its queue, so that one that is down finds it.
+        let seq = state.env.stamps.fetch_add(1, Ordering::SeqCst);
+        route(state, child, Routed::Cancel(seq));
+        if let Some(entry) = state.sessions.get_mut(&child) {
+            entry.stop_when_idle = true;
+            if let Some(actor) = &entry.actor {
+                let _ = actor.cast(SessionMsg::StopWhenIdle);
+            }
         }
     }
     let publisher = entry.publisher.clone();

@@ -83,6 +83,7 @@ impl SessionState {
                 Some(Input::Taken(taken.into_iter().collect()))
             }
             Effect::TakeAll => Some(Input::Taken(self.queue.lock().take_all())),
+            Effect::TakeSteers => Some(Input::Taken(self.queue.lock().take_steers())),
             Effect::CountWaiting { seq } => Some(Input::Waiting(self.queue.lock().waiting(seq))),
             Effect::CancelDone { seq } => {
                 self.queue.lock().cancel_done(seq);

@@ -57,6 +57,9 @@ pub(crate) enum Effect {
     TakeOne,
     /// Take every queued prompt; answer [`super::Input::Taken`].
     TakeAll,
+    /// Take the queued steers (messages for the run in progress); answer
+    /// [`super::Input::Taken`].
+    TakeSteers,
     /// Count the queued prompts stamped up to `seq`; answer [`super::Input::Waiting`].
     CountWaiting {
         /// The stamp.

@@ -9,11 +9,13 @@ use crate::tools::FileChange;
 /// What the machine is told.
 #[derive(Debug)]
 pub(crate) enum Input {
-    /// The session is up. `cancel` is the cancel its queue still remembered (asked
-    /// for only when the session resumes a run from its journal).
+    /// The session is up. `cancel` and `stop` are what its queue still remembered
+    /// (asked for only when the session resumes a run from its journal).
     Started {
         /// The remembered cancel's stamp.
         cancel: Option<u64>,
+        /// A stop of the run was asked for.
+        stop: bool,
     },
     /// A prompt stamped `seq` was queued: take it when idle.
     Prompt {
@@ -48,8 +50,8 @@ pub(crate) enum Input {
     ToolDone(ToolDone),
     /// The answer to [`super::Effect::Sync`].
     Synced(Result<(), String>),
-    /// The answer to [`super::Effect::TakeOne`] (at most one prompt) or
-    /// [`super::Effect::TakeAll`].
+    /// The answer to [`super::Effect::TakeOne`] (at most one prompt),
+    /// [`super::Effect::TakeAll`] or [`super::Effect::TakeSteers`].
     Taken(Vec<QueuedPrompt>),
     /// The answer to [`super::Effect::CountWaiting`].
     Waiting(usize),

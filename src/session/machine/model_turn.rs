@@ -8,7 +8,7 @@ use crate::conversation::{AssistantTurn, Message, enforce_protocol};
 use crate::error::{LlmError, SessionError};
 use crate::llm::ChatRequest;
 use crate::llm::retry::AfterFailure;
-use crate::protocol::{EventKind, Outcome};
+use crate::protocol::EventKind;
 use crate::session::turn::{self, Decision};
 
 impl Machine {
@@ -93,13 +93,10 @@ impl Machine {
                     return self.start_tools(now, turn.message.tool_calls, fresh);
                 }
                 Decision::Finish { truncated } => {
-                    // Durable with the terminal record's sync.
+                    // The run ends here unless steers arrived meanwhile.
                     let text = self.account(&turn);
-                    return self.end_run(now, |stats| Outcome::Finished {
-                        text,
-                        truncated,
-                        stats,
-                    });
+                    let finishing = super::Awaiting::Finishing { text, truncated };
+                    return self.ask(finishing, Effect::TakeSteers);
                 }
                 Decision::Fail(e) => LlmError::Stream(e),
             },

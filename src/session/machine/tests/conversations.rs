@@ -466,3 +466,68 @@ fn a_tool_whose_start_cannot_be_made_durable_is_not_run() {
         "Error: the tool was not run: journal: disk gone"
     );
 }
+
+#[test]
+fn a_steer_sent_while_the_model_answers_keeps_the_run_going() {
+    let mut sim = Sim::new(spec());
+    let p = sim.prompt("write the parser");
+    let s = sim.steer("and handle empty input");
+    let q = sim.prompt("a question for later");
+    sim.answer(text("parser written"));
+    assert!(
+        sim.terminals().is_empty(),
+        "the steer joins instead of the run ending"
+    );
+    let asked = &sim.requests[1].messages;
+    assert_eq!(
+        &asked[asked.len() - 2..],
+        [
+            Message::Assistant(AssistantMessage {
+                text: "parser written".into(),
+                ..AssistantMessage::default()
+            }),
+            Message::user("and handle empty input")
+        ]
+    );
+    sim.answer(text("empty input handled too"));
+    let terminals = sim.terminals();
+    assert_eq!(
+        terminals[0].0,
+        [p, s],
+        "one run answers the prompt and its steer"
+    );
+    assert!(
+        matches!(&terminals[0].1, Outcome::Finished { text, .. } if text == "empty input handled too")
+    );
+    // The plain prompt waited for a run of its own.
+    assert_eq!(sim.requests.len(), 3);
+    sim.answer(text("later"));
+    assert!(matches!(sim.outcome(q), Some(Outcome::Finished { .. })));
+}
+
+#[test]
+fn a_stop_ends_the_run_at_its_next_turn_boundary_with_its_work_so_far() {
+    let mut sim = Sim::new(spec());
+    let p = sim.prompt("go");
+    let mut first = calls(&[("r1", "Read")]);
+    first.message.text = "reading first".into();
+    sim.input(Input::StopRun);
+    sim.answer(first);
+    assert_eq!(
+        sim.running_ids(),
+        ["r1"],
+        "what the turn asked for still runs"
+    );
+    sim.finish("r1", "ok");
+    assert_eq!(sim.requests.len(), 1, "no turn after the boundary");
+    let Some(Outcome::Stopped {
+        reason, partial, ..
+    }) = sim.outcome(p)
+    else {
+        panic!("{:?}", sim.terminals())
+    };
+    assert_eq!(
+        (reason.as_str(), partial.as_str()),
+        ("requested", "reading first")
+    );
+}

@@ -224,3 +224,18 @@ fn a_stop_that_arrived_while_down_ends_the_session_after_the_resumed_run() {
     assert!(drive_to_end(&mut resumed));
     assert!(resumed.stopped);
 }
+
+#[test]
+fn a_stop_asked_for_while_down_ends_the_resumed_run_before_any_request() {
+    let mut sim = Sim::new(spec());
+    let p = sim.prompt("go");
+    let mut queue = PromptQueue::default();
+    queue.stop();
+    let resumed = Sim::resume(spec(), sim.journal.clone(), queue, 60);
+    assert!(resumed.requests.is_empty());
+    assert!(
+        matches!(resumed.outcome(p), Some(Outcome::Stopped { .. })),
+        "{:?}",
+        resumed.terminals()
+    );
+}

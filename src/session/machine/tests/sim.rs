@@ -262,12 +262,12 @@ impl Sim {
                     .push(format!("starting asked a question: {input:?}"));
             }
         }
-        let cancel = if sim.machine.resuming() {
-            sim.queue.take_cancel()
+        let (cancel, stop) = if sim.machine.resuming() {
+            (sim.queue.take_cancel(), sim.queue.take_stop())
         } else {
-            None
+            (None, false)
         };
-        sim.input(Input::Started { cancel });
+        sim.input(Input::Started { cancel, stop });
         sim
     }
 
@@ -374,6 +374,7 @@ impl Sim {
                 return Some(Input::Taken(self.queue.take_one().into_iter().collect()));
             }
             Effect::TakeAll => return Some(Input::Taken(self.queue.take_all())),
+            Effect::TakeSteers => return Some(Input::Taken(self.queue.take_steers())),
             Effect::CountWaiting { seq } => return Some(Input::Waiting(self.queue.waiting(seq))),
             Effect::CancelDone { seq } => self.queue.cancel_done(seq),
             Effect::PullLater => self.mailbox.push_back(Input::PullQueue),
@@ -389,6 +390,19 @@ impl Sim {
         self.queue.push(QueuedPrompt {
             seq,
             text: text.into(),
+            steer: false,
+        });
+        self.input(Input::Prompt { seq });
+        seq
+    }
+
+    /// Steers the run in progress; returns the message's stamp.
+    pub(super) fn steer(&mut self, text: &str) -> u64 {
+        let seq = self.stamp();
+        self.queue.push(QueuedPrompt {
+            seq,
+            text: text.into(),
+            steer: true,
         });
         self.input(Input::Prompt { seq });
         seq

@@ -1,0 +1,108 @@
+//! How a run ends: a cancel (at once, or once what is streaming or running has
+//! stopped), a stop at the next turn boundary, a failure, and the one terminal
+//! record every run ends with, made durable before its event.
+
+use std::time::Instant;
+
+use super::{Awaiting, Effect, Machine, Phase};
+use crate::error::SessionError;
+use crate::journal::Record;
+use crate::protocol::{Outcome, RunStats};
+use crate::session::queue::cancels;
+
+impl Machine {
+    pub(super) fn on_cancel(&mut self, now: Instant, seq: u64) {
+        let Some(run) = self.run.as_mut().filter(|r| cancels(seq, &r.prompts)) else {
+            self.emit(Effect::CancelDone { seq });
+            return;
+        };
+        run.cancelled = Some(seq);
+        match &run.phase {
+            Phase::Streaming { stream, .. } => {
+                let stream = *stream;
+                self.emit(Effect::CancelStream { stream });
+            }
+            Phase::Tools(turn) => {
+                let turn = turn.seq;
+                self.emit(Effect::CancelTools { turn });
+            }
+            Phase::Backoff { .. } | Phase::Starting => self.end_cancelled(now),
+        }
+    }
+
+    /// Someone asked the run to stop: it ends at its next turn boundary (now, if
+    /// it is between turns); what is streaming or running finishes first.
+    pub(super) fn on_stop_run(&mut self, now: Instant) {
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
+        run.stop = Some("requested".to_owned());
+        match run.phase {
+            Phase::Backoff { .. } | Phase::Starting => self.end_stopped(now),
+            Phase::Streaming { .. } | Phase::Tools(_) => {}
+        }
+    }
+
+    /// Ends the run as stopped, its last text as the partial work.
+    pub(super) fn end_stopped(&mut self, now: Instant) {
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
+        let reason = run.stop.take().unwrap_or_default();
+        let partial = run.last_text.clone();
+        self.end_run(now, |stats| Outcome::Stopped {
+            reason,
+            partial,
+            stats,
+        });
+    }
+
+    /// Ends the run as cancelled, its last text as the partial answer.
+    pub(super) fn end_cancelled(&mut self, now: Instant) {
+        let partial = self
+            .run
+            .as_ref()
+            .map(|r| r.last_text.clone())
+            .unwrap_or_default();
+        self.end_run(now, |stats| Outcome::Cancelled { partial, stats });
+    }
+
+    pub(super) fn fail(&mut self, now: Instant, error: &SessionError) {
+        tracing::warn!(session = %self.id, %error, "run failed");
+        let partial = self
+            .run
+            .as_ref()
+            .map(|r| r.last_text.clone())
+            .unwrap_or_default();
+        self.end_run(now, |stats| Outcome::failed(error, partial, stats));
+    }
+
+    /// Ends the run with exactly one terminal record, made durable before its
+    /// event; whatever the run still had in flight is cancelled.
+    pub(super) fn end_run(&mut self, now: Instant, outcome: impl FnOnce(RunStats) -> Outcome) {
+        let Some(mut run) = self.run.take() else {
+            return;
+        };
+        match &run.phase {
+            Phase::Streaming { stream, .. } => {
+                let stream = *stream;
+                self.emit(Effect::CancelStream { stream });
+            }
+            Phase::Tools(turn) if !turn.running.is_empty() => {
+                let turn = turn.seq;
+                self.emit(Effect::CancelTools { turn });
+            }
+            Phase::Tools(_) | Phase::Starting | Phase::Backoff { .. } => {}
+        }
+        if let Some(seq) = run.cancelled {
+            self.emit(Effect::CancelDone { seq });
+        }
+        run.stats.duration_ms = now.saturating_duration_since(run.started).as_millis() as u64;
+        let outcome = outcome(run.stats);
+        self.emit(Effect::Journal(vec![Record::Terminal {
+            outcome: outcome.clone(),
+        }]));
+        let prompts = run.prompts;
+        self.ask(Awaiting::End { prompts, outcome }, Effect::Sync);
+    }
+}
