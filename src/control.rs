@@ -4,8 +4,8 @@
 //! answers one request per connection, one JSON line each way:
 //!
 //! - `{"op":"ps"}`: the live tree, one line per agent, as the progress rows show it;
-//! - `{"op":"steer","agent":A,"message":M}`: M goes to A's queue, joining its
-//!   conversation at its next tool-turn boundary (or starting a run if it is idle);
+//! - `{"op":"steer","agent":A,"message":M}`: M joins A's run at its next turn
+//!   boundary, even when A's model is about to give its final answer;
 //! - `{"op":"stop","agent":A}`: A ends at its next turn boundary, its caller gets
 //!   its partial work;
 //! - `{"op":"kill","agent":A}`: A is cancelled now, with its running tool calls.
@@ -194,7 +194,7 @@ fn carry_out(op: Op, handle: &Handle, board: &Board, now: Duration) -> Reply {
         }
         Op::Steer { message, .. } => {
             handle.steer(row.session, message);
-            format!("sent to {label}: it joins at its next tool turn, or starts a run if idle")
+            format!("sent to {label}: it joins at its next turn boundary")
         }
         Op::Stop { .. } => {
             handle.stop_run(row.session);

@@ -131,7 +131,7 @@ pub enum Command {
     },
     /// Show the agents of the live run(s) in this workspace.
     Ps,
-    /// Send a message to a live agent; it joins at the agent's next tool turn.
+    /// Send a message to a live agent; it joins at the agent's next turn boundary.
     Steer {
         /// The agent, as its row names it (`explorer#2`) or a prefix of its session id.
         agent: String,
