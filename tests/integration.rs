@@ -6,6 +6,7 @@ mod support;
 mod anthropic;
 mod architecture;
 mod cancel;
+mod chaos;
 mod cli;
 mod control;
 mod conversation;
