@@ -38,6 +38,7 @@ pub mod roles;
 pub mod runs;
 pub mod runtime;
 pub mod session;
+pub mod small_file;
 pub mod task;
 pub mod tools;
 pub mod ui;

@@ -57,7 +57,8 @@ pub struct Role {
 pub struct RoleError {
     /// The file.
     pub path: String,
-    /// The 1-based line.
+    /// The 1-based line; 0 for a problem with the whole file (it could not be
+    /// read), shown without a line.
     pub line: usize,
     /// What is wrong.
     pub message: String,
@@ -65,7 +66,10 @@ pub struct RoleError {
 
 impl fmt::Display for RoleError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}: {}", self.path, self.line, self.message)
+        match self.line {
+            0 => write!(f, "{}: {}", self.path, self.message),
+            line => write!(f, "{}:{line}: {}", self.path, self.message),
+        }
     }
 }
 

@@ -11,6 +11,7 @@ pub mod permissions;
 pub mod read;
 pub mod sandbox;
 pub mod scheduler;
+pub(crate) mod walk;
 pub mod write;
 
 use std::fmt::Debug;
@@ -298,6 +299,20 @@ pub(crate) fn test_context() -> (tempfile::TempDir, ToolContext) {
     (dir, ToolContext::new(workspace, SessionId::new()))
 }
 
+/// Makes a FIFO at `path`, for the tests of hostile input: opening it to read
+/// waits for a writer that never comes.
+#[cfg(test)]
+pub(crate) fn fifo(path: &std::path::Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+}
+
 /// A write-like call is unsafe on the path it names.
 pub(crate) fn unsafe_on_path(input: &Value) -> Concurrency {
     let path = input
@@ -309,13 +324,62 @@ pub(crate) fn unsafe_on_path(input: &Value) -> Concurrency {
     }
 }
 
-/// A unified diff of one file's change, as shown to people and models.
+/// How long computing one diff may take: a diff goes into an event, a tool result
+/// or a permission question, and two large files with little in common could
+/// otherwise take minutes.
+pub(crate) const DIFF_TIME_LIMIT: Duration = Duration::from_secs(1);
+
+/// The largest diff an event or a tool result holds; a larger change is summarized.
+pub(crate) const MAX_DIFF_BYTES: usize = 256 * 1024;
+
+/// A unified diff of one file's change, as events and models are shown it; a
+/// one-line summary instead when it took longer than [`DIFF_TIME_LIMIT`] to compute
+/// or is larger than [`MAX_DIFF_BYTES`].
 pub(crate) fn unified_diff(shown: &str, old: &str, new: &str) -> String {
-    similar::TextDiff::from_lines(old, new)
+    let summary = |why: String| {
+        let (before, after) = (old.lines().count(), new.lines().count());
+        format!("[diff of {shown} not shown: {why}; {before} lines before, {after} after]\n")
+    };
+    let (diff, coarse) = line_diff(old, new);
+    if coarse {
+        return summary(format!(
+            "it took longer than {} s to compute",
+            DIFF_TIME_LIMIT.as_secs()
+        ));
+    }
+    let text = diff
         .unified_diff()
         .context_radius(3)
         .header(&format!("a/{shown}"), &format!("b/{shown}"))
-        .to_string()
+        .to_string();
+    if text.len() > MAX_DIFF_BYTES {
+        return summary(format!("it is larger than {} KiB", MAX_DIFF_BYTES / 1024));
+    }
+    text
+}
+
+/// A diff for a person deciding on a change, with `context` lines around each
+/// change: never cut (they must see all of it) and computed within
+/// [`DIFF_TIME_LIMIT`]; past it, a coarse diff (whole blocks replaced) under a note
+/// that says so.
+pub(crate) fn full_diff(old: &str, new: &str, context: usize) -> String {
+    let (diff, coarse) = line_diff(old, new);
+    let text = diff.unified_diff().context_radius(context).to_string();
+    if coarse {
+        format!("[a coarse diff: a closer one took too long to find]\n{text}")
+    } else {
+        text
+    }
+}
+
+/// The line diff of `old` to `new`, computed within [`DIFF_TIME_LIMIT`], and whether
+/// it ran out of time: then it is still correct and complete, but coarse.
+fn line_diff<'a>(old: &'a str, new: &'a str) -> (similar::TextDiff<'a, 'a, str>, bool) {
+    let started = std::time::Instant::now();
+    let diff = similar::TextDiff::configure()
+        .timeout(DIFF_TIME_LIMIT)
+        .diff_lines(old, new);
+    (diff, started.elapsed() >= DIFF_TIME_LIMIT)
 }
 
 /// A tool's summary followed by its diff.
@@ -324,5 +388,56 @@ pub(crate) fn with_diff(summary: String, diff: &str) -> String {
         summary
     } else {
         format!("{summary}\n{diff}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two files of distinct lines in a shuffled order: nearly every line is in
+    /// both, in an order a shortest diff takes minutes to untangle.
+    fn tangled() -> (String, String) {
+        let n = 200_000u64;
+        let old: String = (0..n).map(|i| format!("line {i}\n")).collect();
+        // A fixed permutation (multiplication by a unit modulo n), no randomness.
+        let new: String = (0..n)
+            .map(|i| format!("line {}\n", (i * 7_919) % n))
+            .collect();
+        (old, new)
+    }
+
+    #[test]
+    fn a_pathological_diff_is_summarized_within_its_time_limit() {
+        let (old, new) = tangled();
+        let started = std::time::Instant::now();
+        let diff = unified_diff("big.txt", &old, &new);
+        // Generous: fires only when the limit did not hold at all.
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            diff,
+            "[diff of big.txt not shown: it took longer than 1 s to compute; 200000 lines \
+             before, 200000 after]\n"
+        );
+    }
+
+    #[test]
+    fn a_large_diff_is_summarized_for_events_but_never_cut_for_a_person() {
+        let old: String = (0..20_000).map(|i| format!("old {i}\n")).collect();
+        let new: String = (0..20_000).map(|i| format!("new {i}\n")).collect();
+        assert_eq!(
+            unified_diff("x.txt", &old, &new),
+            "[diff of x.txt not shown: it is larger than 256 KiB; 20000 lines before, 20000 \
+             after]\n"
+        );
+        let diff = full_diff(&old, &new, 2);
+        assert!(diff.len() > old.len() + new.len(), "{}", diff.len());
+        assert!(diff.contains("+new 19999\n") && diff.contains("-old 0\n"));
+        let small = unified_diff("a.txt", "one\n", "two\n");
+        assert_eq!(small, "--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-one\n+two\n");
     }
 }

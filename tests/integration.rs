@@ -5,6 +5,7 @@ mod support;
 
 mod anthropic;
 mod architecture;
+mod bounds;
 mod cancel;
 mod chaos;
 mod cli;

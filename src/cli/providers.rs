@@ -15,6 +15,7 @@ use crate::llm::cassette::{self, Recorder};
 use crate::llm::openai::{OpenAiClient, OpenAiConfig};
 use crate::llm::replay::ReplayProvider;
 use crate::models::Models;
+use crate::small_file;
 
 /// The user's file, then the workspace's on top.
 fn config_file(
@@ -31,16 +32,11 @@ fn config_file(
     paths.push((workspace.join("orchestrate.toml"), false));
     let mut merged = ConfigFile::default();
     for (path, users_own) in paths {
-        let text = match std::fs::read_to_string(&path) {
+        // Bounded: a repository's file may be a FIFO or a symlink to /dev/zero.
+        let text = match small_file::read_to_string(&path, small_file::MAX_BYTES) {
             Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => {
-                return Err(ConfigError::File {
-                    path: path.display().to_string(),
-                    line: 1,
-                    message: e.to_string(),
-                });
-            }
+            Err(e) if e.is_not_found() => continue,
+            Err(e) => return Err(ConfigError::Invalid(e.to_string())),
         };
         let file = ConfigFile::parse(&path.display().to_string(), &text)?;
         merged = merged.merged(if users_own { file.trusted() } else { file });

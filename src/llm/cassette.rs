@@ -5,6 +5,12 @@
 //! the status, the raw response body (the SSE stream byte for byte) and how long
 //! it took.
 //!
+//! A recorded response is bounded ([`MAX_RECORDED_BYTES`]): a stream can go on
+//! without end (events that add nothing to the answer are not held against its cap),
+//! and a recording must not grow with it. A longer one is kept up to its last whole
+//! event within the bound, then an SSE comment (which every parser skips) says
+//! where and how much was cut.
+//!
 //! [`ChatRequest::place`]: crate::llm::ChatRequest::place
 
 use std::fs::File;
@@ -31,6 +37,61 @@ pub struct Exchange {
     /// How long the response took to arrive; a replay spreads its events over it.
     #[serde(default)]
     pub duration_ms: u64,
+}
+
+/// Bytes of one response a cassette keeps at most: twice the answer's cap, room
+/// for any answer with its event framing.
+pub const MAX_RECORDED_BYTES: usize = 2 * crate::llm::assembler::DEFAULT_MAX_ANSWER_BYTES;
+
+/// A streamed response as it is captured for the cassette: its first bytes, up to a
+/// limit, and how long it was.
+#[derive(Debug)]
+pub(crate) struct Capture {
+    kept: Vec<u8>,
+    total: usize,
+    limit: usize,
+}
+
+impl Capture {
+    /// An empty capture that keeps at most `limit` bytes.
+    pub(crate) fn new(limit: usize) -> Self {
+        Self {
+            kept: Vec::new(),
+            total: 0,
+            limit,
+        }
+    }
+
+    /// Adds the next bytes of the response.
+    pub(crate) fn push(&mut self, chunk: &[u8]) {
+        self.total += chunk.len();
+        let room = self.limit.saturating_sub(self.kept.len());
+        self.kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
+    }
+
+    /// True when nothing arrived.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+
+    /// The response as recorded: whole, or cut after its last whole event within
+    /// the limit and closed by a comment saying so.
+    pub(crate) fn take(&mut self) -> Vec<u8> {
+        let mut kept = std::mem::take(&mut self.kept);
+        if self.total > kept.len() {
+            let whole = memchr::memmem::rfind(&kept, b"\n\n").map_or(0, |end| end + 2);
+            kept.truncate(whole);
+            kept.extend_from_slice(
+                format!(
+                    ": orchestrate: the response was cut here; it went on for {} bytes, and a \
+                     recording keeps at most {}\n\n",
+                    self.total, self.limit
+                )
+                .as_bytes(),
+            );
+        }
+        kept
+    }
 }
 
 /// Reads a cassette; errors name the file and line.
@@ -84,5 +145,29 @@ impl Recorder {
         if let Err(e) = file.write_all(&line).and_then(|()| file.flush()) {
             tracing::error!(path = %self.path.display(), error = %e, "cannot write the cassette");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_capture_keeps_its_limit_cut_at_an_event_end_and_says_so() {
+        let mut capture = Capture::new(20);
+        assert!(capture.is_empty());
+        for _ in 0..1000 {
+            capture.push(b"data: {}\n\n");
+        }
+        assert!(capture.kept.capacity() < 64, "{}", capture.kept.capacity());
+        let recorded = String::from_utf8(capture.take()).unwrap();
+        assert_eq!(
+            recorded,
+            "data: {}\n\ndata: {}\n\n: orchestrate: the response was cut here; it went on \
+             for 10000 bytes, and a recording keeps at most 20\n\n"
+        );
+        let mut small = Capture::new(20);
+        small.push(b"data: {}\n\n");
+        assert_eq!(small.take(), b"data: {}\n\n");
     }
 }

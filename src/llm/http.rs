@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::conversation::AssistantTurn;
 use crate::error::{ConfigError, LlmError, ProviderError, StreamError, excerpt};
-use crate::llm::cassette::{Exchange, Recorder};
-use crate::llm::sse::{Step, TurnDecoder, split_events};
+use crate::llm::cassette::{Capture, Exchange, MAX_RECORDED_BYTES, Recorder};
+use crate::llm::sse::{SplitError, Step, TurnDecoder, split_events_within};
 use crate::llm::{ChatRequest, DeltaSink, retry};
 
 /// Reads `(code, message)` out of a provider's JSON error body.
@@ -236,16 +236,16 @@ impl HttpApi {
         cancel: &CancellationToken,
     ) -> Result<AssistantTurn, LlmError> {
         let started = Instant::now();
-        let captured = Arc::new(Mutex::new(Vec::new()));
+        let captured = Arc::new(Mutex::new(Capture::new(MAX_RECORDED_BYTES)));
         let result = self
             .stream_inner(&call, decoder, sink, cancel, &captured, started)
             .await;
         if !matches!(result, Err(LlmError::Cancelled { .. })) {
-            let captured = captured
+            let mut captured = captured
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             if !captured.is_empty() {
-                self.record(&call, 200, &captured, started);
+                self.record(&call, 200, &captured.take(), started);
             }
         }
         result
@@ -257,7 +257,7 @@ impl HttpApi {
         mut decoder: D,
         sink: DeltaSink<'_>,
         cancel: &CancellationToken,
-        captured: &Arc<Mutex<Vec<u8>>>,
+        captured: &Arc<Mutex<Capture>>,
         started: Instant,
     ) -> Result<AssistantTurn, LlmError> {
         let idle = self.idle_timeout;
@@ -291,10 +291,10 @@ impl HttpApi {
             if recording && let Ok(chunk) = chunk {
                 tee.lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .extend_from_slice(chunk);
+                    .push(chunk);
             }
         });
-        let mut events = split_events(Box::pin(bytes)).eventsource();
+        let mut events = split_events_within(Box::pin(bytes), self.max_answer_bytes).eventsource();
         loop {
             let next = tokio::select! {
                 biased;
@@ -304,11 +304,14 @@ impl HttpApi {
             let event = match next {
                 Err(_) => return Err(StreamError::IdleTimeout(idle).into()),
                 Ok(None) => break,
-                Ok(Some(Err(EventStreamError::Transport(e)))) => {
+                Ok(Some(Err(EventStreamError::Transport(SplitError::Inner(e))))) => {
                     return Err(StreamError::Disconnected(excerpt(
                         &self.transport_error(&e).to_string(),
                     ))
                     .into());
+                }
+                Ok(Some(Err(EventStreamError::Transport(SplitError::TooLarge { limit })))) => {
+                    return Err(StreamError::TooLarge { limit }.into());
                 }
                 Ok(Some(Err(e))) => {
                     return Err(StreamError::Malformed(excerpt(&e.to_string())).into());

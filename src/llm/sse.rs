@@ -6,16 +6,36 @@
 //! byte stream at event boundaries first, with zero-copy `Bytes` slices, keeps every
 //! feed to one event and the parse linear.
 //!
+//! The cut is also where one event's size is bounded: an event is held until its
+//! blank line arrives, so a server that never sends one would have it buffered
+//! without end. An event that grows past the cap (the answer's, 8 MiB by default)
+//! is an error as soon as it does, before any more of it is read.
+//!
 //! Also here: what a provider's stream decoder looks like to the shared HTTP loop
 //! ([`TurnDecoder`]), and decoding a whole body held in memory (conformance, benches).
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use eventsource_stream::Eventsource;
 use futures::{Stream, StreamExt};
 
 use crate::conversation::AssistantTurn;
 use crate::error::{ProviderError, StreamError};
 use crate::llm::DeltaSink;
+use crate::llm::assembler::DEFAULT_MAX_ANSWER_BYTES;
+
+/// A failure of the byte stream cut into events.
+#[derive(Debug, thiserror::Error)]
+pub enum SplitError<E> {
+    /// The underlying stream failed.
+    #[error("{0}")]
+    Inner(E),
+    /// One event grew past the cap before its end.
+    #[error("one stream event exceeded the {limit}-byte cap")]
+    TooLarge {
+        /// The cap, in bytes.
+        limit: usize,
+    },
+}
 
 /// What the caller does after an event.
 #[derive(Debug)]
@@ -54,8 +74,16 @@ pub(crate) async fn decode_body<D: TurnDecoder>(
 }
 
 /// Where the first event of `bytes` ends: just past the blank line (`\n\n` or
-/// `\n\r\n`) that closes it.
-fn event_end(bytes: &[u8]) -> Option<usize> {
+/// `\n\r\n`) that closes it. `after_newline`: the bytes before these (already
+/// passed on) ended a line, so a blank line may start right here.
+fn event_end(bytes: &[u8], after_newline: bool) -> Option<usize> {
+    if after_newline {
+        match bytes {
+            [b'\n', ..] => return Some(1),
+            [b'\r', b'\n', ..] => return Some(2),
+            _ => {}
+        }
+    }
     memchr::memchr_iter(b'\n', bytes).find_map(|i| match bytes.get(i + 1..) {
         Some([b'\n', ..]) => Some(i + 2),
         Some([b'\r', b'\n', ..]) => Some(i + 3),
@@ -63,42 +91,95 @@ fn event_end(bytes: &[u8]) -> Option<usize> {
     })
 }
 
-/// Re-chunks `inner` so that every item ends at an event boundary: one event per
-/// item. A stream whose last event is not closed by a blank line (Anthropic's SDK
-/// fixtures end that way) gets the blank line added, so that event still counts.
+/// [`split_events_within`] with the default cap on one event.
 pub(crate) fn split_events<S, E>(
     inner: S,
-) -> std::pin::Pin<Box<impl Stream<Item = Result<Bytes, E>>>>
+) -> std::pin::Pin<Box<impl Stream<Item = Result<Bytes, SplitError<E>>>>>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
 {
-    // `open`: bytes of an event not yet closed by a blank line have gone out.
-    Box::pin(futures::stream::unfold(
-        (inner, Bytes::new(), false),
-        |(mut inner, mut pending, mut open)| async move {
-            if pending.is_empty() {
-                match inner.next().await {
-                    Some(Ok(chunk)) => pending = chunk,
-                    Some(Err(e)) => return Some((Err(e), (inner, pending, open))),
-                    None if open => {
-                        return Some((Ok(Bytes::from_static(b"\n\n")), (inner, pending, false)));
-                    }
-                    None => return None,
-                }
+    split_events_within(inner, DEFAULT_MAX_ANSWER_BYTES)
+}
+
+/// Where a stream being cut into events stands.
+struct Cut<S> {
+    inner: S,
+    /// Bytes received and not looked at yet.
+    pending: Bytes,
+    /// The event begun and not yet closed by its blank line.
+    open: BytesMut,
+    /// The last byte taken (into `open`, or passed on) ended a line.
+    after_newline: bool,
+    /// The stream failed or ended; nothing more comes.
+    done: bool,
+}
+
+/// Re-chunks `inner` so that every item is one whole event, ending with its blank
+/// line: the parser then sees each event once, however it was cut on the wire. An
+/// event is held until it is whole, and one that grows past `limit` bytes is an
+/// error ([`SplitError::TooLarge`]) then, the stream ending there. A stream whose
+/// last event is not closed by a blank line (Anthropic's SDK fixtures end that way)
+/// gets the blank line added, so that event still counts.
+pub(crate) fn split_events_within<S, E>(
+    inner: S,
+    limit: usize,
+) -> std::pin::Pin<Box<impl Stream<Item = Result<Bytes, SplitError<E>>>>>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+{
+    let start = Cut {
+        inner,
+        pending: Bytes::new(),
+        open: BytesMut::new(),
+        after_newline: false,
+        done: false,
+    };
+    Box::pin(futures::stream::unfold(start, move |mut cut| async move {
+        loop {
+            if cut.done {
+                return None;
             }
-            let piece = match event_end(&pending) {
-                Some(end) => {
-                    open = false;
-                    pending.split_to(end)
+            if cut.pending.is_empty() {
+                match cut.inner.next().await {
+                    Some(Ok(chunk)) => cut.pending = chunk,
+                    Some(Err(e)) => {
+                        cut.done = true;
+                        return Some((Err(SplitError::Inner(e)), cut));
+                    }
+                    None => {
+                        cut.done = true;
+                        if cut.open.is_empty() {
+                            return None;
+                        }
+                        cut.open.extend_from_slice(b"\n\n");
+                        let last = cut.open.split().freeze();
+                        return Some((Ok(last), cut));
+                    }
                 }
-                None => {
-                    open = open || !pending.is_empty();
-                    std::mem::take(&mut pending)
-                }
+                continue;
+            }
+            let end = event_end(&cut.pending, cut.after_newline);
+            let piece = match end {
+                Some(end) => cut.pending.split_to(end),
+                None => std::mem::take(&mut cut.pending),
             };
-            Some((Ok(piece), (inner, pending, open)))
-        },
-    ))
+            if cut.open.len() + piece.len() > limit {
+                cut.done = true;
+                return Some((Err(SplitError::TooLarge { limit }), cut));
+            }
+            cut.after_newline = piece.ends_with(b"\n");
+            match end {
+                // Whole in one chunk, as most events arrive: passed on uncopied.
+                Some(_) if cut.open.is_empty() => return Some((Ok(piece), cut)),
+                Some(_) => {
+                    cut.open.extend_from_slice(&piece);
+                    let event = cut.open.split().freeze();
+                    return Some((Ok(event), cut));
+                }
+                None => cut.open.extend_from_slice(&piece),
+            }
+        }
+    }))
 }
 
 #[cfg(test)]
@@ -116,7 +197,7 @@ mod tests {
                 .map(Result::unwrap)
                 .collect(),
         );
-        let expected: Vec<&[u8]> = vec![b"data: a\n\n", b"data: b", b"c\n\n"];
+        let expected: Vec<&[u8]> = vec![b"data: a\n\n", b"data: bc\n\n"];
         assert_eq!(pieces, expected);
     }
 
@@ -128,15 +209,72 @@ mod tests {
                 .map(Result::unwrap)
                 .collect(),
         );
-        let expected: Vec<&[u8]> = vec![b"data: a\n\n", b"data: b", b"\n\n"];
+        let expected: Vec<&[u8]> = vec![b"data: a\n\n", b"data: b\n\n"];
+        assert_eq!(pieces, expected);
+    }
+
+    #[test]
+    fn an_endless_event_is_an_error_once_it_passes_the_cap() {
+        // A server that never ends its event: 1 MiB at a time, forever.
+        let chunk = Bytes::from(vec![b'x'; 1 << 20]);
+        let mut first = true;
+        let endless = futures::stream::repeat_with(move || {
+            let piece = if first {
+                Bytes::from_static(b"data: ")
+            } else {
+                chunk.clone()
+            };
+            first = false;
+            Ok::<_, std::convert::Infallible>(piece)
+        });
+        let items: Vec<Result<Bytes, SplitError<_>>> =
+            futures::executor::block_on(split_events_within(endless, 8 << 20).collect());
+        // Ends at all: the ninth mebibyte is refused, not held.
+        assert!(
+            matches!(&items[..], [Err(SplitError::TooLarge { limit })] if *limit == 8 << 20),
+            "{:?}",
+            items
+                .iter()
+                .map(|i| i.as_ref().map(Bytes::len))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(
+            SplitError::<std::convert::Infallible>::TooLarge { limit: 8 << 20 }.to_string(),
+            "one stream event exceeded the 8388608-byte cap"
+        );
+    }
+
+    #[test]
+    fn the_cap_counts_one_event_not_the_stream() {
+        let event = Bytes::from(format!("data: {}\n\n", "y".repeat(90)));
+        let many = futures::stream::iter((0..100).map(|_| Ok::<_, ()>(event.clone())));
+        let pieces: Vec<Bytes> = futures::executor::block_on(
+            split_events_within(many, 100).map(Result::unwrap).collect(),
+        );
+        assert_eq!(pieces.len(), 100);
+        // A blank line split across two chunks closes the event.
+        let split = vec![
+            Ok::<_, ()>(Bytes::from_static(b"data: a\n")),
+            Ok(Bytes::from_static(b"\ndata: b\n\n")),
+        ];
+        let pieces: Vec<Bytes> = futures::executor::block_on(
+            split_events_within(futures::stream::iter(split), 12)
+                .map(Result::unwrap)
+                .collect(),
+        );
+        let expected: Vec<&[u8]> = vec![b"data: a\n\n", b"data: b\n\n"];
         assert_eq!(pieces, expected);
     }
 
     #[test]
     fn events_end_after_a_blank_line_in_either_line_ending() {
-        assert_eq!(event_end(b"data: x\n\ndata: y\n\n"), Some(9));
-        assert_eq!(event_end(b"data: x\r\n\r\ndata: y"), Some(11));
-        assert_eq!(event_end(b"event: e\ndata: x\n\n"), Some(18));
-        assert_eq!(event_end(b"data: x\n"), None);
+        assert_eq!(event_end(b"data: x\n\ndata: y\n\n", false), Some(9));
+        assert_eq!(event_end(b"data: x\r\n\r\ndata: y", false), Some(11));
+        assert_eq!(event_end(b"event: e\ndata: x\n\n", false), Some(18));
+        assert_eq!(event_end(b"data: x\n", false), None);
+        // A blank line split across two chunks.
+        assert_eq!(event_end(b"\ndata: y", true), Some(1));
+        assert_eq!(event_end(b"\r\ndata: y", true), Some(2));
+        assert_eq!(event_end(b"data: y", true), None);
     }
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::{Role, RoleError, parse};
+use crate::small_file;
 
 /// The built-in roles, compiled in from `agents/`.
 pub const BUILT_IN: [(&str, &str); 5] = [
@@ -70,7 +71,9 @@ impl Catalog {
             let mut files: Vec<PathBuf> = entries
                 .filter_map(Result::ok)
                 .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|e| e == "md") && p.is_file())
+                // Anything else named *.md is a problem the reader reports (a FIFO,
+                // a symlink to a device): never skipped in silence.
+                .filter(|p| p.extension().is_some_and(|e| e == "md") && !p.is_dir())
                 .filter(|p| {
                     p.file_name()
                         .is_none_or(|n| !n.eq_ignore_ascii_case("README.md"))
@@ -79,12 +82,12 @@ impl Catalog {
             files.sort();
             for file in files {
                 let shown = file.display().to_string();
-                match std::fs::read_to_string(&file) {
+                match small_file::read_to_string(&file, small_file::MAX_BYTES) {
                     Ok(text) => catalog.add(parse(&shown, &text)),
                     Err(e) => catalog.problems.push(RoleError {
                         path: shown,
-                        line: 1,
-                        message: format!("cannot read the file: {e}"),
+                        line: 0,
+                        message: e.problem.to_string(),
                     }),
                 }
             }
@@ -196,6 +199,39 @@ mod tests {
             "{:?}",
             catalog.warnings
         );
+    }
+
+    #[test]
+    fn an_oversize_role_a_fifo_and_a_symlink_to_dev_zero_are_problems_not_reads() {
+        let ws = tempfile::tempdir().unwrap();
+        let local = ws.path().join("agents");
+        std::fs::create_dir_all(&local).unwrap();
+        let mut huge = role("huge", "too much");
+        huge.push_str(&"x".repeat(small_file::MAX_BYTES as usize));
+        std::fs::write(local.join("huge.md"), &huge).unwrap();
+        crate::tools::fifo(&local.join("fifo.md"));
+        std::os::unix::fs::symlink("/dev/zero", local.join("zero.md")).unwrap();
+        std::fs::write(local.join("fine.md"), role("fine", "still loaded")).unwrap();
+
+        // Returns at all: neither the FIFO nor /dev/zero is read.
+        let catalog = Catalog::load(&search_dirs(ws.path(), None, None));
+
+        let problems: Vec<String> = catalog.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            problems,
+            [
+                format!("{}: not a regular file", local.join("fifo.md").display()),
+                format!(
+                    "{}: too large ({} bytes; the limit is {})",
+                    local.join("huge.md").display(),
+                    huge.len(),
+                    small_file::MAX_BYTES
+                ),
+                format!("{}: not a regular file", local.join("zero.md").display()),
+            ]
+        );
+        assert_eq!(catalog.get("fine").unwrap().description, "still loaded");
+        assert!(catalog.get("huge").is_none());
     }
 
     #[test]

@@ -337,6 +337,14 @@ impl Machine {
             }
             Next::Tools(pending) => {
                 self.run = Some(run);
+                // Calls past the cap were never to run; their refusals may not have
+                // reached the journal before the crash.
+                let (pending, past): (Vec<_>, Vec<_>) = pending
+                    .into_iter()
+                    .partition(|p| p.position < tool_turn::MAX_CALLS_PER_TURN);
+                for p in past {
+                    self.record(Message::Tool(tool_turn::refused(&p.call, p.position)));
+                }
                 let tools = &self.spec.tools;
                 let (replay, lost) = resume::replay_or_lost(pending, |name| {
                     tools

@@ -39,6 +39,8 @@ pub(crate) enum Next {
 pub(crate) struct Pending {
     /// The call.
     pub(crate) call: ToolCall,
+    /// Its place among the turn's calls, from 0.
+    pub(crate) position: usize,
     /// Whether it had started, and so may have had effects.
     pub(crate) started: bool,
 }
@@ -94,9 +96,11 @@ pub(crate) fn resume(records: &[Record]) -> Resumed {
                 let pending: Vec<Pending> = a
                     .tool_calls
                     .iter()
-                    .filter(|c| !answered.contains(&c.id.as_str()))
-                    .map(|c| Pending {
+                    .enumerate()
+                    .filter(|(_, c)| !answered.contains(&c.id.as_str()))
+                    .map(|(position, c)| Pending {
                         call: c.clone(),
+                        position,
                         started: started.contains(&c.id.as_str()),
                     })
                     .collect();
@@ -146,6 +150,7 @@ mod tests {
                 name: name.into(),
                 arguments: "{}".into(),
             },
+            position: 0,
             started,
         };
         let (replay, lost) = replay_or_lost(

@@ -1,27 +1,21 @@
-//! The `Glob` tool: finds files by a glob on their path, newest first. It also owns the
-//! directory walk `Grep` shares (which files a search sees, and in what order they are
-//! shown). It does not read contents (that is `Grep`) or list one directory (`Ls`).
+//! The `Glob` tool: finds files by a glob on their path, newest first. It does not
+//! read contents (that is `Grep`) or list one directory (`Ls`); the walk it shares
+//! with `Grep` is `walk`.
 
-use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::path::Path;
 
 use futures::future::BoxFuture;
 use globset::GlobBuilder;
-use ignore::WalkBuilder;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::walk::{self, Walk, newest_first};
 use crate::error::ToolError;
 use crate::tools::{Concurrency, Tool, ToolContext};
 
 /// Paths shown at most; the model is told how many more there were.
 const MAX_RESULTS: usize = 100;
-
-/// Names no search descends into (unless asked to search inside one): version-control
-/// internals (`.git` may also be a file, in a worktree), and the session journals,
-/// which would otherwise match whatever the model has just searched for.
-const SKIPPED_DIRS: [&str; 2] = [".git", ".orchestrate"];
 
 const DESCRIPTION: &str = "\
 Finds files whose path matches a glob pattern and returns their paths (relative to the \
@@ -105,30 +99,22 @@ impl Tool for Glob {
                 }));
             }
             let cancel = ctx.cancel.clone();
-            let found = super::blocking(move || {
-                let mut found = Vec::new();
-                for entry in walker(&dir).build() {
-                    if cancel.is_cancelled() {
-                        return Err(ToolError::Cancelled);
-                    }
-                    let Ok(entry) = entry else { continue };
-                    let is_file = entry.file_type().is_some_and(|t| t.is_file());
-                    let relative = entry.path().strip_prefix(&dir).unwrap_or(entry.path());
-                    if is_file && matcher.is_match(relative) {
-                        found.push(entry.into_path());
-                    }
-                }
-                Ok(newest_first(found))
+            let walked = super::blocking(move || {
+                Walk::new(&dir).files(&cancel, |path| {
+                    matcher.is_match(path.strip_prefix(&dir).unwrap_or(path))
+                })
             })
             .await?;
-            if found.is_empty() {
-                return Ok("No files found".into());
-            }
+            let warnings = walk::warnings(&walked.skipped, ctx);
+            let found = newest_first(walked.files);
             let mut out: Vec<String> = found
                 .iter()
                 .take(MAX_RESULTS)
                 .map(|p| ctx.display(p))
                 .collect();
+            if found.is_empty() {
+                out.push("No files found".into());
+            }
             if found.len() > MAX_RESULTS {
                 let more = found.len() - MAX_RESULTS;
                 out.push(format!(
@@ -136,49 +122,15 @@ impl Tool for Glob {
                      pattern or path]"
                 ));
             }
+            out.extend(warnings);
             Ok(out.join("\n"))
         })
     }
 }
 
-/// The walk every search uses: honours .gitignore and .ignore files (also outside a
-/// git repository, and those of the directories above `root`), includes hidden files,
-/// never follows symlinks (their targets may lie outside the workspace), and skips
-/// [`SKIPPED_DIRS`]. The user's global git excludes are not read: what a search sees
-/// depends on the workspace alone.
-pub(crate) fn walker(root: &Path) -> WalkBuilder {
-    let mut builder = WalkBuilder::new(root);
-    builder
-        .hidden(false)
-        .require_git(false)
-        // Ignore files above the searched directory (a dotfiles repo in $HOME, say)
-        // must not hide the workspace's files.
-        .parents(false)
-        .git_global(false)
-        .follow_links(false)
-        .filter_entry(|entry| !SKIPPED_DIRS.iter().any(|d| entry.file_name() == *d));
-    builder
-}
-
-/// Sorts files by modification time, newest first, ties by path; a file whose time
-/// cannot be read counts as oldest.
-pub(crate) fn newest_first(files: Vec<PathBuf>) -> Vec<PathBuf> {
-    let mut timed: Vec<(SystemTime, PathBuf)> = files
-        .into_iter()
-        .map(|path| {
-            let modified = std::fs::metadata(&path)
-                .and_then(|m| m.modified())
-                .unwrap_or(SystemTime::UNIX_EPOCH);
-            (modified, path)
-        })
-        .collect();
-    timed.sort_by(|(ta, pa), (tb, pb)| tb.cmp(ta).then_with(|| pa.cmp(pb)));
-    timed.into_iter().map(|(_, path)| path).collect()
-}
-
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::time::{Duration, SystemTime};
 
     use serde_json::json;
 
@@ -250,6 +202,98 @@ mod tests {
         std::fs::write(ctx.workspace.join(".ignore"), "notes/\n").unwrap();
         let out = glob(&ctx, json!({"pattern": "**/*.rs"})).await.unwrap();
         assert_eq!(out, ".github/build.rs\nsrc/main.rs");
+    }
+
+    #[tokio::test]
+    async fn a_gitignore_to_dev_zero_and_a_fifo_ignore_are_skipped_with_a_warning() {
+        let (_d, ctx) = workspace();
+        write(
+            &ctx,
+            &["src/main.rs", "sub/kept.rs", "sub/gone.rs", "target/out.rs"],
+        );
+        std::os::unix::fs::symlink("/dev/zero", ctx.workspace.join(".gitignore")).unwrap();
+        crate::tools::fifo(&ctx.workspace.join(".ignore"));
+        crate::tools::fifo(&ctx.workspace.join("sub/.gitignore"));
+        std::fs::create_dir_all(ctx.workspace.join(".git/info")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", ctx.workspace.join(".git/info/exclude")).unwrap();
+        // A readable ignore file beside them still counts.
+        std::fs::write(ctx.workspace.join("sub/.ignore"), "gone.rs\n").unwrap();
+        // Returns at all: before, the walk read /dev/zero until memory ran out, or
+        // waited on the FIFO forever.
+        let out = glob(&ctx, json!({"pattern": "**/*.rs"})).await.unwrap();
+        assert_eq!(
+            out,
+            "target/out.rs\nsub/kept.rs\nsrc/main.rs\n\
+             [warning: .git/info/exclude: not a regular file; its ignore rules were not applied]\n\
+             [warning: .gitignore: not a regular file; its ignore rules were not applied]\n\
+             [warning: .ignore: not a regular file; its ignore rules were not applied]\n\
+             [warning: sub/.gitignore: not a regular file; its ignore rules were not applied]"
+        );
+        let none = glob(&ctx, json!({"pattern": "*.py"})).await.unwrap();
+        assert!(none.starts_with("No files found\n[warning: "), "{none}");
+    }
+
+    #[tokio::test]
+    async fn an_oversize_ignore_file_is_skipped_with_a_warning() {
+        let (_d, ctx) = workspace();
+        write(&ctx, &["a.rs"]);
+        let huge = "*.rs\n".repeat(small_file_limit() / 5 + 1);
+        std::fs::write(ctx.workspace.join(".gitignore"), &huge).unwrap();
+        let out = glob(&ctx, json!({"pattern": "*.rs"})).await.unwrap();
+        assert_eq!(
+            out,
+            format!(
+                "a.rs\n[warning: .gitignore: too large ({} bytes; the limit is {}); its ignore \
+                 rules were not applied]",
+                huge.len(),
+                small_file_limit()
+            )
+        );
+    }
+
+    fn small_file_limit() -> usize {
+        crate::small_file::MAX_BYTES as usize
+    }
+
+    #[tokio::test]
+    async fn ignore_rules_rank_as_ripgrep_ranks_them() {
+        let (_d, ctx) = workspace();
+        write(
+            &ctx,
+            &[
+                "a.log",
+                "keep.log",
+                "deep/b.log",
+                "deep/c.log",
+                "deep/d.tmp",
+                "wt/e.rs",
+                "x.tmp",
+            ],
+        );
+        std::fs::write(
+            ctx.workspace.join(".gitignore"),
+            "*.log\n!keep.log\n*.tmp\n",
+        )
+        .unwrap();
+        // Deeper rules win; `.ignore` outranks `.gitignore` in its directory.
+        std::fs::write(ctx.workspace.join("deep/.gitignore"), "!b.log\n").unwrap();
+        std::fs::write(ctx.workspace.join("deep/.ignore"), "!d.tmp\n").unwrap();
+        std::fs::create_dir_all(ctx.workspace.join(".git/info")).unwrap();
+        std::fs::write(ctx.workspace.join(".git/info/exclude"), "wt/\n").unwrap();
+        let out = glob(&ctx, json!({"pattern": "**/*"})).await.unwrap();
+        let mut found: Vec<&str> = out.lines().collect();
+        found.sort_unstable();
+        assert_eq!(
+            found,
+            [
+                ".gitignore",
+                "deep/.gitignore",
+                "deep/.ignore",
+                "deep/b.log",
+                "deep/d.tmp",
+                "keep.log"
+            ]
+        );
     }
 
     #[tokio::test]

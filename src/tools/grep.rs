@@ -1,6 +1,6 @@
 //! The `Grep` tool: searches file contents with ripgrep's crates (grep-regex for the
 //! pattern, grep-searcher for the lines and their context) over the files the shared
-//! walk (`glob::walker`) sees, and prints the result the way ripgrep would. It does not
+//! walk (`walk`) sees, and prints the result the way ripgrep would. It does not
 //! find files by name (that is `Glob`) or read whole files (`Read`).
 //!
 //! This file holds the tool as the model sees it and the tests that drive whole calls;
@@ -36,9 +36,10 @@ with `type` (a ripgrep file type: `rust`, `py`, `js`, `ts`, `go`, `java`, `c`, `
 `multiline: true` to let a pattern span lines (`.` then matches newlines too). Escape \
 regex metacharacters to find them literally: `interface\\{\\}` finds `interface{}`.
 
-At most `head_limit` entries (lines, paths or counts; 500 by default, 0 for no limit) are \
-shown, then a note says how many more there were. Lines longer than 500 characters are \
-cut.";
+At most `head_limit` entries (lines, paths or counts; 500 by default, 0 for as many as fit) \
+are shown, and at most 256 KiB in all; then a note says how many more there were. Lines \
+longer than 500 characters are cut. Files with a line longer than 16 MiB (in a multiline \
+search: files larger than 16 MiB) are not searched, and the output names them.";
 
 /// Searches file contents.
 #[derive(Debug)]
@@ -288,6 +289,97 @@ mod tests {
             "x".repeat(500)
         );
         assert_eq!(out, expected);
+    }
+
+    #[tokio::test]
+    async fn a_gitignore_to_dev_zero_and_a_fifo_ignore_are_skipped_with_a_warning() {
+        let (_d, ctx) = fixture();
+        std::fs::remove_file(ctx.workspace.join(".gitignore")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", ctx.workspace.join(".gitignore")).unwrap();
+        crate::tools::fifo(&ctx.workspace.join(".ignore"));
+        let input = json!({"pattern": "hello", "output_mode": "content"});
+        let out = grep(&ctx, input).await.unwrap();
+        // target/ is no longer ignored: its .gitignore was not read.
+        assert_eq!(
+            out,
+            "src/lib.rs:1:pub fn hello() {}\nsrc/main.py:1:print('hello')\n\
+             target/gen.rs:1:fn hello() {}\n\
+             [warning: .gitignore: not a regular file; its ignore rules were not applied]\n\
+             [warning: .ignore: not a regular file; its ignore rules were not applied]"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_glob_outranks_the_ignore_files_as_with_rg_glob() {
+        let (_d, ctx) = fixture();
+        write(&ctx, &[("notes.log", b"hello\n"), (".ignore", b"*.log\n")]);
+        let plain = grep(&ctx, json!({"pattern": "hello", "glob": "*.py"})).await;
+        assert_eq!(plain.unwrap(), "src/main.py");
+        let out = grep(&ctx, json!({"pattern": "hello", "glob": "*.log"}))
+            .await
+            .unwrap();
+        assert_eq!(out, "notes.log");
+        // An ignored directory stays unsearched: a glob selects files, not their
+        // directories (as with rg --glob).
+        let out = grep(&ctx, json!({"pattern": "hello", "glob": "target/*.rs"}))
+            .await
+            .unwrap();
+        assert_eq!(out, "No files found");
+    }
+
+    #[tokio::test]
+    async fn head_limit_zero_over_a_huge_match_set_stops_at_the_output_cap() {
+        let (_d, ctx) = workspace();
+        let lines: String = (0..200_000).map(|i| format!("match {i}\n")).collect();
+        write(&ctx, &[("many.txt", lines.as_bytes())]);
+        for mode in ["content", "count", "files_with_matches"] {
+            let input = json!({"pattern": "match", "output_mode": mode, "head_limit": 0});
+            let out = grep(&ctx, input).await.unwrap();
+            assert!(out.len() <= output::MAX_OUTPUT_BYTES + 200, "{}", out.len());
+            if mode == "content" {
+                let shown = out.lines().count() - 1;
+                assert_eq!(out.lines().next(), Some("many.txt:1:match 0"));
+                assert_eq!(
+                    out.lines().last().unwrap(),
+                    format!(
+                        "[{} more lines not shown: the output stops at 256 KiB; narrow the \
+                         search with path, glob or type]",
+                        200_000 - shown
+                    )
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_multiline_search_does_not_read_a_file_past_the_heap_limit() {
+        let (_d, ctx) = workspace();
+        let big = vec![b'a'; search::HEAP_LIMIT + 1];
+        write(&ctx, &[("big.txt", &big), ("small.txt", b"a\nb\n")]);
+        let input = json!({"pattern": "a\nb", "multiline": true, "output_mode": "content"});
+        let out = grep(&ctx, input).await.unwrap();
+        assert_eq!(
+            out,
+            format!(
+                "small.txt:1:a\nsmall.txt:2:b\n[warning: not searched: big.txt ({} bytes): a \
+                 multiline search reads whole files, of at most 16 MiB; search it without \
+                 multiline]",
+                big.len()
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn a_line_past_the_heap_limit_is_not_held() {
+        let (_d, ctx) = workspace();
+        let mut long = vec![b'a'; search::HEAP_LIMIT + 1];
+        long.extend_from_slice(b"\nneedle\n");
+        write(&ctx, &[("long.txt", &long), ("short.txt", b"needle\n")]);
+        let out = grep(&ctx, json!({"pattern": "needle"})).await.unwrap();
+        assert_eq!(
+            out,
+            "short.txt\n[warning: not searched: long.txt: it has a line longer than 16 MiB]"
+        );
     }
 
     #[tokio::test]

@@ -275,16 +275,11 @@ pub fn summarize(tool: &str, input: &serde_json::Value) -> String {
     match tool {
         "Bash" => text("command").to_owned(),
         "Edit" => {
-            let diff = similar::TextDiff::from_lines(text("old_string"), text("new_string"))
-                .unified_diff()
-                .context_radius(2)
-                .to_string();
+            let diff = super::full_diff(text("old_string"), text("new_string"), 2);
             format!("{}\n{diff}", text("file_path"))
         }
         "Write" => {
-            let diff = similar::TextDiff::from_lines("", text("content"))
-                .unified_diff()
-                .to_string();
+            let diff = super::full_diff("", text("content"), 3);
             format!(
                 "{} ({} lines)\n{diff}",
                 text("file_path"),

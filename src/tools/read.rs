@@ -93,6 +93,12 @@ fn read(
             "{shown} is a directory: use Ls to list it"
         )));
     }
+    let not_regular = || ToolError::Failed(format!("{shown} is not a regular file"));
+    // Looked at before it is opened: opening a FIFO would wait for a writer forever.
+    match std::fs::metadata(path) {
+        Ok(meta) if !meta.is_file() => return Err(not_regular()),
+        Ok(_) | Err(_) => {}
+    }
     let file = std::fs::File::open(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => ToolError::Failed(format!("{shown} does not exist")),
         _ => ToolError::Failed(format!("{shown}: {e}")),
@@ -101,7 +107,7 @@ fn read(
         .metadata()
         .map_err(|e| ToolError::Failed(format!("{shown}: {e}")))?;
     if !meta.is_file() {
-        return Err(ToolError::Failed(format!("{shown} is not a regular file")));
+        return Err(not_regular());
     }
     let stamp = files::Stamp::of(&meta);
     // The file is streamed: a huge log costs time to count its lines, not memory.
@@ -127,8 +133,7 @@ fn read(
     let mut raw = Vec::new();
     loop {
         raw.clear();
-        let n = reader
-            .read_until(b'\n', &mut raw)
+        let n = read_line_cut(&mut reader, &mut raw)
             .map_err(|e| ToolError::Failed(format!("{shown}: {e}")))?;
         if n == 0 {
             break;
@@ -170,6 +175,36 @@ fn read(
         ));
     }
     Ok((out, stamp))
+}
+
+/// Reads one line (through its `\n`) and returns its length, keeping only its first
+/// bytes in `line`: enough for [`MAX_LINE_CHARS`] characters and one more, so that
+/// a cut line is seen as cut. A file that is one line of gigabytes costs the time to
+/// scan it, not the memory to hold it.
+fn read_line_cut(reader: &mut impl std::io::BufRead, line: &mut Vec<u8>) -> std::io::Result<usize> {
+    const KEPT: usize = MAX_LINE_CHARS * 4 + 4;
+    let mut length = 0;
+    loop {
+        let buffer = match reader.fill_buf() {
+            Ok(buffer) => buffer,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buffer.is_empty() {
+            return Ok(length);
+        }
+        let (taken, ended) = match memchr::memchr(b'\n', buffer) {
+            Some(end) => (end + 1, true),
+            None => (buffer.len(), false),
+        };
+        let room = KEPT.saturating_sub(line.len());
+        line.extend_from_slice(&buffer[..taken.min(room)]);
+        reader.consume(taken);
+        length += taken;
+        if ended {
+            return Ok(length);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -231,6 +266,60 @@ mod tests {
             .unwrap();
         assert!(out.len() <= MAX_BYTES + 200, "{}", out.len());
         assert!(out.contains("To read on, call Read with offset="));
+    }
+
+    #[tokio::test]
+    async fn a_file_of_one_50_mb_line_is_cut_without_being_held() {
+        use std::io::Write;
+        let (_dir, ctx) = test_context();
+        let path = ctx.workspace.join("bundle.min.js");
+        let mut file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+        let chunk = vec![b'a'; 1 << 20];
+        for _ in 0..50 {
+            file.write_all(&chunk).unwrap();
+        }
+        file.into_inner().unwrap().sync_all().unwrap();
+        let out = Read
+            .call(serde_json::json!({"file_path": "bundle.min.js"}), &ctx)
+            .await
+            .unwrap();
+        assert_eq!(
+            out,
+            format!(
+                "     1\t{}… [line cut at 2000 characters]\n",
+                "a".repeat(MAX_LINE_CHARS)
+            )
+        );
+    }
+
+    #[test]
+    fn a_line_is_scanned_to_its_end_but_only_its_head_is_kept() {
+        use std::io::Read as _;
+        let endless = std::io::repeat(b'x').take(256 << 20);
+        let mut reader = std::io::BufReader::new(endless.chain(&b"\nnext\n"[..]));
+        let mut line = Vec::new();
+        assert_eq!(
+            read_line_cut(&mut reader, &mut line).unwrap(),
+            (256 << 20) + 1
+        );
+        assert_eq!(line.len(), MAX_LINE_CHARS * 4 + 4);
+        assert!(line.capacity() < 64 * 1024, "{}", line.capacity());
+        line.clear();
+        assert_eq!(read_line_cut(&mut reader, &mut line).unwrap(), 5);
+        assert_eq!(line, b"next\n");
+        line.clear();
+        assert_eq!(read_line_cut(&mut reader, &mut line).unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_fifo_is_refused_at_once() {
+        let (_dir, ctx) = test_context();
+        crate::tools::fifo(&ctx.workspace.join("pipe"));
+        let err = Read
+            .call(serde_json::json!({"file_path": "pipe"}), &ctx)
+            .await
+            .unwrap_err();
+        assert_eq!(err.to_string(), "pipe is not a regular file");
     }
 
     #[tokio::test]

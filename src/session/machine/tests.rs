@@ -4,6 +4,7 @@
 //! session ([`sim`]) carries out the effects the way the actor does.
 
 mod cancel;
+mod cap;
 mod conversations;
 mod properties;
 mod resume;

@@ -5,6 +5,10 @@
 //! A call whose tool has effects starts only once the records of its turn are
 //! durable: a tool's effects must never precede the record of the turn that asked
 //! for them, or a resumed session could run it again.
+//!
+//! A turn's first [`MAX_CALLS_PER_TURN`] calls run; each call after them gets an
+//! error result saying why, at once, so a model that asks for thousands of calls in
+//! one answer costs nothing but those results.
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -16,6 +20,23 @@ use crate::journal::Record;
 use crate::protocol::EventKind;
 use crate::tools::Concurrency;
 use crate::tools::scheduler::{self, Batch, plan};
+
+/// Calls of one model turn that run, at most.
+pub(crate) const MAX_CALLS_PER_TURN: usize = 64;
+
+/// The result of a call past [`MAX_CALLS_PER_TURN`], at `position` (from 0) in its
+/// turn: not run, and why.
+pub(super) fn refused(call: &ToolCall, position: usize) -> ToolResult {
+    ToolResult {
+        tool_call_id: call.id.clone(),
+        content: format!(
+            "Error: this call was not run: a turn may make at most {MAX_CALLS_PER_TURN} tool \
+             calls, and this was call {}. Make the calls that were not run in a later turn.",
+            position + 1
+        ),
+        is_error: true,
+    }
+}
 
 /// One turn's tool calls in flight.
 #[derive(Debug)]
@@ -48,6 +69,7 @@ impl Machine {
         let tools = &self.spec.tools;
         let classes: Vec<Concurrency> = calls
             .iter()
+            .take(MAX_CALLS_PER_TURN)
             .map(|c| match (tools.get(&c.name), c.parsed_arguments()) {
                 (Some(tool), Ok(input)) => tool.concurrency(&input),
                 // An unknown tool or bad JSON fails at once without touching anything.
@@ -74,7 +96,31 @@ impl Machine {
             bounds_itself,
             resumed,
         });
+        self.refuse_past_cap();
         self.advance_tools(now);
+    }
+
+    /// Gives every call past [`MAX_CALLS_PER_TURN`] its refusal, announced as any
+    /// call that could not be run is.
+    fn refuse_past_cap(&mut self) {
+        let Some(turn) = self.tool_turn() else {
+            return;
+        };
+        let past: Vec<(usize, ToolCall)> = turn
+            .calls
+            .iter()
+            .cloned()
+            .enumerate()
+            .skip(MAX_CALLS_PER_TURN)
+            .collect();
+        for (index, call) in past {
+            self.publish(EventKind::ToolStarted {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            });
+            self.store_result(index, refused(&call, index));
+        }
     }
 
     fn tool_turn(&mut self) -> Option<&mut ToolTurn> {

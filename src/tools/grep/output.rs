@@ -11,6 +11,10 @@ use tokio_util::sync::CancellationToken;
 /// Characters of one line shown at most (minified files have lines of megabytes).
 const MAX_LINE_CHARS: usize = 500;
 
+/// Bytes of output at most, whatever `head_limit` says: the entries are cut as they
+/// are made, so a search that matches everything costs time, not memory.
+pub(super) const MAX_OUTPUT_BYTES: usize = 256 * 1024;
+
 /// What a search prints.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -22,22 +26,61 @@ pub(super) enum OutputMode {
     Count,
 }
 
-/// The output's entries with the head limit applied: the first `limit` are kept, the
-/// rest only counted.
+/// The output's entries with the head limit and [`MAX_OUTPUT_BYTES`] applied: the
+/// first are kept, the rest only counted.
 #[derive(Debug)]
 pub(super) struct Entries {
     pub(super) shown: Vec<String>,
     pub(super) limit: usize,
+    /// Bytes of the entries kept, each with its line end.
+    pub(super) bytes: usize,
     pub(super) omitted: usize,
+    /// The output reached [`MAX_OUTPUT_BYTES`] (rather than the head limit).
+    pub(super) full: bool,
 }
 
 impl Entries {
-    pub(super) fn push(&mut self, entry: String) {
-        if self.shown.len() < self.limit {
-            self.shown.push(entry);
-        } else {
-            self.omitted += 1;
+    pub(super) fn new(limit: usize) -> Self {
+        Self {
+            shown: Vec::new(),
+            limit,
+            bytes: 0,
+            omitted: 0,
+            full: false,
         }
+    }
+
+    pub(super) fn push(&mut self, entry: String) {
+        if self.full || self.shown.len() >= self.limit {
+            self.omitted += 1;
+        } else if self.bytes + entry.len() + 1 > MAX_OUTPUT_BYTES {
+            self.full = true;
+            self.omitted += 1;
+        } else {
+            self.bytes += entry.len() + 1;
+            self.shown.push(entry);
+        }
+    }
+
+    /// Takes what one file contributed: its lines, then what did not fit.
+    pub(super) fn take(&mut self, sink: FileSink<'_>) {
+        let (overflow, full) = (sink.overflow, sink.full);
+        for line in sink.lines {
+            self.push(line);
+        }
+        self.omitted += overflow;
+        self.full |= full;
+    }
+
+    /// Room left for one file's lines: entries, and bytes.
+    pub(super) fn room(&self) -> (usize, usize) {
+        if self.full {
+            return (0, 0);
+        }
+        (
+            self.limit.saturating_sub(self.shown.len()),
+            MAX_OUTPUT_BYTES.saturating_sub(self.bytes),
+        )
     }
 
     pub(super) fn is_empty(&self) -> bool {
@@ -58,38 +101,81 @@ impl Entries {
                 OutputMode::FilesWithMatches => "files",
                 OutputMode::Count => "counts",
             };
-            out.push_str(&format!(
-                "\n[{} more {what} not shown; narrow the search with path, glob or type, or \
-                 raise head_limit]",
-                self.omitted
-            ));
+            let omitted = self.omitted;
+            out.push_str(&if self.full {
+                format!(
+                    "\n[{omitted} more {what} not shown: the output stops at {} KiB; narrow \
+                     the search with path, glob or type]",
+                    MAX_OUTPUT_BYTES / 1024
+                )
+            } else {
+                format!(
+                    "\n[{omitted} more {what} not shown; narrow the search with path, glob or \
+                     type, or raise head_limit]"
+                )
+            });
         }
         out
     }
 }
 
-/// Collects what one file contributes to the output: its lines (at most `room` of
-/// them, the rest counted in `overflow`) or its number of matching lines.
+/// Collects what one file contributes to the output: its lines (as many as the room
+/// left in the output holds, the rest counted in `overflow`) or its number of
+/// matching lines.
 #[derive(Debug)]
 pub(super) struct FileSink<'a> {
-    pub(super) mode: OutputMode,
-    pub(super) path: &'a str,
-    pub(super) line_numbers: bool,
-    pub(super) room: usize,
-    pub(super) cancel: &'a CancellationToken,
-    pub(super) lines: Vec<String>,
-    pub(super) overflow: usize,
+    mode: OutputMode,
+    path: &'a str,
+    line_numbers: bool,
+    cancel: &'a CancellationToken,
+    /// Lines, and bytes, the output has room for.
+    room: (usize, usize),
+    lines: Vec<String>,
+    bytes: usize,
+    overflow: usize,
+    /// The lines reached the room in bytes.
+    full: bool,
     pub(super) matched_lines: u64,
     /// The file turned out to hold a NUL byte; what it matched is dropped.
     pub(super) binary: bool,
 }
 
-impl FileSink<'_> {
+impl<'a> FileSink<'a> {
+    /// A sink for the file shown as `path`, with `room` (lines, bytes) left.
+    pub(super) fn new(
+        mode: OutputMode,
+        path: &'a str,
+        line_numbers: bool,
+        cancel: &'a CancellationToken,
+        room: (usize, usize),
+    ) -> Self {
+        Self {
+            mode,
+            path,
+            line_numbers,
+            cancel,
+            room,
+            lines: Vec::new(),
+            bytes: 0,
+            overflow: 0,
+            full: false,
+            matched_lines: 0,
+            binary: false,
+        }
+    }
+
     fn push(&mut self, entry: impl FnOnce() -> String) {
-        if self.lines.len() < self.room {
-            self.lines.push(entry());
-        } else {
+        if self.full || self.lines.len() >= self.room.0 {
             self.overflow += 1;
+            return;
+        }
+        let entry = entry();
+        if self.bytes + entry.len() + 1 > self.room.1 {
+            self.full = true;
+            self.overflow += 1;
+        } else {
+            self.bytes += entry.len() + 1;
+            self.lines.push(entry);
         }
     }
 
@@ -99,6 +185,8 @@ impl FileSink<'_> {
         let path = self.path;
         let line_numbers = self.line_numbers;
         self.push(|| {
+            // Only what can be shown is decoded: a line may be megabytes long.
+            let bytes = &bytes[..bytes.len().min(MAX_LINE_CHARS * 4 + 4)];
             let text = String::from_utf8_lossy(bytes);
             let text = text.trim_end_matches(['\n', '\r']);
             let text = match text.char_indices().nth(MAX_LINE_CHARS) {

@@ -2,12 +2,15 @@
 //! multiline), the walk narrowed by path, glob and type, the context asked for, the
 //! head limit; then the walk and the search of each file in path order. How each
 //! mode prints is in `output`.
+//!
+//! Memory is bounded whatever the files hold: a line longer than [`HEAP_LIMIT`] (or,
+//! in a multiline search, which reads each file whole, a file larger than it) is not
+//! searched, and the output says which files were not.
 
 use std::path::PathBuf;
 
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder};
-use ignore::WalkBuilder;
 use ignore::overrides::OverrideBuilder;
 use ignore::types::TypesBuilder;
 use schemars::JsonSchema;
@@ -16,11 +19,18 @@ use serde::Deserialize;
 use super::output::{Entries, FileSink, OutputMode};
 use crate::error::ToolError;
 use crate::tools::ToolContext;
-use crate::tools::glob::{newest_first, walker};
+use crate::tools::walk::{self, Walk, newest_first};
 
 /// Entries shown when the model gives no `head_limit`: enough for any focused search,
 /// few enough that a careless one does not flood the context.
 const DEFAULT_HEAD_LIMIT: usize = 500;
+
+/// The most heap one search uses for a file: the longest line it holds (the whole
+/// file, in a multiline search). Safe calls run ten at a time.
+pub(super) const HEAP_LIMIT: usize = 16 * 1024 * 1024;
+
+/// Files not searched, named one by one at most; the rest are counted.
+const MAX_WARNINGS: usize = 10;
 
 /// Input of `Grep`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -55,7 +65,7 @@ pub(super) struct GrepInput {
     #[serde(rename = "-C")]
     context: Option<usize>,
     /// Show only the first N entries (lines, paths or counts), like `| head -N`.
-    /// Defaults to 500; 0 means no limit.
+    /// Defaults to 500; 0 means as many as fit in the output (256 KiB).
     head_limit: Option<usize>,
     /// Let the pattern span lines, with `.` matching newlines (rg -U --multiline-dotall).
     multiline: Option<bool>,
@@ -65,8 +75,9 @@ pub(super) struct GrepInput {
 #[derive(Debug)]
 pub(super) struct Search {
     ctx: ToolContext,
-    walker: WalkBuilder,
+    walk: Walk,
     matcher: RegexMatcher,
+    multiline: bool,
     searcher: Searcher,
     mode: OutputMode,
     line_numbers: bool,
@@ -98,7 +109,7 @@ impl Search {
                 "{shown}: no such file or directory"
             )));
         }
-        let mut walker = walker(&root);
+        let mut walk = Walk::new(&root);
         if let Some(glob) = input.glob.as_deref().filter(|g| !g.is_empty()) {
             // Rooted at the workspace, as ripgrep roots `--glob` at its working directory.
             let mut overrides = OverrideBuilder::new(&ctx.workspace);
@@ -108,7 +119,7 @@ impl Search {
             let overrides = overrides
                 .build()
                 .map_err(|e| ToolError::InvalidInput(format!("bad glob {glob:?}: {e}")))?;
-            walker.overrides(overrides);
+            walk.overrides(overrides);
         }
         if let Some(name) = input.file_type.as_deref().filter(|t| !t.is_empty()) {
             let types = TypesBuilder::new()
@@ -118,7 +129,7 @@ impl Search {
                 .map_err(|e| {
                     ToolError::InvalidInput(format!("{e}; use `glob` to select other files"))
                 })?;
-            walker.types(types);
+            walk.types(types);
         }
         let mode = input.output_mode.unwrap_or_default();
         let (before, after) = if mode == OutputMode::Content {
@@ -135,16 +146,19 @@ impl Search {
             .before_context(before)
             .after_context(after)
             .binary_detection(BinaryDetection::quit(b'\0'))
+            .heap_limit(Some(HEAP_LIMIT))
             .build();
         Ok(Self {
             ctx: ctx.clone(),
-            walker,
+            walk,
             matcher,
+            multiline,
             searcher,
             mode,
             line_numbers: input.line_numbers.unwrap_or(true),
             context: before > 0 || after > 0,
             limit: match input.head_limit {
+                // No count limit; the output's own limit in bytes still holds.
                 Some(0) => usize::MAX,
                 Some(limit) => limit,
                 None => DEFAULT_HEAD_LIMIT,
@@ -154,42 +168,51 @@ impl Search {
 
     /// Walks, searches each file in path order, and renders the output.
     pub(super) fn run(mut self) -> Result<String, ToolError> {
-        let mut files = Vec::new();
-        for entry in self.walker.build() {
-            if self.ctx.cancel.is_cancelled() {
-                return Err(ToolError::Cancelled);
-            }
-            let Ok(entry) = entry else { continue };
-            if entry.file_type().is_some_and(|t| t.is_file()) {
-                files.push(entry.into_path());
-            }
-        }
+        let walked = self.walk.files(&self.ctx.cancel, |_| true)?;
+        let mut files = walked.files;
         files.sort();
-        let mut entries = Entries {
-            shown: Vec::new(),
-            limit: self.limit,
-            omitted: 0,
-        };
+        let mut entries = Entries::new(self.limit);
         let mut matched: Vec<PathBuf> = Vec::new();
+        let mut unsearched: Vec<String> = Vec::new();
         for file in files {
             if self.ctx.cancel.is_cancelled() {
                 return Err(ToolError::Cancelled);
             }
             let path = self.ctx.display(&file);
-            let mut sink = FileSink {
-                mode: self.mode,
-                path: &path,
-                line_numbers: self.line_numbers,
-                room: entries.limit.saturating_sub(entries.shown.len()),
-                cancel: &self.ctx.cancel,
-                lines: Vec::new(),
-                overflow: 0,
-                matched_lines: 0,
-                binary: false,
-            };
-            // A file that cannot be read is skipped, as ripgrep skips it.
-            let searched = self.searcher.search_path(&self.matcher, &file, &mut sink);
-            if searched.is_err() || sink.binary || sink.matched_lines == 0 {
+            // A multiline search reads the whole file: one too large is not read.
+            if self.multiline
+                && let Ok(meta) = std::fs::metadata(&file)
+                && meta.len() > HEAP_LIMIT as u64
+            {
+                unsearched.push(format!(
+                    "{path} ({} bytes): a multiline search reads whole files, of at most {} \
+                     MiB; search it without multiline",
+                    meta.len(),
+                    HEAP_LIMIT >> 20
+                ));
+                continue;
+            }
+            let mut sink = FileSink::new(
+                self.mode,
+                &path,
+                self.line_numbers,
+                &self.ctx.cancel,
+                entries.room(),
+            );
+            match self.searcher.search_path(&self.matcher, &file, &mut sink) {
+                Ok(()) => {}
+                // The searcher's own words for its heap limit.
+                Err(e) if e.to_string().contains("allocation limit") => {
+                    unsearched.push(format!(
+                        "{path}: it has a line longer than {} MiB",
+                        HEAP_LIMIT >> 20
+                    ));
+                    continue;
+                }
+                // A file that cannot be read is skipped, as ripgrep skips it.
+                Err(_) => continue,
+            }
+            if sink.binary || sink.matched_lines == 0 {
                 continue;
             }
             match self.mode {
@@ -199,11 +222,7 @@ impl Search {
                     if self.context && !entries.is_empty() {
                         entries.push("--".into());
                     }
-                    let overflow = sink.overflow;
-                    for line in sink.lines {
-                        entries.push(line);
-                    }
-                    entries.omitted += overflow;
+                    entries.take(sink);
                 }
             }
         }
@@ -214,6 +233,15 @@ impl Search {
         for file in newest_first(matched) {
             entries.push(self.ctx.display(&file));
         }
-        Ok(entries.render(self.mode))
+        let mut out = vec![entries.render(self.mode)];
+        for file in unsearched.iter().take(MAX_WARNINGS) {
+            out.push(format!("[warning: not searched: {file}]"));
+        }
+        if unsearched.len() > MAX_WARNINGS {
+            let more = unsearched.len() - MAX_WARNINGS;
+            out.push(format!("[warning: {more} more files were not searched]"));
+        }
+        out.extend(walk::warnings(&walked.skipped, &self.ctx));
+        Ok(out.join("\n"))
     }
 }
