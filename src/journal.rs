@@ -1,6 +1,6 @@
 //! Session journals (DESIGN §5): `.orchestrate/sessions/<id>.jsonl`, one JSON record a
 //! line: the record format, where journals live, and reading them back. Writing is
-//! [`writer`]'s: appends are buffered; a sync makes everything appended before it
+//! `writer`'s: appends are buffered; a sync makes everything appended before it
 //! durable.
 
 pub(crate) mod recorder;

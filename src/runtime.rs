@@ -1,6 +1,6 @@
 //! The public handle on a running actor tree: start and resume sessions, send
 //! prompts, cancel, watch events, shut down, and run Task calls in their
-//! sub-agents ([`delegate`]). Everything behind it is actors.
+//! sub-agents (`delegate`). Everything behind it is actors.
 
 mod delegate;
 
