@@ -16,6 +16,7 @@ mod prompt_queue;
 mod protocol;
 mod providers;
 mod quickstart;
+mod replay;
 mod resume;
 mod subagents;
 mod supervision;

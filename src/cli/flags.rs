@@ -52,6 +52,11 @@ pub struct Cli {
     /// Answer every provider request from this cassette, with no network.
     #[arg(long, value_name = "FILE", global = true)]
     pub replay: Option<PathBuf>,
+    /// Play the cassette on where the run leaves the recording (another task, a tool
+    /// result that failed where the recorded one succeeded, or the reverse): for
+    /// editing cassettes.
+    #[arg(long, requires = "replay", global = true)]
+    pub replay_lenient: bool,
     /// Print one JSON event per line instead of the answer.
     #[arg(long, global = true)]
     pub json: bool,

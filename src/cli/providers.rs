@@ -101,7 +101,13 @@ pub(super) fn models(
     let mut settings = config::resolve(&flags, &file, |_: &str| None)?;
     // The cassette serves every provider: Claude Code's aliases need no key here.
     settings.inherited_aliases.clear();
-    let cassette: Arc<dyn Provider> = Arc::new(ReplayProvider::new(exchanges));
+    let replay = ReplayProvider::new(exchanges);
+    let replay = if cli.replay_lenient {
+        replay.lenient()
+    } else {
+        replay
+    };
+    let cassette: Arc<dyn Provider> = Arc::new(replay);
     Models::new(settings, |_| Ok(cassette.clone()))
 }
 
