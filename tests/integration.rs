@@ -21,3 +21,4 @@ mod resume;
 mod subagents;
 mod supervision;
 mod tools;
+mod trust;

@@ -57,6 +57,10 @@ pub struct Cli {
     /// editing cassettes.
     #[arg(long, requires = "replay", global = true)]
     pub replay_lenient: bool,
+    /// Let this workspace's orchestrate.toml send model requests to the addresses it
+    /// names (remembered in ~/.config/orchestrate/config.toml).
+    #[arg(long, global = true)]
+    pub trust_workspace: bool,
     /// Print one JSON event per line instead of the answer.
     #[arg(long, global = true)]
     pub json: bool,
