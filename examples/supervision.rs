@@ -64,6 +64,8 @@ fn turn(place: &str, delta: &Value, finish: &str) -> Exchange {
         place: place.to_owned(),
         protocol: "openai".to_owned(),
         request: Value::Null,
+        // Written by hand: nothing recorded to check the replay against.
+        sent: None,
         status: 200,
         response: format!(
             "data: {}\n\ndata: {}\n\ndata: [DONE]\n\n",

@@ -2,7 +2,8 @@
 //! goes to writers the caller passes (main passes stdout and stderr).
 //!
 //! `flags` holds what the command line accepts, `setup` and `providers` what the
-//! flags and the configuration files become, `run` the running of a task (new or
+//! flags and the configuration files become (`trust`: whether a workspace's file
+//! may send model requests where it says), `run` the running of a task (new or
 //! resumed), `resume` which run to resume, `sessions` the runs on record, `control`
 //! the commands to a live run (`ps`, `steer`, `stop`, `kill`), `agents` the `agents`
 //! subcommand, and [`exit`] the exit codes. This file only dispatches.
@@ -23,6 +24,7 @@ mod resume;
 mod run;
 mod sessions;
 mod setup;
+mod trust;
 
 pub use self::flags::{AgentsAction, Cli, Command, SessionsAction};
 

@@ -19,13 +19,17 @@
 //!
 //! What a file may declare is [`ConfigFile`], the result is [`Settings`], and
 //! [`resolve()`] holds the rules that turn flags, environment and files into it.
-//! Reading the files from disk and building clients from the settings is the
-//! caller's job (the CLI's).
+//! A workspace's file that sends requests elsewhere needs the user's trust
+//! ([`redirects`], [`ConfigFile::trusts`], [`remember`]). Reading the files from
+//! disk, asking, and building clients from the settings is the caller's job (the
+//! CLI's).
 
 mod file;
 mod resolve;
 mod settings;
+mod trust;
 
-pub use self::file::{ConfigFile, ModelEntry, ProviderEntry};
+pub use self::file::{ConfigFile, ModelEntry, ProviderEntry, TrustedWorkspace};
 pub use self::resolve::{DEFAULT_ANTHROPIC_MODEL, DEFAULT_OPENAI_MODEL, Flags, resolve};
 pub use self::settings::{ModelRef, ProviderKind, ProviderSettings, Settings};
+pub use self::trust::{Redirect, redirects, remember};

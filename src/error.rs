@@ -120,6 +120,21 @@ pub enum ConfigError {
         /// Why it was refused.
         reason: String,
     },
+    /// A workspace's `orchestrate.toml` sends model requests elsewhere, and the
+    /// workspace is not trusted with those addresses.
+    #[error("{file} sends model requests to {targets}, {}", if *declined {
+        "and you did not trust it; nothing was sent"
+    } else {
+        "and this workspace is not trusted with them; run with --trust-workspace to trust it (remembered in ~/.config/orchestrate/config.toml)"
+    })]
+    Untrusted {
+        /// The workspace's file.
+        file: String,
+        /// Where it sends requests: `"URL" (provider NAME)`, comma-separated.
+        targets: String,
+        /// Whether a person was asked and said no (else nobody could be asked).
+        declined: bool,
+    },
     /// The workspace directory is unusable.
     #[error("workspace {path}: {reason}")]
     Workspace {
@@ -219,6 +234,10 @@ pub enum StreamError {
     /// The provider's content filter stopped the answer.
     #[error("the provider's content filter stopped the answer")]
     Filtered,
+    /// The provider paused the turn (Anthropic's `pause_turn`) more often than one
+    /// turn is continued.
+    #[error("the model paused its turn {0} times without finishing it")]
+    Paused(u32),
 }
 
 /// Everything one model turn can end with, short of success.
@@ -319,10 +338,45 @@ fn classify_api_code(kind: Option<&str>, code: Option<&str>, message: &str) -> O
         || is("invalid_api_key")
         || is("model_not_found")
         || is("content_filter")
+        // Anthropic: no payment, no access, or a body past the byte limit (not the
+        // context window: a shorter prompt of the same turn would not help either).
+        || is("billing_error")
+        || is("permission_error")
+        || is("request_too_large")
     {
         return Some(ErrorClass::Permanent);
     }
     None
+}
+
+/// In-band error kinds (or codes) of both APIs that pass: the same request may well
+/// succeed again.
+const TRANSIENT_KINDS: [&str; 6] = [
+    "server_error",
+    "api_error",
+    "overloaded_error",
+    "rate_limit_error",
+    "rate_limit_exceeded",
+    "timeout_error",
+];
+
+/// In-band error kinds that asking again cannot change.
+const FINAL_KINDS: [&str; 4] = [
+    "invalid_request_error",
+    "authentication_error",
+    "not_found_error",
+    "invalid_api_key",
+];
+
+/// The class an HTTP status gives an error.
+fn status_class(status: u16, retry_after: Option<Duration>) -> ErrorClass {
+    match status {
+        408 | 409 | 425 | 429 | 500..=504 | 520..=529 => {
+            ErrorClass::Retryable { after: retry_after }
+        }
+        413 => ErrorClass::ContextOverflow,
+        _ => ErrorClass::Permanent,
+    }
 }
 
 impl ProviderError {
@@ -334,18 +388,8 @@ impl ProviderError {
                 message,
                 code,
                 retry_after,
-            } => {
-                if let Some(class) = classify_api_code(None, code.as_deref(), message) {
-                    return class;
-                }
-                match status {
-                    408 | 409 | 425 | 429 | 500..=504 | 520..=529 => ErrorClass::Retryable {
-                        after: *retry_after,
-                    },
-                    413 => ErrorClass::ContextOverflow,
-                    _ => ErrorClass::Permanent,
-                }
-            }
+            } => classify_api_code(None, code.as_deref(), message)
+                .unwrap_or_else(|| status_class(*status, *retry_after)),
             Self::InBand {
                 kind,
                 code,
@@ -354,17 +398,22 @@ impl ProviderError {
                 if let Some(class) = classify_api_code(kind.as_deref(), code.as_deref(), message) {
                     return class;
                 }
-                match kind.as_deref() {
-                    Some(
-                        "invalid_request_error"
-                        | "authentication_error"
-                        | "permission_error"
-                        | "not_found_error"
-                        | "invalid_api_key",
-                    ) => ErrorClass::Permanent,
-                    // server_error, rate_limit_error, overloaded_error, api_error and
-                    // unknown kinds: the same request may well succeed again.
-                    _ => ErrorClass::Retryable { after: None },
+                let is_any = |names: &[&str]| {
+                    names
+                        .iter()
+                        .any(|n| kind.as_deref() == Some(*n) || code.as_deref() == Some(*n))
+                };
+                if is_any(&TRANSIENT_KINDS) {
+                    ErrorClass::Retryable { after: None }
+                } else if is_any(&FINAL_KINDS) {
+                    ErrorClass::Permanent
+                } else {
+                    // A kind this client does not know, or none: a numeric code is an
+                    // HTTP status (vLLM and other compatible servers send one);
+                    // otherwise nothing says that asking again could help.
+                    code.as_deref()
+                        .and_then(|c| c.parse::<u16>().ok())
+                        .map_or(ErrorClass::Permanent, |status| status_class(status, None))
                 }
             }
             Self::Connect { .. } | Self::Timeout(_) | Self::Transport(_) => {
@@ -386,7 +435,7 @@ impl StreamError {
             | Self::Disconnected(_)
             | Self::Malformed(_)
             | Self::Empty => ErrorClass::Retryable { after: None },
-            Self::TooLarge { .. } | Self::LimitBeforeOutput | Self::Filtered => {
+            Self::TooLarge { .. } | Self::LimitBeforeOutput | Self::Filtered | Self::Paused(_) => {
                 ErrorClass::Permanent
             }
         }
@@ -523,6 +572,74 @@ mod tests {
             message: "bad".into(),
         };
         assert_eq!(invalid.class(), ErrorClass::Permanent);
+    }
+
+    #[test]
+    fn an_in_band_error_of_an_unknown_kind_is_permanent() {
+        let in_band = |kind: Option<&str>, code: Option<&str>| ProviderError::InBand {
+            kind: kind.map(str::to_owned),
+            code: code.map(str::to_owned),
+            message: "something".into(),
+        };
+        // A kind nobody documents, the generic "error", or none at all: asking
+        // again is not known to help.
+        for kind in [Some("mystery_error"), Some("error"), None] {
+            assert_eq!(
+                in_band(kind, None).class(),
+                ErrorClass::Permanent,
+                "{kind:?}"
+            );
+        }
+        // A numeric code is an HTTP status, classified as one.
+        assert_eq!(
+            in_band(Some("InternalServerError"), Some("503")).class(),
+            ErrorClass::Retryable { after: None }
+        );
+        assert_eq!(
+            in_band(Some("BadRequestError"), Some("400")).class(),
+            ErrorClass::Permanent
+        );
+        // OpenAI's rate limit names its kind by what ran out, and says so in its code.
+        assert_eq!(
+            in_band(Some("tokens"), Some("rate_limit_exceeded")).class(),
+            ErrorClass::Retryable { after: None }
+        );
+        for kind in [
+            "api_error",
+            "overloaded_error",
+            "rate_limit_error",
+            "timeout_error",
+        ] {
+            assert_eq!(
+                in_band(Some(kind), None).class(),
+                ErrorClass::Retryable { after: None },
+                "{kind}"
+            );
+        }
+    }
+
+    #[test]
+    fn anthropic_billing_permission_and_size_errors_are_permanent() {
+        for (kind, status) in [
+            ("billing_error", 402),
+            ("permission_error", 403),
+            ("request_too_large", 413),
+        ] {
+            let in_band = ProviderError::InBand {
+                kind: Some(kind.into()),
+                code: None,
+                message: "no".into(),
+            };
+            assert_eq!(in_band.class(), ErrorClass::Permanent, "{kind}");
+            // As Anthropic's status answers carry them: the type as the code.
+            let answered = ProviderError::Status {
+                status,
+                message: "no".into(),
+                code: Some(kind.into()),
+                retry_after: None,
+            };
+            assert_eq!(answered.class(), ErrorClass::Permanent, "{kind}");
+        }
     }
 
     #[test]

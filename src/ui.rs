@@ -1,8 +1,10 @@
 //! The one module that talks to a person at a terminal: the progress board and its
-//! renderings ([`progress`]), the permission prompt, and role cards.
+//! renderings ([`progress`]), the permission prompt, the question whether to trust a
+//! workspace ([`trust`]), and role cards.
 
 pub mod display;
 pub mod progress;
+pub mod trust;
 
 use std::io::{BufRead, Write};
 
@@ -99,6 +101,10 @@ pub fn parse_answer(line: &str) -> Answer {
 }
 
 impl Approver for TerminalApprover {
+    fn confirm<'a>(&'a self, question: &'a str) -> BoxFuture<'a, Option<bool>> {
+        Box::pin(self.confirm_here(question))
+    }
+
     fn ask(&self, request: PermissionRequest) -> BoxFuture<'_, Answer> {
         Box::pin(async move {
             use std::sync::atomic::Ordering;

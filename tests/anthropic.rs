@@ -1,7 +1,9 @@
 //! Anthropic Messages: every anthropic-* capture in tests/fixtures/sse assembles to
 //! exactly its expected JSON (through the decoder, and through the real client over
 //! HTTP), and the client behaves against the mock: headers, overload retries, an
-//! error event mid-stream, 401, and thinking signatures sent back unchanged.
+//! error event mid-stream, 401, thinking signatures sent back unchanged, a paused
+//! turn (`pause_turn`) continued, and the errors that are never retried (billing,
+//! size, permission, and a type the client does not know).
 
 use std::path::Path;
 use std::time::Duration;
@@ -365,5 +367,83 @@ fn a_client_never_shows_its_key_when_debug_printed() {
     for shown in [format!("{openai:?}"), format!("{anthropic:?}")] {
         assert!(!shown.contains(TEST_KEY), "{shown}");
         assert!(shown.contains("127.0.0.1:9"), "{shown}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_turn_is_continued_with_the_turn_so_far_not_retried() {
+    let mock = MockLlm::start(vec![
+        anthropic_stream(
+            &[json!({"type": "text", "text": "Searching the docs. "})],
+            "pause_turn",
+        ),
+        anthropic_stream(&[json!({"type": "text", "text": "Found it."})], "end_turn"),
+    ])
+    .await;
+    let (outcome, events) = anthropic_run(&mock, ToolRegistry::new(), "look it up").await;
+    assert_eq!(
+        harness::finished_text(&outcome),
+        "Searching the docs. Found it."
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::Retrying { .. })),
+        "a pause is no failure"
+    );
+    // As Anthropic documents it: the same request again, with the assistant's
+    // content so far appended, for the model to carry on from.
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2);
+    let (first, second) = (&requests[0].body["messages"], &requests[1].body["messages"]);
+    let mut expected = first.as_array().unwrap().clone();
+    expected.push(
+        json!({"role": "assistant", "content": [{"type": "text", "text": "Searching the docs. "}]}),
+    );
+    assert_eq!(second, &Value::Array(expected));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn billing_size_permission_and_unknown_errors_are_never_retried() {
+    let start = ev_anthropic(
+        &json!({"type": "message_start", "message": {"id": "m", "model": "mock-model", "content": [], "usage": {"input_tokens": 1, "output_tokens": 1}}}),
+    );
+    let in_band = |kind: &str| {
+        Reply::Stream(crate::support::mock_llm::StreamReply {
+            chunks: vec![
+                start.clone(),
+                ev_anthropic(
+                    &json!({"type": "error", "error": {"type": kind, "message": format!("{kind} happened")}}),
+                ),
+            ],
+            ttft: Duration::ZERO,
+            delay: Duration::ZERO,
+            end: crate::support::mock_llm::End::Close,
+        })
+    };
+    let status = |code: u16, kind: &str| {
+        raw_status(
+            code,
+            &json!({"type": "error", "error": {"type": kind, "message": format!("{kind} happened")}})
+                .to_string(),
+        )
+    };
+    let cases = [
+        ("billing_error", in_band("billing_error")),
+        ("request_too_large", in_band("request_too_large")),
+        ("permission_error", in_band("permission_error")),
+        ("brand_new_error", in_band("brand_new_error")),
+        ("billing_error", status(402, "billing_error")),
+        ("request_too_large", status(413, "request_too_large")),
+    ];
+    for (kind, reply) in cases {
+        let mock = MockLlm::start(vec![reply, anthropic_stream(&[], "end_turn")]).await;
+        let (outcome, _) = anthropic_run(&mock, ToolRegistry::new(), "hello").await;
+        let Outcome::Failed { class, message, .. } = &outcome else {
+            panic!("{kind}: {outcome:?}")
+        };
+        assert_eq!(class, "permanent", "{kind}");
+        assert!(message.contains(&format!("{kind} happened")), "{message}");
+        assert_eq!(mock.request_count(), 1, "{kind} was retried");
     }
 }

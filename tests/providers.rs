@@ -140,7 +140,18 @@ async fn a_role_alias_can_lead_to_another_provider() {
         ),
     )
     .unwrap();
-    let out = run_lead(&mock, dir.path(), &roles).await;
+    // The workspace's file sends requests to a server of its own: it must be trusted.
+    let roles = roles.to_str().unwrap();
+    let args = [
+        "--agents-dir",
+        roles,
+        "--agent",
+        "lead",
+        "-q",
+        "--trust-workspace",
+        "go",
+    ];
+    let out = run_on(&mock, dir.path(), &args, &[]).await;
     assert_eq!(text(&out.stderr), "");
     assert_eq!(text(&out.stdout), "the worker said: done by claude\n");
     let paths: Vec<(String, Value)> = mock

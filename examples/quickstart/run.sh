@@ -6,7 +6,9 @@
 #
 # cassette.jsonl was written by hand (no model is reachable where this project is
 # built); tools run for real: the agents read the files, run `cargo test`, and
-# edit the scratch copy. ORCHESTRATE_BIN names a built binary to use instead of
+# edit the scratch copy. The replay is honest: each line holds what its request
+# sent (the prompts, which tool results failed), and a run that leaves the
+# recording (a tool call failing that succeeded when it was written) fails. ORCHESTRATE_BIN names a built binary to use instead of
 # `cargo run --release` (the test suite runs this script that way).
 set -euo pipefail
 

@@ -52,6 +52,15 @@ pub struct Cli {
     /// Answer every provider request from this cassette, with no network.
     #[arg(long, value_name = "FILE", global = true)]
     pub replay: Option<PathBuf>,
+    /// Play the cassette on where the run leaves the recording (another task, a tool
+    /// result that failed where the recorded one succeeded, or the reverse): for
+    /// editing cassettes.
+    #[arg(long, requires = "replay", global = true)]
+    pub replay_lenient: bool,
+    /// Let this workspace's orchestrate.toml send model requests to the addresses it
+    /// names (remembered in ~/.config/orchestrate/config.toml).
+    #[arg(long, global = true)]
+    pub trust_workspace: bool,
     /// Print one JSON event per line instead of the answer.
     #[arg(long, global = true)]
     pub json: bool,

@@ -1,8 +1,9 @@
 //! The run's providers: configuration files read, settings resolved, one client per
 //! provider built, each recording to the cassette under `--record`, or every one
-//! replaced by the cassette under `--replay`.
+//! replaced by the cassette under `--replay`. Whether the workspace's file may send
+//! requests where it says is `trust`'s to decide, between reading and resolving.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,40 +18,65 @@ use crate::llm::replay::ReplayProvider;
 use crate::models::Models;
 use crate::small_file;
 
-/// The user's file, then the workspace's on top.
-fn config_file(
-    workspace: &Path,
-    env: &impl Fn(&str) -> Option<String>,
-) -> Result<ConfigFile, ConfigError> {
-    let mut paths = Vec::new();
-    if let Some(home) = env("HOME") {
-        paths.push((
-            Path::new(&home).join(".config/orchestrate/config.toml"),
-            true,
-        ));
-    }
-    paths.push((workspace.join("orchestrate.toml"), false));
-    let mut merged = ConfigFile::default();
-    for (path, users_own) in paths {
-        // Bounded: a repository's file may be a FIFO or a symlink to /dev/zero.
-        let text = match small_file::read_to_string(&path, small_file::MAX_BYTES) {
-            Ok(text) => text,
-            Err(e) if e.is_not_found() => continue,
-            Err(e) => return Err(ConfigError::Invalid(e.to_string())),
-        };
-        let file = ConfigFile::parse(&path.display().to_string(), &text)?;
-        merged = merged.merged(if users_own { file.trusted() } else { file });
-    }
-    Ok(merged)
+/// The configuration files as read.
+#[derive(Debug)]
+pub(super) struct Files {
+    /// The user's own file (empty when there is none).
+    pub(super) user: ConfigFile,
+    /// Where the user's file is, or would be (`None` without `$HOME`).
+    pub(super) user_path: Option<PathBuf>,
+    /// The workspace's `orchestrate.toml` (empty when there is none).
+    pub(super) workspace: ConfigFile,
+    /// Where the workspace's file is.
+    pub(super) workspace_path: PathBuf,
 }
 
-/// Resolves the settings and builds every provider they name.
-pub(super) fn models(
-    cli: &Cli,
+/// Reads the user's file and the workspace's. A workspace's file that declares
+/// trust is refused: only the user's own may.
+pub(super) fn read(
     workspace: &Path,
     env: &impl Fn(&str) -> Option<String>,
+) -> Result<Files, ConfigError> {
+    let user_path =
+        env("HOME").map(|home| Path::new(&home).join(".config/orchestrate/config.toml"));
+    let user = match &user_path {
+        Some(path) => read_one(path)?.trusted(),
+        None => ConfigFile::default(),
+    };
+    let workspace_path = workspace.join("orchestrate.toml");
+    let ours = read_one(&workspace_path)?;
+    if !ours.trust.is_empty() {
+        return Err(ConfigError::Invalid(format!(
+            "{}: [trust] is honoured only in ~/.config/orchestrate/config.toml (a repository cannot trust itself)",
+            workspace_path.display()
+        )));
+    }
+    Ok(Files {
+        user,
+        user_path,
+        workspace: ours,
+        workspace_path,
+    })
+}
+
+/// One file, or an empty one when it does not exist. Bounded: a repository's file
+/// may be a FIFO or a symlink to /dev/zero.
+fn read_one(path: &Path) -> Result<ConfigFile, ConfigError> {
+    match small_file::read_to_string(path, small_file::MAX_BYTES) {
+        Ok(text) => ConfigFile::parse(&path.display().to_string(), &text),
+        Err(e) if e.is_not_found() => Ok(ConfigFile::default()),
+        Err(e) => Err(ConfigError::Invalid(e.to_string())),
+    }
+}
+
+/// Resolves the settings (the workspace's file over the user's) and builds every
+/// provider they name.
+pub(super) fn models(
+    cli: &Cli,
+    files: Files,
+    env: &impl Fn(&str) -> Option<String>,
 ) -> Result<Models, ConfigError> {
-    let file = config_file(workspace, env)?;
+    let file = files.user.merged(files.workspace);
     let replay = match (cli.provider.as_deref(), &cli.replay) {
         (Some("replay"), None) => {
             return Err(ConfigError::Invalid(
@@ -97,7 +123,13 @@ pub(super) fn models(
     let mut settings = config::resolve(&flags, &file, |_: &str| None)?;
     // The cassette serves every provider: Claude Code's aliases need no key here.
     settings.inherited_aliases.clear();
-    let cassette: Arc<dyn Provider> = Arc::new(ReplayProvider::new(exchanges));
+    let replay = ReplayProvider::new(exchanges);
+    let replay = if cli.replay_lenient {
+        replay.lenient()
+    } else {
+        replay
+    };
+    let cassette: Arc<dyn Provider> = Arc::new(replay);
     Models::new(settings, |_| Ok(cassette.clone()))
 }
 

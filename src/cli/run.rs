@@ -70,7 +70,7 @@ where
         out,
         err,
     } = io;
-    let setup = match setup::prepare(&cli, &env, approver) {
+    let setup = match setup::prepare(&cli, &env, approver).await {
         Ok(setup) => setup,
         Err(e) => {
             let _ = writeln!(err, "orchestrate: {e}");
@@ -82,7 +82,7 @@ where
     for problem in &plan.catalog.problems {
         let _ = writeln!(err, "orchestrate: warning: {problem}");
     }
-    for warning in &plan.catalog.warnings {
+    for warning in plan.catalog.warnings.iter().chain(&plan.notes) {
         let _ = writeln!(err, "orchestrate: warning: {warning}");
     }
     for note in plan

@@ -1,27 +1,35 @@
 //! What the flags and the configuration files set up before a run: the workspace,
 //! the role catalog and the folders it came from, the models (built in
-//! `providers`), and the runtime's configuration. It starts nothing.
+//! `providers`, once `trust` lets the workspace's file send requests where it
+//! says), and the runtime's configuration. It starts nothing and sends nothing.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::flags::Cli;
-use super::providers;
+use super::{providers, trust};
 use crate::error::ConfigError;
 use crate::models::Models;
 use crate::roles::catalog::{self, Catalog};
 use crate::runtime::RuntimeConfig;
 use crate::tools::permissions::Approver;
 
-/// The runtime's configuration and the run's plan, from the flags and the files.
-pub(super) fn prepare(
+/// The runtime's configuration and the run's plan, from the flags and the files;
+/// asks whether to trust the workspace when its file sends requests elsewhere.
+pub(super) async fn prepare(
     cli: &Cli,
     env: &impl Fn(&str) -> Option<String>,
     approver: Arc<dyn Approver>,
 ) -> Result<(RuntimeConfig, Plan), ConfigError> {
     let workspace = workspace(cli)?;
-    let models = providers::models(cli, &workspace, env)?;
+    let files = providers::read(&workspace, env)?;
+    // A replay sends nothing anywhere: no address needs trust.
+    let notes = match &cli.replay {
+        Some(_) => Vec::new(),
+        None => trust::check(cli.trust_workspace, &workspace, &files, approver.as_ref()).await?,
+    };
+    let models = providers::models(cli, files, env)?;
     let mut config = RuntimeConfig::new(workspace, models.default_provider());
     config.approver = approver;
     config.retry.max_attempts = cli.max_attempts.max(1);
@@ -40,6 +48,7 @@ pub(super) fn prepare(
             models: Arc::new(models),
             catalog,
             dirs,
+            notes,
         },
     ))
 }
@@ -50,6 +59,8 @@ pub(super) struct Plan {
     pub(super) catalog: Catalog,
     /// Where the roles came from, watched for changes during the run.
     pub(super) dirs: Vec<PathBuf>,
+    /// Warnings to show before the run starts.
+    pub(super) notes: Vec<String>,
 }
 
 /// The workspace (`-C DIR`, else the current directory), made canonical; a bad

@@ -2,7 +2,7 @@
 //! `~/.config/orchestrate/config.toml`): its TOML shape, parsing with errors that name
 //! the line, trust, and merging one file over another. It does not read files from
 //! disk nor decide what the declarations mean together (that is
-//! `resolve`).
+//! `resolve`), nor which workspaces may send requests where (`trust`).
 
 use std::collections::BTreeMap;
 
@@ -24,6 +24,20 @@ pub struct ConfigFile {
     /// Model aliases.
     #[serde(default)]
     pub models: BTreeMap<String, ModelEntry>,
+    /// The workspaces whose own `orchestrate.toml` may send requests elsewhere, by
+    /// their full path. Honoured only in the user's own file: a repository cannot
+    /// trust itself.
+    #[serde(default)]
+    pub trust: BTreeMap<String, TrustedWorkspace>,
+}
+
+/// What the user trusts one workspace's `orchestrate.toml` to do.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrustedWorkspace {
+    /// The API roots it may send requests to.
+    #[serde(default)]
+    pub base_urls: Vec<String>,
 }
 
 /// A provider as a file declares it.
@@ -86,6 +100,7 @@ impl ConfigFile {
     }
 
     /// `self` with `over`'s settings on top (the workspace's file over the user's).
+    /// Trust comes from `self` alone.
     pub fn merged(mut self, over: Self) -> Self {
         self.provider = over.provider.or(self.provider);
         self.model = over.model.or(self.model);

@@ -2,6 +2,7 @@
 //! with a fixed one. One request per call; retrying is the session's job.
 
 pub mod decoder;
+pub(crate) mod pause;
 pub(crate) mod wire;
 
 use std::fmt;
@@ -12,6 +13,7 @@ use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use self::decoder::{Block, MessageState, MessagesStreamDecoder};
+use self::pause::{Continuation, Next};
 use crate::conversation::AssistantTurn;
 use crate::error::{ConfigError, LlmError, ProviderError, excerpt};
 use crate::llm::assembler::DEFAULT_MAX_ANSWER_BYTES;
@@ -116,7 +118,28 @@ impl AnthropicClient {
         self.api.record_to(recorder);
     }
 
+    /// One turn, asked again while the API pauses it (see [`pause`]).
     async fn stream_impl(
+        &self,
+        request: &ChatRequest,
+        sink: DeltaSink<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<AssistantTurn, LlmError> {
+        let mut continuation = Continuation::default();
+        let mut again = None;
+        loop {
+            let part = self
+                .stream_one(again.as_ref().unwrap_or(request), sink, cancel)
+                .await
+                .map_err(|e| continuation.failed(e))?;
+            match continuation.next(request, part)? {
+                Next::Done(turn) => return Ok(turn),
+                Next::Again(next) => again = Some(next),
+            }
+        }
+    }
+
+    async fn stream_one(
         &self,
         request: &ChatRequest,
         sink: DeltaSink<'_>,
@@ -130,9 +153,17 @@ impl AnthropicClient {
     }
 
     async fn complete_impl(&self, request: &ChatRequest) -> Result<AssistantTurn, LlmError> {
-        let body = wire::request_body(request, self.options, false);
-        let bytes = self.api.complete(self.api.call(request, &body)).await?;
-        message_turn(&bytes)
+        let mut continuation = Continuation::default();
+        let mut again = None;
+        loop {
+            let current = again.as_ref().unwrap_or(request);
+            let body = wire::request_body(current, self.options, false);
+            let bytes = self.api.complete(self.api.call(current, &body)).await?;
+            match continuation.next(request, message_turn(&bytes)?)? {
+                Next::Done(turn) => return Ok(turn),
+                Next::Again(next) => again = Some(next),
+            }
+        }
     }
 }
 

@@ -2,8 +2,9 @@
 //! by the replay provider (`--replay FILE`). One line per HTTP exchange that got a
 //! response (except a stream the run itself cancelled): where the request came from (`place`, see [`ChatRequest::place`]),
 //! the protocol, the request body as sent (never a key: those travel in headers),
-//! the status, the raw response body (the SSE stream byte for byte) and how long
-//! it took.
+//! what the request carried that a replay must match (`sent`: its prompts and
+//! which tool results were errors, whatever the protocol), the status, the raw
+//! response body (the SSE stream byte for byte) and how long it took.
 //!
 //! A recorded response is bounded ([`MAX_RECORDED_BYTES`]): a stream can go on
 //! without end (events that add nothing to the answer are not held against its cap),
@@ -21,6 +22,9 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::conversation::Message;
+use crate::llm::ChatRequest;
+
 /// One recorded exchange.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Exchange {
@@ -30,6 +34,10 @@ pub struct Exchange {
     pub protocol: String,
     /// The request body as sent.
     pub request: Value,
+    /// What the request carried that a replay must match; absent in a line
+    /// written by hand, which is then played unchecked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent: Option<Sent>,
     /// The HTTP status.
     pub status: u16,
     /// The response body as received (an SSE stream for a streamed turn).
@@ -91,6 +99,44 @@ impl Capture {
             );
         }
         kept
+    }
+}
+
+/// What a request carried that its answer depends on, in no protocol's shape: a
+/// replay whose request differs here is no longer the recorded run.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sent {
+    /// Every prompt of the conversation, in order: the task first.
+    pub prompts: Vec<String>,
+    /// Every tool result, in order.
+    pub results: Vec<SentResult>,
+}
+
+/// One tool result as a replay compares it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SentResult {
+    /// The id of the call it answers.
+    pub call: String,
+    /// Whether the call failed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub error: bool,
+}
+
+impl Sent {
+    /// What `request` carries.
+    pub fn of(request: &ChatRequest) -> Self {
+        let mut sent = Self::default();
+        for message in &request.messages {
+            match message {
+                Message::User { content } => sent.prompts.push(content.clone()),
+                Message::Tool(result) => sent.results.push(SentResult {
+                    call: result.tool_call_id.clone(),
+                    error: result.is_error,
+                }),
+                Message::System { .. } | Message::Assistant(_) => {}
+            }
+        }
+        sent
     }
 }
 

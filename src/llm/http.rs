@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::conversation::AssistantTurn;
 use crate::error::{ConfigError, LlmError, ProviderError, StreamError, excerpt};
-use crate::llm::cassette::{Capture, Exchange, MAX_RECORDED_BYTES, Recorder};
+use crate::llm::cassette::{Capture, Exchange, MAX_RECORDED_BYTES, Recorder, Sent};
 use crate::llm::sse::{SplitError, Step, TurnDecoder, split_events_within};
 use crate::llm::{ChatRequest, DeltaSink, retry};
 
@@ -52,10 +52,13 @@ impl std::fmt::Debug for HttpApi {
     }
 }
 
-/// One request: its body and place (for the recording) and the request itself.
+/// One request: its body, place and what a replay must match (for the recording)
+/// and the request itself.
 pub(crate) struct Call<'a> {
     pub(crate) body: &'a Value,
     pub(crate) place: &'a str,
+    /// Taken only when recording.
+    pub(crate) sent: Option<Sent>,
     pub(crate) request: reqwest::RequestBuilder,
 }
 
@@ -148,6 +151,7 @@ impl HttpApi {
                 place: call.place.to_owned(),
                 protocol: self.protocol.to_owned(),
                 request: call.body.clone(),
+                sent: call.sent.clone(),
                 status,
                 // A proxy may echo the credential back in its body.
                 response: self.redact(String::from_utf8_lossy(response).into_owned()),
@@ -162,6 +166,7 @@ impl HttpApi {
         Call {
             body,
             place: &request.place,
+            sent: self.recorder.as_ref().map(|_| Sent::of(request)),
             request: self
                 .http
                 .post(self.endpoint.clone())

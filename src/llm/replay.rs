@@ -5,6 +5,12 @@
 //! same SSE parser and decoder as a live stream, paced over the recorded duration so
 //! progress shows as it did, and a cancel still gets through between events. A
 //! request the cassette does not hold fails, naming what it expected instead.
+//!
+//! A replay is honest: a request whose prompts differ from the recorded one's, or
+//! one of whose tool results failed where the recorded one succeeded (or the
+//! reverse), is no longer the recorded run, and fails naming its place instead of
+//! being answered as if it were ([`check`]); `lenient` lets such requests through,
+//! for people editing cassettes.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -17,10 +23,11 @@ use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use crate::conversation::{AssistantTurn, Message};
-use crate::error::{LlmError, ProviderError, StreamError};
+use crate::error::{LlmError, ProviderError, StreamError, excerpt};
 use crate::llm::anthropic::decoder::MessagesStreamDecoder;
+use crate::llm::anthropic::pause::{Continuation, Next};
 use crate::llm::assembler::DEFAULT_MAX_ANSWER_BYTES;
-use crate::llm::cassette::Exchange;
+use crate::llm::cassette::{Exchange, Sent};
 use crate::llm::openai::decoder::ChatStreamDecoder;
 use crate::llm::sse::{Step, TurnDecoder, split_events};
 use crate::llm::{ChatRequest, DeltaSink, Provider, anthropic, openai};
@@ -35,10 +42,13 @@ pub struct ReplayProvider {
     pending: Mutex<HashMap<String, VecDeque<Exchange>>>,
     /// Every place in recorded order, to say what was expected.
     order: Vec<String>,
+    /// Answers requests that differ from the recorded ones (`--replay-lenient`).
+    lenient: bool,
 }
 
 impl ReplayProvider {
-    /// A provider that plays `exchanges`.
+    /// A provider that plays `exchanges`, failing a request that differs from the
+    /// recorded one.
     pub fn new(exchanges: Vec<Exchange>) -> Self {
         let order = exchanges.iter().map(|e| e.place.clone()).collect();
         let mut pending: HashMap<String, VecDeque<Exchange>> = HashMap::new();
@@ -51,7 +61,14 @@ impl ReplayProvider {
         Self {
             pending: Mutex::new(pending),
             order,
+            lenient: false,
         }
+    }
+
+    /// The same provider, answering requests that differ from the recorded ones too.
+    pub fn lenient(mut self) -> Self {
+        self.lenient = true;
+        self
     }
 
     fn take(&self, request: &ChatRequest) -> Result<Exchange, ProviderError> {
@@ -63,6 +80,14 @@ impl ReplayProvider {
             .get_mut(&request.place)
             .and_then(VecDeque::pop_front)
         {
+            if let Some(recorded) = exchange.sent.as_ref().filter(|_| !self.lenient) {
+                check(recorded, request).map_err(|divergence| {
+                    ProviderError::Replay(format!(
+                        "the run left the recording at {:?}: {divergence} (--replay-lenient plays on regardless)",
+                        request.place
+                    ))
+                })?;
+            }
             return Ok(exchange);
         }
         let unplayed: Vec<&str> = self
@@ -87,6 +112,66 @@ impl ReplayProvider {
             describe(request),
         )))
     }
+}
+
+/// How `request` differs from what the recording sent at its place, if it does: a
+/// prompt (the task first), or a tool result that failed where the recorded one
+/// succeeded (or the reverse). Tool results are compared call by call, so the
+/// first request after a diverging call names it.
+pub fn check(recorded: &Sent, request: &ChatRequest) -> Result<(), String> {
+    let sent = Sent::of(request);
+    for (i, (now, then)) in sent.prompts.iter().zip(&recorded.prompts).enumerate() {
+        if now != then {
+            let which = if i == 0 { "the task" } else { "a prompt" };
+            return Err(format!(
+                "{which} differs from the recording's: sent {:?}, recorded {:?}",
+                head(now),
+                head(then)
+            ));
+        }
+    }
+    if sent.prompts.len() != recorded.prompts.len() {
+        return Err(format!(
+            "{} prompts where the recording had {}",
+            sent.prompts.len(),
+            recorded.prompts.len()
+        ));
+    }
+    for (now, then) in sent.results.iter().zip(&recorded.results) {
+        if now.call != then.call {
+            return Err(format!(
+                "a result for call {:?} where the recording had one for {:?}",
+                now.call, then.call
+            ));
+        }
+        if now.error != then.error {
+            let content = request
+                .messages
+                .iter()
+                .find_map(|m| match m {
+                    Message::Tool(r) if r.tool_call_id == now.call => Some(excerpt(&r.content)),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            let (is, was) = if now.error {
+                ("an error", "success")
+            } else {
+                ("a success", "an error")
+            };
+            return Err(format!(
+                "the result of call {:?} is {is} where the recording had {was}: {content:?}",
+                now.call
+            ));
+        }
+    }
+    if sent.results.len() != recorded.results.len() {
+        return Err(format!(
+            "{} tool results where the recording had {}",
+            sent.results.len(),
+            recorded.results.len()
+        ));
+    }
+    Ok(())
 }
 
 /// A short account of a request: how many messages and how the last one starts.
@@ -141,46 +226,72 @@ async fn play<D: TurnDecoder>(
 }
 
 impl ReplayProvider {
+    /// One turn. Anthropic's paused turns were asked again, and recorded, at the
+    /// same place: they are continued here as the live client did.
     async fn answer(
         &self,
         request: &ChatRequest,
         sink: DeltaSink<'_>,
         cancel: &CancellationToken,
     ) -> Result<AssistantTurn, LlmError> {
-        let exchange = self.take(request)?;
-        let anthropic = exchange.protocol == "anthropic";
-        if !(200..300).contains(&exchange.status) {
-            let json = serde_json::from_str(&exchange.response).unwrap_or_default();
-            let (code, message) = if anthropic {
-                anthropic::wire::error_body(&json)
-            } else {
-                openai::error_body(&json)
-            };
-            return Err(ProviderError::Status {
-                status: exchange.status,
-                message,
-                code,
-                retry_after: None,
+        let mut continuation = Continuation::default();
+        let mut again = None;
+        loop {
+            let current = again.as_ref().unwrap_or(request);
+            let exchange = self.take(current)?;
+            let part = play_exchange(&exchange, current, sink, cancel)
+                .await
+                .map_err(|e| continuation.failed(e))?;
+            if exchange.protocol != "anthropic" {
+                return Ok(part);
             }
-            .into());
+            match continuation.next(request, part)? {
+                Next::Done(turn) => return Ok(turn),
+                Next::Again(next) => again = Some(next),
+            }
         }
-        // A recorded non-streaming answer is one JSON body.
-        if exchange.response.trim_start().starts_with('{') {
-            let body = exchange.response.as_bytes();
-            return if anthropic {
-                anthropic::message_turn(body)
-            } else {
-                openai::completion_turn(body, &request.call_id_seed())
-            };
-        }
-        if anthropic {
-            let decoder = MessagesStreamDecoder::new(DEFAULT_MAX_ANSWER_BYTES);
-            play(&exchange, decoder, sink, cancel).await
+    }
+}
+
+/// The recorded answer of `exchange` to `request`.
+async fn play_exchange(
+    exchange: &Exchange,
+    request: &ChatRequest,
+    sink: DeltaSink<'_>,
+    cancel: &CancellationToken,
+) -> Result<AssistantTurn, LlmError> {
+    let anthropic = exchange.protocol == "anthropic";
+    if !(200..300).contains(&exchange.status) {
+        let json = serde_json::from_str(&exchange.response).unwrap_or_default();
+        let (code, message) = if anthropic {
+            anthropic::wire::error_body(&json)
         } else {
-            let decoder = ChatStreamDecoder::new(DEFAULT_MAX_ANSWER_BYTES)
-                .with_place(&request.call_id_seed());
-            play(&exchange, decoder, sink, cancel).await
+            openai::error_body(&json)
+        };
+        return Err(ProviderError::Status {
+            status: exchange.status,
+            message,
+            code,
+            retry_after: None,
         }
+        .into());
+    }
+    // A recorded non-streaming answer is one JSON body.
+    if exchange.response.trim_start().starts_with('{') {
+        let body = exchange.response.as_bytes();
+        return if anthropic {
+            anthropic::message_turn(body)
+        } else {
+            openai::completion_turn(body, &request.call_id_seed())
+        };
+    }
+    if anthropic {
+        let decoder = MessagesStreamDecoder::new(DEFAULT_MAX_ANSWER_BYTES);
+        play(exchange, decoder, sink, cancel).await
+    } else {
+        let decoder =
+            ChatStreamDecoder::new(DEFAULT_MAX_ANSWER_BYTES).with_place(&request.call_id_seed());
+        play(exchange, decoder, sink, cancel).await
     }
 }
 
@@ -214,6 +325,7 @@ mod tests {
             place: place.into(),
             protocol: protocol.into(),
             request: serde_json::Value::Null,
+            sent: None,
             status,
             response: response.into(),
             duration_ms: 0,
@@ -279,5 +391,129 @@ mod tests {
             gone.to_string(),
             "replay: the cassette holds no request at \"a/turn 1\"; sent 1 messages, the last user \"hi\"; the cassette expected: nothing more (every recorded request was played)"
         );
+    }
+    fn with_result(place: &str, prompt: &str, result: Option<(&str, bool)>) -> ChatRequest {
+        let mut request = request(place);
+        request.messages = vec![Message::system("You help."), Message::user(prompt)];
+        if let Some((id, is_error)) = result {
+            request
+                .messages
+                .push(Message::Assistant(crate::conversation::AssistantMessage {
+                    tool_calls: vec![crate::conversation::ToolCall {
+                        id: id.into(),
+                        name: "Bash".into(),
+                        arguments: "{}".into(),
+                    }],
+                    ..Default::default()
+                }));
+            request
+                .messages
+                .push(Message::Tool(crate::conversation::ToolResult {
+                    tool_call_id: id.into(),
+                    content: if is_error {
+                        "exit 101: tests failed"
+                    } else {
+                        "ok"
+                    }
+                    .into(),
+                    is_error,
+                }));
+        }
+        request
+    }
+
+    const DONE: &str =
+        r#"{"choices":[{"message":{"content":"All tests pass."},"finish_reason":"stop"}]}"#;
+
+    #[tokio::test]
+    async fn a_request_that_left_the_recording_fails_naming_its_place_unless_lenient() {
+        let recorded = with_result("lead/turn 2", "Fix the bug.", Some(("c1", false)));
+        let mut line = exchange("lead/turn 2", "openai", 200, DONE);
+        line.sent = Some(Sent::of(&recorded));
+        // The same run replays.
+        let replay = ReplayProvider::new(vec![line.clone()]);
+        assert_eq!(
+            replay.complete(&recorded).await.unwrap().message.text,
+            "All tests pass."
+        );
+        // Another task.
+        let replay = ReplayProvider::new(vec![line.clone()]);
+        let other = with_result("lead/turn 2", "Delete the tests.", Some(("c1", false)));
+        assert_eq!(
+            replay.complete(&other).await.unwrap_err().to_string(),
+            "replay: the run left the recording at \"lead/turn 2\": the task differs from the recording's: sent \"Delete the tests.\", recorded \"Fix the bug.\" (--replay-lenient plays on regardless)"
+        );
+        // The tool call failed this time.
+        let replay = ReplayProvider::new(vec![line.clone()]);
+        let failed = with_result("lead/turn 2", "Fix the bug.", Some(("c1", true)));
+        assert_eq!(
+            replay.complete(&failed).await.unwrap_err().to_string(),
+            "replay: the run left the recording at \"lead/turn 2\": the result of call \"c1\" is an error where the recording had success: \"exit 101: tests failed\" (--replay-lenient plays on regardless)"
+        );
+        // Lenient: whatever was sent, the recorded answer.
+        let replay = ReplayProvider::new(vec![line]).lenient();
+        assert_eq!(
+            replay.complete(&failed).await.unwrap().message.text,
+            "All tests pass."
+        );
+    }
+
+    #[test]
+    fn every_kind_of_divergence_is_named() {
+        let recorded = Sent::of(&with_result("p", "Fix it.", Some(("c1", true))));
+        let check = |request: &ChatRequest| check(&recorded, request).unwrap_err();
+        assert_eq!(
+            check(&with_result("p", "Fix it.", Some(("c1", false)))),
+            "the result of call \"c1\" is a success where the recording had an error: \"ok\""
+        );
+        assert_eq!(
+            check(&with_result("p", "Fix it.", Some(("c2", true)))),
+            "a result for call \"c2\" where the recording had one for \"c1\""
+        );
+        assert_eq!(
+            check(&with_result("p", "Fix it.", None)),
+            "0 tool results where the recording had 1"
+        );
+        let mut followed = with_result("p", "Fix it.", Some(("c1", true)));
+        followed.messages.push(Message::user("And add a test."));
+        assert_eq!(check(&followed), "2 prompts where the recording had 1");
+        assert!(super::check(&recorded, &with_result("p", "Fix it.", Some(("c1", true)))).is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_paused_anthropic_turn_replays_as_the_client_continued_it() {
+        let stream = |text: &str, stop: &str| {
+            [
+                r#"{"type":"message_start","message":{"id":"m","model":"claude","content":[],"usage":{"input_tokens":5,"output_tokens":1}}}"#.to_owned(),
+                r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#.to_owned(),
+                serde_json::json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":text}}).to_string(),
+                serde_json::json!({"type":"message_delta","delta":{"stop_reason":stop}}).to_string(),
+                r#"{"type":"message_stop"}"#.to_owned(),
+            ]
+            .iter()
+            .map(|data| format!("data: {data}\n\n"))
+            .collect::<String>()
+        };
+        let replay = ReplayProvider::new(vec![
+            exchange(
+                "a/turn 1",
+                "anthropic",
+                200,
+                &stream("Searching. ", "pause_turn"),
+            ),
+            exchange(
+                "a/turn 1",
+                "anthropic",
+                200,
+                &stream("Found it.", "end_turn"),
+            ),
+        ]);
+        let never = CancellationToken::new();
+        let turn = replay
+            .stream_turn(&request("a/turn 1"), &|_| {}, &never)
+            .await
+            .unwrap();
+        assert_eq!(turn.message.text, "Searching. Found it.");
+        assert_eq!(turn.finish, Some(crate::conversation::FinishReason::Stop));
     }
 }

@@ -144,6 +144,13 @@ pub trait Approver: Send + Sync + fmt::Debug + 'static {
     /// The answer for `request`. With no one to ask, implementations answer `No`.
     fn ask(&self, request: PermissionRequest) -> BoxFuture<'_, Answer>;
 
+    /// A person's yes or no to `question`, asked outside any tool call (whether to
+    /// trust a workspace, before a run starts). `None`: nobody can be asked.
+    fn confirm<'a>(&'a self, question: &'a str) -> BoxFuture<'a, Option<bool>> {
+        let _ = question;
+        Box::pin(async { None })
+    }
+
     /// Why a call is refused when the answer was no, naming what would allow it.
     fn refusal(&self, request: &PermissionRequest, mode: PermissionMode) -> String {
         let needed = mode_allowing(&request.tool);

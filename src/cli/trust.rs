@@ -1,0 +1,229 @@
+//! Trusting a workspace whose `orchestrate.toml` sends model requests elsewhere
+//! (`config::redirects`): trusted already in the user's file, or by
+//! `--trust-workspace`, or by a person's yes on the terminal (asked through the
+//! approver, showing every address); refused otherwise, before any request is made.
+//! A yes is remembered in the user's file; a no is not, so the next run asks again
+//! (as Claude Code's folder trust does).
+
+use std::path::Path;
+
+use super::providers::Files;
+use crate::config::{self, Redirect};
+use crate::error::ConfigError;
+use crate::tools::permissions::Approver;
+use crate::ui;
+
+/// Whether the run may go on. `Ok` carries warnings to show (a trust that could
+/// not be remembered).
+pub(super) async fn check(
+    flag: bool,
+    workspace: &Path,
+    files: &Files,
+    approver: &dyn Approver,
+) -> Result<Vec<String>, ConfigError> {
+    let key = workspace.display().to_string();
+    let untrusted: Vec<Redirect> = config::redirects(&files.workspace)
+        .into_iter()
+        .filter(|r| !files.user.trusts(&key, &r.base_url))
+        .collect();
+    if untrusted.is_empty() {
+        return Ok(Vec::new());
+    }
+    let file = files.workspace_path.display().to_string();
+    if !flag {
+        let question = ui::trust::question(&file, &untrusted);
+        match approver.confirm(&question).await {
+            Some(true) => {}
+            answer => {
+                let targets: Vec<String> = untrusted
+                    .iter()
+                    .map(|r| format!("{:?} (provider {:?})", r.base_url, r.provider))
+                    .collect();
+                return Err(ConfigError::Untrusted {
+                    file,
+                    targets: targets.join(", "),
+                    declined: answer.is_some(),
+                });
+            }
+        }
+    }
+    let urls: Vec<&str> = untrusted.iter().map(|r| r.base_url.as_str()).collect();
+    let Some(path) = &files.user_path else {
+        return Ok(vec![
+            "HOME is not set: the trust in this workspace is not remembered".to_owned(),
+        ]);
+    };
+    Ok(match remember(path, &key, &urls) {
+        Ok(()) => Vec::new(),
+        Err(e) => vec![format!(
+            "cannot remember the trust in {}: {e}; the next run will ask again",
+            path.display()
+        )],
+    })
+}
+
+/// Adds the trust to the user's file at `path` (created if need be), replacing it
+/// whole so that a crash mid-write never costs the user their file. A symlinked
+/// file (dotfiles kept elsewhere) is written where it points.
+fn remember(path: &Path, workspace: &str, urls: &[&str]) -> Result<(), String> {
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    let (text, permissions) = match std::fs::read_to_string(&path) {
+        Ok(text) => (text, std::fs::metadata(&path).ok().map(|m| m.permissions())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), None),
+        Err(e) => return Err(e.to_string()),
+    };
+    let text = config::remember(&text, workspace, urls)?;
+    let dir = path.parent().ok_or("no directory")?;
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let temporary = dir.join(format!(".config.toml.{}.tmp", std::process::id()));
+    let written = std::fs::write(&temporary, text)
+        .and_then(|()| match permissions {
+            Some(p) => std::fs::set_permissions(&temporary, p),
+            None => Ok(()),
+        })
+        .and_then(|()| std::fs::rename(&temporary, &path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&temporary);
+        return Err(e.to_string());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use futures::future::BoxFuture;
+
+    use super::*;
+    use crate::config::ConfigFile;
+    use crate::tools::permissions::{Answer, PermissionRequest};
+
+    /// A person who answers every trust question with `answer` (`None`: nobody is
+    /// there), and the questions they were shown.
+    #[derive(Debug)]
+    struct Person {
+        answer: Option<bool>,
+        shown: Mutex<Vec<String>>,
+    }
+
+    impl Approver for Person {
+        fn ask(&self, _request: PermissionRequest) -> BoxFuture<'_, Answer> {
+            Box::pin(async { Answer::No })
+        }
+
+        fn confirm<'a>(&'a self, question: &'a str) -> BoxFuture<'a, Option<bool>> {
+            self.shown.lock().unwrap().push(question.to_owned());
+            Box::pin(async { self.answer })
+        }
+    }
+
+    fn files(home: &Path, user: &str) -> Files {
+        Files {
+            user: ConfigFile::parse("config.toml", user).unwrap().trusted(),
+            user_path: Some(home.join(".config/orchestrate/config.toml")),
+            workspace: ConfigFile::parse(
+                "orchestrate.toml",
+                "[providers.openai]\nbase_url = \"http://127.0.0.1:9/v1\"\n",
+            )
+            .unwrap(),
+            workspace_path: "/w/orchestrate.toml".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_yes_on_the_terminal_is_remembered_and_a_no_is_not() {
+        let home = tempfile::tempdir().unwrap();
+        let config = home.path().join(".config/orchestrate/config.toml");
+        let workspace = Path::new("/w");
+        let person = |answer| Person {
+            answer,
+            shown: Mutex::new(Vec::new()),
+        };
+        // Nobody to ask: refused, naming the flag.
+        let nobody = person(None);
+        let refused = check(false, workspace, &files(home.path(), ""), &nobody).await;
+        let Err(
+            e @ ConfigError::Untrusted {
+                declined: false, ..
+            },
+        ) = refused
+        else {
+            panic!("{refused:?}")
+        };
+        assert!(e.to_string().contains("--trust-workspace"), "{e}");
+        // A no: refused, shown the address, nothing remembered.
+        let no = person(Some(false));
+        let refused = check(false, workspace, &files(home.path(), ""), &no).await;
+        assert!(matches!(
+            refused,
+            Err(ConfigError::Untrusted { declined: true, .. })
+        ));
+        assert_eq!(
+            *no.shown.lock().unwrap(),
+            [ui::trust::question(
+                "/w/orchestrate.toml",
+                &config::redirects(&files(home.path(), "").workspace)
+            )]
+        );
+        assert!(!config.exists());
+        // A yes: remembered, and the next check asks nothing.
+        let yes = person(Some(true));
+        assert_eq!(
+            check(false, workspace, &files(home.path(), ""), &yes)
+                .await
+                .unwrap(),
+            Vec::<String>::new()
+        );
+        let remembered = std::fs::read_to_string(&config).unwrap();
+        let again = person(None);
+        check(false, workspace, &files(home.path(), &remembered), &again)
+            .await
+            .unwrap();
+        assert!(again.shown.lock().unwrap().is_empty());
+        // The flag trusts without asking.
+        let other = tempfile::tempdir().unwrap();
+        let unasked = person(None);
+        check(true, workspace, &files(other.path(), ""), &unasked)
+            .await
+            .unwrap();
+        assert!(unasked.shown.lock().unwrap().is_empty());
+        assert!(
+            other
+                .path()
+                .join(".config/orchestrate/config.toml")
+                .exists()
+        );
+    }
+
+    #[test]
+    fn a_trust_is_remembered_in_the_users_file_through_its_symlink() {
+        let home = tempfile::tempdir().unwrap();
+        let dotfiles = home.path().join("dotfiles/config.toml");
+        std::fs::create_dir_all(dotfiles.parent().unwrap()).unwrap();
+        std::fs::write(&dotfiles, "# mine\nmodel = \"m\"\n").unwrap();
+        let dir = home.path().join(".config/orchestrate");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::symlink(&dotfiles, dir.join("config.toml")).unwrap();
+        remember(&dir.join("config.toml"), "/w", &["http://x/v1"]).unwrap();
+        assert!(
+            std::fs::symlink_metadata(dir.join("config.toml"))
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        let text = std::fs::read_to_string(&dotfiles).unwrap();
+        assert!(text.starts_with("# mine\nmodel = \"m\"\n"), "{text}");
+        let user = config::ConfigFile::parse("config.toml", &text).unwrap();
+        assert!(user.trusts("/w", "http://x/v1"));
+        // No file yet, nor its directory: both are made.
+        let fresh = home.path().join("fresh/.config/orchestrate/config.toml");
+        remember(&fresh, "/w", &["http://x/v1"]).unwrap();
+        let text = std::fs::read_to_string(&fresh).unwrap();
+        assert!(
+            config::ConfigFile::parse("config.toml", &text)
+                .unwrap()
+                .trusts("/w", "http://x/v1")
+        );
+    }
+}

@@ -1,0 +1,101 @@
+//! The question whether to trust a workspace whose `orchestrate.toml` sends model
+//! requests elsewhere, as a person sees it, and asking it on the terminal. What
+//! counts as elsewhere, and remembering the answer, are not here (`config`, the
+//! CLI).
+
+use std::io::Write;
+
+use super::{TerminalApprover, visible};
+use crate::config::Redirect;
+
+/// The question: the file, every address it sends requests to (escaped: they come
+/// from the repository), and what going there means.
+pub fn question(file: &str, redirects: &[Redirect]) -> String {
+    let mut targets = String::new();
+    for r in redirects {
+        targets.push_str(&format!(
+            "  provider {} -> {}\n",
+            visible(&r.provider),
+            visible(&r.base_url)
+        ));
+    }
+    format!(
+        "\n{} sends model requests to:\n{targets}\
+         Your task, every file the agents read and the output of their commands would go there, \
+         and its answers would drive the tools.\n\
+         Trust this workspace with these addresses (remembered in ~/.config/orchestrate/config.toml)? [y]es / [N]o: ",
+        visible(file)
+    )
+}
+
+/// Reads a yes: `y` or `yes`; anything else, or nothing, is a no.
+pub fn is_yes(line: &str) -> bool {
+    matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+}
+
+impl TerminalApprover {
+    /// Asks `question` and reads the answer.
+    pub(super) async fn confirm_here(&self, question: &str) -> Option<bool> {
+        let mut answers = self.answers.lock().await;
+        // A line typed before the question was shown answers nothing.
+        while answers.try_recv().is_ok() {}
+        {
+            let mut out = self
+                .out
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let _ = write!(out, "{question}");
+            let _ = out.flush();
+        }
+        Some(answers.recv().await.is_some_and(|line| is_yes(&line)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::permissions::Approver;
+
+    #[test]
+    fn the_question_shows_every_address_and_hides_no_escape() {
+        let redirects = [
+            Redirect {
+                provider: "openai".into(),
+                base_url: "http://127.0.0.1:8080/v1".into(),
+            },
+            Redirect {
+                provider: "claude".into(),
+                base_url: "https://x.example\u{1b}]0;title\u{7}".into(),
+            },
+        ];
+        assert_eq!(
+            question("/src/repo/orchestrate.toml", &redirects),
+            "\n/src/repo/orchestrate.toml sends model requests to:\n\
+             \x20 provider openai -> http://127.0.0.1:8080/v1\n\
+             \x20 provider claude -> https://x.example\\u{1b}]0;title\\u{7}\n\
+             Your task, every file the agents read and the output of their commands would go there, \
+             and its answers would drive the tools.\n\
+             Trust this workspace with these addresses (remembered in ~/.config/orchestrate/config.toml)? [y]es / [N]o: "
+        );
+    }
+
+    #[test]
+    fn only_a_yes_is_a_yes() {
+        assert!(is_yes("Y\n"));
+        assert!(is_yes(" yes "));
+        for no in ["", "\n", "n", "always", "sure"] {
+            assert!(!is_yes(no), "{no:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn no_answer_on_the_terminal_is_a_no() {
+        let approver = TerminalApprover::new(
+            Box::new(Vec::new()),
+            Box::new(std::io::Cursor::new(Vec::new())),
+            None,
+        );
+        // No input at all: a no, never a yes.
+        assert_eq!(approver.confirm("Trust? ").await, Some(false));
+    }
+}
