@@ -1,7 +1,9 @@
 //! The one module that talks to a person at a terminal: the progress board and its
-//! renderings ([`progress`]), the permission prompt, and role cards.
+//! renderings ([`progress`]), the permission prompt, role cards, and how text from a
+//! model or a tool is shown there ([`escape`]: as text, never as commands).
 
 pub mod display;
+pub mod escape;
 pub mod progress;
 
 use std::io::{BufRead, Write};

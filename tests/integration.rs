@@ -19,4 +19,5 @@ mod quickstart;
 mod resume;
 mod subagents;
 mod supervision;
+mod terminal;
 mod tools;
