@@ -6,7 +6,8 @@
 //! may send model requests where it says), `run` the running of a task (new or
 //! resumed), `resume` which run to resume, `sessions` the runs on record, `control`
 //! the commands to a live run (`ps`, `steer`, `stop`, `kill`), `agents` the `agents`
-//! subcommand, and [`exit`] the exit codes. This file only dispatches.
+//! subcommand, and [`exit`] the exit codes. This file only dispatches, through
+//! writers that show every escape sequence as text ([`crate::ui::escape`]).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -14,6 +15,7 @@ use std::sync::Arc;
 
 use crate::tools::permissions::Approver;
 pub use crate::ui::display::Progress;
+use crate::ui::escape::Escaped;
 
 mod agents;
 mod control;
@@ -53,6 +55,10 @@ pub async fn run<I>(
 where
     I: FnMut() -> futures::future::BoxFuture<'static, ()>,
 {
+    // Whatever a model, a tool, a server or a file put in the text printed here,
+    // it reaches the terminal as text, never as a command.
+    let (mut out, mut err) = (Escaped::new(out), Escaped::new(err));
+    let (out, err): (&mut dyn Write, &mut dyn Write) = (&mut out, &mut err);
     let op = match &cli.command {
         Some(Command::Agents { action }) => return agents::run(&cli, action, &env, out, err),
         Some(Command::Sessions { action }) => {

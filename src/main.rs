@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use futures::FutureExt;
 use std::io::IsTerminal;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 
 use indicatif::{MultiProgress, ProgressDrawTarget};
@@ -46,11 +47,13 @@ async fn main() -> ExitCode {
     // (a pipe, CI) those calls are refused with a message naming the flag to pass.
     let terminal = std::io::stderr().is_terminal();
     let live = terminal.then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
-    let approver: Arc<dyn Approver> = if std::io::stdin().is_terminal() && terminal {
-        let input = std::io::BufReader::new(std::io::stdin());
+    let approver: Arc<dyn Approver> = if std::io::stdin().is_terminal()
+        && terminal
+        && let Ok(input) = std::io::stdin().as_fd().try_clone_to_owned()
+    {
         Arc::new(TerminalApprover::new(
             Box::new(std::io::stderr()),
-            Box::new(input),
+            input,
             live.clone(),
         ))
     } else {

@@ -22,5 +22,6 @@ mod replay;
 mod resume;
 mod subagents;
 mod supervision;
+mod terminal;
 mod tools;
 mod trust;

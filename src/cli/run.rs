@@ -330,7 +330,7 @@ fn lead_spec(
 fn print_json(out: &mut dyn Write, event: &Event) {
     if let Ok(line) = serde_json::to_string(event) {
         // A closed pipe (`| head`) is not an error worth reporting.
-        let _ = writeln!(out, "{line}");
+        let _ = writeln!(out, "{}", crate::ui::escape::json_line(&line));
     }
 }
 

@@ -1,11 +1,14 @@
 //! The CLI's progress display: the board fed with events and drawn as a live tree
 //! (indicatif) on a terminal, or as one plain line per lifecycle event elsewhere,
 //! plus role-file reports and the closing summary. What each row says is pure
-//! rendering in [`super::progress`]; this owns when and where it is drawn.
+//! rendering in [`super::progress`]; this owns when and where it is drawn, and that
+//! every row and line is shown as a [`Shown::Line`] (a tool's arguments are the
+//! model's text).
 
 use std::io::Write;
 use std::time::Duration;
 
+use super::escape::{Shown, visible};
 use super::progress;
 use crate::protocol::Event;
 use crate::roles::watch::Reload;
@@ -66,7 +69,7 @@ impl Display {
         match self.mode {
             Progress::Plain => {
                 if let Some(line) = progress::plain_line(&self.board, index, event, now) {
-                    let _ = writeln!(err, "{line}");
+                    let _ = writeln!(err, "{}", visible(&line, Shown::Line));
                 }
             }
             Progress::Live(_) => {
@@ -93,6 +96,7 @@ impl Display {
     pub(crate) fn reloaded(&self, reload: &Reload, err: &mut dyn Write) {
         let lines = reload.problems.iter().chain(&reload.warnings);
         for line in lines.map(|l| format!("orchestrate: warning: {l}")) {
+            let line = visible(&line, Shown::Line);
             match &self.mode {
                 Progress::Live(multi) => {
                     let _ = multi.println(line);
@@ -114,7 +118,8 @@ impl Display {
 
     /// Redraws row `i` as of `now`.
     fn draw(&self, i: usize, now: u64) {
-        let mut row = progress::render_row(&self.board, i, now);
+        // Rows are drawn on the terminal directly, not through the CLI's writers.
+        let mut row = visible(&progress::render_row(&self.board, i, now), Shown::Line).into_owned();
         if let Some(color) = self.colors.get(&self.board.rows()[i].role) {
             row = progress::paint(&row, color);
         }

@@ -3,9 +3,7 @@
 //! counts as elsewhere, and remembering the answer, are not here (`config`, the
 //! CLI).
 
-use std::io::Write;
-
-use super::{TerminalApprover, visible};
+use super::{Shown, visible};
 use crate::config::Redirect;
 
 /// The question: the file, every address it sends requests to (escaped: they come
@@ -15,8 +13,8 @@ pub fn question(file: &str, redirects: &[Redirect]) -> String {
     for r in redirects {
         targets.push_str(&format!(
             "  provider {} -> {}\n",
-            visible(&r.provider),
-            visible(&r.base_url)
+            visible(&r.provider, Shown::Line),
+            visible(&r.base_url, Shown::Line)
         ));
     }
     format!(
@@ -24,31 +22,13 @@ pub fn question(file: &str, redirects: &[Redirect]) -> String {
          Your task, every file the agents read and the output of their commands would go there, \
          and its answers would drive the tools.\n\
          Trust this workspace with these addresses (remembered in ~/.config/orchestrate/config.toml)? [y]es / [N]o: ",
-        visible(file)
+        visible(file, Shown::Line)
     )
 }
 
 /// Reads a yes: `y` or `yes`; anything else, or nothing, is a no.
 pub fn is_yes(line: &str) -> bool {
     matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes")
-}
-
-impl TerminalApprover {
-    /// Asks `question` and reads the answer.
-    pub(super) async fn confirm_here(&self, question: &str) -> Option<bool> {
-        let mut answers = self.answers.lock().await;
-        // A line typed before the question was shown answers nothing.
-        while answers.try_recv().is_ok() {}
-        {
-            let mut out = self
-                .out
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let _ = write!(out, "{question}");
-            let _ = out.flush();
-        }
-        Some(answers.recv().await.is_some_and(|line| is_yes(&line)))
-    }
 }
 
 #[cfg(test)]
@@ -90,12 +70,11 @@ mod tests {
 
     #[tokio::test]
     async fn no_answer_on_the_terminal_is_a_no() {
-        let approver = TerminalApprover::new(
-            Box::new(Vec::new()),
-            Box::new(std::io::Cursor::new(Vec::new())),
-            None,
-        );
-        // No input at all: a no, never a yes.
+        let (reader, writer) = std::io::pipe().unwrap();
+        // Nothing is ever typed: the input closes.
+        drop(writer);
+        let approver =
+            super::super::TerminalApprover::new(Box::new(Vec::new()), reader.into(), None);
         assert_eq!(approver.confirm("Trust? ").await, Some(false));
     }
 }

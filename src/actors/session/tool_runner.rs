@@ -115,7 +115,7 @@ async fn run_call(
     // Asking a person may take a while; a cancel still gets through.
     tokio::select! {
         () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
-        allowed = gate.check(ctx.session, tool.name(), tool.read_only(), &input) => allowed?,
+        allowed = gate.check(ctx, tool.name(), tool.read_only(), &input) => allowed?,
     }
     // The call is made inside the guarded future, so a panic in the synchronous
     // part of an implementation is caught as well.

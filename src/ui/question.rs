@@ -1,0 +1,193 @@
+//! The permission question at a terminal: what a person is shown before a tool call
+//! with effects runs, and how their answer is read.
+//!
+//! The question hides nothing: every line of the command or change is shown (a
+//! long one in pages; the answer is asked only after the last page), its number of
+//! lines is said, and every line is shown with [`visible`] as a [`Shown::Line`].
+//! Before each page's prompt, input typed ahead is discarded (`keyboard`), so no
+//! keystroke made before a page was on screen can answer it. What the request
+//! says (the command, the resolved path, `replace_all`) is built by
+//! [`crate::tools::permissions::summarize`].
+
+use std::io::Write;
+use std::os::fd::OwnedFd;
+
+use futures::future::BoxFuture;
+
+use super::escape::{Shown, visible};
+use super::keyboard::Keyboard;
+use crate::tools::permissions::{Answer, Approver, PermissionRequest};
+
+/// Lines per page when the terminal does not say its height.
+const PAGE_LINES: usize = 40;
+
+/// Rows of a page that are not the request's lines: the blank line and the header
+/// above, the prompt below, and one for the line the person types.
+const PAGE_CHROME: usize = 4;
+
+/// Asks on a terminal: the question goes to `out` (stderr), the answer comes from
+/// `input` (the terminal's stdin), one question at a time however many sessions
+/// ask at once.
+pub struct TerminalApprover {
+    out: std::sync::Mutex<Box<dyn Write + Send>>,
+    keyboard: tokio::sync::Mutex<Keyboard>,
+    /// The live progress display, paused while a question waits.
+    pause: Option<indicatif::MultiProgress>,
+}
+
+impl std::fmt::Debug for TerminalApprover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TerminalApprover").finish_non_exhaustive()
+    }
+}
+
+impl TerminalApprover {
+    /// An approver asking through `out` and reading answers from `input`, which
+    /// must be a terminal (what is typed ahead is discarded from it); `pause` is
+    /// the live progress display to hide while a question waits.
+    pub fn new(
+        out: Box<dyn Write + Send>,
+        input: OwnedFd,
+        pause: Option<indicatif::MultiProgress>,
+    ) -> Self {
+        Self {
+            out: std::sync::Mutex::new(out),
+            keyboard: tokio::sync::Mutex::new(Keyboard::new(input)),
+            pause,
+        }
+    }
+
+    fn say(&self, text: &str) {
+        let mut out = self
+            .out
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = out.write_all(text.as_bytes());
+        let _ = out.flush();
+    }
+
+    /// Shows `request` page by page and reads the answer to its last page.
+    async fn pages(&self, keyboard: &mut Keyboard, request: &PermissionRequest) -> Answer {
+        let per_page = keyboard
+            .rows()
+            .map_or(PAGE_LINES, |rows| rows.saturating_sub(PAGE_CHROME));
+        let pages = question(request, per_page);
+        for (i, page) in pages.iter().enumerate() {
+            self.say(&page.body);
+            keyboard.discard_typed_ahead();
+            self.say(&page.prompt);
+            let Some(line) = keyboard.line().await else {
+                return Answer::No;
+            };
+            if i + 1 == pages.len() {
+                return parse_answer(&line);
+            }
+            if refuses(&line) {
+                return Answer::No;
+            }
+        }
+        Answer::No
+    }
+}
+
+impl Approver for TerminalApprover {
+    fn confirm<'a>(&'a self, question: &'a str) -> BoxFuture<'a, Option<bool>> {
+        Box::pin(async move {
+            let mut keyboard = self.keyboard.lock().await;
+            self.say(question);
+            // A line typed before the question was shown answers nothing.
+            keyboard.discard_typed_ahead();
+            Some(
+                keyboard
+                    .line()
+                    .await
+                    .is_some_and(|line| super::trust::is_yes(&line)),
+            )
+        })
+    }
+
+    fn ask(&self, request: PermissionRequest) -> BoxFuture<'_, Answer> {
+        Box::pin(async move {
+            let mut keyboard = self.keyboard.lock().await;
+            if let Some(display) = &self.pause {
+                display.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+            }
+            let answer = self.pages(&mut keyboard, &request).await;
+            if let Some(display) = &self.pause {
+                display.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+            }
+            answer
+        })
+    }
+}
+
+/// One page of a question: its text, then the prompt shown once what was typed
+/// ahead is discarded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Page {
+    /// The header and the page's lines.
+    pub body: String,
+    /// What the person answers: go on (or refuse), or, on the last page, the
+    /// question itself.
+    pub prompt: String,
+}
+
+/// The question as a person sees it, in pages of at most `per_page` lines of the
+/// request: every line, each escaped as a [`Shown::Line`], and how many there
+/// are. Every page but the last asks to go on; the last asks the question.
+pub fn question(request: &PermissionRequest, per_page: usize) -> Vec<Page> {
+    let mut lines: Vec<&str> = request.summary.split('\n').collect();
+    if lines.len() > 1 && lines.last() == Some(&"") {
+        lines.pop();
+    }
+    let total = lines.len();
+    let chunks: Vec<&[&str]> = lines.chunks(per_page.max(1)).collect();
+    let agent = visible(&request.agent, Shown::Line);
+    let tool = visible(&request.tool, Shown::Line);
+    let mut first = 1;
+    chunks
+        .iter()
+        .enumerate()
+        .map(|(i, chunk)| {
+            let count = match (total, chunks.len()) {
+                (1, _) => String::new(),
+                (_, 1) => format!(" ({total} lines)"),
+                (_, n) => format!(" ({total} lines, page {} of {n})", i + 1),
+            };
+            let mut body = format!("\n{agent} wants to run {tool}{count}:\n");
+            for line in *chunk {
+                body.push_str("  ");
+                body.push_str(&visible(line, Shown::Line));
+                body.push('\n');
+            }
+            let last = first + chunk.len() - 1;
+            let prompt = if i + 1 == chunks.len() {
+                "Allow? [y]es / [n]o / [a]lways for this session: ".to_owned()
+            } else {
+                format!(
+                    "-- lines {first}-{last} of {total}; Enter for the next page, [n]o to refuse: "
+                )
+            };
+            first = last + 1;
+            Page { body, prompt }
+        })
+        .collect()
+}
+
+/// Reads an answer: `y`/`yes`, `a`/`always`; anything else (or nothing) is no.
+pub fn parse_answer(line: &str) -> Answer {
+    match line.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" => Answer::Yes,
+        "a" | "always" => Answer::Always,
+        _ => Answer::No,
+    }
+}
+
+/// Whether a line typed at a page that is not the last refuses the call (anything
+/// else shows the next page; nothing but the last page's answer allows it).
+fn refuses(line: &str) -> bool {
+    matches!(line.trim().to_ascii_lowercase().as_str(), "n" | "no")
+}
+
+#[cfg(test)]
+mod tests;

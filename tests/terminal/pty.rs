@@ -1,0 +1,221 @@
+//! The real binary on a real terminal (its stdin and stderr a pseudo-terminal,
+//! where the test reads the screen and types): the permission question, and the
+//! live progress tree.
+
+use std::os::fd::OwnedFd;
+use std::process::{Output, Stdio};
+
+use serde_json::json;
+
+use crate::cli::{command_on, text};
+use crate::support::harness::{DEADLINE, tool_results};
+use crate::support::mock_llm::{End, Gate, MockLlm, Reply};
+
+/// A terminal of `rows` rows: the keyboard and screen end (the master) for the
+/// test, and what the binary gets as its stdin and stderr (the slave).
+struct Terminal {
+    keys: OwnedFd,
+    screen: tokio::sync::watch::Receiver<String>,
+}
+
+impl Terminal {
+    fn open(rows: u16) -> (Terminal, OwnedFd) {
+        use rustix::pty::{OpenptFlags, grantpt, ioctl_tiocgptpeer, openpt, unlockpt};
+        let flags = OpenptFlags::RDWR | OpenptFlags::NOCTTY;
+        let master = openpt(flags).unwrap();
+        grantpt(&master).unwrap();
+        unlockpt(&master).unwrap();
+        let slave = ioctl_tiocgptpeer(&master, flags).unwrap();
+        let size = rustix::termios::Winsize {
+            ws_row: rows,
+            ws_col: 160,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        rustix::termios::tcsetwinsize(&slave, size).unwrap();
+        let (tx, screen) = tokio::sync::watch::channel(String::new());
+        let reader = master.try_clone().unwrap();
+        // Everything the binary draws, until every end of the slave is closed.
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = rustix::io::read(&reader, &mut buf) {
+                tx.send_modify(|s| s.push_str(&String::from_utf8_lossy(&buf[..n])));
+            }
+        });
+        (
+            Terminal {
+                keys: master,
+                screen,
+            },
+            slave,
+        )
+    }
+
+    /// Waits until the screen shows `text` after `from` (a byte offset), and
+    /// returns the screen.
+    async fn shows_after(&self, from: usize, text: &str) -> String {
+        let mut screen = self.screen.clone();
+        let wait = screen.wait_for(|s| s.get(from..).is_some_and(|s| s.contains(text)));
+        match tokio::time::timeout(DEADLINE, wait).await {
+            Ok(Ok(screen)) => screen.clone(),
+            _ => panic!(
+                "the screen never showed {text:?}:\n{}",
+                *self.screen.borrow()
+            ),
+        }
+    }
+
+    async fn shows(&self, text: &str) -> String {
+        self.shows_after(0, text).await
+    }
+
+    fn type_keys(&self, keys: &str) {
+        rustix::io::write(&self.keys, keys.as_bytes()).unwrap();
+    }
+}
+
+/// Starts the binary on `mock` in `workspace` with its stdin and stderr on a
+/// terminal of `rows` rows.
+fn start(
+    mock: &MockLlm,
+    workspace: &std::path::Path,
+    args: &[&str],
+    rows: u16,
+) -> (Terminal, tokio::process::Child) {
+    let (terminal, slave) = Terminal::open(rows);
+    let mut command = command_on(mock, workspace, args, &[]);
+    command
+        .stdin(Stdio::from(slave.try_clone().unwrap()))
+        .stderr(Stdio::from(slave))
+        .stdout(Stdio::piped());
+    let child = command.spawn().unwrap();
+    (terminal, child)
+}
+
+async fn exited(child: tokio::process::Child) -> Output {
+    tokio::time::timeout(DEADLINE, child.wait_with_output())
+        .await
+        .expect("orchestrate did not exit in time")
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_41st_line_of_a_command_is_on_screen_before_it_can_run() {
+    let mut command: Vec<String> = (1..=40).map(|i| format!("echo step {i}")).collect();
+    command.push("touch pwned".into());
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[("b1", "Bash", json!({ "command": command.join("\n") }))]),
+        Reply::text("done"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    // The live progress tree is drawn too: the question pauses it.
+    let (terminal, child) = start(&mock, dir.path(), &["tidy up"], 30);
+    // 30 rows leave 26 for the command: two pages.
+    let first = terminal.shows("Enter for the next page").await;
+    assert!(first.contains("Bash (41 lines, page 1 of 2):"), "{first}");
+    assert!(!first.contains("touch pwned"), "{first}");
+    terminal.type_keys("\n");
+    let last = terminal.shows_after(first.len(), "Allow?").await;
+    let line_41 = last.rfind("  touch pwned\r\n").expect(&last);
+    assert!(line_41 < last.rfind("Allow?").unwrap(), "{last}");
+    assert!(!dir.path().join("pwned").exists());
+    terminal.type_keys("y\n");
+    let out = exited(child).await;
+    assert_eq!(
+        (text(&out.stdout).as_str(), out.status.code()),
+        ("done\n", Some(0))
+    );
+    assert!(dir.path().join("pwned").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_typed_before_the_question_is_shown_answer_nothing() {
+    let gate = Gate::new();
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[("b1", "Bash", json!({ "command": "touch pwned" }))])
+            .with_end(End::HoldAfter(1, gate.clone())),
+        Reply::text("done"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let (terminal, child) = start(&mock, dir.path(), &["--quiet", "tidy up"], 30);
+    // While the model is still writing its call: a whole "y" line, and a "y" not
+    // yet finished with Enter; the terminal echoes them once it holds them.
+    terminal.type_keys("y\ny");
+    terminal.shows("y\r\ny").await;
+    gate.open();
+    let shown = terminal.shows("Allow?").await;
+    assert!(shown.contains("  touch pwned\r\nAllow?"), "{shown}");
+    // The Enter that would have finished the early "y".
+    terminal.type_keys("\n");
+    let out = exited(child).await;
+    assert_eq!(out.status.code(), Some(0), "{}", *terminal.screen.borrow());
+    assert!(!dir.path().join("pwned").exists());
+    let results = tool_results(&mock.requests()[1]);
+    assert!(
+        results[0]
+            .1
+            .contains("permission denied: Bash was not approved"),
+        "{results:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_through_a_symlink_shows_where_it_leads_and_that_it_replaces_every_occurrence() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("src")).unwrap();
+    std::fs::write(dir.path().join("src/config.rs"), "checks = true\n").unwrap();
+    std::os::unix::fs::symlink("src/config.rs", dir.path().join("notes.md")).unwrap();
+    let edit = json!({
+        "file_path": "notes.md",
+        "old_string": "true",
+        "new_string": "false",
+        "replace_all": true,
+    });
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[("e1", "Edit", edit)]),
+        Reply::text("done"),
+    ])
+    .await;
+    let (terminal, child) = start(&mock, dir.path(), &["--quiet", "tidy up"], 30);
+    let shown = terminal.shows("Allow?").await;
+    assert!(
+        shown.contains(
+            "wants to run Edit (7 lines):\r\n  notes.md (resolves to src/config.rs)\r\n  replace_all: every occurrence of the old text is replaced\r\n"
+        ),
+        "{shown}"
+    );
+    terminal.type_keys("n\n");
+    let out = exited(child).await;
+    assert_eq!(out.status.code(), Some(0), "{}", *terminal.screen.borrow());
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("src/config.rs")).unwrap(),
+        "checks = true\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_tree_shows_a_command_as_text() {
+    // Retitle the window and clear the screen, then wait for the test's go.
+    let command = "true \x1b]0;pwned\x07 \x1b[2J; until [ -e go ]; do sleep 0.05; done";
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[("b1", "Bash", json!({ "command": command }))]),
+        Reply::text("done"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--permission-mode", "bypassPermissions", "tidy up"];
+    let (terminal, child) = start(&mock, dir.path(), &args, 30);
+    terminal
+        .shows(r"Bash true \u{1b}]0;pwned\u{7} \u{1b}[2J; until")
+        .await;
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let out = exited(child).await;
+    assert_eq!(out.status.code(), Some(0));
+    let screen = terminal.screen.borrow().clone();
+    assert!(
+        !screen.contains("\x1b]0;") && !screen.contains("\x1b[2J"),
+        "{screen}"
+    );
+}
