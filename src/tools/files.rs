@@ -135,14 +135,16 @@ impl Text {
         Some(Self { body, bom, crlf })
     }
 
-    /// Encodes `body` with this file's BOM and line endings.
+    /// Encodes `body` (with `\n` line endings) with this file's BOM and line
+    /// endings: `decode` then `encode` of the same body gives the bytes back.
     pub(crate) fn encode(&self, body: &str) -> Vec<u8> {
         let mut out = String::with_capacity(body.len() + 3);
         if self.bom {
             out.push('\u{feff}');
         }
         if self.crlf {
-            out.push_str(&body.replace("\r\n", "\n").replace('\n', "\r\n"));
+            // A `\r` before a line end (`\r\r\n` in the file) is the file's own.
+            out.push_str(&body.replace('\n', "\r\n"));
         } else {
             out.push_str(body);
         }
