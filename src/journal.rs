@@ -147,7 +147,7 @@ pub fn read_journal(path: &Path) -> Result<Vec<Record>, JournalError> {
 
 /// The records of a journal's text, read from `path` (named in errors). A torn
 /// last line is ignored.
-pub(crate) fn parse_journal(path: &Path, text: &str) -> Result<Vec<Record>, JournalError> {
+pub fn parse_journal(path: &Path, text: &str) -> Result<Vec<Record>, JournalError> {
     let complete = text.ends_with('\n');
     let lines: Vec<&str> = text.lines().collect();
     let mut records = Vec::with_capacity(lines.len());
@@ -187,5 +187,29 @@ mod tests {
         std::fs::write(&path, format!("{good}\n{{oops\n{good}\n")).unwrap();
         let err = read_journal(&path).unwrap_err().to_string();
         assert!(err.contains("s.jsonl:2:"), "{err}");
+    }
+
+    mod properties {
+        use std::path::Path;
+
+        use proptest::prelude::*;
+
+        use super::super::{JournalError, parse_journal};
+
+        proptest! {
+            /// Any text is records, or an error naming its line: damage is never
+            /// read as something else, and a torn last line is no error.
+            #[test]
+            fn any_text_is_records_or_a_located_error(text in "[ -~\n]{0,300}") {
+                match parse_journal(Path::new("j.jsonl"), &text) {
+                    Ok(_) => {}
+                    Err(JournalError::Corrupt { line, .. }) => {
+                        prop_assert!(line >= 1 && line <= text.lines().count());
+                        prop_assert!(line < text.lines().count() || text.ends_with('\n'));
+                    }
+                    Err(e) => prop_assert!(false, "{}", e),
+                }
+            }
+        }
     }
 }

@@ -133,7 +133,10 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
     let fields: BTreeMap<String, serde_saphyr::Spanned<Value>> = if yaml.trim().is_empty() {
         BTreeMap::new()
     } else {
-        serde_saphyr::from_str(&yaml).map_err(|e| {
+        // YAML 1.2's booleans (`true`, `false`), as Claude Code reads role files:
+        // `name: no` is the name "no", not false.
+        let options = serde_saphyr::options! { strict_booleans: true };
+        serde_saphyr::from_str_with_options(&yaml, options).map_err(|e| {
             let line = e.location().map_or(1, |l| l.line() as usize + 1);
             let text = e.to_string();
             let first = text.lines().next().unwrap_or("invalid YAML");
@@ -429,5 +432,46 @@ mod tests {
         assert_eq!(role.allowed_tools(&["Read", "Grep", "Edit"]), ["Read"]);
         let all = parse("all.md", "---\nname: all\ndescription: d\n---\n").unwrap();
         assert_eq!(all.allowed_tools(&["Read", "Grep"]), ["Read", "Grep"]);
+    }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::super::parse;
+
+        proptest! {
+            /// A role file of any text is a role or an error naming where, never a
+            /// panic.
+            #[test]
+            fn any_text_is_a_role_or_a_located_error(text in "(---\n)?[ -~\n]{0,200}(---\n)?[ -~\n]{0,40}") {
+                if let Err(e) = parse("agents/x.md", &text) {
+                    prop_assert!(e.to_string().starts_with("agents/x.md"), "{}", e);
+                }
+            }
+
+            /// What a role file says is what the role is.
+            #[test]
+            fn a_written_role_reads_back(
+                name in "[a-z][a-z0-9-]{0,12}",
+                description in "[A-Za-z][A-Za-z .,]{0,40}",
+                tools in proptest::collection::vec(proptest::sample::select(vec!["Read", "Write", "Edit", "Grep", "Glob", "Ls", "Bash", "Task"]), 0..4),
+                turns in 1u32..100,
+                prompt in "[A-Za-z][A-Za-z .,\n]{0,80}",
+            ) {
+                let text = format!(
+                    "---\nname: {name}\ndescription: {description}\ntools: {}\nmaxTurns: {turns}\n---\n{prompt}\n",
+                    tools.join(", ")
+                );
+                let role = parse("x.md", &text).unwrap();
+                prop_assert_eq!(&role.name, &name);
+                prop_assert_eq!(role.description.trim(), description.trim());
+                prop_assert_eq!(role.max_turns, Some(turns));
+                let want: Vec<String> = tools.iter().map(|t| (*t).to_owned()).collect();
+                if !want.is_empty() {
+                    prop_assert_eq!(role.tools, Some(want));
+                }
+                prop_assert_eq!(role.prompt.trim(), prompt.trim());
+            }
+        }
     }
 }

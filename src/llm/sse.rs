@@ -120,7 +120,7 @@ struct Cut<S> {
 /// error ([`SplitError::TooLarge`]) then, the stream ending there. A stream whose
 /// last event is not closed by a blank line (Anthropic's SDK fixtures end that way)
 /// gets the blank line added, so that event still counts.
-pub(crate) fn split_events_within<S, E>(
+pub fn split_events_within<S, E>(
     inner: S,
     limit: usize,
 ) -> std::pin::Pin<Box<impl Stream<Item = Result<Bytes, SplitError<E>>>>>
@@ -276,5 +276,54 @@ mod tests {
         assert_eq!(event_end(b"\ndata: y", true), Some(1));
         assert_eq!(event_end(b"\r\ndata: y", true), Some(2));
         assert_eq!(event_end(b"data: y", true), None);
+    }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        proptest! {
+            /// However the wire cuts a stream, the events come out whole and the
+            /// same: the bytes of every piece, joined, are the stream's bytes.
+            #[test]
+            fn any_cutting_of_a_stream_gives_the_same_whole_events(
+                events in proptest::collection::vec("[a-z: ]{0,12}", 1..8),
+                cuts in proptest::collection::vec(1usize..7, 0..40),
+            ) {
+                let stream: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+                let bytes = stream.as_bytes();
+                let mut chunks = Vec::new();
+                let mut at = 0;
+                for cut in cuts.iter().cycle().take(bytes.len()) {
+                    if at >= bytes.len() {
+                        break;
+                    }
+                    let end = (at + cut).min(bytes.len());
+                    chunks.push(Ok::<_, ()>(Bytes::copy_from_slice(&bytes[at..end])));
+                    at = end;
+                }
+                if at < bytes.len() {
+                    chunks.push(Ok(Bytes::copy_from_slice(&bytes[at..])));
+                }
+                let pieces: Vec<Bytes> = futures::executor::block_on(
+                    split_events_within(futures::stream::iter(chunks), 1 << 20)
+                        .map(Result::unwrap)
+                        .collect(),
+                );
+                prop_assert_eq!(pieces.len(), events.len());
+                prop_assert!(pieces.iter().all(|p| p.ends_with(b"\n\n")));
+                prop_assert_eq!(pieces.concat(), bytes);
+            }
+
+            /// Whatever bytes arrive, the decoders answer with a turn or an error,
+            /// never a panic.
+            #[test]
+            fn the_decoders_take_any_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+                let body = Bytes::from(bytes);
+                let _ = futures::executor::block_on(crate::llm::openai::decoder::decode_sse_body(body.clone(), 1 << 20));
+                let _ = futures::executor::block_on(crate::llm::anthropic::decoder::decode_sse_body(body, 1 << 20));
+            }
+        }
     }
 }
