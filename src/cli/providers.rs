@@ -17,7 +17,7 @@ use crate::llm::replay::ReplayProvider;
 use crate::models::Models;
 
 /// The user's file, then the workspace's on top.
-fn config_file(
+pub(super) fn config_file(
     workspace: &Path,
     env: &impl Fn(&str) -> Option<String>,
 ) -> Result<ConfigFile, ConfigError> {

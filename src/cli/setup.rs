@@ -1,17 +1,19 @@
 //! What the flags and the configuration files set up before a run: the workspace,
 //! the role catalog and the folders it came from, the models (built in
-//! `providers`), and the runtime's configuration. It starts nothing.
+//! `providers`), the tools (Bash's confinement from `sandbox`), and the runtime's
+//! configuration. It starts nothing.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::flags::Cli;
-use super::providers;
+use super::{providers, sandbox};
 use crate::error::ConfigError;
 use crate::models::Models;
 use crate::roles::catalog::{self, Catalog};
 use crate::runtime::RuntimeConfig;
+use crate::tools::ToolRegistry;
 use crate::tools::permissions::Approver;
 
 /// The runtime's configuration and the run's plan, from the flags and the files.
@@ -22,6 +24,7 @@ pub(super) fn prepare(
 ) -> Result<(RuntimeConfig, Plan), ConfigError> {
     let workspace = workspace(cli)?;
     let models = providers::models(cli, &workspace, env)?;
+    let (bash, sandbox_notes) = sandbox::bash(cli, &providers::config_file(&workspace, env)?, env)?;
     let mut config = RuntimeConfig::new(workspace, models.default_provider());
     config.approver = approver;
     config.retry.max_attempts = cli.max_attempts.max(1);
@@ -40,6 +43,8 @@ pub(super) fn prepare(
             models: Arc::new(models),
             catalog,
             dirs,
+            tools: ToolRegistry::standard().with(bash),
+            sandbox_notes,
         },
     ))
 }
@@ -50,6 +55,10 @@ pub(super) struct Plan {
     pub(super) catalog: Catalog,
     /// Where the roles came from, watched for changes during the run.
     pub(super) dirs: Vec<PathBuf>,
+    /// The built-in tools, Bash confined as the flags and the user's file say.
+    pub(super) tools: ToolRegistry,
+    /// What this kernel does not allow of that confinement, said once at start.
+    pub(super) sandbox_notes: Vec<String>,
 }
 
 /// The workspace (`-C DIR`, else the current directory), made canonical; a bad
