@@ -7,6 +7,7 @@ mod anthropic;
 mod architecture;
 mod cancel;
 mod cli;
+mod confinement;
 mod control;
 mod conversation;
 mod faults;
