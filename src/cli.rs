@@ -24,6 +24,7 @@ mod flags;
 mod providers;
 mod resume;
 mod run;
+mod sandbox;
 mod sessions;
 mod setup;
 mod trust;

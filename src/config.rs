@@ -15,6 +15,10 @@
 //! [models]
 //! fast = "claude-haiku-4-5"                        # an id on the default provider
 //! smart = { provider = "anthropic", model = "claude-sonnet-4-5" }
+//!
+//! [sandbox]                     # only in the user's own file
+//! mode = "workspace-write"      # or "off"
+//! writable = ["~/.cache"]       # more places Bash commands may write
 //! ```
 //!
 //! What a file may declare is [`ConfigFile`], the result is [`Settings`], and
@@ -29,7 +33,7 @@ mod resolve;
 mod settings;
 mod trust;
 
-pub use self::file::{ConfigFile, ModelEntry, ProviderEntry, TrustedWorkspace};
+pub use self::file::{ConfigFile, ModelEntry, ProviderEntry, SandboxEntry, TrustedWorkspace};
 pub use self::resolve::{DEFAULT_ANTHROPIC_MODEL, DEFAULT_OPENAI_MODEL, Flags, resolve};
 pub use self::settings::{ModelRef, ProviderKind, ProviderSettings, Settings};
 pub use self::trust::{Redirect, redirects, remember};

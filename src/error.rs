@@ -184,6 +184,10 @@ pub enum ProviderError {
     /// Any other transport failure while sending the request.
     #[error("request failed: {0}")]
     Transport(String),
+    /// The server redirected the request somewhere it is not followed (another
+    /// origin, which would receive the key and the conversation).
+    #[error("{0}")]
+    Redirect(String),
     /// The response body was not the JSON we expected.
     #[error("cannot decode the response: {0}")]
     Decode(String),
@@ -420,6 +424,8 @@ impl ProviderError {
                 ErrorClass::Retryable { after: None }
             }
             Self::Decode(_) => ErrorClass::Retryable { after: None },
+            // The server will send the same redirect again.
+            Self::Redirect(_) => ErrorClass::Permanent,
             // The run went somewhere the recording never did: asking again changes nothing.
             Self::Replay(_) => ErrorClass::Permanent,
         }

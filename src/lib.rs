@@ -31,6 +31,7 @@ pub mod events;
 #[cfg(feature = "test-support")]
 pub mod faults;
 pub mod journal;
+pub mod keys;
 pub mod llm;
 pub mod models;
 pub mod protocol;

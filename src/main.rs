@@ -1,4 +1,6 @@
-//! The `orchestrate` binary: parse flags, set up tracing, run, map to an exit code.
+//! The `orchestrate` binary: harden the process (the launcher's mode, no dumps,
+//! the keys out of the environment block), parse flags, set up tracing, run, map to
+//! an exit code.
 
 use std::process::ExitCode;
 
@@ -10,6 +12,8 @@ use std::sync::Arc;
 
 use indicatif::{MultiProgress, ProgressDrawTarget};
 use orchestrate::cli::{self, Cli};
+use orchestrate::keys::{self, Keys, Taken};
+use orchestrate::tools::bash::launcher::{self, Launched};
 use orchestrate::tools::permissions::{Approver, DenyAll};
 use orchestrate::ui::TerminalApprover;
 
@@ -19,8 +23,49 @@ use orchestrate::ui::TerminalApprover;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // Re-executed as a Bash command's launcher: that, and nothing else. First, while
+    // the process has a single thread.
+    if let Some(launched) = launcher::run_if_asked() {
+        return match launched {
+            Launched::Exit(code) => code,
+            Launched::Report(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Launched::Failed(message) => {
+                eprintln!("orchestrate: {message}");
+                ExitCode::from(125)
+            }
+        };
+    }
+    // Not dumpable: a process without privileges over this one (a Bash command in a
+    // user namespace of its own, or one of another user) cannot read its memory,
+    // descriptors or environment.
+    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let keys = match keys::take_from_environment(&keys::configured_names(home.as_deref())) {
+        Taken::Held(keys) => keys,
+        Taken::Failed(keys, why) => {
+            eprintln!("orchestrate: warning: {why}");
+            keys
+        }
+    };
+    launcher::enable();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("orchestrate: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(keys))
+}
+
+async fn run(keys: Keys) -> ExitCode {
     let args = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off"));
@@ -69,7 +114,7 @@ async fn main() -> ExitCode {
         args,
         approver,
         progress,
-        |k| std::env::var(k).ok(),
+        |k| keys.get(k).or_else(|| std::env::var(k).ok()),
         interrupt,
         &mut out,
         &mut err,

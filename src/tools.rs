@@ -206,7 +206,7 @@ impl ToolRegistry {
             .with(ls::Ls)
             .with(glob::Glob)
             .with(grep::Grep)
-            .with(bash::Bash)
+            .with(bash::Bash::default())
     }
 
     /// The tools of this registry named in `names`, in this registry's order.

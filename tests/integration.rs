@@ -9,6 +9,7 @@ mod bounds;
 mod cancel;
 mod chaos;
 mod cli;
+mod confinement;
 mod control;
 mod conversation;
 mod faults;

@@ -16,6 +16,9 @@ here="$(cd "$(dirname "$0")" && pwd)"
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/orchestrate-quickstart.XXXXXX")"
 cp -R "$here/project/." "$scratch/"
 echo "scratch copy of examples/quickstart/project: $scratch"
+# The agents' `cargo test` runs in Bash's sandbox, which writes only inside the
+# workspace and the temporary directory: the scratch copy builds in its own target.
+export CARGO_TARGET_DIR="$scratch/target"
 
 if [[ -n "${ORCHESTRATE_BIN:-}" ]]; then
     orchestrate=("$ORCHESTRATE_BIN")

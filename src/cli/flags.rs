@@ -9,6 +9,7 @@ use clap::Parser;
 
 use crate::session::DEFAULT_MAX_TURNS;
 use crate::task;
+use crate::tools::bash::SandboxMode;
 use crate::tools::permissions::PermissionMode;
 
 /// Run a task with an LLM agent in a repository.
@@ -68,6 +69,11 @@ pub struct Cli {
     /// acceptEdits (asks for commands), plan (read-only), bypassPermissions.
     #[arg(long, value_name = "MODE", default_value = "default", value_parser = parse_mode, global = true)]
     pub permission_mode: PermissionMode,
+    /// Where Bash commands may write: workspace-write (the workspace, the temporary
+    /// directory and the sandbox's writable paths in the user's configuration; the
+    /// default) or off.
+    #[arg(long, value_name = "MODE", value_parser = parse_sandbox, global = true)]
+    pub sandbox: Option<SandboxMode>,
     /// Run this role instead of the orchestrator.
     #[arg(long, value_name = "NAME", default_value = "orchestrator")]
     pub agent: String,
@@ -186,6 +192,10 @@ pub enum AgentsAction {
 }
 
 fn parse_mode(value: &str) -> Result<PermissionMode, String> {
+    value.parse()
+}
+
+fn parse_sandbox(value: &str) -> Result<SandboxMode, String> {
     value.parse()
 }
 

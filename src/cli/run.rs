@@ -21,7 +21,6 @@ use crate::runs::lock::RunLock;
 use crate::runtime::{Handle, Runtime};
 use crate::session::SessionSpec;
 use crate::task::{Caller, Task, TaskEnv};
-use crate::tools::ToolRegistry;
 use crate::ui::display::{Display, Progress};
 
 /// Which lead a run drives.
@@ -84,6 +83,9 @@ where
     }
     for warning in plan.catalog.warnings.iter().chain(&plan.notes) {
         let _ = writeln!(err, "orchestrate: warning: {warning}");
+    }
+    for note in &plan.sandbox_notes {
+        let _ = writeln!(err, "orchestrate: warning: {note}");
     }
     for note in plan
         .catalog
@@ -281,7 +283,7 @@ fn lead_spec(
         .permission_mode
         .unwrap_or(cli.permission_mode)
         .narrowed_by(cli.permission_mode);
-    let standard = ToolRegistry::standard();
+    let standard = plan.tools.clone();
     let mut offered: Vec<&str> = standard.names();
     offered.push("Task");
     let allowed = role.allowed_tools(&offered);
@@ -295,14 +297,8 @@ fn lead_spec(
             Err(e) => tracing::warn!(error = %e, "roles will not be reloaded during this run"),
         }
         let env = Arc::new(
-            TaskEnv::new(
-                handle,
-                catalog,
-                cli.max_parallel,
-                cli.max_depth,
-                ToolRegistry::standard(),
-            )
-            .with_models(plan.models.clone()),
+            TaskEnv::new(handle, catalog, cli.max_parallel, cli.max_depth, plan.tools)
+                .with_models(plan.models.clone()),
         );
         let caller = Caller {
             depth: 0,

@@ -1,18 +1,20 @@
 //! What the flags and the configuration files set up before a run: the workspace,
 //! the role catalog and the folders it came from, the models (built in
 //! `providers`, once `trust` lets the workspace's file send requests where it
-//! says), and the runtime's configuration. It starts nothing and sends nothing.
+//! says), the tools (Bash's confinement from `sandbox`), and the runtime's
+//! configuration. It starts nothing and sends nothing.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::flags::Cli;
-use super::{providers, trust};
+use super::{providers, sandbox, trust};
 use crate::error::ConfigError;
 use crate::models::Models;
 use crate::roles::catalog::{self, Catalog};
 use crate::runtime::RuntimeConfig;
+use crate::tools::ToolRegistry;
 use crate::tools::permissions::Approver;
 
 /// The runtime's configuration and the run's plan, from the flags and the files;
@@ -29,6 +31,8 @@ pub(super) async fn prepare(
         Some(_) => Vec::new(),
         None => trust::check(cli.trust_workspace, &workspace, &files, approver.as_ref()).await?,
     };
+    let both = files.user.clone().merged(files.workspace.clone());
+    let (bash, sandbox_notes) = sandbox::bash(cli, &both, env)?;
     let models = providers::models(cli, files, env)?;
     let mut config = RuntimeConfig::new(workspace, models.default_provider());
     config.approver = approver;
@@ -49,6 +53,8 @@ pub(super) async fn prepare(
             catalog,
             dirs,
             notes,
+            tools: ToolRegistry::standard().with(bash),
+            sandbox_notes,
         },
     ))
 }
@@ -61,6 +67,10 @@ pub(super) struct Plan {
     pub(super) dirs: Vec<PathBuf>,
     /// Warnings to show before the run starts.
     pub(super) notes: Vec<String>,
+    /// The built-in tools, Bash confined as the flags and the user's file say.
+    pub(super) tools: ToolRegistry,
+    /// What this kernel does not allow of that confinement, said once at start.
+    pub(super) sandbox_notes: Vec<String>,
 }
 
 /// The workspace (`-C DIR`, else the current directory), made canonical; a bad

@@ -29,6 +29,8 @@ pub struct ConfigFile {
     /// trust itself.
     #[serde(default)]
     pub trust: BTreeMap<String, TrustedWorkspace>,
+    /// How Bash commands are confined. Honoured only in the user's own file.
+    pub sandbox: Option<SandboxEntry>,
 }
 
 /// What the user trusts one workspace's `orchestrate.toml` to do.
@@ -38,6 +40,20 @@ pub struct TrustedWorkspace {
     /// The API roots it may send requests to.
     #[serde(default)]
     pub base_urls: Vec<String>,
+}
+
+/// The `[sandbox]` table: how Bash commands are confined.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxEntry {
+    /// `workspace-write` (the default) or `off`.
+    pub mode: Option<String>,
+    /// More paths Bash commands may write under (absolute, or `~/…`).
+    #[serde(default)]
+    pub writable: Vec<String>,
+    /// Whether the table comes from the user's own file (set by [`ConfigFile::trusted`]).
+    #[serde(skip)]
+    pub trusted: bool,
 }
 
 /// A provider as a file declares it.
@@ -96,7 +112,18 @@ impl ConfigFile {
         for entry in self.providers.values_mut() {
             entry.trusted = true;
         }
+        if let Some(sandbox) = &mut self.sandbox {
+            sandbox.trusted = true;
+        }
         self
+    }
+
+    /// The variables its providers name as holding their keys (`api_key_env`).
+    pub fn key_variables(&self) -> Vec<String> {
+        self.providers
+            .values()
+            .filter_map(|p| p.api_key_env.clone())
+            .collect()
     }
 
     /// `self` with `over`'s settings on top (the workspace's file over the user's).
@@ -106,6 +133,7 @@ impl ConfigFile {
         self.model = over.model.or(self.model);
         self.providers.extend(over.providers);
         self.models.extend(over.models);
+        self.sandbox = over.sandbox.or(self.sandbox);
         self
     }
 }

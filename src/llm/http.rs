@@ -87,10 +87,48 @@ fn shared_client() -> Result<reqwest::Client, String> {
         .get_or_init(|| {
             reqwest::Client::builder()
                 .connect_timeout(Duration::from_secs(10))
+                .redirect(reqwest::redirect::Policy::custom(|attempt| match redirect(
+                    attempt.url(),
+                    attempt.previous(),
+                ) {
+                    Ok(()) => attempt.follow(),
+                    Err(refused) => attempt.error(refused),
+                }))
                 .build()
                 .map_err(|e| e.without_url().to_string())
         })
         .clone()
+}
+
+/// Redirects followed at most for one request (reqwest's own default).
+const MAX_REDIRECTS: usize = 10;
+
+/// Why a redirect was not followed.
+#[derive(Debug, thiserror::Error)]
+enum RedirectRefused {
+    /// To another scheme, host or port: every request carries its provider's key
+    /// in a header (`x-api-key`, which reqwest would pass on, as well as
+    /// `Authorization`, which it strips), and the conversation in its body.
+    #[error(
+        "the provider redirected to another origin ({0}); not followed, so neither its key nor the conversation goes there"
+    )]
+    OtherOrigin(String),
+    #[error("more than {MAX_REDIRECTS} redirects")]
+    TooMany,
+}
+
+/// Whether a request that went through `previous` may follow a redirect to `next`:
+/// only to the origin it started at.
+fn redirect(next: &reqwest::Url, previous: &[reqwest::Url]) -> Result<(), RedirectRefused> {
+    if previous.len() > MAX_REDIRECTS {
+        return Err(RedirectRefused::TooMany);
+    }
+    match previous.first() {
+        Some(first) if first.origin() != next.origin() => Err(RedirectRefused::OtherOrigin(
+            next.origin().ascii_serialization(),
+        )),
+        _ => Ok(()),
+    }
 }
 
 impl HttpApi {
@@ -176,6 +214,11 @@ impl HttpApi {
     }
 
     fn transport_error(&self, e: &reqwest::Error) -> ProviderError {
+        let refused =
+            std::error::Error::source(e).and_then(|s| s.downcast_ref::<RedirectRefused>());
+        if let Some(refused) = refused {
+            return ProviderError::Redirect(refused.to_string());
+        }
         if e.is_connect() {
             let reason = std::error::Error::source(e)
                 .map_or_else(|| "connection failed".to_owned(), ToString::to_string);
@@ -412,4 +455,37 @@ enum ReadError {
     /// No chunk for the idle time; carries what had arrived.
     Stalled(Vec<u8>),
     Transport(reqwest::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn url(text: &str) -> reqwest::Url {
+        reqwest::Url::parse(text).unwrap()
+    }
+
+    #[test]
+    fn redirects_are_followed_only_within_the_origin_they_started_at() {
+        let start = [url("https://api.example.com/v1/messages")];
+        assert!(redirect(&url("https://api.example.com/v2/messages"), &start).is_ok());
+        for elsewhere in [
+            "https://evil.example/v1/messages",
+            "http://api.example.com/v1/messages",
+            "https://api.example.com:8443/v1/messages",
+        ] {
+            let refused = redirect(&url(elsewhere), &start).unwrap_err().to_string();
+            assert!(refused.contains("another origin"), "{elsewhere}: {refused}");
+        }
+        // Back home through another origin is refused at the first hop already;
+        // a chain that stays home is judged by where it started.
+        let chain = [start[0].clone(), url("https://api.example.com/v2")];
+        assert!(redirect(&url("https://api.example.com/v3"), &chain).is_ok());
+        assert!(redirect(&url("https://other.example/v3"), &chain).is_err());
+        let long: Vec<_> = (0..=MAX_REDIRECTS).map(|_| start[0].clone()).collect();
+        assert!(matches!(
+            redirect(&start[0], &long),
+            Err(RedirectRefused::TooMany)
+        ));
+    }
 }

@@ -2,13 +2,17 @@
 //! Code's tool of the same name. This file holds what the model sees (the input, its
 //! timeout limits, the description) and the tests that drive whole calls; the
 //! command's life is in `command`, its processes and their environment in `group`,
-//! and the output's cap in `output`.
+//! the output's cap in `output`, the policy commands run under in `confine`, and the
+//! process that confines them (the `orchestrate` binary in a hidden mode) in
+//! `launcher`.
 //!
 //! It does not decide whether the command may run (permission modes) nor whether it
 //! may run beside other calls (the scheduler, from [`Tool::concurrency`]).
 
 mod command;
+mod confine;
 mod group;
+pub mod launcher;
 mod output;
 
 use std::time::Duration;
@@ -18,6 +22,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use self::confine::{Confinement, Launch, SandboxMode};
 pub use self::group::child_env;
 use super::{Concurrency, Tool, ToolContext};
 use crate::error::ToolError;
@@ -37,12 +42,25 @@ Runs a shell command with `bash -c` (`sh -c` where bash is missing) and returns 
 - A non-zero exit is an error result: the output, then `exit code N` (or the signal that killed the shell).
 - Every process the command starts, background ones (`&`) included, is killed when the command ends: this tool cannot leave a server running.
 - Provider API keys are not in the command's environment.
+- The command may be sandboxed: writing outside the workspace and the temporary directory then fails with `Permission denied`. Do not try to work around it; say what you could not do.
 - Prefer the Read, Edit, Write, Glob and Grep tools to cat, sed, find and grep.
 - `description`: say in 5-10 words what the command does, for the person watching.";
 
-/// The `Bash` tool.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Bash;
+/// The `Bash` tool. By default its commands start directly, unconfined; the
+/// `orchestrate` binary gives it a [`Confinement`] through [`Bash::confined`].
+#[derive(Clone, Debug, Default)]
+pub struct Bash {
+    confinement: std::sync::Arc<Confinement>,
+}
+
+impl Bash {
+    /// A `Bash` whose commands run under `confinement`.
+    pub fn confined(confinement: Confinement) -> Self {
+        Self {
+            confinement: std::sync::Arc::new(confinement),
+        }
+    }
+}
 
 /// The input of a `Bash` call, as Claude Code's.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -104,7 +122,7 @@ impl Tool for Bash {
                 return Err(ToolError::InvalidInput("the command is empty".into()));
             }
             let timeout = input.timeout()?;
-            command::run(&input.command, timeout, ctx).await
+            command::run(&self.confinement, &input.command, timeout, ctx).await
         })
     }
 }
@@ -131,7 +149,7 @@ mod tests {
     }
 
     async fn bash(ctx: &ToolContext, input: Value) -> Result<String, ToolError> {
-        Bash.call(input, ctx).await
+        Bash::default().call(input, ctx).await
     }
 
     /// Processes of group `pgid` that are not zombies (a zombie runs nothing; reaping
@@ -270,11 +288,12 @@ mod tests {
         let (dir, ctx) = workspace();
         let cancel = ctx.cancel.clone();
         let call = tokio::spawn(async move {
-            Bash.call(
-                json!({"command": "echo $$ > pid; sleep 100 & sleep 100; wait"}),
-                &ctx,
-            )
-            .await
+            Bash::default()
+                .call(
+                    json!({"command": "echo $$ > pid; sleep 100 & sleep 100; wait"}),
+                    &ctx,
+                )
+                .await
         });
         let pgid = wait_for_pid_file(dir.path().join("pid")).await;
         assert_group_running(pgid);
@@ -288,11 +307,12 @@ mod tests {
     async fn an_abandoned_call_kills_the_whole_group() {
         let (dir, ctx) = workspace();
         let call = tokio::spawn(async move {
-            Bash.call(
-                json!({"command": "echo $$ > pid; sleep 100 & sleep 100; wait"}),
-                &ctx,
-            )
-            .await
+            Bash::default()
+                .call(
+                    json!({"command": "echo $$ > pid; sleep 100 & sleep 100; wait"}),
+                    &ctx,
+                )
+                .await
         });
         let pgid = wait_for_pid_file(dir.path().join("pid")).await;
         assert_group_running(pgid);
@@ -367,7 +387,7 @@ mod tests {
 
     #[test]
     fn the_schema_describes_the_input() {
-        let schema = Bash.input_schema();
+        let schema = Bash::default().input_schema();
         assert_eq!(schema["type"], "object");
         assert_eq!(schema["required"], json!(["command"]));
         let properties = schema["properties"].as_object().unwrap();

@@ -13,13 +13,15 @@ use rustix::process::Signal;
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
 
-use super::group::{ShellGroup, spawn};
+use super::confine::Confinement;
+use super::group::start;
 use super::output::CappedOutput;
 use crate::error::ToolError;
 use crate::tools::ToolContext;
 
 /// How long the output is still read once the group has been killed: only a process
-/// that left the group (`setsid`) can hold the pipe open past that.
+/// that left the group (`setsid`) of a shell started without the launcher, or one
+/// the kernel cannot kill at once, can hold the pipe open past that.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 const READ_CHUNK: usize = 64 * 1024;
 
@@ -31,6 +33,7 @@ enum End {
 }
 
 pub(super) async fn run(
+    confinement: &Confinement,
     command: &str,
     timeout: Duration,
     ctx: &ToolContext,
@@ -44,17 +47,12 @@ pub(super) async fn run(
     }
     let (reader, writer) = std::io::pipe()
         .map_err(|e| ToolError::Failed(format!("cannot create the output pipe: {e}")))?;
-    let spawned = match spawn("bash", command, workspace, &writer) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            spawn("sh", command, workspace, &writer)
-        }
-        other => other,
-    };
+    let started = start(confinement, command, workspace, &writer);
     // Only the child may hold the write end now, so the pipe reaches end-of-file when
     // the last process of the command is gone.
     drop(writer);
-    let child = spawned.map_err(|e| ToolError::Failed(format!("cannot start the shell: {e}")))?;
-    let mut group = ShellGroup::new(child)?;
+    let mut group =
+        started.map_err(|e| ToolError::Failed(format!("cannot start the shell: {e}")))?;
     let mut reader = pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
         .map_err(|e| ToolError::Failed(format!("cannot read the output pipe: {e}")))?;
 

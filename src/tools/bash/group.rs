@@ -1,13 +1,17 @@
-//! The shell's processes: the shell started in a process group of its own, and the
-//! whole group (background children included) killed with SIGKILL when the command
-//! ends, times out, is cancelled or is abandoned (the runner drops the call's future).
-//! Also the child's environment, from which the provider credentials the
-//! orchestrator itself runs with are removed: every variable whose name ends in
-//! `_API_KEY` (any case), and `ANTHROPIC_AUTH_TOKEN`, `CLAUDE_CODE_OAUTH_TOKEN`,
-//! `AWS_BEARER_TOKEN_BEDROCK`, `AZURE_OPENAI_AD_TOKEN` and `OPENAI_ADMIN_KEY`.
-//! `GIT_TERMINAL_PROMPT=0` is set, because the command shares the orchestrator's
-//! terminal and a password prompt there would stall it until its timeout. It does not
-//! read the output nor decide when the command ends (`command`).
+//! The shell's processes and their environment. Started directly (a program using
+//! the library), the shell leads a process group of its own, and the whole group
+//! (background children included) is killed with SIGKILL when the command ends,
+//! times out, is cancelled or is abandoned (the runner drops the call's future).
+//! Started through the `launcher` (the `orchestrate` binary), the launcher leads the
+//! group and holds the read end of a lifeline pipe: closing the write end (on the
+//! same occasions, or when the orchestrator dies) makes it kill every process the
+//! command started, those that left the group with `setsid` included.
+//!
+//! The child's environment has no provider key (`keys::is_key_variable`, with the
+//! configured `api_key_env` names) nor the key handoff's descriptor variable, and
+//! has `GIT_TERMINAL_PROMPT=0`, because the command shares the orchestrator's
+//! terminal and a password prompt there would stall it until its timeout. It does
+//! not read the output nor decide when the command ends (`command`).
 
 use std::ffi::OsString;
 use std::io::PipeWriter;
@@ -18,40 +22,67 @@ use rustix::io::Errno;
 use rustix::process::{Pid, Signal, kill_process_group};
 use tokio::process::{Child, Command};
 
-use crate::error::ToolError;
+use super::confine::Confinement;
+use super::launcher::SELF_EXE;
+use crate::keys::{HANDOFF_FD_VAR, is_key_variable};
 
-/// Provider credentials removed from the child's environment besides `*_API_KEY`.
-const NAMED_SECRETS: [&str; 5] = [
-    "ANTHROPIC_AUTH_TOKEN",
-    "CLAUDE_CODE_OAUTH_TOKEN",
-    "AWS_BEARER_TOKEN_BEDROCK",
-    "AZURE_OPENAI_AD_TOKEN",
-    "OPENAI_ADMIN_KEY",
-];
-
-/// The child's environment: `parent` without provider credentials, plus
-/// `GIT_TERMINAL_PROMPT=0`.
+/// The child's environment: `parent` without provider keys (the built-in ones and
+/// `configured`) or the handoff's variable, plus `GIT_TERMINAL_PROMPT=0`.
 pub fn child_env(
     parent: impl IntoIterator<Item = (OsString, OsString)>,
+    configured: &[String],
 ) -> Vec<(OsString, OsString)> {
     parent
         .into_iter()
         .filter(|(name, _)| {
-            let upper = name.to_string_lossy().to_ascii_uppercase();
-            !upper.ends_with("_API_KEY")
-                && !NAMED_SECRETS.contains(&upper.as_str())
-                && upper != "GIT_TERMINAL_PROMPT"
+            !is_key_variable(name, configured)
+                && name != HANDOFF_FD_VAR
+                && name != "GIT_TERMINAL_PROMPT"
         })
         .chain([("GIT_TERMINAL_PROMPT".into(), "0".into())])
         .collect()
 }
 
-/// Starts `shell -c command` in its own process group, stdout and stderr both on `out`.
-pub(super) fn spawn(
+/// Starts `command` in `workspace` as `confinement` says, stdout and stderr both on
+/// `out`, in a process group of its own.
+pub(super) fn start(
+    confinement: &Confinement,
+    command: &str,
+    workspace: &Path,
+    out: &PipeWriter,
+) -> std::io::Result<ShellGroup> {
+    let env = child_env(std::env::vars_os(), &confinement.key_variables);
+    let Some(launch) = &confinement.launch else {
+        let child = match spawn("bash", command, workspace, out, &env) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                spawn("sh", command, workspace, out, &env)?
+            }
+            other => other?,
+        };
+        return ShellGroup::new(child, None);
+    };
+    let (lifeline_end, lifeline) = std::io::pipe()?;
+    // Never killed on drop: the launcher must live to kill what the command left.
+    let child = Command::new(SELF_EXE)
+        .args(launch.spec(command, workspace).args("run"))
+        .current_dir(workspace)
+        .env_clear()
+        .envs(env)
+        .stdin(lifeline_end)
+        .stdout(out.try_clone()?)
+        .stderr(out.try_clone()?)
+        .process_group(0)
+        .spawn()?;
+    ShellGroup::new(child, Some(lifeline))
+}
+
+/// Starts `shell -c command` in its own process group.
+fn spawn(
     shell: &str,
     command: &str,
     workspace: &Path,
     out: &PipeWriter,
+    env: &[(OsString, OsString)],
 ) -> std::io::Result<Child> {
     // The command (and the pipe ends it holds) is dropped on return.
     Command::new(shell)
@@ -59,7 +90,7 @@ pub(super) fn spawn(
         .arg(command)
         .current_dir(workspace)
         .env_clear()
-        .envs(child_env(std::env::vars_os()))
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(out.try_clone()?)
         .stderr(out.try_clone()?)
@@ -68,30 +99,39 @@ pub(super) fn spawn(
         .spawn()
 }
 
-/// The shell and its process group, which is killed whole when this is dropped while
-/// still `live`: the runner drops a call's future on cancel and on its own timeout.
+/// The shell (or its launcher) and its process group, whose processes are all killed
+/// when this is dropped while still `live`: the runner drops a call's future on
+/// cancel and on its own timeout.
 pub(super) struct ShellGroup {
     pub(super) child: Child,
     pgid: Pid,
+    /// The launcher's lifeline; `None` for a shell started directly.
+    lifeline: Option<PipeWriter>,
     pub(super) live: bool,
 }
 
 impl ShellGroup {
-    pub(super) fn new(child: Child) -> Result<Self, ToolError> {
+    fn new(child: Child, lifeline: Option<PipeWriter>) -> std::io::Result<Self> {
         // A child is only reaped when waited for, so right after spawn its pid is known.
         let pgid = child
             .id()
             .and_then(|id| i32::try_from(id).ok())
             .and_then(Pid::from_raw)
-            .ok_or_else(|| ToolError::Failed("the shell has no process id".into()))?;
+            .ok_or_else(|| std::io::Error::other("the shell has no process id"))?;
         Ok(Self {
             child,
             pgid,
+            lifeline,
             live: true,
         })
     }
 
-    pub(super) fn kill(&self) {
+    /// Kills every process of the command: through the launcher, by closing its
+    /// lifeline (killing the launcher would leave it no time to); else the group.
+    pub(super) fn kill(&mut self) {
+        if self.lifeline.take().is_some() {
+            return;
+        }
         match kill_process_group(self.pgid, Signal::KILL) {
             Ok(()) | Err(Errno::SRCH) => {}
             Err(e) => tracing::warn!("cannot kill process group {}: {e}", self.pgid.as_raw_pid()),
@@ -112,6 +152,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn configured_key_variables_and_the_handoff_are_removed_too() {
+        let parent = [
+            ("PATH", "/usr/bin"),
+            ("MY_LLM_TOKEN", "t-1"),
+            ("ORCHESTRATE_KEYS_FD", "3"),
+            ("my_llm_token", "kept: names are matched exactly"),
+        ]
+        .map(|(k, v)| (OsString::from(k), OsString::from(v)));
+        let expected = [
+            ("PATH", "/usr/bin"),
+            ("my_llm_token", "kept: names are matched exactly"),
+            ("GIT_TERMINAL_PROMPT", "0"),
+        ]
+        .map(|(k, v)| (OsString::from(k), OsString::from(v)));
+        assert_eq!(child_env(parent, &["MY_LLM_TOKEN".to_owned()]), expected);
+    }
+
+    #[test]
     fn provider_keys_are_removed_from_the_environment() {
         let parent = [
             ("PATH", "/usr/bin"),
@@ -130,6 +188,6 @@ mod tests {
             ("GIT_TERMINAL_PROMPT", "0"),
         ]
         .map(|(k, v)| (OsString::from(k), OsString::from(v)));
-        assert_eq!(child_env(parent), expected);
+        assert_eq!(child_env(parent, &[]), expected);
     }
 }

@@ -1,0 +1,79 @@
+//! The Bash tool's confinement, from `--sandbox` and the `[sandbox]` table of the
+//! user's own configuration (a repository's `orchestrate.toml` may not loosen it),
+//! with the notes to show at start about what this kernel does not allow.
+
+use std::path::{Path, PathBuf};
+
+use super::flags::Cli;
+use crate::config::ConfigFile;
+use crate::error::ConfigError;
+use crate::tools::bash::{Bash, Confinement, SandboxMode};
+
+/// The Bash tool the run offers, and what to tell the person about its confinement.
+pub(super) fn bash(
+    cli: &Cli,
+    file: &ConfigFile,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<(Bash, Vec<String>), ConfigError> {
+    let entry = file.sandbox.clone().unwrap_or_default();
+    if file.sandbox.is_some() && !entry.trusted {
+        return Err(ConfigError::Invalid(
+            "[sandbox] is honoured only in ~/.config/orchestrate/config.toml (a repository's orchestrate.toml must not loosen the sandbox)".into(),
+        ));
+    }
+    let mode = match (cli.sandbox, &entry.mode) {
+        (Some(mode), _) => mode,
+        (None, Some(name)) => name
+            .parse::<SandboxMode>()
+            .map_err(|e| ConfigError::Invalid(format!("[sandbox] mode: {e}")))?,
+        (None, None) => SandboxMode::default(),
+    };
+    let home = env("HOME").map(PathBuf::from);
+    let writable = entry
+        .writable
+        .iter()
+        .map(|path| writable_path(path, home.as_deref()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let (confinement, notes) = Confinement::for_this_process(mode, writable, file.key_variables());
+    Ok((Bash::confined(confinement), notes))
+}
+
+/// An absolute path, or `~/…` under the home directory.
+fn writable_path(path: &str, home: Option<&Path>) -> Result<PathBuf, ConfigError> {
+    let bad = |reason: &str| ConfigError::Invalid(format!("[sandbox] writable: {path:?} {reason}"));
+    if let Some(rest) = path.strip_prefix("~/") {
+        return home
+            .map(|home| home.join(rest))
+            .ok_or_else(|| bad("names the home directory, but HOME is not set"));
+    }
+    let path_buf = PathBuf::from(path);
+    if !path_buf.is_absolute() {
+        return Err(bad("must be absolute (or start with ~/)"));
+    }
+    Ok(path_buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writable_paths_are_absolute_or_under_home() {
+        let home = Some(Path::new("/home/u"));
+        assert_eq!(
+            writable_path("~/.cache", home).unwrap(),
+            PathBuf::from("/home/u/.cache")
+        );
+        assert_eq!(
+            writable_path("/var/tmp", None).unwrap(),
+            PathBuf::from("/var/tmp")
+        );
+        assert_eq!(
+            writable_path("build", home).unwrap_err().to_string(),
+            ConfigError::Invalid(
+                "[sandbox] writable: \"build\" must be absolute (or start with ~/)".into()
+            )
+            .to_string()
+        );
+    }
+}

@@ -1,0 +1,237 @@
+//! The policy Bash commands run under, as the orchestrator decides it: which key
+//! variables their environment never holds, whether they start through the
+//! `launcher` (only from the `orchestrate` binary), in a user namespace of their own
+//! (where the kernel allows it), and under Landlock with writes allowed only under
+//! the workspace, the temporary directory and the paths the user's configuration
+//! adds (`--sandbox workspace-write`, the default) or not at all confined (`off`).
+//! What this kernel allows is asked once, at start, of the launcher's `probe`.
+//!
+//! It does not start anything itself (`group`, `launcher`).
+
+use std::path::{Path, PathBuf};
+
+use super::launcher::{self, SELF_EXE, Spec};
+
+/// Where Bash commands may write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SandboxMode {
+    /// Under the workspace, the temporary directory and the configured paths only.
+    #[default]
+    WorkspaceWrite,
+    /// Anywhere the user may.
+    Off,
+}
+
+impl std::str::FromStr for SandboxMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "workspace-write" => Ok(Self::WorkspaceWrite),
+            "off" => Ok(Self::Off),
+            other => Err(format!(
+                "unknown sandbox mode {other:?} (expected workspace-write or off)"
+            )),
+        }
+    }
+}
+
+/// How one Bash tool starts its commands.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Confinement {
+    /// Key variables removed from the command's environment besides the built-in
+    /// ones (`keys::is_key_variable`): the configured `api_key_env` names.
+    pub key_variables: Vec<String>,
+    /// Through the launcher, and how; `None`: the shell is started directly, in a
+    /// process group of its own, unconfined (a program using the library).
+    pub launch: Option<Launch>,
+}
+
+/// What the launcher does for each command.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Launch {
+    /// Start the shell in a user namespace of its own.
+    pub user_namespace: bool,
+    /// Apply Landlock with writes allowed under the workspace and these paths;
+    /// `None`: writes are not confined.
+    pub writable: Option<Vec<PathBuf>>,
+}
+
+impl Launch {
+    /// The launcher's instructions for `command` run in `workspace`.
+    pub(super) fn spec(&self, command: &str, workspace: &Path) -> Spec {
+        Spec {
+            user_namespace: self.user_namespace,
+            writable: self.writable.as_ref().map(|paths| {
+                std::iter::once(workspace.to_path_buf())
+                    .chain(paths.iter().cloned())
+                    .collect()
+            }),
+            command: command.to_owned(),
+        }
+    }
+}
+
+impl Confinement {
+    /// The confinement for this process: through the launcher when the running
+    /// binary is `orchestrate` (see [`launcher::enable`]), with a user namespace
+    /// and Landlock where the kernel allows them, asked of the launcher's probe.
+    /// Returns what the kernel does not allow, said once for the person at start.
+    pub fn for_this_process(
+        mode: SandboxMode,
+        writable: Vec<PathBuf>,
+        key_variables: Vec<String>,
+    ) -> (Self, Vec<String>) {
+        let mut confinement = Self {
+            key_variables,
+            launch: None,
+        };
+        if !launcher::enabled() {
+            return (confinement, Vec::new());
+        }
+        let (userns, landlock) = match probe() {
+            Ok(answers) => answers,
+            Err(e) => (e.clone(), e),
+        };
+        let (launch, notes) = Launch::from_probe(mode, writable, &userns, &landlock);
+        confinement.launch = Some(launch);
+        (confinement, notes)
+    }
+}
+
+impl Launch {
+    /// What the launcher does given the probe's answers (`userns`: `ok` or why not;
+    /// `landlock`: `full`, `partial`, `none` or why not), and what to tell the
+    /// person about what it cannot do.
+    fn from_probe(
+        mode: SandboxMode,
+        writable: Vec<PathBuf>,
+        userns: &str,
+        landlock: &str,
+    ) -> (Self, Vec<String>) {
+        let mut notes = Vec::new();
+        if userns != "ok" {
+            notes.push(format!(
+                "user namespaces are not available here ({userns}): Bash commands run in orchestrate's own, and as root could read its memory, keys included"
+            ));
+        }
+        let confined = mode == SandboxMode::WorkspaceWrite;
+        if confined {
+            match landlock {
+                "full" => {}
+                "partial" => notes.push(
+                    "this kernel's Landlock is older than version 5: Bash commands are only partly kept from writing outside the workspace".into(),
+                ),
+                "none" => notes.push(
+                    "this kernel has no Landlock: Bash commands run unconfined and can write outside the workspace".into(),
+                ),
+                error => notes.push(format!(
+                    "Landlock cannot be applied here ({error}): Bash commands run unconfined and can write outside the workspace"
+                )),
+            }
+        }
+        let landlock_works = matches!(landlock, "full" | "partial");
+        let mut paths = vec![std::env::temp_dir()];
+        paths.extend(writable);
+        let launch = Self {
+            user_namespace: userns == "ok",
+            writable: (confined && landlock_works).then_some(paths),
+        };
+        (launch, notes)
+    }
+}
+
+/// Runs the launcher's probe: its answers for user namespaces and Landlock.
+fn probe() -> Result<(String, String), String> {
+    let output = std::process::Command::new(SELF_EXE)
+        .args([launcher::MARK, "probe"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run the probe: {e}"))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let answer = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+            .map(str::to_owned)
+    };
+    match (answer("userns"), answer("landlock")) {
+        (Some(userns), Some(landlock)) => Ok((userns, landlock)),
+        _ => Err(format!("the probe failed: {}", output.status)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_the_kernel_allows_is_used_and_what_it_does_not_is_said() {
+        let extra = || vec![PathBuf::from("/var/cache/x")];
+        let tmp = std::env::temp_dir();
+        let (launch, notes) =
+            Launch::from_probe(SandboxMode::WorkspaceWrite, extra(), "ok", "full");
+        assert_eq!(
+            launch,
+            Launch {
+                user_namespace: true,
+                writable: Some(vec![tmp.clone(), "/var/cache/x".into()]),
+            }
+        );
+        assert!(notes.is_empty(), "{notes:?}");
+
+        let (launch, notes) = Launch::from_probe(
+            SandboxMode::WorkspaceWrite,
+            extra(),
+            "Operation not permitted (os error 1)",
+            "none",
+        );
+        assert_eq!(launch, Launch::default());
+        assert_eq!(
+            notes,
+            [
+                "user namespaces are not available here (Operation not permitted (os error 1)): Bash commands run in orchestrate's own, and as root could read its memory, keys included",
+                "this kernel has no Landlock: Bash commands run unconfined and can write outside the workspace",
+            ]
+        );
+
+        // Off: nothing to say about Landlock, and none applied.
+        let (launch, notes) = Launch::from_probe(SandboxMode::Off, extra(), "ok", "none");
+        assert_eq!(
+            launch,
+            Launch {
+                user_namespace: true,
+                writable: None,
+            }
+        );
+        assert!(notes.is_empty(), "{notes:?}");
+
+        let (launch, notes) =
+            Launch::from_probe(SandboxMode::WorkspaceWrite, extra(), "ok", "partial");
+        assert!(launch.writable.is_some());
+        assert_eq!(notes.len(), 1);
+    }
+
+    #[test]
+    fn the_workspace_comes_first_among_the_writable_paths() {
+        let launch = Launch {
+            user_namespace: false,
+            writable: Some(vec!["/tmp".into()]),
+        };
+        let spec = launch.spec("make", Path::new("/w"));
+        assert_eq!(spec.writable, Some(vec!["/w".into(), "/tmp".into()]));
+        assert_eq!(spec.command, "make");
+        let unconfined = Launch::default().spec("make", Path::new("/w"));
+        assert_eq!(unconfined.writable, None);
+    }
+
+    #[test]
+    fn sandbox_modes_parse_by_name() {
+        assert_eq!("off".parse(), Ok(SandboxMode::Off));
+        assert_eq!("workspace-write".parse(), Ok(SandboxMode::WorkspaceWrite));
+        assert_eq!(
+            "read-only".parse::<SandboxMode>(),
+            Err("unknown sandbox mode \"read-only\" (expected workspace-write or off)".to_owned())
+        );
+    }
+}

@@ -1,0 +1,437 @@
+//! The launcher: the `orchestrate` binary run again by itself, in a hidden mode
+//! (`orchestrate __orchestrate-bash-launcher STAGE …`), to start one Bash command
+//! confined. It exists because what it does to itself (a user namespace, Landlock,
+//! becoming a subreaper) cannot be done to a child between `fork` and `exec` without
+//! `unsafe`, and must not be done to the orchestrator itself.
+//!
+//! ```text
+//! orchestrate                     non-dumpable, holds the keys in memory
+//! └── launcher (stage `run`)      child subreaper; its stdin is the lifeline
+//!     └── stage `confine` → bash  own process group; own user namespace; Landlock
+//! ```
+//!
+//! - `run` starts `confine`, writes its user namespace's id maps once it has
+//!   unshared (every id for root, so files of other owners stay writable as before;
+//!   else its own id), lets it go on, and waits for the shell to exit or the lifeline
+//!   (its stdin, a pipe whose other end the orchestrator holds) to close: on a
+//!   timeout, a cancel, or the orchestrator's death. Either way it then kills the
+//!   shell's group and every process re-parented to it (those that left the group
+//!   with `setsid`), until it has no child left, and exits as the shell did.
+//! - `confine` unshares its user namespace (a process in a child namespace has no
+//!   capability over the orchestrator, so even root cannot read its
+//!   `/proc/<pid>/environ` or memory), waits for the maps, applies Landlock (reads
+//!   everywhere; writes only under the paths it was given and to a few devices),
+//!   and execs `bash -c COMMAND` (`sh` where bash is missing).
+//! - `probe` says what this kernel allows: the orchestrator runs it once at start.
+//!
+//! It does not decide the policy (`confine`) nor read the command's output
+//! (`command`).
+
+use std::ffi::{OsStr, OsString};
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use landlock::{
+    ABI, Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
+    path_beneath_rules,
+};
+use rustix::io::Errno;
+use rustix::process::{Pid, Signal, WaitOptions};
+
+/// The first argument that puts the binary in launcher mode.
+pub const MARK: &str = "__orchestrate-bash-launcher";
+
+/// The executable the launcher is: the running binary, whatever its path now.
+pub(super) const SELF_EXE: &str = "/proc/self/exe";
+
+/// The filesystem rights of Landlock ABI 5 (the last to add any but `ResolveUnix`,
+/// which would refuse connecting to sockets such as Docker's).
+const LANDLOCK_ABI: ABI = ABI::V5;
+
+/// Devices every command may write to besides the paths it is given.
+const DEVICES: [&str; 3] = ["/dev/null", "/dev/zero", "/dev/full"];
+
+/// How long the sweep waits between rounds while processes are still dying.
+const SWEEP_PAUSE: Duration = Duration::from_millis(5);
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Declares that the running executable is the `orchestrate` binary, which answers
+/// [`MARK`] through [`run_if_asked`]: Bash commands are then started through it.
+/// Without it (a program using the library) they are started directly.
+pub fn enable() {
+    ENABLED.store(true, Ordering::Relaxed);
+}
+
+pub(super) fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// What the launcher did, for `main` to report.
+#[derive(Debug)]
+pub enum Launched {
+    /// Exit with this code (the shell's, or the signal's number plus 128 when the
+    /// signal could not be raised again).
+    Exit(ExitCode),
+    /// The probe's answer: print it on stdout and exit 0.
+    Report(String),
+    /// Print this on stderr (where the command's output goes) and exit 125.
+    Failed(String),
+}
+
+/// One command to launch, as the stages pass it on in their arguments.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Spec {
+    /// Start the shell in a user namespace of its own.
+    pub(super) user_namespace: bool,
+    /// Apply Landlock, with writes allowed under these paths.
+    pub(super) writable: Option<Vec<PathBuf>>,
+    /// The shell command.
+    pub(super) command: String,
+}
+
+impl Spec {
+    /// The arguments after the executable for `stage`.
+    pub(super) fn args(&self, stage: &str) -> Vec<OsString> {
+        let mut args = vec![OsString::from(MARK), OsString::from(stage)];
+        if self.user_namespace {
+            args.push("--userns".into());
+        }
+        if let Some(writable) = &self.writable {
+            args.push("--landlock".into());
+            for path in writable {
+                args.push("--write".into());
+                args.push(path.clone().into_os_string());
+            }
+        }
+        args.push("--".into());
+        args.push(self.command.clone().into());
+        args
+    }
+
+    fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Self, String> {
+        let mut spec = Self::default();
+        loop {
+            let arg = args.next().ok_or("launcher: no command")?;
+            match arg.to_str() {
+                Some("--userns") => spec.user_namespace = true,
+                Some("--landlock") => spec.writable = Some(spec.writable.unwrap_or_default()),
+                Some("--write") => {
+                    let path = args.next().ok_or("launcher: --write needs a path")?;
+                    spec.writable
+                        .get_or_insert_with(Vec::new)
+                        .push(PathBuf::from(path));
+                }
+                Some("--") => break,
+                _ => return Err(format!("launcher: unknown argument {arg:?}")),
+            }
+        }
+        let command = args.next().ok_or("launcher: no command")?;
+        spec.command = command
+            .into_string()
+            .map_err(|_| "launcher: the command is not UTF-8".to_owned())?;
+        Ok(spec)
+    }
+}
+
+/// In launcher mode (the first argument is [`MARK`]), runs the stage the arguments
+/// name and says how the process should end; `None` otherwise. Call it first in
+/// `main`, before any thread starts (a process with threads cannot unshare its user
+/// namespace).
+pub fn run_if_asked() -> Option<Launched> {
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() != Some(OsStr::new(MARK)) {
+        return None;
+    }
+    let stage = args.next().unwrap_or_default();
+    let result = match stage.to_str() {
+        Some("probe") => return Some(Launched::Report(probe())),
+        Some("run") => Spec::parse(args).and_then(|spec| supervise(&spec)),
+        Some("confine") => Spec::parse(args).and_then(|spec| confine(&spec)),
+        _ => Err(format!("launcher: unknown stage {stage:?}")),
+    };
+    Some(match result {
+        Ok(code) => Launched::Exit(code),
+        Err(e) => Launched::Failed(e),
+    })
+}
+
+/// Stage `run`: starts `confine`, maps its ids, and watches the shell and the
+/// lifeline; then kills everything left and exits as the shell did.
+fn supervise(spec: &Spec) -> Result<ExitCode, String> {
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+        .map_err(|e| format!("launcher: cannot become a subreaper: {e}"))?;
+    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
+    let (mut ready, ready_end) = pipe()?;
+    let (go_end, mut go) = pipe()?;
+    // The pipe ends given to the child are dropped with the `Command` at the end of
+    // this statement, so each pipe ends when the child's end does.
+    let child = Command::new(SELF_EXE)
+        .args(spec.args("confine"))
+        .stdin(go_end)
+        .stdout(ready_end)
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("launcher: cannot start the shell: {e}"))?;
+    let group = Pid::from_child(&child);
+    let mut byte = [0; 1];
+    // End of file: `confine` failed before its namespace was ready, and said why.
+    if matches!(ready.read(&mut byte), Ok(1)) {
+        if spec.user_namespace
+            && let Err(e) = map_ids(child.id())
+        {
+            sweep(group);
+            return Err(e);
+        }
+        let _ = go.write_all(b"g");
+    }
+    drop(go);
+    let exited = match wait_or_lifeline(&child) {
+        Ok(exited) => exited,
+        Err(e) => {
+            sweep(group);
+            return Err(e);
+        }
+    };
+    let status = if exited {
+        let mut child = child;
+        child.wait().ok()
+    } else {
+        None
+    };
+    sweep(group);
+    Ok(match status {
+        Some(status) => exit_as(status),
+        // Cut off: nobody reads this status.
+        None => ExitCode::from(128 + Signal::KILL.as_raw() as u8),
+    })
+}
+
+fn pipe() -> Result<(std::io::PipeReader, std::io::PipeWriter), String> {
+    std::io::pipe().map_err(|e| format!("launcher: cannot make a pipe: {e}"))
+}
+
+/// Writes the id maps of `pid`'s user namespace: every id, when this process may
+/// (root); else only its own.
+fn map_ids(pid: u32) -> Result<(), String> {
+    let write = |name: &str, text: &str| {
+        let path = format!("/proc/{pid}/{name}");
+        std::fs::write(&path, text).map_err(|e| format!("launcher: {path}: {e}"))
+    };
+    let every = "0 0 4294967295\n";
+    if write("uid_map", every).is_err() {
+        let uid = rustix::process::geteuid().as_raw();
+        write("uid_map", &format!("{uid} {uid} 1\n"))?;
+    }
+    if write("gid_map", every).is_err() {
+        // Without the right to map every group, the kernel takes a map of one's own
+        // group only once `setgroups` is denied in the namespace.
+        write("setgroups", "deny")?;
+        let gid = rustix::process::getegid().as_raw();
+        write("gid_map", &format!("{gid} {gid} 1\n"))?;
+    }
+    Ok(())
+}
+
+/// Waits until the shell exits (true) or the lifeline on stdin closes (false).
+fn wait_or_lifeline(child: &std::process::Child) -> Result<bool, String> {
+    let pid = Pid::from_child(child);
+    let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+        .map_err(|e| format!("launcher: cannot watch the shell: {e}"))?;
+    let stdin = std::io::stdin();
+    loop {
+        let mut fds = [
+            rustix::event::PollFd::new(&pidfd, rustix::event::PollFlags::IN),
+            rustix::event::PollFd::new(&stdin, rustix::event::PollFlags::IN),
+        ];
+        match rustix::event::poll(&mut fds, None) {
+            Ok(_) => {}
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(format!("launcher: cannot wait: {e}")),
+        }
+        if !fds[0].revents().is_empty() {
+            return Ok(true);
+        }
+        if !fds[1].revents().is_empty() {
+            return Ok(false);
+        }
+    }
+}
+
+/// Kills the shell's group and every child of this process (descendants that left
+/// the group come here when their parent dies: it is their subreaper), round after
+/// round, until no child is left.
+fn sweep(group: Pid) {
+    let me = rustix::process::getpid();
+    loop {
+        let _ = rustix::process::kill_process_group(group, Signal::KILL);
+        for pid in children_of(me) {
+            let _ = rustix::process::kill_process(pid, Signal::KILL);
+        }
+        loop {
+            match rustix::process::wait(WaitOptions::NOHANG) {
+                Ok(Some(_)) | Err(Errno::INTR) => {}
+                Ok(None) => break,
+                // No child left at all.
+                Err(_) => return,
+            }
+        }
+        // A killed process may take a moment to die, and its orphans to arrive here.
+        std::thread::sleep(SWEEP_PAUSE);
+    }
+}
+
+/// The processes whose parent is `parent`, from `/proc`.
+fn children_of(parent: Pid) -> Vec<Pid> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // After the command name in parentheses: state, then the parent's pid.
+            let (_, after) = stat.rsplit_once(')')?;
+            let ppid: i32 = after.split_whitespace().nth(1)?.parse().ok()?;
+            (ppid == parent.as_raw_pid())
+                .then(|| Pid::from_raw(pid))
+                .flatten()
+        })
+        .collect()
+}
+
+/// Ends this process as the shell ended: the same exit code, or the same signal
+/// raised again (one this process ignores, SIGPIPE say, gives 128 + its number).
+fn exit_as(status: std::process::ExitStatus) -> ExitCode {
+    if let Some(code) = status.code() {
+        return ExitCode::from(code as u8);
+    }
+    let raw = status.signal().unwrap_or(Signal::KILL.as_raw());
+    if let Some(signal) = Signal::from_named_raw(raw) {
+        let _ = rustix::process::kill_process(rustix::process::getpid(), signal);
+    }
+    ExitCode::from(128 + raw as u8)
+}
+
+/// Stage `confine`: its own user namespace, the maps, Landlock, then the shell.
+fn confine(spec: &Spec) -> Result<ExitCode, String> {
+    if spec.user_namespace {
+        unshare_user_namespace().map_err(|e| format!("cannot start a user namespace: {e}"))?;
+    }
+    let mut ready = std::io::stdout();
+    if ready.write_all(b"r").and_then(|()| ready.flush()).is_err() {
+        return Ok(ExitCode::from(125));
+    }
+    let mut go = [0; 1];
+    if !matches!(std::io::stdin().read(&mut go), Ok(1)) {
+        // The launcher gave up (and said why).
+        return Ok(ExitCode::from(125));
+    }
+    if let Some(writable) = &spec.writable {
+        match landlock(writable) {
+            Ok(RulesetStatus::NotEnforced) => {
+                return Err("the sandbox could not be applied: this kernel has no Landlock".into());
+            }
+            Ok(RulesetStatus::FullyEnforced | RulesetStatus::PartiallyEnforced) => {}
+            Err(e) => return Err(format!("the sandbox could not be applied: {e}")),
+        }
+    }
+    let output = std::io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| format!("cannot start the shell: {e}"))?;
+    for shell in ["bash", "sh"] {
+        let out = output
+            .try_clone()
+            .map_err(|e| format!("cannot start the shell: {e}"))?;
+        let error = Command::new(shell)
+            .arg("-c")
+            .arg(&spec.command)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .exec();
+        if error.kind() != std::io::ErrorKind::NotFound {
+            return Err(format!("cannot start {shell}: {error}"));
+        }
+    }
+    Err("cannot start the shell: neither bash nor sh is on PATH".into())
+}
+
+/// `unshare(CLONE_NEWUSER)`. rustix deprecated its safe `unshare` because
+/// `CLONE_FILES` can leave other threads holding descriptors of a table they no
+/// longer share, which breaks Rust's ownership of descriptors; a user namespace
+/// touches no descriptor and no memory, and this process has no other thread.
+#[expect(
+    deprecated,
+    reason = "sound for NEWUSER alone: the unsoundness that got it deprecated is CLONE_FILES"
+)]
+fn unshare_user_namespace() -> rustix::io::Result<()> {
+    rustix::thread::unshare(rustix::thread::UnshareFlags::NEWUSER)
+}
+
+/// Restricts this process (and what it execs) with Landlock: reads and execution
+/// everywhere, every right under `writable` and on [`DEVICES`].
+fn landlock(writable: &[PathBuf]) -> Result<RulesetStatus, landlock::RulesetError> {
+    let status = Ruleset::default()
+        .handle_access(AccessFs::from_all(LANDLOCK_ABI))?
+        .create()?
+        .add_rules(path_beneath_rules(["/"], AccessFs::from_read(LANDLOCK_ABI)))?
+        .add_rules(path_beneath_rules(
+            DEVICES,
+            AccessFs::from_file(LANDLOCK_ABI),
+        ))?
+        .add_rules(path_beneath_rules(
+            writable,
+            AccessFs::from_all(LANDLOCK_ABI),
+        ))?
+        .restrict_self()?;
+    Ok(status.ruleset)
+}
+
+/// Stage `probe`: whether this kernel lets a process start a user namespace and
+/// apply Landlock, as two lines (`userns ok` or the error; `landlock full`,
+/// `partial`, `none` or the error).
+fn probe() -> String {
+    let userns = match unshare_user_namespace() {
+        Ok(()) => "ok".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    let landlock = match landlock(&[]) {
+        Ok(RulesetStatus::FullyEnforced) => "full".to_owned(),
+        Ok(RulesetStatus::PartiallyEnforced) => "partial".to_owned(),
+        Ok(RulesetStatus::NotEnforced) => "none".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    format!("userns {userns}\nlandlock {landlock}\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spec_survives_its_arguments() {
+        let spec = Spec {
+            user_namespace: true,
+            writable: Some(vec!["/w s".into(), "/tmp".into()]),
+            command: "echo -- --write x".into(),
+        };
+        let args = spec.args("run");
+        assert_eq!(args[..2], [OsString::from(MARK), OsString::from("run")]);
+        assert_eq!(Spec::parse(args.into_iter().skip(2)).unwrap(), spec);
+        let bare = Spec {
+            command: "true".into(),
+            ..Spec::default()
+        };
+        assert_eq!(
+            Spec::parse(bare.args("confine").into_iter().skip(2)).unwrap(),
+            bare
+        );
+    }
+}
