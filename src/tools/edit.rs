@@ -8,7 +8,10 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::files::{self, Text};
+mod ladder;
+
+pub use self::ladder::{Edited, Refusal, replace};
+use super::files;
 use crate::error::ToolError;
 use crate::tools::{Concurrency, Tool, ToolContext};
 
@@ -177,78 +180,6 @@ fn edit(
         format!("{count} replacements")
     };
     Ok(super::with_diff(format!("Edited {shown}: {times}."), &diff))
-}
-
-/// A file's text after an edit.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Edited {
-    /// The file's new bytes, with its BOM and line endings kept.
-    pub bytes: Vec<u8>,
-    /// Its text before, with `\n` line endings (for the diff).
-    pub before: String,
-    /// Its text after, likewise.
-    pub after: String,
-    /// How many occurrences were replaced.
-    pub count: usize,
-}
-
-/// Why an edit of a file's bytes cannot be made.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Refusal {
-    /// The file is binary.
-    Binary,
-    /// The file is not UTF-8.
-    NotText,
-    /// `old` does not occur in `body` (both with `\n` line endings).
-    NotFound {
-        /// The file's text.
-        body: String,
-        /// What was looked for.
-        old: String,
-    },
-    /// `old` occurs this many times and `replace_all` was not set.
-    Ambiguous(usize),
-}
-
-/// The rungs of Edit's ladder that need no file system: the bytes must be UTF-8
-/// text; `old` (a non-empty string, its `\r\n` read as `\n`) must occur exactly
-/// once, or at least once with `replace_all`. Everything outside the replaced text
-/// is kept byte for byte, BOM and line endings included. Pure code.
-pub fn replace(bytes: &[u8], old: &str, new: &str, replace_all: bool) -> Result<Edited, Refusal> {
-    if files::is_binary(bytes) {
-        return Err(Refusal::Binary);
-    }
-    let text = Text::decode(bytes).ok_or(Refusal::NotText)?;
-    // The model writes `\n`; the file may use `\r\n`: match on normalized text.
-    let old = old.replace("\r\n", "\n");
-    let new = new.replace("\r\n", "\n");
-    let count = if old.is_empty() {
-        0
-    } else {
-        text.body.matches(&old).count()
-    };
-    match count {
-        0 => {
-            return Err(Refusal::NotFound {
-                body: text.body,
-                old,
-            });
-        }
-        1 => {}
-        n if !replace_all => return Err(Refusal::Ambiguous(n)),
-        _ => {}
-    }
-    let after = if replace_all {
-        text.body.replace(&old, &new)
-    } else {
-        text.body.replacen(&old, &new, 1)
-    };
-    Ok(Edited {
-        bytes: text.encode(&after),
-        before: text.body,
-        after,
-        count,
-    })
 }
 
 /// The name in the same directory closest to the missing one, if any is close.
@@ -489,75 +420,5 @@ mod tests {
             refused.unwrap_err().to_string(),
             "pipe is not a regular file"
         );
-    }
-
-    mod properties {
-        use proptest::prelude::*;
-
-        use super::super::{Refusal, replace};
-        use crate::tools::files::Text;
-
-        /// Text with the characters an edit trips over: line ends of every kind, a
-        /// BOM's code point, multi-byte characters.
-        fn text() -> impl Strategy<Value = String> {
-            proptest::collection::vec(
-                prop_oneof![
-                    Just("\n".to_owned()),
-                    Just("\r\n".to_owned()),
-                    Just("\r".to_owned()),
-                    Just("\u{feff}".to_owned()),
-                    Just("é".to_owned()),
-                    "[a-c ]{1,3}",
-                ],
-                0..20,
-            )
-            .prop_map(|parts| parts.concat())
-        }
-
-        proptest! {
-            #[test]
-            fn a_file_taken_apart_is_put_back_byte_for_byte(s in text()) {
-                let decoded = Text::decode(s.as_bytes()).unwrap();
-                prop_assert_eq!(decoded.encode(&decoded.body), s.as_bytes());
-            }
-
-            #[test]
-            fn a_unique_edit_changes_that_text_and_nothing_else(
-                before in "[a-c\n]{0,30}",
-                after in "[a-c\n]{0,30}",
-                new in "[a-z\n]{0,10}",
-                crlf in any::<bool>(),
-                bom in any::<bool>(),
-            ) {
-                let marker = "<<X>>";
-                let lines = |t: &str| if crlf { t.replace('\n', "\r\n") } else { t.to_owned() };
-                let mark = if bom { "\u{feff}" } else { "" };
-                let file = format!("{mark}{}", lines(&format!("{before}{marker}{after}")));
-                let edited = replace(file.as_bytes(), marker, &new, false).unwrap();
-                let expected = format!("{mark}{}", lines(&format!("{before}{new}{after}")));
-                // A file is CRLF only when it has a line end at all.
-                let has_line_end = before.contains('\n') || after.contains('\n');
-                if !crlf || has_line_end {
-                    prop_assert_eq!(String::from_utf8(edited.bytes).unwrap(), expected);
-                }
-                prop_assert_eq!(edited.count, 1);
-            }
-
-            #[test]
-            fn an_edit_of_any_bytes_refuses_or_keeps_what_it_did_not_replace(
-                bytes in proptest::collection::vec(any::<u8>(), 0..64),
-                old in "[a-c]{1,2}",
-            ) {
-                match replace(&bytes, &old, "Z", true) {
-                    Ok(edited) => {
-                        prop_assert!(edited.count >= 1);
-                        let text = String::from_utf8(edited.bytes).unwrap();
-                        prop_assert_eq!(text.matches('Z').count(), edited.count);
-                    }
-                    Err(Refusal::Binary | Refusal::NotText | Refusal::NotFound { .. }) => {}
-                    Err(Refusal::Ambiguous(_)) => prop_assert!(false, "replace_all is never ambiguous"),
-                }
-            }
-        }
     }
 }
