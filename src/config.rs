@@ -33,7 +33,11 @@ mod resolve;
 mod settings;
 mod trust;
 
-pub use self::file::{ConfigFile, ModelEntry, ProviderEntry, SandboxEntry, TrustedWorkspace};
-pub use self::resolve::{DEFAULT_ANTHROPIC_MODEL, DEFAULT_OPENAI_MODEL, Flags, resolve};
+pub use self::file::{
+    CompactionEntry, ConfigFile, ModelEntry, ProviderEntry, SandboxEntry, TrustedWorkspace,
+};
+pub use self::resolve::{
+    DEFAULT_ANTHROPIC_MODEL, DEFAULT_COMPACT_AT, DEFAULT_OPENAI_MODEL, Flags, resolve,
+};
 pub use self::settings::{ModelRef, ProviderKind, ProviderSettings, Settings};
 pub use self::trust::{Redirect, redirects, remember};

@@ -166,6 +166,9 @@ pub struct Usage {
     /// Prompt tokens served from the provider's cache.
     #[serde(default)]
     pub cached_tokens: u64,
+    /// Prompt tokens written to the provider's cache (Anthropic's cache writes).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
     /// Generated tokens spent on reasoning.
     #[serde(default)]
     pub reasoning_tokens: u64,
@@ -182,8 +185,13 @@ impl Usage {
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;
         self.cached_tokens += other.cached_tokens;
+        self.cache_write_tokens += other.cache_write_tokens;
         self.reasoning_tokens += other.reasoning_tokens;
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One assembled model turn: the message plus how and why it ended.

@@ -58,6 +58,16 @@ impl Models {
         self.providers[&self.settings.default_provider].clone()
     }
 
+    /// What is known about model `id`: window, output limit, prices.
+    pub fn info(&self, id: &str) -> crate::model_info::ModelInfo {
+        self.settings.model_table.get(id)
+    }
+
+    /// The share of a model's window a request may fill before compaction.
+    pub fn compact_at(&self) -> f64 {
+        self.settings.compact_at
+    }
+
     /// The lead's model.
     pub fn lead(&self) -> Model {
         let target = &self.settings.model;

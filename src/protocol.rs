@@ -50,7 +50,7 @@ impl std::str::FromStr for SessionId {
 }
 
 /// Counters for one run (a prompt and everything it caused).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunStats {
     /// Model turns made.
     pub turns: u32,
@@ -60,6 +60,19 @@ pub struct RunStats {
     pub duration_ms: u64,
     /// Tokens used, summed over the turns.
     pub usage: Usage,
+    /// What the tokens cost in USD, sub-agents' included; `None` (`null`) when a
+    /// price is unknown.
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
+}
+
+impl RunStats {
+    /// Adds spending: the tokens, and their cost (unknown from then on when this
+    /// cost is unknown).
+    pub fn charge(&mut self, usage: &Usage, cost: Option<f64>) {
+        self.usage.add(usage);
+        self.cost_usd = self.cost_usd.zip(cost).map(|(a, b)| a + b);
+    }
 }
 
 /// How a run ended. Every run ends with exactly one.
@@ -191,6 +204,9 @@ pub enum EventKind {
         tool_calls: usize,
         /// Tokens it used.
         usage: Usage,
+        /// What they cost in USD; `null` when the model's price is unknown.
+        #[serde(default)]
+        cost_usd: Option<f64>,
     },
     /// A tool call began.
     ToolStarted {

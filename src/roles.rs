@@ -7,6 +7,7 @@
 //! is [`catalog`].
 
 pub mod catalog;
+mod limits;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -14,6 +15,7 @@ use std::fmt;
 
 use serde_json::Value;
 
+use crate::session::budget::Budget;
 use crate::tools::permissions::PermissionMode;
 
 /// The model a role asks for.
@@ -26,7 +28,7 @@ pub enum ModelChoice {
 }
 
 /// One role.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Role {
     /// Its name, unique in the catalog; `subagent_type` in Task calls.
     pub name: String,
@@ -40,6 +42,8 @@ pub struct Role {
     pub model: ModelChoice,
     /// Its turn limit, if it sets one.
     pub max_turns: Option<u32>,
+    /// Its budget per run (`maxCost`, `maxTokens`, `timeout`).
+    pub budget: Budget,
     /// Its permission mode, which can only narrow its caller's.
     pub permission_mode: Option<PermissionMode>,
     /// Its color in the progress display.
@@ -245,6 +249,8 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
             ));
         }
     };
+    let budget =
+        limits::budget_fields(&fields).map_err(|(key, message)| err(line_of(key), message))?;
     let permission_mode = match string("permissionMode")? {
         None => None,
         Some(mode) => Some(mode.parse::<PermissionMode>().map_err(|_| {
@@ -272,6 +278,9 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
             "disallowedTools",
             "model",
             "maxTurns",
+            "maxCost",
+            "maxTokens",
+            "timeout",
             "permissionMode",
             "color",
         ];
@@ -293,6 +302,7 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
         disallowed_tools: tool_list("disallowedTools")?.unwrap_or_default(),
         model,
         max_turns,
+        budget,
         permission_mode,
         color,
         prompt: body.trim().to_owned(),
@@ -336,6 +346,7 @@ mod tests {
                 disallowed_tools: vec![],
                 model: ModelChoice::Inherit,
                 max_turns: Some(30),
+                budget: Budget::default(),
                 permission_mode: Some(PermissionMode::AcceptEdits),
                 color: Some("green".into()),
                 prompt: "You write code.".into(),

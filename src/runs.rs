@@ -63,6 +63,9 @@ pub struct Agent {
     pub stats: RunStats,
     /// Tokens its own model turns used (not its sub-agents').
     pub tokens: u64,
+    /// What its own model turns cost in USD; `None` when a price was unknown (or
+    /// its journal predates costs).
+    pub cost: Option<f64>,
     /// The prompt of its first run.
     pub task: String,
     /// Its journal shows a run to carry on (started, its prompt saved, not ended).
@@ -91,6 +94,13 @@ impl Run {
     /// Tokens used by every agent of the run.
     pub fn tokens(&self) -> u64 {
         self.agents.iter().map(|a| a.tokens).sum()
+    }
+
+    /// What every agent of the run cost in USD; `None` when a price was unknown.
+    pub fn cost(&self) -> Option<f64> {
+        self.agents
+            .iter()
+            .try_fold(0.0, |sum, a| Some(sum + a.cost?))
     }
 
     /// The first line of the lead's task.
@@ -240,9 +250,13 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
         _ => (String::new(), None),
     };
     let mut outcome = None;
-    let mut stats = RunStats::default();
+    let mut stats = RunStats {
+        cost_usd: Some(0.0),
+        ..RunStats::default()
+    };
     let mut running = RunStats::default();
     let mut tokens = 0;
+    let mut cost = Some(0.0);
     let mut task = None;
     let mut after_start = false;
     for record in records {
@@ -261,12 +275,15 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
                 stats.turns += counted.turns;
                 stats.tool_calls += counted.tool_calls;
                 stats.duration_ms += counted.duration_ms;
-                stats.usage.add(&counted.usage);
+                stats.charge(&counted.usage, counted.cost_usd);
                 outcome = Some(ended.clone());
             }
             Record::Event { event } => match &event.kind {
-                EventKind::TurnFinished { usage, .. } => {
+                EventKind::TurnFinished {
+                    usage, cost_usd, ..
+                } => {
                     tokens += usage.total();
+                    cost = cost.zip(*cost_usd).map(|(a, b)| a + b);
                     running.turns += 1;
                 }
                 EventKind::ToolStarted { .. } => running.tool_calls += 1,
@@ -282,6 +299,7 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
     if outcome.is_none() {
         stats.turns += running.turns;
         stats.tool_calls += running.tool_calls;
+        stats.cost_usd = stats.cost_usd.zip(cost).map(|(a, b)| a + b);
     }
     Agent {
         unfinished: crate::session::resume::resume(records).active.is_some(),
@@ -293,6 +311,7 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
         outcome,
         stats,
         tokens,
+        cost,
         task: task.unwrap_or_default(),
     }
 }

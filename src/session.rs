@@ -4,8 +4,10 @@
 //! decisions out is [`crate::actors`]'s Session; it only turns messages into the
 //! machine's inputs and the machine's effects into IO.
 
+pub mod budget;
 pub(crate) mod machine;
 pub(crate) mod queue;
+pub(crate) mod repeats;
 pub(crate) mod resume;
 pub(crate) mod turn;
 
@@ -13,6 +15,7 @@ use std::sync::Arc;
 
 use crate::conversation::Message;
 use crate::llm::Provider;
+use crate::model_info::ModelInfo;
 use crate::protocol::SessionId;
 use crate::tools::ToolRegistry;
 use crate::tools::permissions::PermissionMode;
@@ -31,8 +34,17 @@ pub struct SessionSpec {
     pub system_prompt: String,
     /// The tools offered.
     pub tools: ToolRegistry,
-    /// Model turns allowed per run.
+    /// Model turns allowed per run: the run stops (`budget: turns`) when they are
+    /// spent.
     pub max_turns: u32,
+    /// The role's own budget for each run.
+    pub budget: budget::Budget,
+    /// The whole run's budget, shared by every session of the run.
+    pub meter: Option<Arc<budget::RunMeter>>,
+    /// The model's window, output limit and prices.
+    pub model_info: ModelInfo,
+    /// The share of the window a request may fill before the session compacts.
+    pub compact_at: f64,
     /// Messages the conversation starts with (after the system prompt).
     pub history: Vec<Message>,
     /// The parent session, for sub-agents.
@@ -67,6 +79,10 @@ impl SessionSpec {
             system_prompt: system_prompt.into(),
             tools: ToolRegistry::new(),
             max_turns: DEFAULT_MAX_TURNS,
+            budget: budget::Budget::default(),
+            meter: None,
+            model_info: ModelInfo::default(),
+            compact_at: crate::config::DEFAULT_COMPACT_AT,
             history: Vec::new(),
             parent: None,
             tool_call_id: None,

@@ -24,6 +24,7 @@ use crate::models::{Model, Models};
 use crate::protocol::{EventKind, Outcome, SessionId};
 use crate::roles::ModelChoice;
 use crate::roles::catalog::Catalog;
+use crate::session::budget::RunMeter;
 use crate::session::{DEFAULT_MAX_TURNS, SessionSpec};
 use crate::tools::permissions::PermissionMode;
 use crate::tools::{Concurrency, Tool, ToolContext, ToolRegistry};
@@ -81,6 +82,8 @@ pub struct TaskEnv {
     /// Model aliases and providers; without them a role's `model:` is an id on
     /// its caller's provider.
     models: Option<Arc<Models>>,
+    /// The whole run's budget, which every sub-agent charges.
+    meter: Option<Arc<RunMeter>>,
 }
 
 impl TaskEnv {
@@ -103,12 +106,19 @@ impl TaskEnv {
             max_depth,
             tools,
             models: None,
+            meter: None,
         }
     }
 
     /// Resolves roles' `model:` values through `models` (aliases, providers).
     pub fn with_models(mut self, models: Arc<Models>) -> Self {
         self.models = Some(models);
+        self
+    }
+
+    /// Sub-agents charge `meter`, the whole run's budget.
+    pub fn with_meter(mut self, meter: Option<Arc<RunMeter>>) -> Self {
+        self.meter = meter;
         self
     }
 }
@@ -197,6 +207,15 @@ impl Task {
         spec.place = place;
         spec.tools = tools;
         spec.max_turns = role.max_turns.unwrap_or(DEFAULT_MAX_TURNS);
+        spec.budget = role.budget;
+        spec.meter = self.env.meter.clone();
+        match &self.env.models {
+            Some(models) => {
+                spec.model_info = models.info(&spec.model);
+                spec.compact_at = models.compact_at();
+            }
+            None => spec.model_info = crate::model_info::builtin(&spec.model).unwrap_or_default(),
+        }
         spec.permission_mode = permission_mode;
         spec.parent = Some(parent);
         spec.tool_call_id = Some(call_id.to_owned());
@@ -298,7 +317,7 @@ impl Tool for Task {
                 .await
                 .map_err(|e| ToolError::Failed(format!("the sub-agent could not start: {e}")))?;
             if let Some(outcome) = &outcome {
-                ctx.spent.add(&outcome.stats().usage);
+                ctx.spent.add(outcome.stats());
             }
             match outcome {
                 Some(Outcome::Finished { text, stats, .. }) => {

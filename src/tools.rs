@@ -63,21 +63,43 @@ pub struct ToolContext {
     pub resumed: bool,
 }
 
-/// Tokens a call spent through others (a sub-agent's), for the caller's totals.
+/// What a call spent through others (a sub-agent's tokens and their cost), for
+/// the caller's totals.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Spending {
+    /// Tokens.
+    pub usage: crate::conversation::Usage,
+    /// Their cost in USD; `None` when a price was unknown.
+    pub cost_usd: Option<f64>,
+}
+
+impl Default for Spending {
+    /// Nothing spent, at a known cost of nothing.
+    fn default() -> Self {
+        Self {
+            usage: crate::conversation::Usage::default(),
+            cost_usd: Some(0.0),
+        }
+    }
+}
+
+/// Where a call adds what it spent through others.
 #[derive(Clone, Debug, Default)]
-pub struct Spent(Arc<std::sync::Mutex<crate::conversation::Usage>>);
+pub struct Spent(Arc<std::sync::Mutex<Spending>>);
 
 impl Spent {
-    /// Adds usage.
-    pub fn add(&self, usage: &crate::conversation::Usage) {
-        self.0
+    /// Adds a run's tokens and cost.
+    pub fn add(&self, stats: &crate::protocol::RunStats) {
+        let mut spent = self
+            .0
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .add(usage);
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        spent.usage.add(&stats.usage);
+        spent.cost_usd = spent.cost_usd.zip(stats.cost_usd).map(|(a, b)| a + b);
     }
 
     /// Takes what was added so far.
-    pub fn take(&self) -> crate::conversation::Usage {
+    pub fn take(&self) -> Spending {
         std::mem::take(
             &mut *self
                 .0

@@ -303,6 +303,7 @@ async fn a_thinking_signature_goes_back_unchanged_with_the_tool_result() {
             input_tokens: 20,
             output_tokens: 10,
             cached_tokens: 0,
+            cache_write_tokens: 0,
             reasoning_tokens: 0
         }
     );
@@ -339,6 +340,7 @@ async fn a_non_streaming_answer_decodes_the_same_blocks() {
             input_tokens: 42,
             output_tokens: 7,
             cached_tokens: 30,
+            cache_write_tokens: 0,
             reasoning_tokens: 0
         })
     );

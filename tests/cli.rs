@@ -579,8 +579,9 @@ async fn without_a_terminal_progress_is_one_plain_line_per_lifecycle_event() {
             "orchestrator: started",
             "orchestrator: Task find main",
             "explorer#1: started",
-            "explorer#1: done · 1 turns · 0 tools · 15 tok",
-            "orchestrator: done · 2 turns · 1 tools · 45 tok",
+            // The mock's model has no price: its cost is unknown, never $0.00.
+            "explorer#1: done · 1 turns · 0 tools · 15 tok · –",
+            "orchestrator: done · 2 turns · 1 tools · 45 tok · –",
         ]
     );
     let table: Vec<Vec<&str>> = table[1..]

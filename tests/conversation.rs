@@ -260,17 +260,10 @@ async fn a_run_stops_at_max_turns_with_its_partial_work() {
     spec.max_turns = 2;
     let (_dir, runtime, session) = harness::start(&mock, spec).await;
     let (outcome, _) = harness::run(&runtime, session, "loop forever").await;
-    let Outcome::Failed {
-        class,
-        message,
-        stats,
-        ..
-    } = &outcome
-    else {
+    let Outcome::Stopped { reason, stats, .. } = &outcome else {
         panic!("{outcome:?}")
     };
-    assert_eq!(class, "permanent");
-    assert_eq!(message, "reached the limit of 2 turns");
+    assert_eq!(reason, "budget: turns");
     assert_eq!((stats.turns, stats.tool_calls), (2, 2));
     assert_eq!(mock.request_count(), 2);
     runtime.shutdown().await;

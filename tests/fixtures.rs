@@ -91,6 +91,7 @@ fn expected_usage(expected: &Value) -> Option<Usage> {
         input_tokens: n(&usage["prompt_tokens"]),
         output_tokens: n(&usage["completion_tokens"]),
         cached_tokens: n(&usage["prompt_tokens_details"]["cached_tokens"]),
+        cache_write_tokens: 0,
         reasoning_tokens: n(&usage["completion_tokens_details"]["reasoning_tokens"]),
     })
 }

@@ -323,7 +323,16 @@ async fn sessions_lists_the_runs_and_shows_one_as_a_tree() {
     let id = columns[0];
     assert_eq!(
         &columns[3..],
-        ["finished", "orchestrator", "3", "60", "do", "two", "pieces"]
+        [
+            "finished",
+            "orchestrator",
+            "3",
+            "60",
+            "–",
+            "do",
+            "two",
+            "pieces"
+        ]
     );
     let run = &runs::list(dir.path())[0];
     assert!(run.id.to_string().starts_with(id));
@@ -342,9 +351,9 @@ async fn sessions_lists_the_runs_and_shows_one_as_a_tree() {
     assert_eq!(
         heads,
         [
-            vec!["orchestrator", "done", "2", "2", "30"],
-            vec!["├", "worker#1", "done", "1", "0", "15"],
-            vec!["├", "worker#2", "done", "1", "0", "15"],
+            vec!["orchestrator", "done", "2", "2", "30", "–"],
+            vec!["├", "worker#1", "done", "1", "0", "15", "–"],
+            vec!["├", "worker#2", "done", "1", "0", "15", "–"],
         ]
     );
     assert!(

@@ -65,6 +65,11 @@ pub(crate) enum SessionMsg {
     StopWhenIdle,
     /// End the current run at its next turn boundary, as stopped.
     StopRun,
+    /// The time budget of the run started by prompt `run` is up.
+    TimeUp {
+        /// The prompt that started the run.
+        run: u64,
+    },
     /// Panic, for the tests of supervision.
     #[cfg(feature = "test-support")]
     Crash,
@@ -84,6 +89,7 @@ impl From<SessionMsg> for Input {
             SessionMsg::PullQueue => Self::PullQueue,
             SessionMsg::StopWhenIdle => Self::StopWhenIdle,
             SessionMsg::StopRun => Self::StopRun,
+            SessionMsg::TimeUp { run } => Self::TimeUp { run },
             // Turned into an input inside `handle`: the panic is the session's.
             #[cfg(feature = "test-support")]
             SessionMsg::Crash => panic!("injected fault: the session was crashed from outside"),

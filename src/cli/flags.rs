@@ -86,9 +86,20 @@ pub struct Cli {
     /// Print only the final answer.
     #[arg(long, short = 'q', global = true)]
     pub quiet: bool,
-    /// Model turns allowed before the run fails (a role's maxTurns wins).
+    /// Model turns allowed per run before the lead is stopped (a role's maxTurns wins).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_TURNS, global = true)]
     pub max_turns: u32,
+    /// Dollars the whole run (the lead and every sub-agent) may spend; agents stop
+    /// at their next turn boundary once it is spent.
+    #[arg(long, value_name = "USD", value_parser = parse_cost, global = true)]
+    pub max_cost: Option<f64>,
+    /// Tokens the whole run may use; agents stop at their next turn boundary once
+    /// they are used.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), global = true)]
+    pub max_tokens: Option<u64>,
+    /// Wall time the whole run may take (90s, 5m, 1h30m); then every agent stops.
+    #[arg(long, value_name = "DURATION", value_parser = crate::session::budget::parse_duration, global = true)]
+    pub timeout: Option<std::time::Duration>,
     /// Requests made at most for one model turn.
     #[arg(long, value_name = "N", default_value_t = 5, global = true)]
     pub max_attempts: u32,
@@ -199,6 +210,16 @@ fn parse_sandbox(value: &str) -> Result<SandboxMode, String> {
     value.parse()
 }
 
+/// Reads `--max-cost`: dollars above zero.
+fn parse_cost(text: &str) -> Result<f64, String> {
+    match text.trim().trim_start_matches('$').parse::<f64>() {
+        Ok(usd) if usd > 0.0 && usd.is_finite() => Ok(usd),
+        _ => Err(format!(
+            "{text:?} is not an amount in USD above 0 (write it as 0.50)"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
@@ -211,3 +232,4 @@ mod tests {
         insta::assert_snapshot!(help);
     }
 }
+

@@ -20,6 +20,7 @@ use crate::roles::watch::{self, Reload, RoleWatcher};
 use crate::runs::lock::RunLock;
 use crate::runtime::{Handle, Runtime};
 use crate::session::SessionSpec;
+use crate::session::budget::{Budget, RunMeter};
 use crate::task::{Caller, Task, TaskEnv};
 use crate::ui::display::{Display, Progress};
 
@@ -283,6 +284,13 @@ fn lead_spec(
         .permission_mode
         .unwrap_or(cli.permission_mode)
         .narrowed_by(cli.permission_mode);
+    let run_budget = Budget {
+        max_cost_usd: cli.max_cost,
+        max_tokens: cli.max_tokens,
+        timeout: cli.timeout,
+    };
+    let meter = (!run_budget.is_unlimited())
+        .then(|| Arc::new(RunMeter::new(run_budget, std::time::Instant::now())));
     let standard = plan.tools.clone();
     let mut offered: Vec<&str> = standard.names();
     offered.push("Task");
@@ -298,7 +306,8 @@ fn lead_spec(
         }
         let env = Arc::new(
             TaskEnv::new(handle, catalog, cli.max_parallel, cli.max_depth, plan.tools)
-                .with_models(plan.models.clone()),
+                .with_models(plan.models.clone())
+                .with_meter(meter.clone()),
         );
         let caller = Caller {
             depth: 0,
@@ -313,6 +322,10 @@ fn lead_spec(
     spec.provider = model.provider;
     spec.tools = tools;
     spec.max_turns = role.max_turns.unwrap_or(cli.max_turns).max(1);
+    spec.budget = role.budget;
+    spec.meter = meter;
+    spec.model_info = plan.models.info(&spec.model);
+    spec.compact_at = plan.models.compact_at();
     spec.permission_mode = permission_mode;
     #[cfg(feature = "test-support")]
     {

@@ -12,7 +12,7 @@ use super::flags::{Cli, SessionsAction};
 use super::setup;
 use crate::protocol::{Outcome, SessionId};
 use crate::runs::{self, Agent, Run};
-use crate::ui::progress::{clock, tokens};
+use crate::ui::progress::{clock, dollars, tokens};
 
 /// Runs `orchestrate sessions [list | show ID]`.
 pub(super) fn run(
@@ -54,18 +54,19 @@ pub(super) fn list(runs: &[Run]) -> String {
     let ids: Vec<SessionId> = runs.iter().map(|r| r.id).collect();
     let width = short_id_width(&ids);
     let mut text = format!(
-        "{:<width$}  {:<17}  {:<11}  {:<14} {:>6} {:>7}  task\n",
-        "id", "started", "status", "lead", "agents", "tokens"
+        "{:<width$}  {:<17}  {:<11}  {:<14} {:>6} {:>7} {:>8}  task\n",
+        "id", "started", "status", "lead", "agents", "tokens", "cost"
     );
     for run in runs {
         text.push_str(&format!(
-            "{:<width$}  {:<17}  {:<11}  {:<14} {:>6} {:>7}  {}\n",
+            "{:<width$}  {:<17}  {:<11}  {:<14} {:>6} {:>7} {:>8}  {}\n",
             &run.id.to_string()[..width],
             utc_minute(run.started),
             run.status.name(),
             run.lead().role,
             run.agents.len(),
             tokens(run.tokens()),
+            dollars(run.cost()),
             clip(run.task_line(), 60),
         ));
     }
@@ -83,8 +84,8 @@ pub(super) fn show(run: &Run) -> String {
         run.task_line()
     );
     text.push_str(&format!(
-        "{:<22} {:<11} {:>5} {:>6} {:>8} {:>6}\n",
-        "agent", "status", "turns", "tools", "tokens", "time"
+        "{:<22} {:<11} {:>5} {:>6} {:>8} {:>8} {:>6}\n",
+        "agent", "status", "turns", "tools", "tokens", "cost", "time"
     ));
     let mut instances: HashMap<&str, u32> = HashMap::new();
     for (agent, depth) in in_tree_order(&run.agents) {
@@ -101,12 +102,13 @@ pub(super) fn show(run: &Run) -> String {
             format!("{}├ ", "  ".repeat(depth - 1))
         };
         text.push_str(&format!(
-            "{:<22} {:<11} {:>5} {:>6} {:>8} {:>6}\n",
+            "{:<22} {:<11} {:>5} {:>6} {:>8} {:>8} {:>6}\n",
             format!("{indent}{label}"),
             status(agent),
             agent.stats.turns,
             agent.stats.tool_calls,
             tokens(agent.tokens),
+            dollars(agent.cost),
             clock(agent.stats.duration_ms)
         ));
     }

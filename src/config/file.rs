@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::error::ConfigError;
+use crate::model_info::ModelInfo;
 
 /// One configuration file as written.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -31,6 +32,21 @@ pub struct ConfigFile {
     pub trust: BTreeMap<String, TrustedWorkspace>,
     /// How Bash commands are confined. Honoured only in the user's own file.
     pub sandbox: Option<SandboxEntry>,
+    /// What is known about models (`[model_info."gpt-4o"]`): windows, output
+    /// limits and prices over the built-in table's.
+    #[serde(default)]
+    pub model_info: BTreeMap<String, ModelInfo>,
+    /// When a session compacts its conversation (`[compaction]`).
+    pub compaction: Option<CompactionEntry>,
+}
+
+/// The `[compaction]` table.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompactionEntry {
+    /// The share of the context window a request may fill before the session
+    /// compacts (0.85 by default).
+    pub threshold: Option<f64>,
 }
 
 /// What the user trusts one workspace's `orchestrate.toml` to do.
@@ -94,7 +110,7 @@ pub enum ModelEntry {
 impl ConfigFile {
     /// Parses a file's text; errors name the file and line.
     pub fn parse(path: &str, text: &str) -> Result<Self, ConfigError> {
-        toml::from_str(text).map_err(|e| {
+        let file: Self = toml::from_str(text).map_err(|e| {
             let line = e.span().map_or(1, |span| {
                 text[..span.start.min(text.len())].matches('\n').count() + 1
             });
@@ -103,7 +119,38 @@ impl ConfigFile {
                 line,
                 message: e.message().to_owned(),
             }
-        })
+        })?;
+        file.check(path, text)?;
+        Ok(file)
+    }
+
+    /// Values serde takes but the run cannot use, named with their line.
+    fn check(&self, path: &str, text: &str) -> Result<(), ConfigError> {
+        let line_of = |needle: &str| {
+            text.find(needle)
+                .map_or(1, |at| text[..at].matches('\n').count() + 1)
+        };
+        for (id, info) in &self.model_info {
+            if let Some(message) = info.problem() {
+                return Err(ConfigError::File {
+                    path: path.to_owned(),
+                    line: line_of(id),
+                    message: format!("[model_info.{id:?}]: {message}"),
+                });
+            }
+        }
+        if let Some(t) = self.compaction.as_ref().and_then(|c| c.threshold)
+            && !(t > 0.0 && t <= 1.0)
+        {
+            return Err(ConfigError::File {
+                path: path.to_owned(),
+                line: line_of("threshold"),
+                message: format!(
+                    "[compaction] threshold must be a share of the window above 0 and at most 1, not {t}"
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Marks the file as the user's own: its providers may name key variables and
@@ -134,6 +181,14 @@ impl ConfigFile {
         self.providers.extend(over.providers);
         self.models.extend(over.models);
         self.sandbox = over.sandbox.or(self.sandbox);
+        for (id, info) in over.model_info {
+            let merged = match self.model_info.remove(&id) {
+                Some(under) => under.overridden_by(&info),
+                None => info,
+            };
+            self.model_info.insert(id, merged);
+        }
+        self.compaction = over.compaction.or(self.compaction);
         self
     }
 }

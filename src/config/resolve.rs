@@ -8,11 +8,15 @@ use super::file::{ConfigFile, ModelEntry};
 use super::settings::{ModelRef, ProviderKind, ProviderSettings, Settings};
 use crate::error::ConfigError;
 use crate::llm::{anthropic, openai};
+use crate::model_info::ModelTable;
 
 /// The model used with api.openai.com when none is named.
 pub const DEFAULT_OPENAI_MODEL: &str = "gpt-4.1";
 /// The model used with api.anthropic.com when none is named.
 pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
+/// The share of a model's context window a request may fill before its session
+/// compacts, unless `[compaction] threshold` says otherwise.
+pub const DEFAULT_COMPACT_AT: f64 = 0.85;
 
 /// Claude Code's aliases, on the `anthropic` provider, unless a file redefines them.
 const BUILT_IN_ALIASES: [(&str, &str); 3] = [
@@ -211,6 +215,12 @@ pub fn resolve(
             provider: None,
             model: name.clone(),
         },
+        model_table: ModelTable::new(file.model_info.clone()),
+        compact_at: file
+            .compaction
+            .as_ref()
+            .and_then(|c| c.threshold)
+            .unwrap_or(DEFAULT_COMPACT_AT),
     };
     // The lead's model may be an alias too; an unknown bare word passes as an id
     // here (an Ollama `mistral`), unlike in a role file.

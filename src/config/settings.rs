@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::llm::{anthropic, openai};
+use crate::model_info::ModelTable;
 
 /// The wire protocol a provider speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,7 +76,7 @@ pub struct ModelRef {
 }
 
 /// Everything resolved: the providers by name, the aliases, and the lead's model.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
     /// The provider sessions use unless a model says otherwise.
     pub default_provider: String,
@@ -89,6 +90,11 @@ pub struct Settings {
     pub inherited_aliases: BTreeSet<String>,
     /// The lead's model.
     pub model: ModelRef,
+    /// Context windows, output limits and prices.
+    pub model_table: ModelTable,
+    /// The share of a model's window a request may fill before its session
+    /// compacts.
+    pub compact_at: f64,
 }
 
 impl Settings {

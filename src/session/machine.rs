@@ -31,6 +31,7 @@ pub(crate) use self::input::{Input, ToolDone};
 use self::tool_turn::ToolTurn;
 use super::SessionSpec;
 use super::queue::{QueuedPrompt, cancels};
+use super::repeats::Repeats;
 use super::resume::{self, ActiveRun, Next};
 use crate::conversation::{Message, ToolResult};
 use crate::error::SessionError;
@@ -92,6 +93,8 @@ struct Run {
     cancelled: Option<u64>,
     /// Why the run is to stop at its next turn boundary, once someone asked.
     stop: Option<String>,
+    /// The same tool call made again and again.
+    repeats: Repeats,
     phase: Phase,
 }
 
@@ -105,7 +108,7 @@ enum Phase {
     /// Waiting before another attempt.
     Backoff { stream: u64, attempt: u32 },
     /// The turn's tool calls are running.
-    Tools(ToolTurn),
+    Tools(Box<ToolTurn>),
 }
 
 /// What the machine waits for, and what it does with the answer.
@@ -126,17 +129,21 @@ enum Awaiting {
 }
 
 impl Run {
-    fn new(prompts: Vec<u64>, turns: u32, started: Instant) -> Self {
+    /// A run of `prompts`, `turns` model turns in; `priced`: its cost is known
+    /// (its model's prices are).
+    fn new(prompts: Vec<u64>, turns: u32, started: Instant, priced: bool) -> Self {
         Self {
             prompts,
             started,
             stats: RunStats {
                 turns,
+                cost_usd: priced.then_some(0.0),
                 ..RunStats::default()
             },
             last_text: String::new(),
             cancelled: None,
             stop: None,
+            repeats: Repeats::default(),
             phase: Phase::Starting,
         }
     }
@@ -216,7 +223,8 @@ impl Machine {
                     self.emit(Effect::Stop);
                 }
             }
-            Input::StopRun => self.on_stop_run(now),
+            Input::StopRun => self.stop_run(now, "requested"),
+            Input::TimeUp { run } => self.on_time_up(now, run),
             Input::TurnFinished { stream, result } => self.on_turn_finished(now, stream, result),
             Input::RetryDue { stream } => self.on_retry_due(now, stream),
             Input::ToolDone(done) => self.on_tool_done(now, done),
@@ -304,7 +312,7 @@ impl Machine {
         match cancel {
             // A cancel that arrived just before the crash still cancels the run.
             Some(seq) if cancels(seq, &active.prompts) => {
-                let mut run = Run::new(active.prompts, active.turns, now);
+                let mut run = self.new_run(active.prompts, active.turns, now);
                 run.cancelled = Some(seq);
                 self.run = Some(run);
                 self.end_run(now, |stats| Outcome::Cancelled {
@@ -317,10 +325,11 @@ impl Machine {
     }
 
     fn resume_run(&mut self, now: Instant, active: ActiveRun, stop: bool) {
-        let mut run = Run::new(active.prompts, active.turns, now);
+        let mut run = self.new_run(active.prompts, active.turns, now);
         if stop {
             run.stop = Some("requested".to_owned());
         }
+        self.arm(now, run.prompts[0]);
         match active.next {
             Next::Request => {
                 self.run = Some(run);
@@ -440,8 +449,34 @@ impl Machine {
         self.awaiting = awaiting;
     }
 
+    /// A new run's state.
+    fn new_run(&self, prompts: Vec<u64>, turns: u32, now: Instant) -> Run {
+        let priced = self.spec.model_info.cost(&Default::default()).is_some();
+        Run::new(prompts, turns, now, priced)
+    }
+
+    /// Sets the alarm of the run started by prompt `run` for when its time is up:
+    /// the role's timeout from now, or the whole run's deadline if sooner.
+    fn arm(&mut self, now: Instant, run: u64) {
+        let own = self.spec.budget.timeout;
+        let shared = self
+            .spec
+            .meter
+            .as_ref()
+            .and_then(|m| m.deadline())
+            .map(|d| d.saturating_duration_since(now));
+        let after = match (own, shared) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(after) = after {
+            self.emit(Effect::Alarm { run, after });
+        }
+    }
+
     fn start_run(&mut self, now: Instant, prompt: QueuedPrompt) {
-        self.run = Some(Run::new(vec![prompt.seq], 0, now));
+        self.run = Some(self.new_run(vec![prompt.seq], 0, now));
+        self.arm(now, prompt.seq);
         // Not synced here: the prompt is durable with the first turn boundary's
         // group, and a crashed session still finds it, since the writer outlives
         // sessions.

@@ -12,4 +12,4 @@ mod text;
 
 pub use self::board::{Board, Row, State};
 pub use self::render::{plain_line, render_row, state_text, summary};
-pub use self::text::{clock, paint, short_call, tokens};
+pub use self::text::{clock, dollars, paint, short_call, tokens};

@@ -78,6 +78,16 @@ impl SessionState {
                 }
                 None
             }
+            Effect::Charge { usage, cost } => {
+                if let Some(meter) = &self.spec.meter {
+                    meter.charge(&usage, cost);
+                }
+                None
+            }
+            Effect::Alarm { run, after } => {
+                myself.send_after(after, move || SessionMsg::TimeUp { run });
+                None
+            }
             Effect::TakeOne => {
                 let taken = self.queue.lock().take_one();
                 Some(Input::Taken(taken.into_iter().collect()))

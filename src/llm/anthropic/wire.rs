@@ -12,10 +12,12 @@ use crate::llm::ChatRequest;
 pub(crate) fn usage_from(usage: &Map<String, Value>) -> Usage {
     let n = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
     let cache_read = n("cache_read_input_tokens");
+    let cache_write = n("cache_creation_input_tokens");
     Usage {
-        input_tokens: n("input_tokens") + n("cache_creation_input_tokens") + cache_read,
+        input_tokens: n("input_tokens") + cache_write + cache_read,
         output_tokens: n("output_tokens"),
         cached_tokens: cache_read,
+        cache_write_tokens: cache_write,
         reasoning_tokens: 0,
     }
 }
@@ -273,6 +275,7 @@ mod tests {
                 input_tokens: 115,
                 output_tokens: 7,
                 cached_tokens: 100,
+                cache_write_tokens: 5,
                 reasoning_tokens: 0,
             }
         );

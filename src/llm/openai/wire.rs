@@ -136,6 +136,7 @@ pub(crate) fn usage_from(value: &Value) -> Usage {
         input_tokens: n(input),
         output_tokens: n(output),
         cached_tokens: n(cached),
+        cache_write_tokens: 0,
         reasoning_tokens: n(reasoning),
     }
 }
@@ -243,6 +244,7 @@ mod tests {
                 input_tokens: 10,
                 output_tokens: 5,
                 cached_tokens: 3,
+                cache_write_tokens: 0,
                 reasoning_tokens: 2
             }
         );

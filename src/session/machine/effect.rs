@@ -65,6 +65,20 @@ pub(crate) enum Effect {
         /// The stamp.
         seq: u64,
     },
+    /// Add a turn's spending to the run's shared meter.
+    Charge {
+        /// Its tokens.
+        usage: crate::conversation::Usage,
+        /// Their cost in USD, when known.
+        cost: Option<f64>,
+    },
+    /// Send [`super::Input::TimeUp`] for run `run` after `after`.
+    Alarm {
+        /// The prompt that started the run.
+        run: u64,
+        /// How long from now.
+        after: Duration,
+    },
     /// Tell the queue that the cancel stamped `seq` has been acted on.
     CancelDone {
         /// The cancel's stamp.

@@ -8,6 +8,7 @@ use super::{Awaiting, Effect, Machine, Phase};
 use crate::error::SessionError;
 use crate::journal::Record;
 use crate::protocol::{Outcome, RunStats};
+use crate::session::budget;
 use crate::session::queue::cancels;
 
 impl Machine {
@@ -30,16 +31,42 @@ impl Machine {
         }
     }
 
-    /// Someone asked the run to stop: it ends at its next turn boundary (now, if
-    /// it is between turns); what is streaming or running finishes first.
-    pub(super) fn on_stop_run(&mut self, now: Instant) {
+    /// The run is to stop, for `reason` (someone asked; a budget ran out): it
+    /// ends at its next turn boundary (now, if it is between turns); what is
+    /// streaming or running finishes first. The first reason given is kept.
+    pub(super) fn stop_run(&mut self, now: Instant, reason: &str) {
         let Some(run) = self.run.as_mut() else {
             return;
         };
-        run.stop = Some("requested".to_owned());
+        run.stop.get_or_insert_with(|| reason.to_owned());
         match run.phase {
             Phase::Backoff { .. } | Phase::Starting => self.end_stopped(now),
             Phase::Streaming { .. } | Phase::Tools(_) => {}
+        }
+    }
+
+    /// The run's time is up: it stops, its stream (if one is running) cut where
+    /// it is, what that turn had said kept as its partial work. Tool calls run
+    /// on; sub-agents under the same deadline stop themselves.
+    pub(super) fn on_time_up(&mut self, now: Instant, started_by: u64) {
+        let Some(run) = self.run.as_mut().filter(|r| r.prompts[0] == started_by) else {
+            return;
+        };
+        run.stop.get_or_insert_with(|| budget::TIME.to_owned());
+        if let Phase::Streaming { stream, .. } = run.phase {
+            self.emit(Effect::CancelStream { stream });
+            return;
+        }
+        self.stop_run(now, budget::TIME);
+    }
+
+    /// Stops the run at its next turn boundary when its own budget is spent.
+    pub(super) fn check_budget(&mut self) {
+        let budget = self.spec.budget;
+        if let Some(run) = self.run.as_mut()
+            && let Some(reason) = budget.spent(&run.stats)
+        {
+            run.stop.get_or_insert_with(|| reason.to_owned());
         }
     }
 

@@ -1,10 +1,10 @@
 //! What the run machine is told: the [`Input`]s a Session turns its messages into,
 //! and the answers to the machine's questions.
 
-use crate::conversation::{AssistantTurn, ToolResult, Usage};
+use crate::conversation::{AssistantTurn, ToolResult};
 use crate::error::{LlmError, SessionError};
 use crate::session::queue::QueuedPrompt;
-use crate::tools::FileChange;
+use crate::tools::{FileChange, Spending};
 
 /// What the machine is told.
 #[derive(Debug)]
@@ -34,6 +34,12 @@ pub(crate) enum Input {
     /// End the run in progress at its next turn boundary, as stopped, its
     /// partial work kept.
     StopRun,
+    /// The time budget of the run started by prompt `run` is up (the answer to
+    /// [`super::Effect::Alarm`], whenever it comes).
+    TimeUp {
+        /// The prompt that started the run.
+        run: u64,
+    },
     /// A model turn's stream ended.
     TurnFinished {
         /// Which stream.
@@ -72,6 +78,7 @@ impl Input {
             | Self::Cancel { .. }
             | Self::StopWhenIdle
             | Self::StopRun
+            | Self::TimeUp { .. }
             | Self::TurnFinished { .. }
             | Self::RetryDue { .. }
             | Self::ToolDone(_)
@@ -92,5 +99,5 @@ pub(crate) struct ToolDone {
     /// The files it changed.
     pub(crate) changes: Vec<FileChange>,
     /// Tokens it spent through sub-agents.
-    pub(crate) spent: Usage,
+    pub(crate) spent: Spending,
 }

@@ -9,23 +9,31 @@ use crate::error::{LlmError, SessionError};
 use crate::llm::ChatRequest;
 use crate::llm::retry::AfterFailure;
 use crate::protocol::EventKind;
+use crate::session::budget;
 use crate::session::turn::{self, Decision};
 
 impl Machine {
     /// Starts attempt `attempt` of a model turn (a new turn when 1).
     pub(super) fn begin_turn(&mut self, now: Instant, attempt: u32) {
         let max_turns = self.spec.max_turns;
+        let shared = self.spec.meter.as_ref().and_then(|m| m.exhausted(now));
         let Some(run) = self.run.as_mut() else {
             return;
         };
+        if attempt == 1 {
+            // A turn boundary: where budgets take effect.
+            if run.stats.turns >= max_turns {
+                run.stop.get_or_insert_with(|| budget::TURNS.to_owned());
+            }
+            if let Some(reason) = shared {
+                run.stop.get_or_insert_with(|| reason.to_owned());
+            }
+        }
         if run.stop.is_some() {
             // A turn boundary: where a requested stop takes effect.
             return self.end_stopped(now);
         }
         if attempt == 1 {
-            if run.stats.turns >= max_turns {
-                return self.fail(now, &SessionError::MaxTurns(max_turns));
-            }
             run.stats.turns += 1;
             #[cfg(feature = "test-support")]
             self.strike(crate::faults::FaultPoint::BeforeTurn(self.turns()));
@@ -100,6 +108,13 @@ impl Machine {
                 }
                 Decision::Fail(e) => LlmError::Stream(e),
             },
+            // Cut because the run's time was up: what it said is its partial work.
+            Err(LlmError::Cancelled { partial }) if !cancelled && run_stopping(&self.run) => {
+                let mut turn = *partial;
+                turn.message.tool_calls.clear();
+                self.account(&turn);
+                return self.end_stopped(now);
+            }
             Err(LlmError::Cancelled { partial }) => {
                 return self.record_turn_and_cancel(now, *partial);
             }
@@ -160,7 +175,8 @@ impl Machine {
             return String::new();
         };
         let usage = turn.usage.unwrap_or_default();
-        run.stats.usage.add(&usage);
+        let cost = self.spec.model_info.cost(&usage);
+        run.stats.charge(&usage, cost);
         let text = turn.message.answer().to_owned();
         if !text.is_empty() {
             run.last_text = text.clone();
@@ -170,8 +186,13 @@ impl Machine {
             text: text.clone(),
             tool_calls: turn.message.tool_calls.len(),
             usage,
+            cost_usd: cost,
         };
         self.publish(finished);
+        if self.spec.meter.is_some() {
+            self.emit(Effect::Charge { usage, cost });
+        }
+        self.check_budget();
         if !turn.is_empty() {
             self.record(Message::Assistant(turn.message.clone()));
         }
@@ -185,4 +206,9 @@ impl Machine {
         self.account(&turn);
         self.end_cancelled(now);
     }
+}
+
+/// True when the run has been asked to stop.
+fn run_stopping(run: &Option<Run>) -> bool {
+    run.as_ref().is_some_and(|r| r.stop.is_some())
 }

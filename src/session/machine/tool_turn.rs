@@ -18,6 +18,7 @@ use crate::conversation::{Message, ToolCall, ToolResult};
 use crate::error::SessionError;
 use crate::journal::Record;
 use crate::protocol::EventKind;
+use crate::session::repeats;
 use crate::tools::Concurrency;
 use crate::tools::scheduler::{self, Batch, plan};
 
@@ -60,6 +61,8 @@ pub(super) struct ToolTurn {
     bounds_itself: Vec<bool>,
     /// Calls an earlier incarnation of the session had started.
     resumed: Vec<bool>,
+    /// How many times in a row each call has been made (see [`repeats`]).
+    repeats: Vec<u32>,
 }
 
 impl Machine {
@@ -85,19 +88,54 @@ impl Machine {
             return;
         };
         run.stats.tool_calls += calls.len() as u32;
-        run.phase = Phase::Tools(ToolTurn {
+        let model_turn = run.stats.turns;
+        let repeats: Vec<u32> = calls
+            .iter()
+            .map(|c| run.repeats.see(model_turn, c))
+            .collect();
+        // A call made too many times in a row is not run, and stops the run.
+        let looping: Vec<usize> = (0..calls.len().min(MAX_CALLS_PER_TURN))
+            .filter(|i| repeats[*i] >= repeats::STOP_AT)
+            .collect();
+        if !looping.is_empty() {
+            run.stop.get_or_insert_with(|| repeats::LOOP.to_owned());
+        }
+        let mut batches = plan(&classes);
+        for batch in &mut batches {
+            batch.calls.retain(|i| !looping.contains(i));
+        }
+        batches.retain(|b| !b.calls.is_empty());
+        run.phase = Phase::Tools(Box::new(ToolTurn {
             seq,
             results: vec![None; calls.len()],
             calls,
-            batches: plan(&classes).into(),
+            batches: batches.into(),
             waiting: VecDeque::new(),
             parallel: false,
             running: Vec::new(),
             bounds_itself,
             resumed,
-        });
+            repeats,
+        }));
+        self.refuse(looping);
         self.refuse_past_cap();
         self.advance_tools(now);
+    }
+
+    /// Gives each call at `indices` its refusal for repeating itself.
+    fn refuse(&mut self, indices: Vec<usize>) {
+        for index in indices {
+            let Some(turn) = self.tool_turn() else {
+                return;
+            };
+            let call = turn.calls[index].clone();
+            self.publish(EventKind::ToolStarted {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            });
+            self.store_result(index, repeats::refused(&call));
+        }
     }
 
     /// Gives every call past [`MAX_CALLS_PER_TURN`] its refusal, announced as any
@@ -241,11 +279,15 @@ impl Machine {
     /// Records one call's result: in the turn, as an event, and in the journal (as
     /// it finishes: a tool's work must not be forgotten; it joins the transcript in
     /// call order once the whole turn is done).
-    fn store_result(&mut self, index: usize, result: ToolResult) {
+    fn store_result(&mut self, index: usize, mut result: ToolResult) {
         let Some(turn) = self.tool_turn() else {
             return;
         };
         turn.running.retain(|i| *i != index);
+        let repeated = turn.repeats[index];
+        if (repeats::NOTE_AT..repeats::STOP_AT).contains(&repeated) {
+            result.content.push_str(&repeats::note(repeated));
+        }
         let name = turn.calls[index].name.clone();
         turn.results[index] = Some(result.clone());
         let preview: String = result.content.chars().take(200).collect();
@@ -271,8 +313,9 @@ impl Machine {
             spent,
         } = done;
         if let Some(run) = self.run.as_mut() {
-            run.stats.usage.add(&spent);
+            run.stats.charge(&spent.usage, spent.cost_usd);
         }
+        self.check_budget();
         for change in changes {
             self.publish(EventKind::FileChanged {
                 call_id: result.tool_call_id.clone(),

@@ -43,7 +43,7 @@ pub enum State {
 }
 
 /// One agent on the board.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Row {
     /// Its session.
     pub session: SessionId,
@@ -59,6 +59,10 @@ pub struct Row {
     pub turns: u32,
     /// Tokens used.
     pub tokens: u64,
+    /// What they cost in USD: `None` until a turn says, or when a price is unknown.
+    pub cost: Option<f64>,
+    /// A turn's price was unknown: the cost stays unknown.
+    pub cost_unknown: bool,
     /// Tool calls made.
     pub tools: u32,
     /// Sub-agents it asked for that wait for a slot.
@@ -67,6 +71,13 @@ pub struct Row {
     pub started_ms: u64,
     /// When it ended.
     pub ended_ms: Option<u64>,
+}
+
+impl Row {
+    /// Its cost in USD, when every price was known.
+    pub fn cost_usd(&self) -> Option<f64> {
+        if self.cost_unknown { None } else { self.cost }
+    }
 }
 
 /// Every agent of a run, in the order they started.
@@ -110,6 +121,8 @@ impl Board {
                     state: State::Thinking,
                     turns: 0,
                     tokens: 0,
+                    cost: None,
+                    cost_unknown: false,
                     tools: 0,
                     queued: 0,
                     started_ms: now_ms,
@@ -133,9 +146,13 @@ impl Board {
             EventKind::TextDelta { .. } | EventKind::ReasoningDelta { .. } => {
                 row.state = State::Streaming
             }
-            EventKind::TurnFinished { usage, .. } => {
+            EventKind::TurnFinished {
+                usage, cost_usd, ..
+            } => {
                 row.turns += 1;
                 row.tokens += usage.total();
+                row.cost_unknown |= cost_usd.is_none();
+                row.cost = cost_usd.map(|c| c + row.cost.unwrap_or(0.0));
                 row.state = State::Thinking;
             }
             EventKind::ToolStarted {
@@ -182,6 +199,9 @@ impl Board {
                 row.turns = row.turns.max(stats.turns);
                 row.tools = row.tools.max(stats.tool_calls);
                 row.tokens = row.tokens.max(stats.usage.total());
+                // Sub-agents' costs are rolled into it.
+                row.cost_unknown |= stats.cost_usd.is_none();
+                row.cost = stats.cost_usd;
                 row.state = match outcome {
                     Outcome::Finished { .. } => State::Done,
                     Outcome::Failed { class, .. } => State::Failed(class.clone()),

@@ -3,7 +3,7 @@
 //! It does not change the board (`board`) nor draw anything.
 
 use super::board::{Board, State};
-use super::text::{clip, clock, short_call, tokens};
+use super::text::{clip, clock, dollars, short_call, tokens};
 use crate::protocol::{Event, EventKind, Outcome};
 
 /// The state as words, with its mark.
@@ -47,7 +47,7 @@ pub fn render_row(board: &Board, index: usize, now_ms: u64) -> String {
         .unwrap_or(now_ms)
         .saturating_sub(row.started_ms);
     format!(
-        "{:<16} {:<44} {:>8}   {}",
+        "{:<16} {:<44} {:>8} {:>7}   {}",
         format!("{prefix}{}", row.label),
         if row.queued > 0 {
             format!(
@@ -59,6 +59,7 @@ pub fn render_row(board: &Board, index: usize, now_ms: u64) -> String {
             state_text(&row.state, now_ms, row.tools)
         },
         format!("{} tok", tokens(row.tokens)),
+        dollars(row.cost_usd()),
         clock(elapsed)
     )
 }
@@ -100,10 +101,11 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
         ),
         EventKind::Terminal { outcome, .. } => match outcome {
             Outcome::Finished { stats, .. } => format!(
-                "done · {} turns · {} tools · {} tok",
+                "done · {} turns · {} tools · {} tok · {}",
                 stats.turns,
                 stats.tool_calls,
-                tokens(stats.usage.total())
+                tokens(stats.usage.total()),
+                dollars(stats.cost_usd)
             ),
             Outcome::Failed { message, .. } => format!("failed: {}", clip(message, 100)),
             Outcome::Cancelled { .. } => "cancelled".to_owned(),
@@ -123,8 +125,8 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
 /// The summary table printed at the end of a run.
 pub fn summary(board: &Board, now_ms: u64) -> String {
     let mut out = format!(
-        "{:<16} {:<10} {:>5} {:>6} {:>8} {:>6}\n",
-        "agent", "status", "turns", "tools", "tokens", "time"
+        "{:<16} {:<10} {:>5} {:>6} {:>8} {:>8} {:>6}\n",
+        "agent", "status", "turns", "tools", "tokens", "cost", "time"
     );
     for row in board.rows() {
         let status = match &row.state {
@@ -144,12 +146,13 @@ pub fn summary(board: &Board, now_ms: u64) -> String {
             .unwrap_or(now_ms)
             .saturating_sub(row.started_ms);
         out.push_str(&format!(
-            "{:<16} {:<10} {:>5} {:>6} {:>8} {:>6}\n",
+            "{:<16} {:<10} {:>5} {:>6} {:>8} {:>8} {:>6}\n",
             row.label,
             status,
             row.turns,
             row.tools,
             tokens(row.tokens),
+            dollars(row.cost_usd()),
             clock(elapsed)
         ));
     }
@@ -193,6 +196,7 @@ mod tests {
             tool_calls: 6,
             duration_ms: 7000,
             usage,
+            cost_usd: Some(0.042),
         };
         let mut steps: Vec<(u64, Event)> = vec![
             (
@@ -230,6 +234,7 @@ mod tests {
                         text: String::new(),
                         tool_calls: 3,
                         usage,
+                        cost_usd: Some(0.012),
                     },
                 ),
             ),

@@ -44,6 +44,17 @@ pub fn paint(text: &str, color: &str) -> String {
     format!("\x1b[{code}m{text}\x1b[0m")
 }
 
+/// Dollars as a person reads them: `$1.25`, `$0.04`, `$0.003`, `<$0.001`; `–`
+/// when unknown (never `$0.00` for a price nobody knows).
+pub fn dollars(cost: Option<f64>) -> String {
+    match cost {
+        None => "–".to_owned(),
+        Some(usd) if usd >= 0.01 => format!("${usd:.2}"),
+        Some(usd) if usd > 0.0 && usd < 0.001 => "<$0.001".to_owned(),
+        Some(usd) => format!("${usd:.3}"),
+    }
+}
+
 /// Tokens as a person reads them: `950`, `2.3k`, `1.2M`.
 pub fn tokens(n: u64) -> String {
     match n {
@@ -67,6 +78,15 @@ mod tests {
     fn roles_are_painted_in_their_color() {
         assert_eq!(paint("coder#1", "green"), "\x1b[32mcoder#1\x1b[0m");
         assert_eq!(paint("x", "mauve"), "x");
+    }
+
+    #[test]
+    fn dollars_read_naturally_and_unknown_is_a_dash() {
+        assert_eq!(
+            [0.0, 0.0004, 0.004, 0.042, 1.5, 12.345].map(|c| dollars(Some(c))),
+            ["$0.000", "<$0.001", "$0.004", "$0.04", "$1.50", "$12.35"]
+        );
+        assert_eq!(dollars(None), "–");
     }
 
     #[test]

@@ -275,7 +275,7 @@ fn a_permanent_failure_ends_the_run_at_once() {
 }
 
 #[test]
-fn the_turn_limit_ends_the_run_with_the_last_text_as_partial() {
+fn the_turn_limit_stops_the_run_with_the_last_text_as_partial() {
     let mut spec = spec();
     spec.max_turns = 2;
     let mut sim = Sim::new(spec);
@@ -287,13 +287,13 @@ fn the_turn_limit_ends_the_run_with_the_last_text_as_partial() {
         sim.finish(&format!("r{turn}"), "ok");
     }
     assert_eq!(sim.requests.len(), 2);
-    let Some(Outcome::Failed {
-        message, partial, ..
+    let Some(Outcome::Stopped {
+        reason, partial, ..
     }) = sim.outcome(p)
     else {
         panic!("{:?}", sim.terminals())
     };
-    assert_eq!(message, SessionError::MaxTurns(2).to_string());
+    assert_eq!(reason, "budget: turns");
     assert_eq!(partial, "looking, turn 2");
 }
 
@@ -388,7 +388,10 @@ fn late_and_duplicate_reports_are_ignored_but_tokens_still_count() {
     sim.finish("r1", "ok");
     let mut again = super::sim::tool_done(turn, index, "r1", "again", false);
     if let Input::ToolDone(done) = &mut again {
-        done.spent = usage(5);
+        done.spent = crate::tools::Spending {
+            usage: usage(5),
+            cost_usd: None,
+        };
     }
     sim.input(again);
     sim.finish("r2", "ok");

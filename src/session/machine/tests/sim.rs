@@ -186,12 +186,18 @@ pub(super) struct Sim {
     pub(super) started: Vec<ToolCall>,
     /// A retry the machine scheduled.
     pub(super) retry: Option<(u64, Duration)>,
+    /// Alarms the machine set: the run, after how long.
+    pub(super) alarms: Vec<(u64, Duration)>,
+    /// What the machine charged the run's meter.
+    pub(super) charged: Vec<(crate::conversation::Usage, Option<f64>)>,
     pub(super) stopped: bool,
     /// Every effect, in order.
     pub(super) effects: Vec<Effect>,
     mailbox: VecDeque<Input>,
     /// Broken invariants.
     pub(super) violations: Vec<String>,
+    /// The run's shared meter, as the spec has it.
+    machine_meter: Option<std::sync::Arc<crate::session::budget::RunMeter>>,
 }
 
 impl Sim {
@@ -235,6 +241,7 @@ impl Sim {
         queue: PromptQueue,
         seq: u64,
     ) -> Self {
+        let machine_meter = args.spec.meter.clone();
         let (machine, effects) = Machine::start(args, journal.as_deref());
         let durable = journal.as_ref().map_or(0, Vec::len);
         let mut sim = Self {
@@ -251,10 +258,13 @@ impl Sim {
             running: Vec::new(),
             started: Vec::new(),
             retry: None,
+            alarms: Vec::new(),
+            charged: Vec::new(),
             stopped: false,
             effects: Vec::new(),
             mailbox: VecDeque::new(),
             violations: Vec::new(),
+            machine_meter,
         };
         for effect in effects {
             if let Some(input) = sim.carry_out(effect) {
@@ -338,6 +348,13 @@ impl Sim {
                 }
             }
             Effect::RetryAfter { stream, delay } => self.retry = Some((stream, delay)),
+            Effect::Charge { usage, cost } => {
+                if let Some(meter) = &self.machine_meter {
+                    meter.charge(&usage, cost);
+                }
+                self.charged.push((usage, cost));
+            }
+            Effect::Alarm { run, after } => self.alarms.push((run, after)),
             Effect::StartTool {
                 turn, index, call, ..
             } => {
@@ -508,7 +525,7 @@ pub(super) fn tool_done(turn: u64, index: usize, id: &str, content: &str, is_err
             is_error,
         },
         changes: Vec::new(),
-        spent: Usage::default(),
+        spent: Default::default(),
     })
 }
 

@@ -1,0 +1,249 @@
+//! Budgets, costs and loops: a run stops gracefully at a turn boundary when its
+//! own budget or the whole run's is spent, when its time is up (its stream cut,
+//! what it said kept), or when the model repeats one call; costs follow the
+//! model's prices, sub-agents' included.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::sim::{Sim, calls, spec, text, usage};
+use crate::conversation::{AssistantTurn, ToolCall};
+use crate::error::LlmError;
+use crate::model_info::ModelInfo;
+use crate::protocol::{Outcome, RunStats};
+use crate::session::budget::{Budget, RunMeter};
+use crate::session::machine::Input;
+use crate::tools::Spending;
+
+fn priced() -> ModelInfo {
+    ModelInfo {
+        input_price: Some(1.0),
+        output_price: Some(2.0),
+        ..ModelInfo::default()
+    }
+}
+
+fn stopped(sim: &Sim, prompt: u64) -> (String, String, RunStats) {
+    match sim.outcome(prompt) {
+        Some(Outcome::Stopped {
+            reason,
+            partial,
+            stats,
+        }) => (reason, partial, stats),
+        other => panic!("not stopped: {other:?}"),
+    }
+}
+
+/// A turn that reads `id` and says `says`.
+fn reading(id: &str, says: &str) -> AssistantTurn {
+    let mut turn = calls(&[(id, "Read")]);
+    turn.message.text = says.into();
+    turn
+}
+
+#[test]
+fn cost_follows_the_prices_and_sub_agents_roll_up_into_it() {
+    let mut spec = spec();
+    spec.model_info = priced();
+    let mut sim = Sim::new(spec);
+    let p = sim.prompt("go");
+    // 10 in and 10 out: 10 x $1 + 10 x $2 per million.
+    sim.answer(calls(&[("t1", "Task")]));
+    let (turn, index, _) = sim.running[0].clone();
+    let mut done = super::sim::tool_done(turn, index, "t1", "report", false);
+    if let Input::ToolDone(done) = &mut done {
+        done.spent = Spending {
+            usage: usage(1000),
+            cost_usd: Some(0.5),
+        };
+    }
+    sim.running.clear();
+    sim.input(done);
+    sim.answer(text("done"));
+    let Some(Outcome::Finished { stats, .. }) = sim.outcome(p) else {
+        panic!("{:?}", sim.terminals())
+    };
+    let expected = 2.0 * (10.0 + 20.0) / 1e6 + 0.5;
+    assert!(
+        (stats.cost_usd.unwrap() - expected).abs() < 1e-12,
+        "{stats:?}"
+    );
+    assert_eq!(stats.usage.total(), 2040);
+}
+
+#[test]
+fn an_unknown_price_anywhere_makes_the_cost_unknown() {
+    let mut sim = Sim::new(spec());
+    let p = sim.prompt("go");
+    sim.answer(text("done"));
+    let Some(Outcome::Finished { stats, .. }) = sim.outcome(p) else {
+        panic!()
+    };
+    assert_eq!(stats.cost_usd, None);
+    assert!(sim.charged.is_empty(), "no meter, no charges");
+}
+
+#[test]
+fn a_role_token_budget_stops_the_run_at_the_next_boundary_with_its_work() {
+    let mut spec = spec();
+    spec.budget = Budget {
+        max_tokens: Some(30),
+        ..Budget::default()
+    };
+    let mut sim = Sim::new(spec);
+    let p = sim.prompt("go");
+    sim.answer(reading("r1", "first look"));
+    sim.finish("r1", "ok");
+    // 20 tokens so far: under the budget, so a second turn.
+    sim.answer(reading("r2", "second look"));
+    assert_eq!(sim.running_ids(), ["r2"], "the turn's calls still run");
+    sim.finish("r2", "ok");
+    assert_eq!(sim.requests.len(), 2, "no turn past the budget");
+    let (reason, partial, stats) = stopped(&sim, p);
+    assert_eq!(
+        (reason.as_str(), partial.as_str()),
+        ("budget: tokens", "second look")
+    );
+    assert_eq!(stats.usage.total(), 40);
+}
+
+#[test]
+fn a_role_cost_budget_counts_what_sub_agents_spent() {
+    let mut spec = spec();
+    spec.model_info = priced();
+    spec.budget = Budget {
+        max_cost_usd: Some(0.25),
+        ..Budget::default()
+    };
+    let mut sim = Sim::new(spec);
+    let p = sim.prompt("go");
+    sim.answer(calls(&[("t1", "Task")]));
+    let (turn, index, _) = sim.running.remove(0);
+    let mut done = super::sim::tool_done(turn, index, "t1", "report", false);
+    if let Input::ToolDone(done) = &mut done {
+        done.spent.cost_usd = Some(0.3);
+    }
+    sim.input(done);
+    assert_eq!(sim.requests.len(), 1);
+    assert_eq!(stopped(&sim, p).0, "budget: cost");
+}
+
+#[test]
+fn the_shared_meter_stops_every_session_of_the_run_at_its_next_boundary() {
+    let meter = Arc::new(RunMeter::new(
+        Budget {
+            max_tokens: Some(50),
+            ..Budget::default()
+        },
+        Instant::now(),
+    ));
+    let mut spec = spec();
+    spec.meter = Some(meter.clone());
+    let mut sim = Sim::new(spec);
+    let p = sim.prompt("go");
+    sim.answer(reading("r1", "looking"));
+    assert_eq!(sim.charged.len(), 1, "each turn charges the meter");
+    // Another session of the run spends the rest meanwhile.
+    meter.charge(&usage(20), None);
+    sim.finish("r1", "ok");
+    assert_eq!(sim.requests.len(), 1);
+    assert_eq!(stopped(&sim, p).0, "budget: tokens");
+}
+
+#[test]
+fn time_up_cuts_the_stream_and_keeps_what_it_said() {
+    let mut spec = spec();
+    spec.budget.timeout = Some(Duration::from_secs(60));
+    let mut sim = Sim::new(spec);
+    let p = sim.prompt("go");
+    assert_eq!(sim.alarms, [(p, Duration::from_secs(60))]);
+    sim.answer(reading("r1", "read one"));
+    sim.finish("r1", "ok");
+    // Mid-stream: the stream is cancelled; its partial text is the work so far.
+    let stream = sim.stream.take().unwrap();
+    sim.input(Input::TimeUp { run: p });
+    let mut partial = AssistantTurn::default();
+    partial.message.text = "half a tho".into();
+    sim.input(Input::TurnFinished {
+        stream,
+        result: Err(LlmError::Cancelled {
+            partial: Box::new(partial),
+        }),
+    });
+    let (reason, said, _) = stopped(&sim, p);
+    assert_eq!(
+        (reason.as_str(), said.as_str()),
+        ("budget: time", "half a tho")
+    );
+    // An alarm for a run that already ended does nothing.
+    let q = sim.prompt("again");
+    sim.input(Input::TimeUp { run: p });
+    sim.answer(text("fine"));
+    assert!(matches!(sim.outcome(q), Some(Outcome::Finished { .. })));
+}
+
+#[test]
+fn the_alarm_is_the_sooner_of_the_role_timeout_and_the_run_deadline() {
+    let now = Instant::now();
+    let meter = RunMeter::new(
+        Budget {
+            timeout: Some(Duration::from_secs(3600)),
+            ..Budget::default()
+        },
+        now,
+    );
+    let mut spec = spec();
+    spec.meter = Some(Arc::new(meter));
+    let mut sim = Sim::new(spec.clone());
+    sim.prompt("go");
+    let (_, after) = sim.alarms[0];
+    assert!(after <= Duration::from_secs(3600) && after > Duration::from_secs(3500));
+    spec.budget.timeout = Some(Duration::from_secs(5));
+    let mut sim = Sim::new(spec);
+    sim.prompt("go");
+    assert_eq!(sim.alarms[0].1, Duration::from_secs(5));
+}
+
+fn same_read(id: &str) -> AssistantTurn {
+    let mut turn = calls(&[]);
+    turn.message.tool_calls = vec![ToolCall {
+        id: id.into(),
+        name: "Read".into(),
+        arguments: json!({"file_path": "same.txt"}).to_string(),
+    }];
+    turn
+}
+
+#[test]
+fn a_repeated_call_gets_a_note_at_three_and_stops_the_agent_at_five() {
+    let mut sim = Sim::new(spec());
+    let p = sim.prompt("go");
+    for n in 1..=4 {
+        let id = format!("r{n}");
+        sim.answer(same_read(&id));
+        sim.finish(&id, "contents");
+    }
+    // The fifth request shows the results: notes on the third and fourth.
+    let last = sim.requests.last().unwrap();
+    let results: Vec<String> = last
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            crate::conversation::Message::Tool(r) => Some(r.content.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 4);
+    assert_eq!(results[0], "contents");
+    assert_eq!(results[1], "contents");
+    assert!(results[2].contains("3 times in a row"), "{}", results[2]);
+    assert!(results[3].contains("4 times in a row"), "{}", results[3]);
+    sim.answer(same_read("r5"));
+    assert!(sim.running.is_empty(), "the fifth is not run");
+    let (reason, _, _) = stopped(&sim, p);
+    assert_eq!(reason, "loop");
+    assert_eq!(sim.requests.len(), 5);
+    assert!(sim.violations.is_empty(), "{:?}", sim.violations);
+}

@@ -1,0 +1,95 @@
+//! Loop detection: a model that makes the same tool call (name and arguments)
+//! turn after turn is told so on the third time in a row, and stopped (reason
+//! `loop`) on the fifth, that call not run. The same call made twice in one turn
+//! (several reads at once) is one time. Pure code.
+
+use serde_json::Value;
+
+use crate::conversation::{ToolCall, ToolResult};
+
+/// The repetition at which a call's result carries a note.
+pub(crate) const NOTE_AT: u32 = 3;
+/// The repetition at which the agent is stopped.
+pub(crate) const STOP_AT: u32 = 5;
+/// The terminal outcome's reason when a loop stops an agent.
+pub(crate) const LOOP: &str = "loop";
+
+/// Counts the same call made again and again, across turns.
+#[derive(Debug, Default)]
+pub(crate) struct Repeats {
+    last: Option<(String, String)>,
+    count: u32,
+    /// The turn the last call was counted in.
+    turn: u32,
+}
+
+impl Repeats {
+    /// Sees the next call the model made, in model turn `turn`; returns how many
+    /// times in a row it has now been made (1: a new call). Arguments are
+    /// compared as JSON values, so spacing and key order do not make a call new.
+    pub(crate) fn see(&mut self, turn: u32, call: &ToolCall) -> u32 {
+        let arguments = match serde_json::from_str::<Value>(&call.arguments) {
+            // serde_json's maps are ordered by key: one text per value.
+            Ok(value) => value.to_string(),
+            Err(_) => call.arguments.trim().to_owned(),
+        };
+        let key = (call.name.clone(), arguments);
+        if self.last.as_ref() != Some(&key) {
+            self.last = Some(key);
+            self.count = 1;
+        } else if self.turn != turn {
+            self.count += 1;
+        }
+        self.turn = turn;
+        self.count
+    }
+}
+
+/// What is added to the result of a call made `count` times in a row.
+pub(crate) fn note(count: u32) -> String {
+    format!(
+        "\n\n[Note: you have now made this exact call, with these arguments, {count} times in \
+         a row; its result will not change. Do something else, or give your answer. At \
+         {STOP_AT} times in a row you will be stopped.]"
+    )
+}
+
+/// The result of a call made [`STOP_AT`] times in a row: not run.
+pub(crate) fn refused(call: &ToolCall) -> ToolResult {
+    ToolResult {
+        tool_call_id: call.id.clone(),
+        content: format!(
+            "Error: this call was not run: it is the same call, with the same arguments, made \
+             {STOP_AT} times in a row. You are stopped here."
+        ),
+        is_error: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(name: &str, arguments: &str) -> ToolCall {
+        ToolCall {
+            id: "c".into(),
+            name: name.into(),
+            arguments: arguments.into(),
+        }
+    }
+
+    #[test]
+    fn the_same_call_counts_up_and_another_starts_over() {
+        let mut r = Repeats::default();
+        assert_eq!(r.see(1, &call("Read", r#"{"path":"a","limit":5}"#)), 1);
+        // Spacing and key order do not make it another call.
+        assert_eq!(r.see(2, &call("Read", r#"{ "limit": 5, "path": "a" }"#)), 2);
+        assert_eq!(r.see(3, &call("Read", r#"{"path":"a","limit":5}"#)), 3);
+        // Made twice in one turn: once.
+        assert_eq!(r.see(3, &call("Read", r#"{"path":"a","limit":5}"#)), 3);
+        assert_eq!(r.see(4, &call("Read", r#"{"path":"b","limit":5}"#)), 1);
+        assert_eq!(r.see(5, &call("Glob", r#"{"path":"b","limit":5}"#)), 1);
+        assert_eq!(r.see(6, &call("Glob", "not json")), 1);
+        assert_eq!(r.see(7, &call("Glob", "not json ")), 2);
+    }
+}
