@@ -301,9 +301,6 @@ pub enum SessionError {
         /// The last attempt's error.
         last: Box<LlmError>,
     },
-    /// The session reached its turn limit.
-    #[error("reached the limit of {0} turns")]
-    MaxTurns(u32),
     /// The session actor crashed more often than its restart intensity allows.
     #[error("session crashed {restarts} times within {window:?}; giving up: {last}")]
     CrashLoop {
@@ -480,7 +477,6 @@ impl SessionError {
         match self {
             Self::Llm(e) => e.class(),
             Self::RetriesExhausted { .. }
-            | Self::MaxTurns(_)
             | Self::Journal(_)
             | Self::Spawn(_)
             | Self::Gone(_)

@@ -285,12 +285,18 @@ async fn a_thinking_signature_goes_back_unchanged_with_the_tool_result() {
     assert_eq!(
         messages[2],
         json!({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Oslo: 12°C"},
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Oslo: 12°C",
+             "cache_control": {"type": "ephemeral"}},
         ]})
     );
-    assert!(
-        second["system"].is_string(),
-        "the system prompt is top-level"
+    // The system prompt is top-level, a cache breakpoint (with the tools before
+    // it), as is the conversation's tail.
+    let ephemeral = json!({"type": "ephemeral"});
+    assert_eq!(second["system"][0]["cache_control"], ephemeral);
+    let tail = second["messages"].as_array().unwrap().last().unwrap();
+    assert_eq!(
+        tail["content"].as_array().unwrap().last().unwrap()["cache_control"],
+        ephemeral
     );
     assert_eq!(second["tools"][0]["name"], "lookup");
     assert!(second["tools"][0]["input_schema"].is_object());
@@ -351,7 +357,7 @@ async fn a_non_streaming_answer_decodes_the_same_blocks() {
         "no stream flag on a plain request"
     );
     assert_eq!(body["max_tokens"], 32_000);
-    assert_eq!(body["system"], "Be brief.");
+    assert_eq!(body["system"][0]["text"], "Be brief.");
 }
 
 #[test]

@@ -48,7 +48,7 @@ async fn an_anthropic_key_picks_anthropic_and_the_request_goes_to_messages() {
     assert_eq!(request.api_key.as_deref(), Some(TEST_KEY));
     assert_eq!(request.body["model"], "claude-test");
     assert!(
-        request.body["system"]
+        request.body["system"][0]["text"]
             .as_str()
             .unwrap()
             .starts_with("You are a code explorer.")

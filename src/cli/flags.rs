@@ -232,4 +232,3 @@ mod tests {
         insta::assert_snapshot!(help);
     }
 }
-

@@ -1,6 +1,7 @@
 //! The Anthropic Messages client: streaming with an idle timeout, and non-streaming
 //! with a fixed one. One request per call; retrying is the session's job.
 
+mod cache;
 pub mod decoder;
 pub(crate) mod pause;
 pub(crate) mod wire;

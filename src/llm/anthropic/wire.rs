@@ -116,6 +116,7 @@ pub(crate) fn request_body(request: &ChatRequest, options: Options, stream: bool
     if let Some(budget) = options.thinking_budget {
         body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
     }
+    super::cache::mark(&mut body);
     body
 }
 
@@ -204,10 +205,10 @@ mod tests {
                 "model": "claude",
                 "max_tokens": 4096,
                 "stream": true,
-                "system": "Be brief.",
+                "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
                 "tools": [{"name": "lookup", "description": "Looks up.", "input_schema": {"type": "object"}}],
                 "messages": [
-                    {"role": "user", "content": [{"type": "text", "text": "Weather?"}]},
+                    {"role": "user", "content": [{"type": "text", "text": "Weather?", "cache_control": {"type": "ephemeral"}}]},
                     {"role": "assistant", "content": [
                         {"type": "thinking", "thinking": "hmm", "signature": "sig=="},
                         {"type": "text", "text": "Checking."},
@@ -215,7 +216,7 @@ mod tests {
                     ]},
                     {"role": "user", "content": [
                         {"type": "tool_result", "tool_use_id": "t1", "content": "12°C"},
-                        {"type": "text", "text": "And tomorrow?"},
+                        {"type": "text", "text": "And tomorrow?", "cache_control": {"type": "ephemeral"}},
                     ]},
                 ],
             })
@@ -259,9 +260,9 @@ mod tests {
         assert_eq!(
             request_body(&request, options, false)["messages"],
             json!([
-                {"role": "user", "content": [{"type": "text", "text": "Go."}]},
+                {"role": "user", "content": [{"type": "text", "text": "Go.", "cache_control": {"type": "ephemeral"}}]},
                 {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Ls", "input": {}}]},
-                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a.txt"}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a.txt", "cache_control": {"type": "ephemeral"}}]},
             ])
         );
     }
