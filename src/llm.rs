@@ -4,6 +4,7 @@
 pub mod anthropic;
 pub mod assembler;
 pub mod cassette;
+pub mod governor;
 pub(crate) mod http;
 pub mod openai;
 pub mod replay;
@@ -71,6 +72,11 @@ pub enum StreamDelta {
     ToolCall {
         /// The tool's name.
         name: String,
+    },
+    /// The request waits out its endpoint's rate-limit cooldown first.
+    RateLimited {
+        /// For how long.
+        wait: std::time::Duration,
     },
 }
 

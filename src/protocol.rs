@@ -263,6 +263,12 @@ pub enum EventKind {
         /// Why.
         reason: String,
     },
+    /// The model request waits out its provider's rate-limit cooldown, which
+    /// every session using that endpoint shares.
+    RateLimited {
+        /// Milliseconds until requests may go again.
+        delay_ms: u64,
+    },
     /// The session crashed and its supervisor restarted it.
     Restarted {
         /// Restarts inside the current intensity window.
@@ -312,6 +318,7 @@ impl EventKind {
             | Self::FileChanged { .. }
             | Self::ToolFinished { .. }
             | Self::Retrying { .. }
+            | Self::RateLimited { .. }
             | Self::Restarted { .. }
             | Self::Terminal { .. } => false,
         }

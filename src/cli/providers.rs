@@ -112,6 +112,9 @@ pub(super) fn models(
             None => None,
         };
         let idle = Duration::from_secs(cli.idle_timeout.max(1));
+        // Requests in flight to one endpoint grow back, after a rate limit, to
+        // as many as sub-agents may run at once.
+        crate::llm::governor::set_cap(cli.max_parallel);
         return Models::new(settings, |p| client(p, idle, recorder.as_ref()));
     };
     let exchanges =

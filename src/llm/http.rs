@@ -14,8 +14,9 @@ use tokio_util::sync::CancellationToken;
 use crate::conversation::AssistantTurn;
 use crate::error::{ConfigError, LlmError, ProviderError, StreamError, excerpt};
 use crate::llm::cassette::{Capture, Exchange, MAX_RECORDED_BYTES, Recorder, Sent};
+use crate::llm::governor::{self, Governor, Wait};
 use crate::llm::sse::{SplitError, Step, TurnDecoder, split_events_within};
-use crate::llm::{ChatRequest, DeltaSink, retry};
+use crate::llm::{ChatRequest, DeltaSink, StreamDelta, retry};
 
 /// Reads `(code, message)` out of a provider's JSON error body.
 pub(crate) type ErrorBody = fn(&Value) -> (Option<String>, String);
@@ -38,6 +39,9 @@ pub(crate) struct HttpApi {
     recorder: Option<Arc<Recorder>>,
     /// Sent with every request (credentials, API version).
     headers: reqwest::header::HeaderMap,
+    /// Shared with every client of the same endpoint: cooldowns and the ceiling
+    /// of requests in flight.
+    governor: Arc<Governor>,
 }
 
 impl std::fmt::Debug for HttpApi {
@@ -166,6 +170,7 @@ impl HttpApi {
         Ok(Self {
             http,
             headers,
+            governor: governor::for_endpoint(endpoint.as_str()),
             endpoint,
             host,
             secret: args.secret,
@@ -312,6 +317,12 @@ impl HttpApi {
         let request = call.request.try_clone().ok_or_else(|| {
             ProviderError::Transport("the request body cannot be sent".to_owned())
         })?;
+        // Held until the stream ends: it counts against the endpoint's ceiling.
+        let _permit = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Err(cancelled(AssistantTurn::default())),
+            permit = self.governor.acquire(|Wait::Cooldown(wait)| sink(StreamDelta::RateLimited { wait })) => permit,
+        };
         let send = request.header("accept", "text/event-stream").send();
         let response = tokio::select! {
             biased;
@@ -322,6 +333,7 @@ impl HttpApi {
                 Ok(Ok(response)) => response,
             },
         };
+        self.judged_by(&response);
         if !response.status().is_success() {
             let status = response.status().as_u16();
             return tokio::select! {
@@ -369,7 +381,12 @@ impl HttpApi {
             match decoder.on_event(&event.data, Some(sink))? {
                 Step::Continue => {}
                 Step::Done => break,
-                Step::Error(e) => return Err(self.redact_error(e).into()),
+                Step::Error(e) => {
+                    if overloaded(&e) {
+                        self.governor.rate_limited(None);
+                    }
+                    return Err(self.redact_error(e).into());
+                }
             }
         }
         Ok(decoder.into_turn()?)
@@ -393,6 +410,7 @@ impl HttpApi {
     /// Sends a non-streaming request and reads its whole body (capped) within the
     /// fixed request timeout.
     pub(crate) async fn complete(&self, call: Call<'_>) -> Result<Vec<u8>, LlmError> {
+        let _permit = self.governor.acquire(|_| {}).await;
         let started = Instant::now();
         let response = call
             .request
@@ -402,6 +420,7 @@ impl HttpApi {
             .send()
             .await
             .map_err(|e| self.transport_error(&e))?;
+        self.judged_by(&response);
         if !response.status().is_success() {
             let status = response.status().as_u16();
             let (error, body) = self.status_error(response).await;
@@ -419,6 +438,28 @@ impl HttpApi {
             Err(ReadError::Transport(e)) => Err(self.transport_error(&e).into()),
         }
     }
+}
+
+impl HttpApi {
+    /// Tells the endpoint's governor what a response's status says: a rate limit
+    /// (429, or Anthropic's 529 overloaded) starts a shared cooldown; a success
+    /// lets one more request in flight.
+    fn judged_by(&self, response: &reqwest::Response) {
+        match response.status().as_u16() {
+            429 | 529 => {
+                let after = retry::retry_after(response.headers(), SystemTime::now());
+                self.governor.rate_limited(after);
+            }
+            200..=299 => self.governor.succeeded(),
+            _ => {}
+        }
+    }
+}
+
+/// An in-band error that says the provider is overloaded or rate limiting.
+fn overloaded(error: &ProviderError) -> bool {
+    matches!(error, ProviderError::InBand { kind: Some(kind), .. }
+        if kind == "overloaded_error" || kind == "rate_limit_error")
 }
 
 fn cancelled(partial: AssistantTurn) -> LlmError {

@@ -135,6 +135,10 @@ impl Coalescer {
             StreamDelta::Text(text) => pending.text.push_str(&text),
             StreamDelta::Reasoning(text) => pending.reasoning.push_str(&text),
             StreamDelta::ToolCall { .. } => {}
+            StreamDelta::RateLimited { wait } => {
+                let delay_ms = wait.as_millis() as u64;
+                self.publisher.publish(EventKind::RateLimited { delay_ms });
+            }
         }
         if pending.last.is_none_or(|at| at.elapsed() >= DELTA_WINDOW) {
             self.publish(&mut pending);

@@ -32,6 +32,11 @@ pub enum State {
         /// When the next attempt starts, in milliseconds since the run began.
         at_ms: u64,
     },
+    /// Waiting out its provider's rate-limit cooldown.
+    RateLimited {
+        /// When requests may go again, in milliseconds since the run began.
+        at_ms: u64,
+    },
     /// Finished with an answer.
     Done,
     /// Failed.
@@ -189,6 +194,11 @@ impl Board {
                     attempt: *attempt,
                     max: *max_attempts,
                     reason: short_reason(reason),
+                    at_ms: now_ms + delay_ms,
+                };
+            }
+            EventKind::RateLimited { delay_ms } => {
+                row.state = State::RateLimited {
                     at_ms: now_ms + delay_ms,
                 };
             }

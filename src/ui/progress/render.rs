@@ -24,6 +24,10 @@ pub fn state_text(state: &State, now_ms: u64, tools: u32) -> String {
             let left = at_ms.saturating_sub(now_ms).div_ceil(1000);
             format!("retrying {attempt}/{max} · {reason} ({left}s)")
         }
+        State::RateLimited { at_ms } => {
+            let left = at_ms.saturating_sub(now_ms).div_ceil(1000);
+            format!("rate limited · {left}s")
+        }
         State::Done => format!("✔ done · {tools} tools"),
         State::Failed(class) => format!("✘ failed · {class}"),
         State::Cancelled => "cancelled".to_owned(),
@@ -99,6 +103,10 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
             *delay_ms as f64 / 1000.0,
             clip(reason, 80)
         ),
+        EventKind::RateLimited { delay_ms } => format!(
+            "rate limited: waiting {:.1}s with every agent on this provider",
+            *delay_ms as f64 / 1000.0
+        ),
         EventKind::Terminal { outcome, .. } => match outcome {
             Outcome::Finished { stats, .. } => format!(
                 "done · {} turns · {} tools · {} tok · {}",
@@ -139,7 +147,8 @@ pub fn summary(board: &Board, now_ms: u64) -> String {
             | State::Tool(_)
             | State::Waiting(_)
             | State::AwaitingPermission(_)
-            | State::Retrying { .. } => "unfinished",
+            | State::Retrying { .. }
+            | State::RateLimited { .. } => "unfinished",
         };
         let elapsed = row
             .ended_ms

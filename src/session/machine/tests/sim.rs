@@ -544,6 +544,7 @@ pub(super) fn event_name(event: &EventKind) -> &'static str {
         EventKind::ToolFinished { .. } => "tool_finished",
         EventKind::Retrying { .. } => "retrying",
         EventKind::Restarted { .. } => "restarted",
+        EventKind::RateLimited { .. } => "rate_limited",
         EventKind::Terminal { .. } => "terminal",
     }
 }

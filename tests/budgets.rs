@@ -1,0 +1,589 @@
+//! Budgets, costs and loops through the real binary against the mock: a role's
+//! `maxTokens`, `timeout` and `maxTurns` stop its sub-agent gracefully and the lead
+//! carries on with the partial work; `--max-tokens`, `--max-cost` and `--timeout`
+//! stop the lead (exit 1); the same call five turns in a row stops the agent; and
+//! the cost the `--json` terminal event and `orchestrate sessions` report follows
+//! the prices in `[model_info]`, sub-agents rolled up.
+
+use std::process::Output;
+
+use serde_json::{Value, json};
+
+use crate::cli::{run_on, text};
+use crate::support::harness::DEADLINE;
+use crate::support::mock_llm::{
+    End, Gate, MockLlm, Recorded, Reply, StreamReply, ev_finish, ev_role, ev_text,
+};
+
+const WORKER: &str = "You are a worker.";
+
+/// A workspace with `notes.txt`, `other.txt` and a `worker` role (tools: Read) whose
+/// frontmatter adds `worker_front`.
+fn workspace(worker_front: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("agents")).unwrap();
+    std::fs::write(
+        dir.path().join("agents/worker.md"),
+        format!(
+            "---\nname: worker\ndescription: does one piece\ntools: Read\n{worker_front}---\n{WORKER}\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "the notes\n").unwrap();
+    std::fs::write(dir.path().join("other.txt"), "other notes\n").unwrap();
+    dir
+}
+
+fn is_worker(request: &Recorded) -> bool {
+    request.body["messages"][0]["content"] == WORKER
+}
+
+/// The contents of the tool results a request carries, in order.
+fn results(request: &Recorded) -> Vec<String> {
+    request.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+/// A streamed turn that says `says`, then makes `calls`.
+fn says_then_calls(says: &str, calls: &[(&str, &str, Value)]) -> Reply {
+    match Reply::tool_calls(calls) {
+        Reply::Stream(mut s) => {
+            s.chunks.insert(1, ev_text(says));
+            Reply::Stream(s)
+        }
+        other => other,
+    }
+}
+
+/// A turn that says `says`, then reads `path`.
+fn says_then_reads(id: &str, says: &str, path: &str) -> Reply {
+    says_then_calls(says, &[(id, "Read", json!({ "file_path": path }))])
+}
+
+/// A turn that says `says`, then hands `prompt` to a worker.
+fn says_then_delegates(says: &str, prompt: &str) -> Reply {
+    let args = json!({"description": "one piece", "prompt": prompt, "subagent_type": "worker"});
+    says_then_calls(says, &[("t1", "Task", args)])
+}
+
+/// A turn that says `says` and then holds its stream open for good: no finish,
+/// no usage, no end.
+fn says_then_hangs(says: &str) -> Reply {
+    Reply::Stream(StreamReply {
+        chunks: vec![ev_role(), ev_text(says), ev_finish("stop")],
+        ttft: std::time::Duration::ZERO,
+        delay: std::time::Duration::ZERO,
+        end: End::HoldAfter(2, Gate::new()),
+    })
+}
+
+/// `reply` with its usage chunk replaced: `prompt` prompt tokens (`cached` of them
+/// read from the provider's cache) and `completion` generated ones.
+fn with_usage(reply: Reply, prompt: u64, cached: u64, completion: u64) -> Reply {
+    let Reply::Stream(mut s) = reply else {
+        panic!("only a stream carries a usage chunk")
+    };
+    let usage = s.chunks.last_mut().unwrap();
+    assert!(usage.contains("\"usage\""), "the last chunk is the usage");
+    *usage = json!({
+        "id": "chatcmpl-mock",
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_000,
+        "model": "mock-model",
+        "choices": [],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": { "cached_tokens": cached },
+        },
+    })
+    .to_string();
+    Reply::Stream(s)
+}
+
+/// The events `--json` printed, one a line.
+fn events(out: &Output) -> Vec<Value> {
+    text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// The one terminal event of the lead (`lead`) or of the worker.
+fn terminal(events: &[Value], lead: bool) -> &Value {
+    let found: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "terminal" && e.get("parent").is_none() == lead)
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    found[0]
+}
+
+/// `cost_usd` of every `turn_finished` event of the lead (`lead`) or of the worker.
+fn turn_costs(events: &[Value], lead: bool) -> Vec<Value> {
+    events
+        .iter()
+        .filter(|e| e["type"] == "turn_finished" && e.get("parent").is_none() == lead)
+        .map(|e| e["cost_usd"].clone())
+        .collect()
+}
+
+/// What a sub-agent stopped for `reason` hands its parent, up to its duration.
+fn stopped_result(reason: &str, partial: &str, turns: u32, tools: u32, tokens: u64) -> String {
+    format!(
+        "[the worker sub-agent was stopped ({reason}) before it finished; its work so far:]\n\
+         {partial}\n\n[worker: {turns} turns, {tools} tool calls, {tokens} tokens, "
+    )
+}
+
+/// The lead's result of its one Task call, from its last request.
+fn lead_task_result(mock: &MockLlm) -> String {
+    let requests = mock.requests();
+    let last = requests.iter().rfind(|r| !is_worker(r)).unwrap();
+    let results = results(last);
+    assert_eq!(results.len(), 1, "{results:?}");
+    results[0].clone()
+}
+
+/// Asserts `usd` is `cents` cents, to within float noise.
+fn assert_dollars(usd: &Value, cents: u32) {
+    let usd = usd.as_f64().unwrap_or_else(|| panic!("not a cost: {usd}"));
+    let expected = f64::from(cents) / 100.0;
+    assert!((usd - expected).abs() < 1e-9, "{usd} != {expected}");
+}
+
+/// A lead that delegates one piece, then answers "carried on" once it has the
+/// result; the worker answers with `worker(its results so far)`.
+async fn delegating(worker: impl Fn(&[String]) -> Reply + Send + Sync + 'static) -> MockLlm {
+    MockLlm::start_with(move |request, _| {
+        let results = results(request);
+        if is_worker(request) {
+            return worker(&results);
+        }
+        if results.is_empty() {
+            return says_then_delegates("delegating", "look at the notes");
+        }
+        Reply::text("carried on")
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_token_budget_stops_the_sub_agent_and_the_lead_carries_on_with_its_work() {
+    let mock = delegating(|results| match results.len() {
+        0 => says_then_reads("r1", "found half of it", "notes.txt"),
+        _ => Reply::text("the worker should have been stopped"),
+    })
+    .await;
+    let dir = workspace("maxTokens: 10\n");
+    let out = run_on(&mock, dir.path(), &["--json", "summarize"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stderr), "");
+
+    let requests = mock.requests();
+    assert_eq!(
+        requests.iter().filter(|r| is_worker(r)).count(),
+        1,
+        "no worker turn past its budget"
+    );
+    let events = events(&out);
+    let worker = terminal(&events, false);
+    assert_eq!(
+        (
+            &worker["outcome"],
+            &worker["reason"],
+            &worker["partial"],
+            &worker["stats"]["turns"],
+            &worker["stats"]["tool_calls"]
+        ),
+        (
+            &json!("stopped"),
+            &json!("budget: tokens"),
+            &json!("found half of it"),
+            &json!(1),
+            &json!(1)
+        )
+    );
+    // The turn's call still ran before the stop.
+    let read = events
+        .iter()
+        .find(|e| e["type"] == "tool_finished" && e["call_id"] == "r1")
+        .unwrap();
+    assert_eq!(read["is_error"], false, "{read}");
+
+    let result = lead_task_result(&mock);
+    let expected = stopped_result("budget: tokens", "found half of it", 1, 1, 15);
+    assert!(result.starts_with(&expected), "{result}");
+    let lead = terminal(&events, true);
+    assert_eq!(
+        (&lead["outcome"], &lead["text"]),
+        (&json!("finished"), &json!("carried on"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_tokens_stops_the_lead_at_its_next_turn_and_exits_one() {
+    let mock = MockLlm::start(vec![
+        says_then_reads("r1", "looking at the notes", "notes.txt"),
+        says_then_reads("r2", "still looking", "other.txt"),
+        Reply::text("the lead should have been stopped"),
+    ])
+    .await;
+    let dir = workspace("");
+    // 15 tokens a turn: the first turn leaves room for a second, the second spends it.
+    let args = ["--json", "--max-tokens", "20", "read everything"];
+    let out = run_on(&mock, dir.path(), &args, &[]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "orchestrate: stopped (budget: tokens) before the lead finished\n"
+    );
+    assert_eq!(mock.request_count(), 2);
+    let events = events(&out);
+    let lead = terminal(&events, true);
+    assert_eq!(
+        (
+            &lead["outcome"],
+            &lead["reason"],
+            &lead["partial"],
+            &lead["stats"]["turns"],
+            &lead["stats"]["tool_calls"]
+        ),
+        (
+            &json!("stopped"),
+            &json!("budget: tokens"),
+            &json!("still looking"),
+            &json!(2),
+            &json!(2)
+        )
+    );
+    assert_eq!(
+        events.last(),
+        Some(lead),
+        "the lead's end is the last event"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_cost_counts_the_sub_agents_spending_and_stops_the_lead() {
+    // 10 prompt and 5 output tokens a turn at $1000 and $2000 a million: $0.02 a
+    // turn. The lead's turn and the worker's spend $0.04 of the run's $0.03.
+    let mock = delegating(|_| Reply::text("worker done")).await;
+    let dir = workspace("");
+    std::fs::write(
+        dir.path().join("orchestrate.toml"),
+        "[model_info.\"m\"]\ninput_price = 1000.0\noutput_price = 2000.0\n",
+    )
+    .unwrap();
+    let args = ["--json", "--max-cost", "0.03", "delegate it"];
+    let out = run_on(&mock, dir.path(), &args, &[]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "orchestrate: stopped (budget: cost) before the lead finished\n"
+    );
+    assert_eq!(mock.request_count(), 2, "the lead asks no second time");
+    let events = events(&out);
+    let worker = terminal(&events, false);
+    assert_eq!(
+        (&worker["outcome"], &worker["text"]),
+        (&json!("finished"), &json!("worker done")),
+        "the worker's one turn ends it before any boundary"
+    );
+    let lead = terminal(&events, true);
+    assert_eq!(
+        (&lead["outcome"], &lead["reason"], &lead["partial"]),
+        (
+            &json!("stopped"),
+            &json!("budget: cost"),
+            &json!("delegating")
+        )
+    );
+    assert_dollars(&lead["stats"]["cost_usd"], 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_timeout_cuts_the_lead_s_stream_and_keeps_what_it_said() {
+    let mock = MockLlm::start(vec![says_then_hangs("half a thought")]).await;
+    let dir = workspace("");
+    let args = ["--json", "--timeout", "1s", "think"];
+    let out = run_on(&mock, dir.path(), &args, &[]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "orchestrate: stopped (budget: time) before the lead finished\n"
+    );
+    let events = events(&out);
+    let lead = terminal(&events, true);
+    assert_eq!(
+        (&lead["outcome"], &lead["reason"], &lead["partial"]),
+        (
+            &json!("stopped"),
+            &json!("budget: time"),
+            &json!("half a thought")
+        )
+    );
+    assert_eq!(mock.request_count(), 1);
+    assert!(
+        mock.wait_for_disconnects(1, DEADLINE).await,
+        "the held stream was cut"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_timeout_stops_the_sub_agent_and_the_lead_carries_on() {
+    let mock = delegating(|_| says_then_hangs("half a thought")).await;
+    let dir = workspace("timeout: 1s\n");
+    let out = run_on(&mock, dir.path(), &["--json", "delegate it"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let events = events(&out);
+    let worker = terminal(&events, false);
+    assert_eq!(
+        (&worker["outcome"], &worker["reason"], &worker["partial"]),
+        (
+            &json!("stopped"),
+            &json!("budget: time"),
+            &json!("half a thought")
+        )
+    );
+    // The cut turn sent no usage: the worker spent no tokens that were counted.
+    let result = lead_task_result(&mock);
+    let expected = stopped_result("budget: time", "half a thought", 1, 0, 0);
+    assert!(result.starts_with(&expected), "{result}");
+    let lead = terminal(&events, true);
+    assert_eq!(
+        (&lead["outcome"], &lead["text"]),
+        (&json!("finished"), &json!("carried on"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_turns_stops_the_sub_agent_gracefully_and_the_lead_carries_on() {
+    let mock = delegating(|results| match results.len() {
+        0 => says_then_reads("r1", "read one", "notes.txt"),
+        1 => says_then_reads("r2", "read two", "other.txt"),
+        _ => Reply::text("the worker should have been stopped"),
+    })
+    .await;
+    let dir = workspace("maxTurns: 2\n");
+    let out = run_on(&mock, dir.path(), &["-q", "delegate it"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "carried on\n");
+    let requests = mock.requests();
+    assert_eq!(requests.iter().filter(|r| is_worker(r)).count(), 2);
+    let result = lead_task_result(&mock);
+    let expected = stopped_result("budget: turns", "read two", 2, 2, 30);
+    assert!(result.starts_with(&expected), "{result}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_read_five_turns_in_a_row_gets_a_note_then_stops_the_agent() {
+    let mock = MockLlm::start_with(|request, _| {
+        let n = results(request).len() + 1;
+        if n > 5 {
+            return Reply::text("the lead should have been stopped");
+        }
+        says_then_reads(&format!("r{n}"), &format!("try {n}"), "notes.txt")
+    })
+    .await;
+    let dir = workspace("");
+    let out = run_on(&mock, dir.path(), &["--json", "read the notes"], &[]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "orchestrate: stopped (loop) before the lead finished\n"
+    );
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 5, "no turn after the fifth call");
+    let note = |n: u32| {
+        format!(
+            "\n\n[Note: you have now made this exact call, with these arguments, {n} times in a \
+             row; its result will not change. Do something else, or give your answer. At 5 \
+             times in a row you will be stopped.]"
+        )
+    };
+    let sent = results(&requests[4]);
+    assert_eq!(sent.len(), 4);
+    let plain = &sent[0];
+    assert!(plain.contains("the notes"), "{plain}");
+    assert_eq!(
+        sent,
+        [
+            plain.clone(),
+            plain.clone(),
+            format!("{plain}{}", note(3)),
+            format!("{plain}{}", note(4)),
+        ]
+    );
+    assert_eq!(
+        results(&requests[3])[2],
+        sent[2],
+        "the third result carried the note when it was first sent"
+    );
+
+    let events = events(&out);
+    let fifth = events
+        .iter()
+        .find(|e| e["type"] == "tool_finished" && e["call_id"] == "r5")
+        .unwrap();
+    assert_eq!(fifth["is_error"], true);
+    assert!(
+        fifth["preview"]
+            .as_str()
+            .unwrap()
+            .starts_with("Error: this call was not run: it is the same call, with the same arguments, made 5 times in a row."),
+        "{fifth}"
+    );
+    let lead = terminal(&events, true);
+    assert_eq!(
+        (
+            &lead["outcome"],
+            &lead["reason"],
+            &lead["partial"],
+            &lead["stats"]["turns"]
+        ),
+        (
+            &json!("stopped"),
+            &json!("loop"),
+            &json!("try 5"),
+            &json!(5)
+        )
+    );
+}
+
+/// A lead that delegates, a worker that answers, and the lead's answer, each turn
+/// with its own usage:
+/// - lead, 1st: 100k prompt (40k cached), 10k out: 60k × $2 + 40k × $0.5 + 10k × $8 = $0.22
+/// - worker: 50k prompt, 5k out: 50k × $2 + 5k × $8 = $0.14
+/// - lead, 2nd: 120k prompt (100k cached), 2.5k out: 20k × $2 + 100k × $0.5 + 2.5k × $8 = $0.11
+async fn priced_team() -> MockLlm {
+    MockLlm::start_with(|request, _| {
+        if is_worker(request) {
+            return with_usage(Reply::text("worker done"), 50_000, 0, 5_000);
+        }
+        if results(request).is_empty() {
+            return with_usage(
+                says_then_delegates("delegating", "look at the notes"),
+                100_000,
+                40_000,
+                10_000,
+            );
+        }
+        with_usage(Reply::text("merged"), 120_000, 100_000, 2_500)
+    })
+    .await
+}
+
+/// The rows of `sessions show`'s table, each cut into its columns, without the time.
+fn shown_rows(shown: &str) -> Vec<Vec<String>> {
+    shown
+        .lines()
+        .skip_while(|l| !l.starts_with("agent"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .map(|l| {
+            let columns: Vec<&str> = l.split_whitespace().collect();
+            columns[..columns.len() - 1]
+                .iter()
+                .map(|c| (*c).to_owned())
+                .collect()
+        })
+        .collect()
+}
+
+/// `sessions` (its one run's row, without the start time) and `sessions show`
+/// (its table's rows) of the workspace.
+async fn listed_and_shown(
+    mock: &MockLlm,
+    dir: &std::path::Path,
+) -> (Vec<String>, Vec<Vec<String>>) {
+    let list = run_on(mock, dir, &["sessions"], &[]).await;
+    assert_eq!(list.status.code(), Some(0), "{}", text(&list.stderr));
+    let listed = text(&list.stdout);
+    let lines: Vec<&str> = listed.lines().collect();
+    assert_eq!(lines.len(), 2, "{listed}");
+    let row: Vec<String> = lines[1].split_whitespace().map(str::to_owned).collect();
+    let show = run_on(mock, dir, &["sessions", "show", &row[0]], &[]).await;
+    assert_eq!(show.status.code(), Some(0), "{}", text(&show.stderr));
+    (row[3..].to_vec(), shown_rows(&text(&show.stdout)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cost_follows_the_configured_prices_to_the_cent_with_sub_agents_rolled_up() {
+    let mock = priced_team().await;
+    let dir = workspace("");
+    std::fs::write(
+        dir.path().join("orchestrate.toml"),
+        "[model_info.\"m\"]\ninput_price = 2.0\ncached_input_price = 0.5\noutput_price = 8.0\n",
+    )
+    .unwrap();
+    let out = run_on(&mock, dir.path(), &["--json", "delegate it"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let events = events(&out);
+
+    let lead_turns = turn_costs(&events, true);
+    assert_eq!(lead_turns.len(), 2);
+    assert_dollars(&lead_turns[0], 22);
+    assert_dollars(&lead_turns[1], 11);
+    let worker_turns = turn_costs(&events, false);
+    assert_eq!(worker_turns.len(), 1);
+    assert_dollars(&worker_turns[0], 14);
+    assert_dollars(&terminal(&events, false)["stats"]["cost_usd"], 14);
+    let lead = terminal(&events, true);
+    assert_eq!(lead["text"], "merged");
+    assert_dollars(&lead["stats"]["cost_usd"], 22 + 14 + 11);
+
+    let (listed, shown) = listed_and_shown(&mock, dir.path()).await;
+    assert_eq!(
+        listed,
+        [
+            "finished",
+            "orchestrator",
+            "2",
+            "287.5k",
+            "$0.47",
+            "delegate",
+            "it"
+        ]
+    );
+    // Each agent's row shows its own turns' tokens and cost.
+    assert_eq!(
+        shown,
+        [
+            vec!["orchestrator", "done", "2", "1", "232.5k", "$0.33"],
+            vec!["├", "worker#1", "done", "1", "0", "55.0k", "$0.14"],
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_price_is_a_null_cost_and_a_dash() {
+    let mock = priced_team().await;
+    let dir = workspace("");
+    let out = run_on(&mock, dir.path(), &["--json", "delegate it"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let events = events(&out);
+    assert_eq!(turn_costs(&events, true), [Value::Null, Value::Null]);
+    assert_eq!(turn_costs(&events, false), [Value::Null]);
+    let lead = terminal(&events, true);
+    assert_eq!(
+        (&lead["outcome"], &lead["stats"]["cost_usd"]),
+        (&json!("finished"), &Value::Null)
+    );
+
+    let (listed, shown) = listed_and_shown(&mock, dir.path()).await;
+    assert_eq!(listed[3..5], ["287.5k", "–"]);
+    assert_eq!(
+        shown,
+        [
+            vec!["orchestrator", "done", "2", "1", "232.5k", "–"],
+            vec!["├", "worker#1", "done", "1", "0", "55.0k", "–"],
+        ]
+    );
+}
