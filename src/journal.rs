@@ -59,6 +59,11 @@ pub enum Record {
         /// The message.
         message: Message,
     },
+    /// The conversation was compacted: from here on it is this transcript.
+    Compacted {
+        /// The whole transcript after compaction.
+        transcript: Vec<Message>,
+    },
     /// A run ended.
     Terminal {
         /// How.

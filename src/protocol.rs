@@ -263,6 +263,15 @@ pub enum EventKind {
         /// Why.
         reason: String,
     },
+    /// The conversation was compacted to fit the model's window.
+    Compacted {
+        /// Tokens freed, estimated.
+        freed_tokens: u64,
+        /// Old tool results elided.
+        elided: usize,
+        /// Older turns were replaced by a summary.
+        summarized: bool,
+    },
     /// The model request waits out its provider's rate-limit cooldown, which
     /// every session using that endpoint shares.
     RateLimited {
@@ -319,6 +328,7 @@ impl EventKind {
             | Self::ToolFinished { .. }
             | Self::Retrying { .. }
             | Self::RateLimited { .. }
+            | Self::Compacted { .. }
             | Self::Restarted { .. }
             | Self::Terminal { .. } => false,
         }

@@ -290,6 +290,7 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
                 _ => {}
             },
             Record::Header { .. }
+            | Record::Compacted { .. }
             | Record::PromptJoined { .. }
             | Record::ToolStarted { .. }
             | Record::Message { .. } => {}

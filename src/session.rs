@@ -5,6 +5,7 @@
 //! machine's inputs and the machine's effects into IO.
 
 pub mod budget;
+pub(crate) mod compaction;
 pub(crate) mod machine;
 pub(crate) mod queue;
 pub(crate) mod repeats;

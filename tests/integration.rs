@@ -10,6 +10,7 @@ mod budgets;
 mod cancel;
 mod chaos;
 mod cli;
+mod compaction;
 mod confinement;
 mod control;
 mod conversation;

@@ -17,6 +17,7 @@
 //! ends in [`ending`]; this file holds the machine, its answers to questions, and
 //! how runs begin.
 
+mod compact;
 mod effect;
 mod ending;
 mod input;
@@ -78,6 +79,13 @@ pub(crate) struct Machine {
     jitter: Jitter,
     /// Effects of the input being handled.
     out: Vec<Effect>,
+    /// The prompt tokens the provider last reported (with that turn's output),
+    /// and the transcript's length then: how full the context is, with an
+    /// estimate of what was appended since.
+    reported: (u64, usize),
+    /// A summary is streaming: the tokens before compaction and the results
+    /// elided, for its event.
+    pending_compaction: Option<(u64, usize)>,
 }
 
 /// One prompt and everything it caused, until its terminal event.
@@ -95,6 +103,11 @@ struct Run {
     stop: Option<String>,
     /// The same tool call made again and again.
     repeats: Repeats,
+    /// The turn count at which the conversation was last compacted: once per
+    /// boundary.
+    compacted_at: Option<u32>,
+    /// A context overflow has had its one compaction and retry.
+    overflow_compacted: bool,
     phase: Phase,
 }
 
@@ -103,8 +116,13 @@ struct Run {
 enum Phase {
     /// Between steps.
     Starting,
-    /// A model turn is streaming.
-    Streaming { stream: u64, attempt: u32 },
+    /// A model turn is streaming (or, `compacting`, the summary that compacts
+    /// the conversation before attempt `attempt` of the next turn).
+    Streaming {
+        stream: u64,
+        attempt: u32,
+        compacting: bool,
+    },
     /// Waiting before another attempt.
     Backoff { stream: u64, attempt: u32 },
     /// The turn's tool calls are running.
@@ -144,6 +162,8 @@ impl Run {
             cancelled: None,
             stop: None,
             repeats: Repeats::default(),
+            compacted_at: None,
+            overflow_compacted: false,
             phase: Phase::Starting,
         }
     }
@@ -167,6 +187,8 @@ impl Machine {
             awaiting: None,
             jitter: Jitter(args.seed),
             out: Vec::new(),
+            reported: (0, 0),
+            pending_compaction: None,
         };
         match journal {
             Some(records) => {

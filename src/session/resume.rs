@@ -62,6 +62,16 @@ pub(crate) fn resume(records: &[Record]) -> Resumed {
             Record::PromptJoined { prompt } => prompts.push(*prompt),
             Record::ToolStarted { call_id } => started.push(call_id),
             Record::Message { message } => transcript.push(message.clone()),
+            Record::Compacted {
+                transcript: compacted,
+            } => {
+                // The run goes on from the compacted conversation (compaction
+                // happens at a turn boundary, so no call of it is pending).
+                transcript = compacted.clone();
+                if run_start.is_some() {
+                    run_start = Some(0);
+                }
+            }
             Record::Terminal { .. } => run_start = None,
         }
     }
@@ -219,6 +229,23 @@ mod tests {
         ]);
         assert_eq!(r.active, None);
         assert_eq!(r.transcript.len(), 2);
+    }
+
+    #[test]
+    fn a_compacted_run_resumes_from_the_compacted_conversation() {
+        let compacted = vec![Message::user("task"), Message::user("summary")];
+        let r = resume(&[
+            Record::RunStarted { prompt: 1 },
+            msg(Message::user("task")),
+            msg(assistant("", &["c1"])),
+            msg(result("c1")),
+            Record::Compacted {
+                transcript: compacted.clone(),
+            },
+        ]);
+        assert_eq!(r.transcript, compacted);
+        let active = r.active.expect("the run goes on");
+        assert_eq!(active.next, Next::Request);
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::{Effect, Machine, Phase, Run};
 use crate::conversation::{AssistantTurn, Message, enforce_protocol};
-use crate::error::{LlmError, SessionError};
+use crate::error::{ErrorClass, LlmError, SessionError};
 use crate::llm::ChatRequest;
 use crate::llm::retry::AfterFailure;
 use crate::protocol::EventKind;
@@ -33,6 +33,12 @@ impl Machine {
             // A turn boundary: where a requested stop takes effect.
             return self.end_stopped(now);
         }
+        if self.needs_compaction() && self.compact(attempt) {
+            return;
+        }
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
         if attempt == 1 {
             run.stats.turns += 1;
             #[cfg(feature = "test-support")]
@@ -42,7 +48,11 @@ impl Machine {
         let request = self.request(turn);
         let stream = self.next_id();
         if let Some(run) = self.run.as_mut() {
-            run.phase = Phase::Streaming { stream, attempt };
+            run.phase = Phase::Streaming {
+                stream,
+                attempt,
+                compacting: false,
+            };
         }
         // Announced before the stream exists, so no delta can come before it.
         self.publish(EventKind::TurnStarted { turn, attempt });
@@ -83,6 +93,7 @@ impl Machine {
         let Phase::Streaming {
             stream: current,
             attempt,
+            compacting,
         } = run.phase
         else {
             return;
@@ -91,6 +102,9 @@ impl Machine {
             return;
         }
         run.phase = Phase::Starting;
+        if compacting {
+            return self.on_summary(now, attempt, result);
+        }
         let cancelled = run.cancelled.is_some();
         let error = match result {
             Ok(turn) if cancelled => return self.record_turn_and_cancel(now, turn),
@@ -123,6 +137,11 @@ impl Machine {
         // A cancel that crossed a failing stream still ends the run as cancelled.
         if cancelled {
             return self.end_cancelled(now);
+        }
+        // The window was passed after all: compact once, whatever the estimate
+        // said, and try again.
+        if error.class() == ErrorClass::ContextOverflow && self.compact_for_overflow(now, attempt) {
+            return;
         }
         let policy = self.retry;
         match policy.after_failure(error.class(), attempt, self.jitter.sample()) {
@@ -195,6 +214,12 @@ impl Machine {
         self.check_budget();
         if !turn.is_empty() {
             self.record(Message::Assistant(turn.message.clone()));
+        }
+        if usage.input_tokens > 0 {
+            self.reported = (
+                usage.input_tokens + usage.output_tokens,
+                self.transcript.len(),
+            );
         }
         text
     }

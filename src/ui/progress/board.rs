@@ -70,6 +70,8 @@ pub struct Row {
     pub cost_unknown: bool,
     /// Tool calls made.
     pub tools: u32,
+    /// Tokens compaction freed, estimated.
+    pub compacted: u64,
     /// Sub-agents it asked for that wait for a slot.
     pub queued: u32,
     /// When it started and (once ended) ended, in milliseconds since the run began.
@@ -129,6 +131,7 @@ impl Board {
                     cost: None,
                     cost_unknown: false,
                     tools: 0,
+                    compacted: 0,
                     queued: 0,
                     started_ms: now_ms,
                     ended_ms: None,
@@ -197,6 +200,7 @@ impl Board {
                     at_ms: now_ms + delay_ms,
                 };
             }
+            EventKind::Compacted { freed_tokens, .. } => row.compacted += freed_tokens,
             EventKind::RateLimited { delay_ms } => {
                 row.state = State::RateLimited {
                     at_ms: now_ms + delay_ms,

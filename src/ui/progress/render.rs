@@ -50,18 +50,17 @@ pub fn render_row(board: &Board, index: usize, now_ms: u64) -> String {
         .ended_ms
         .unwrap_or(now_ms)
         .saturating_sub(row.started_ms);
+    let mut state = state_text(&row.state, now_ms, row.tools);
+    if row.queued > 0 {
+        state.push_str(&format!(" · {} queued", row.queued));
+    }
+    if row.compacted > 0 {
+        state.push_str(&format!(" · compacted −{}", tokens(row.compacted)));
+    }
     format!(
         "{:<16} {:<44} {:>8} {:>7}   {}",
         format!("{prefix}{}", row.label),
-        if row.queued > 0 {
-            format!(
-                "{} · {} queued",
-                state_text(&row.state, now_ms, row.tools),
-                row.queued
-            )
-        } else {
-            state_text(&row.state, now_ms, row.tools)
-        },
+        state,
         format!("{} tok", tokens(row.tokens)),
         dollars(row.cost_usd()),
         clock(elapsed)
@@ -102,6 +101,19 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
             "retrying {attempt}/{max_attempts} in {:.1}s: {}",
             *delay_ms as f64 / 1000.0,
             clip(reason, 80)
+        ),
+        EventKind::Compacted {
+            freed_tokens,
+            elided,
+            summarized,
+        } => format!(
+            "compacted its conversation: {} tokens freed ({elided} old results elided{})",
+            tokens(*freed_tokens),
+            if *summarized {
+                ", older turns summarized"
+            } else {
+                ""
+            }
         ),
         EventKind::RateLimited { delay_ms } => format!(
             "rate limited: waiting {:.1}s with every agent on this provider",

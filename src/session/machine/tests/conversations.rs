@@ -42,6 +42,7 @@ fn record_names(journal: &[Record]) -> Vec<String> {
                 Message::Assistant(a) => format!("assistant calls {}", a.tool_calls.len()),
                 Message::Tool(r) => format!("result {}", r.tool_call_id),
             },
+            Record::Compacted { .. } => "compacted".to_owned(),
             Record::Terminal { .. } => "terminal".to_owned(),
             Record::Event { .. } => "event".to_owned(),
         })

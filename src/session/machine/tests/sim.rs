@@ -545,6 +545,7 @@ pub(super) fn event_name(event: &EventKind) -> &'static str {
         EventKind::Retrying { .. } => "retrying",
         EventKind::Restarted { .. } => "restarted",
         EventKind::RateLimited { .. } => "rate_limited",
+        EventKind::Compacted { .. } => "compacted",
         EventKind::Terminal { .. } => "terminal",
     }
 }
