@@ -51,6 +51,8 @@ const WORKER: &str = "You are a bench worker.";
 const WORKER_TURNS: u32 = 2;
 /// Task calls the lead issues in its single turn.
 const TASKS: usize = 500;
+/// Sub-agents of the rate-limit case.
+const LIMITED_TASKS: usize = 200;
 
 fn main() {
     let args: Vec<String> = std::env::args()
@@ -59,6 +61,7 @@ fn main() {
         .collect();
     match args.first().map(String::as_str) {
         Some("mock") => serve_mock(),
+        Some("mock-limited") => serve_limited_mock(),
         Some("run") => run_sessions(&args[1], args[2].parse().unwrap()),
         Some("base") => run_bare(&args[1], args[2].parse().unwrap()),
         Some("tasks") => run_tasks(&args[1], args[2].parse().unwrap()),
@@ -149,6 +152,10 @@ fn drive(sizes: &[String]) {
     }
     let _ = mock.kill();
     let _ = mock.wait();
+    if let Err(e) = rate_limited(&me) {
+        eprintln!("rate-limit case failed: {e}");
+        failures += 1;
+    }
     // A size that failed measured nothing: the run as a whole failed.
     if failures > 0 {
         std::process::exit(1);
@@ -196,6 +203,73 @@ fn runtime(threads: usize) -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
+}
+
+/// The rate-limit case: the Task fan-out of [`LIMITED_TASKS`] sub-agents against a
+/// mock that answers 429 with Retry-After 1 to three in ten of the requests it
+/// gets (each distinct request at most once, chosen by a hash of its body, so every
+/// run rejects the same ones). The minimum is every turn's request once.
+fn rate_limited(me: &std::path::Path) -> Result<(), String> {
+    let mut mock = Command::new(me)
+        .arg("mock-limited")
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let mut lines = BufReader::new(mock.stdout.take().unwrap()).lines();
+    let url = lines.next().ok_or("no url")?.map_err(|e| e.to_string())?;
+    let out = Command::new(me)
+        .args(["tasks", &url, &LIMITED_TASKS.to_string()])
+        .output()
+        .map_err(|e| e.to_string())?;
+    let _ = mock.kill();
+    let _ = mock.wait();
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let answers: Vec<String> = lines.map_while(Result::ok).collect();
+    let limited = answers.iter().filter(|a| *a == "429").count();
+    let minimum = 2 + LIMITED_TASKS * WORKER_TURNS as usize;
+    let line = String::from_utf8_lossy(&out.stdout);
+    let wall_ms: f64 = line
+        .split_whitespace()
+        .next()
+        .ok_or("no time")?
+        .parse()
+        .map_err(|_| "bad time")?;
+    println!(
+        "
+rate limits: {LIMITED_TASKS} sub-agents, 3 in 10 requests answered 429 (Retry-After 1)
+{:>6} requests ({limited} answered 429) = {:.3} x the minimum {minimum}; wall {wall_ms:.0}ms",
+        answers.len(),
+        answers.len() as f64 / minimum as f64
+    );
+    Ok(())
+}
+
+/// The rate-limiting mock child: prints its base URL, then one line per request
+/// (`429` or `200`), serving until killed.
+fn serve_limited_mock() {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+
+    let rejected = Mutex::new(HashSet::new());
+    runtime(threads("FANOUT_MOCK_THREADS")).block_on(async move {
+        let mock = MockLlm::start_with(move |request, _| {
+            let text = request.body.to_string();
+            let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+            });
+            if hash % 10 < 3 && rejected.lock().unwrap().insert(hash) {
+                println!("429");
+                return Reply::rate_limited(1);
+            }
+            println!("200");
+            reply_for(&request.body)
+        })
+        .await;
+        println!("{}", mock.base_url());
+        std::future::pending::<()>().await;
+    });
 }
 
 /// The mock child: prints its base URL, then serves until killed.
@@ -342,14 +416,20 @@ fn lead_reply(body: &Value) -> Reply {
     let answered = body["messages"]
         .as_array()
         .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+    // The prompt says how many pieces: `do 200 pieces`.
+    let tasks = body["messages"][1]["content"]
+        .as_str()
+        .and_then(|p| p.split_whitespace().nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(TASKS);
     let mut chunks = vec![ev_role()];
     if answered {
         chunks.extend((0..CHUNKS - 2).map(|i| ev_text(format!("merged{i} "))));
         chunks.push(ev_finish("stop"));
     } else {
-        let per_chunk = TASKS.div_ceil(CHUNKS - 2);
-        for first in (0..TASKS).step_by(per_chunk) {
-            let calls: Vec<Value> = (first..(first + per_chunk).min(TASKS))
+        let per_chunk = tasks.div_ceil(CHUNKS - 2);
+        for first in (0..tasks).step_by(per_chunk) {
+            let calls: Vec<Value> = (first..(first + per_chunk).min(tasks))
                 .map(|i| {
                     let args = json!({"description": format!("piece {i}"), "prompt": format!("do piece {i}"), "subagent_type": "worker"});
                     json!({"index": i, "id": format!("task_{i}"), "type": "function", "function": {"name": "Task", "arguments": args.to_string()}})
@@ -418,7 +498,7 @@ fn run_tasks(url: &str, n: usize) {
         let mut bars = Vec::new();
         let mut board = Board::new();
         let start = Instant::now();
-        let prompt = orchestrator.prompt(lead, "do all the pieces");
+        let prompt = orchestrator.prompt(lead, format!("do {n} pieces"));
         loop {
             let event = events.recv().await.unwrap();
             if let Some(i) = board.apply(&event, start.elapsed()) {

@@ -63,6 +63,9 @@ pub enum Record {
     Compacted {
         /// The whole transcript after compaction.
         transcript: Vec<Message>,
+        /// Model turns the run had made by then.
+        #[serde(default)]
+        turns: u32,
     },
     /// A run ended.
     Terminal {

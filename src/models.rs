@@ -68,6 +68,21 @@ impl Models {
         self.settings.compact_at
     }
 
+    /// The model that writes `model`'s compaction summaries: the `small` alias,
+    /// when one is configured on the same provider; else `None` (the session's
+    /// own model).
+    pub fn summary_model(&self, model: &Model) -> Option<String> {
+        let target = self.settings.resolve_model("small").ok().flatten()?;
+        let provider = target.provider.as_ref().map(|p| &self.providers[p]);
+        let same = match (provider, &model.provider) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (Some(a), None) => Arc::ptr_eq(a, &self.default_provider()),
+            (None, Some(b)) => Arc::ptr_eq(&self.default_provider(), b),
+        };
+        same.then(|| target.model.clone())
+    }
+
     /// The lead's model.
     pub fn lead(&self) -> Model {
         let target = &self.settings.model;

@@ -257,6 +257,8 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
     let mut running = RunStats::default();
     let mut tokens = 0;
     let mut cost = Some(0.0);
+    // The current run's own turns: an unfinished run's cost.
+    let mut running_cost = Some(0.0);
     let mut task = None;
     let mut after_start = false;
     for record in records {
@@ -264,6 +266,7 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
             Record::RunStarted { .. } => {
                 outcome = None;
                 running = RunStats::default();
+                running_cost = Some(0.0);
                 after_start = true;
                 continue;
             }
@@ -284,6 +287,7 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
                 } => {
                     tokens += usage.total();
                     cost = cost.zip(*cost_usd).map(|(a, b)| a + b);
+                    running_cost = running_cost.zip(*cost_usd).map(|(a, b)| a + b);
                     running.turns += 1;
                 }
                 EventKind::ToolStarted { .. } => running.tool_calls += 1,
@@ -300,7 +304,7 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
     if outcome.is_none() {
         stats.turns += running.turns;
         stats.tool_calls += running.tool_calls;
-        stats.cost_usd = stats.cost_usd.zip(cost).map(|(a, b)| a + b);
+        stats.cost_usd = stats.cost_usd.zip(running_cost).map(|(a, b)| a + b);
     }
     Agent {
         unfinished: crate::session::resume::resume(records).active.is_some(),

@@ -46,6 +46,9 @@ pub struct SessionSpec {
     pub model_info: ModelInfo,
     /// The share of the window a request may fill before the session compacts.
     pub compact_at: f64,
+    /// The model that writes compaction summaries (the `small` alias, when it is
+    /// on the session's provider); `None`: the session's own.
+    pub summary_model: Option<String>,
     /// Messages the conversation starts with (after the system prompt).
     pub history: Vec<Message>,
     /// The parent session, for sub-agents.
@@ -84,6 +87,7 @@ impl SessionSpec {
             meter: None,
             model_info: ModelInfo::default(),
             compact_at: crate::config::DEFAULT_COMPACT_AT,
+            summary_model: None,
             history: Vec::new(),
             parent: None,
             tool_call_id: None,

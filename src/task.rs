@@ -213,6 +213,10 @@ impl Task {
             Some(models) => {
                 spec.model_info = models.info(&spec.model);
                 spec.compact_at = models.compact_at();
+                spec.summary_model = models.summary_model(&Model {
+                    provider: spec.provider.clone(),
+                    id: spec.model.clone(),
+                });
             }
             None => spec.model_info = crate::model_info::builtin(&spec.model).unwrap_or_default(),
         }

@@ -207,18 +207,19 @@ async fn a_role_token_budget_stops_the_sub_agent_and_the_lead_carries_on_with_it
             &json!("budget: tokens"),
             &json!("found half of it"),
             &json!(1),
-            &json!(1)
+            &json!(0)
         )
     );
-    // The turn's call still ran before the stop.
-    let read = events
-        .iter()
-        .find(|e| e["type"] == "tool_finished" && e["call_id"] == "r1")
-        .unwrap();
-    assert_eq!(read["is_error"], false, "{read}");
+    // The turn that spent the budget asked for a Read: it was not run.
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["type"] == "tool_started" && e["call_id"] == "r1"),
+        "a call past the budget ran"
+    );
 
     let result = lead_task_result(&mock);
-    let expected = stopped_result("budget: tokens", "found half of it", 1, 1, 15);
+    let expected = stopped_result("budget: tokens", "found half of it", 1, 0, 15);
     assert!(result.starts_with(&expected), "{result}");
     let lead = terminal(&events, true);
     assert_eq!(
@@ -486,7 +487,7 @@ fn shown_rows(shown: &str) -> Vec<Vec<String>> {
         .lines()
         .skip_while(|l| !l.starts_with("agent"))
         .skip(1)
-        .take_while(|l| !l.is_empty())
+        .take_while(|l| !l.is_empty() && !l.starts_with("all agents"))
         .map(|l| {
             let columns: Vec<&str> = l.split_whitespace().collect();
             columns[..columns.len() - 1]
@@ -512,6 +513,20 @@ async fn listed_and_shown(
     let show = run_on(mock, dir, &["sessions", "show", &row[0]], &[]).await;
     assert_eq!(show.status.code(), Some(0), "{}", text(&show.stderr));
     (row[3..].to_vec(), shown_rows(&text(&show.stdout)))
+}
+
+/// The id `orchestrate sessions` lists first.
+async fn listed_id(mock: &MockLlm, dir: &std::path::Path) -> String {
+    let list = run_on(mock, dir, &["sessions"], &[]).await;
+    let listed = text(&list.stdout);
+    listed
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -552,7 +567,8 @@ async fn cost_follows_the_configured_prices_to_the_cent_with_sub_agents_rolled_u
             "it"
         ]
     );
-    // Each agent's row shows its own turns' tokens and cost.
+    // Each agent's row shows its own turns' tokens and cost; the last line, the
+    // whole run's.
     assert_eq!(
         shown,
         [
@@ -560,6 +576,18 @@ async fn cost_follows_the_configured_prices_to_the_cent_with_sub_agents_rolled_u
             vec!["├", "worker#1", "done", "1", "0", "55.0k", "$0.14"],
         ]
     );
+    let show = run_on(
+        &mock,
+        dir.path(),
+        &["sessions", "show", &listed_id(&mock, dir.path()).await],
+        &[],
+    )
+    .await;
+    let total = text(&show.stdout)
+        .lines()
+        .find(|l| l.starts_with("all agents"))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "));
+    assert_eq!(total.as_deref(), Some("all agents 287.5k $0.47"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -344,7 +344,7 @@ async fn sessions_lists_the_runs_and_shows_one_as_a_tree() {
         .lines()
         .skip_while(|l| !l.starts_with("agent"))
         .skip(1)
-        .take_while(|l| !l.is_empty())
+        .take_while(|l| !l.is_empty() && !l.starts_with("all agents"))
         .map(|l| l.split_whitespace().collect())
         .collect();
     let heads: Vec<Vec<&str>> = rows.iter().map(|r| r[..r.len() - 1].to_vec()).collect();

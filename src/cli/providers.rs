@@ -112,9 +112,10 @@ pub(super) fn models(
             None => None,
         };
         let idle = Duration::from_secs(cli.idle_timeout.max(1));
-        // Requests in flight to one endpoint grow back, after a rate limit, to
-        // as many as sub-agents may run at once.
-        crate::llm::governor::set_cap(cli.max_parallel);
+        // Requests in flight to one endpoint are at most as many as agents may
+        // run at once: --max-parallel on each level, and the lead.
+        let levels = cli.max_depth.max(1) as usize;
+        crate::llm::governor::set_cap(cli.max_parallel.saturating_mul(levels).saturating_add(1));
         return Models::new(settings, |p| client(p, idle, recorder.as_ref()));
     };
     let exchanges =

@@ -141,6 +141,13 @@ where
             return ExitCode::from(exit::USAGE);
         }
     };
+    if cli.max_cost.is_some() && spec.model_info.cost(&Default::default()).is_none() {
+        let _ = writeln!(
+            err,
+            "orchestrate: warning: --max-cost: no price is known for model {:?}, so its cost is not counted; give it one with [model_info.{:?}] in orchestrate.toml",
+            spec.model, spec.model
+        );
+    }
     // Role files that break (or gain ignored fields) during the run are shown as
     // they are found.
     let mut events = runtime.subscribe();
@@ -318,6 +325,7 @@ fn lead_spec(
         };
         tools = tools.with(Task::new(env, caller));
     }
+    let model_for_summary = model.clone();
     let mut spec = SessionSpec::new(role.name.clone(), model.id, role.prompt.clone());
     spec.provider = model.provider;
     spec.tools = tools;
@@ -326,6 +334,7 @@ fn lead_spec(
     spec.meter = meter;
     spec.model_info = plan.models.info(&spec.model);
     spec.compact_at = plan.models.compact_at();
+    spec.summary_model = plan.models.summary_model(&model_for_summary);
     spec.permission_mode = permission_mode;
     #[cfg(feature = "test-support")]
     {

@@ -112,6 +112,15 @@ pub(super) fn show(run: &Run) -> String {
             clock(agent.stats.duration_ms)
         ));
     }
+    text.push_str(&format!(
+        "{:<22} {:<11} {:>5} {:>6} {:>8} {:>8}\n",
+        "all agents",
+        "",
+        "",
+        "",
+        tokens(run.tokens()),
+        dollars(run.cost())
+    ));
     let (heading, answer) = match &run.lead().outcome {
         Some(Outcome::Finished { text, .. }) => ("answer", text.as_str()),
         Some(Outcome::Failed { message, .. }) => ("failed", message.as_str()),

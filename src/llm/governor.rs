@@ -2,10 +2,11 @@
 //! session of the process that talks to it. A 429 or 529 answered to one session
 //! puts every request to that endpoint into the same cooldown (as long as the
 //! answer's Retry-After says, else a second); requests in flight at once are
-//! limited by a ceiling that halves on a rate limit and grows by one per success,
-//! up to the configured cap (`--max-parallel`); unbounded until the endpoint has
-//! first said no. Waiters leave a cooldown spread by a little jitter, so a
-//! fan-out of hundreds never comes back as one herd.
+//! limited by a ceiling that starts at the configured cap (`--max-parallel`),
+//! halves on a rate limit (once per cooldown: the 429s of one burst are one
+//! signal) and grows by one per success, back up to the cap. Waiters leave a
+//! cooldown spread by a little jitter, so a fan-out of hundreds never comes back
+//! as one herd.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -50,8 +51,8 @@ pub struct Governor {
 
 #[derive(Debug)]
 struct State {
-    /// Requests allowed in flight at once; `None`: no limit yet.
-    ceiling: Option<usize>,
+    /// Requests allowed in flight at once.
+    ceiling: usize,
     in_flight: usize,
     /// No request starts before this.
     cooldown_until: Option<Instant>,
@@ -84,7 +85,7 @@ impl Governor {
     pub fn new(cap: usize) -> Self {
         Self {
             state: Mutex::new(State {
-                ceiling: None,
+                ceiling: cap.max(1),
                 in_flight: 0,
                 cooldown_until: None,
             }),
@@ -107,10 +108,7 @@ impl Governor {
                 let now = Instant::now();
                 match state.cooldown_until.filter(|until| *until > now) {
                     Some(until) => Some(until - now),
-                    None if state
-                        .ceiling
-                        .is_none_or(|c| state.in_flight < c.min(self.cap)) =>
-                    {
+                    None if state.in_flight < state.ceiling => {
                         state.in_flight += 1;
                         return Permit {
                             governor: self.clone(),
@@ -132,28 +130,28 @@ impl Governor {
     /// A request was answered: the ceiling grows by one, up to the cap.
     pub fn succeeded(&self) {
         let mut state = self.lock();
-        if let Some(ceiling) = state.ceiling.as_mut() {
-            *ceiling = (*ceiling + 1).min(self.cap);
-        }
+        state.ceiling = state.ceiling.saturating_add(1).min(self.cap);
         drop(state);
         self.freed.notify_waiters();
     }
 
     /// The endpoint said it is overloaded (429, 529): every request waits out
-    /// `retry_after` (or [`DEFAULT_COOLDOWN`]), and the ceiling halves.
+    /// `retry_after` (or [`DEFAULT_COOLDOWN`]), and the ceiling halves, unless a
+    /// cooldown was already running (the same burst said so already).
     pub fn rate_limited(&self, retry_after: Option<Duration>) {
         let mut state = self.lock();
-        let until = Instant::now() + retry_after.unwrap_or(DEFAULT_COOLDOWN);
+        let now = Instant::now();
+        let until = now + retry_after.unwrap_or(DEFAULT_COOLDOWN);
+        let cooling = state.cooldown_until.is_some_and(|u| u > now);
         state.cooldown_until = Some(state.cooldown_until.map_or(until, |u| u.max(until)));
-        let current = state
-            .ceiling
-            .unwrap_or(state.in_flight.max(1))
-            .min(self.cap);
-        state.ceiling = Some((current / 2).max(1));
+        if !cooling {
+            let current = state.ceiling.min(state.in_flight.max(1));
+            state.ceiling = (current / 2).max(1);
+        }
     }
 
-    /// The ceiling now (`None`: unlimited so far).
-    pub fn ceiling(&self) -> Option<usize> {
+    /// The ceiling now.
+    pub fn ceiling(&self) -> usize {
         self.lock().ceiling
     }
 
@@ -199,13 +197,17 @@ mod tests {
         for _ in 0..6 {
             permits.push(governor.acquire(|_| {}).await);
         }
-        assert_eq!(governor.ceiling(), None, "no limit before the first no");
+        assert_eq!(governor.ceiling(), 6, "the cap to begin with");
         governor.rate_limited(None);
-        assert_eq!(governor.ceiling(), Some(3));
+        assert_eq!(governor.ceiling(), 3);
         governor.rate_limited(None);
-        assert_eq!(governor.ceiling(), Some(1));
+        assert_eq!(governor.ceiling(), 3, "the same burst halves once");
+        tokio::time::sleep(Duration::from_secs(2)).await;
         governor.rate_limited(None);
-        assert_eq!(governor.ceiling(), Some(1), "never below one");
+        assert_eq!(governor.ceiling(), 1);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        governor.rate_limited(None);
+        assert_eq!(governor.ceiling(), 1, "never below one");
         permits.clear();
         tokio::time::sleep(Duration::from_secs(2)).await;
         // One at a time now: a second request waits for the first to end.
@@ -215,13 +217,13 @@ mod tests {
         tokio::task::yield_now().await;
         assert!(!second.is_finished());
         governor.succeeded();
-        assert_eq!(governor.ceiling(), Some(2));
+        assert_eq!(governor.ceiling(), 2);
         let _two = second.await.unwrap();
         drop(one);
         for _ in 0..10 {
             governor.succeeded();
         }
-        assert_eq!(governor.ceiling(), Some(6), "never past the cap");
+        assert_eq!(governor.ceiling(), 6, "never past the cap");
     }
 
     #[tokio::test(start_paused = true)]

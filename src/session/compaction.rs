@@ -40,22 +40,27 @@ pub(crate) fn estimate(messages: &[Message]) -> u64 {
         .sum()
 }
 
-/// Where the kept tail begins: at the [`KEEP_TURNS`]-th model turn from the end
-/// (0 when there are fewer).
-fn tail_start(transcript: &[Message]) -> usize {
+/// Where the last `keep` model turns begin (0 when there are fewer).
+fn tail_start_keeping(transcript: &[Message], keep: usize) -> usize {
     transcript
         .iter()
         .enumerate()
         .rev()
         .filter(|(_, m)| matches!(m, Message::Assistant(_)))
-        .nth(KEEP_TURNS - 1)
+        .nth(keep.saturating_sub(1))
         .map_or(0, |(i, _)| i)
 }
 
-/// Elides every tool result before the kept tail that is longer than
-/// [`ELIDE_OVER`]; returns how many, and the tokens freed.
-pub(crate) fn elide(transcript: &mut [Message]) -> (usize, u64) {
-    let end = tail_start(transcript);
+/// Where the kept tail begins: at the [`KEEP_TURNS`]-th model turn from the end.
+fn tail_start(transcript: &[Message]) -> usize {
+    tail_start_keeping(transcript, KEEP_TURNS)
+}
+
+/// Elides every tool result longer than [`ELIDE_OVER`] before the last `keep`
+/// model turns ([`KEEP_TURNS`] as a rule; 1 when the tail alone is too big);
+/// returns how many, and the tokens freed.
+pub(crate) fn elide(transcript: &mut [Message], keep: usize) -> (usize, u64) {
+    let end = tail_start_keeping(transcript, keep);
     let mut count = 0;
     let mut freed = 0;
     for message in &mut transcript[..end] {
@@ -82,14 +87,19 @@ pub(crate) fn elide(transcript: &mut [Message]) -> (usize, u64) {
 }
 
 /// The request that asks `model` for a summary of the conversation before the
-/// kept tail, or `None` when there is nothing before it to summarize.
+/// kept tail, its text cut to `max_chars` (the start and the end kept), or `None`
+/// when there is nothing before the tail but the task and an earlier summary.
 pub(crate) fn summary_request(
     model: &str,
     transcript: &[Message],
     place: &str,
+    max_chars: usize,
 ) -> Option<ChatRequest> {
     let end = tail_start(transcript);
-    if end <= 1 {
+    if transcript[..end]
+        .iter()
+        .all(|m| matches!(m, Message::User { .. } | Message::System { .. }))
+    {
         return None;
     }
     let mut text = String::new();
@@ -110,6 +120,7 @@ pub(crate) fn summary_request(
         text.push_str(&line);
         text.push_str("\n\n");
     }
+    let text = cut_middle(&text, max_chars);
     Some(ChatRequest {
         model: model.to_owned(),
         messages: vec![
@@ -125,6 +136,28 @@ pub(crate) fn summary_request(
         max_tokens: None,
         place: format!("{place}/compaction"),
     })
+}
+
+/// `text` cut to about `max` bytes: its first quarter and its last three, with a
+/// note where the middle was.
+fn cut_middle(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut head = max / 4;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - (max - head);
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!(
+        "{}\n[… {} characters left out …]\n{}",
+        &text[..head],
+        tail - head,
+        &text[tail..]
+    )
 }
 
 /// The transcript after a summary: the original task, the summary, then the kept
@@ -183,7 +216,7 @@ mod tests {
         let big = "x".repeat(10_000);
         let mut t = conversation(5, &big);
         let before = estimate(&t);
-        let (count, freed) = elide(&mut t);
+        let (count, freed) = elide(&mut t, KEEP_TURNS);
         assert_eq!(count, 2, "five turns, three kept whole");
         assert!(freed > 4_000, "{freed}");
         assert_eq!(estimate(&t), before - freed);
@@ -195,13 +228,15 @@ mod tests {
         let Message::Tool(r) = &t[10] else { panic!() };
         assert_eq!(r.content, big);
         // Nothing more to elide.
-        assert_eq!(elide(&mut t), (0, 0));
+        assert_eq!(elide(&mut t, KEEP_TURNS), (0, 0));
+        // Keeping one turn, the two before it go too.
+        assert_eq!(elide(&mut t, 1).0, 2);
     }
 
     #[test]
     fn a_summary_keeps_the_task_and_the_last_turns_and_the_protocol() {
         let t = conversation(6, "ok");
-        let request = summary_request("m", &t, "lead/turn 7").unwrap();
+        let request = summary_request("m", &t, "lead/turn 7", 1_000_000).unwrap();
         assert_eq!(request.place, "lead/turn 7/compaction");
         assert!(request.tools.is_empty());
         let Message::User { content } = &request.messages[1] else {
@@ -227,6 +262,21 @@ mod tests {
 
     #[test]
     fn too_short_a_conversation_has_nothing_to_summarize() {
-        assert!(summary_request("m", &conversation(2, "ok"), "p").is_none());
+        assert!(summary_request("m", &conversation(2, "ok"), "p", 1000).is_none());
+        // A compacted conversation whose tail is all there is has nothing new.
+        let again = compacted(&conversation(6, "ok"), "before");
+        assert!(summary_request("m", &again, "p", 1000).is_none());
+    }
+
+    #[test]
+    fn the_summary_input_is_cut_to_its_bound_keeping_both_ends() {
+        let t = conversation(40, &"y".repeat(500));
+        let request = summary_request("m", &t, "p", 4_000).unwrap();
+        let Message::User { content } = &request.messages[1] else {
+            panic!()
+        };
+        assert!(content.len() < 4_200, "{}", content.len());
+        assert!(content.contains("fix the bug") && content.contains("characters left out"));
+        assert!(content.contains("step 36"), "the end is kept");
     }
 }

@@ -370,11 +370,30 @@ impl Machine {
                 self.run = Some(run);
                 // Calls past the cap were never to run; their refusals may not have
                 // reached the journal before the crash.
+                let tools = &self.spec.tools;
+                let own: Vec<bool> = self
+                    .transcript
+                    .iter()
+                    .rev()
+                    .find_map(|m| match m {
+                        Message::Assistant(a) => Some(&a.tool_calls),
+                        _ => None,
+                    })
+                    .map(|calls| {
+                        calls
+                            .iter()
+                            .map(|c| tools.get(&c.name).is_some_and(|t| t.bounds_itself()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let capped = tool_turn::past_cap(&own);
                 let (pending, past): (Vec<_>, Vec<_>) = pending
                     .into_iter()
-                    .partition(|p| p.position < tool_turn::MAX_CALLS_PER_TURN);
+                    .partition(|p| capped.get(p.position).is_none_or(Option::is_none));
                 for p in past {
-                    self.record(Message::Tool(tool_turn::refused(&p.call, p.position)));
+                    let number = capped[p.position].unwrap_or(p.position + 1);
+                    let result = tool_turn::refused(&p.call, number, own[p.position]);
+                    self.record(Message::Tool(result));
                 }
                 let tools = &self.spec.tools;
                 let (replay, lost) = resume::replay_or_lost(pending, |name| {

@@ -1,7 +1,9 @@
 //! Loop detection: a model that makes the same tool call (name and arguments)
-//! turn after turn is told so on the third time in a row, and stopped (reason
-//! `loop`) on the fifth, that call not run. The same call made twice in one turn
-//! (several reads at once) is one time. Pure code.
+//! turn after turn (alone or among others) is told so on the third turn in a
+//! row, and stopped (reason `loop`) on the fifth, that call not run. The same
+//! call made twice in one turn (several reads at once) is one time. Pure code.
+
+use std::collections::HashMap;
 
 use serde_json::Value;
 
@@ -14,13 +16,13 @@ pub(crate) const STOP_AT: u32 = 5;
 /// The terminal outcome's reason when a loop stops an agent.
 pub(crate) const LOOP: &str = "loop";
 
-/// Counts the same call made again and again, across turns.
+/// Counts the same calls made again and again, turn after turn: a model that
+/// repeats a whole turn of several calls is caught too.
 #[derive(Debug, Default)]
 pub(crate) struct Repeats {
-    last: Option<(String, String)>,
-    count: u32,
-    /// The turn the last call was counted in.
-    turn: u32,
+    /// Each call of the last two turns: how many turns in a row it was made,
+    /// and the last turn it was made in.
+    seen: HashMap<(String, String), (u32, u32)>,
 }
 
 impl Repeats {
@@ -34,14 +36,14 @@ impl Repeats {
             Err(_) => call.arguments.trim().to_owned(),
         };
         let key = (call.name.clone(), arguments);
-        if self.last.as_ref() != Some(&key) {
-            self.last = Some(key);
-            self.count = 1;
-        } else if self.turn != turn {
-            self.count += 1;
-        }
-        self.turn = turn;
-        self.count
+        let count = match self.seen.get(&key) {
+            Some(&(count, last)) if last == turn => count,
+            Some(&(count, last)) if last + 1 == turn => count + 1,
+            Some(_) | None => 1,
+        };
+        self.seen.insert(key, (count, turn));
+        self.seen.retain(|_, (_, last)| *last + 1 >= turn);
+        count
     }
 }
 
@@ -91,5 +93,16 @@ mod tests {
         assert_eq!(r.see(5, &call("Glob", r#"{"path":"b","limit":5}"#)), 1);
         assert_eq!(r.see(6, &call("Glob", "not json")), 1);
         assert_eq!(r.see(7, &call("Glob", "not json ")), 2);
+    }
+
+    #[test]
+    fn a_whole_turn_repeated_counts_every_call_of_it() {
+        let mut r = Repeats::default();
+        for turn in 1..=4 {
+            assert_eq!(r.see(turn, &call("Read", r#"{"path":"a"}"#)), turn);
+            assert_eq!(r.see(turn, &call("Read", r#"{"path":"b"}"#)), turn);
+        }
+        // Skipping a turn starts over.
+        assert_eq!(r.see(6, &call("Read", r#"{"path":"a"}"#)), 1);
     }
 }

@@ -51,10 +51,12 @@ pub(crate) fn resume(records: &[Record]) -> Resumed {
     let mut run_start: Option<usize> = None;
     let mut prompts: Vec<u64> = Vec::new();
     let mut started: Vec<&str> = Vec::new();
+    let mut turns_before = 0;
     for record in records {
         match record {
             Record::Header { .. } | Record::Event { .. } => {}
             Record::RunStarted { prompt } => {
+                turns_before = 0;
                 run_start = Some(transcript.len());
                 prompts = vec![*prompt];
                 started.clear();
@@ -64,12 +66,15 @@ pub(crate) fn resume(records: &[Record]) -> Resumed {
             Record::Message { message } => transcript.push(message.clone()),
             Record::Compacted {
                 transcript: compacted,
+                turns,
             } => {
                 // The run goes on from the compacted conversation (compaction
-                // happens at a turn boundary, so no call of it is pending).
+                // happens at a turn boundary, so no call of it is pending), its
+                // turns counted on from where it was.
                 transcript = compacted.clone();
                 if run_start.is_some() {
-                    run_start = Some(0);
+                    run_start = Some(transcript.len());
+                    turns_before = *turns;
                 }
             }
             Record::Terminal { .. } => run_start = None,
@@ -91,7 +96,7 @@ pub(crate) fn resume(records: &[Record]) -> Resumed {
             Message::Assistant(_) => true,
             Message::System { .. } | Message::User { .. } | Message::Tool(_) => false,
         };
-        let turns = run.iter().filter(|m| is_assistant(m)).count() as u32;
+        let turns = turns_before + run.iter().filter(|m| is_assistant(m)).count() as u32;
         let next = match run.iter().rposition(is_assistant).map(|i| (i, &run[i])) {
             Some((i, Message::Assistant(a))) if !a.tool_calls.is_empty() => {
                 let answered: Vec<&str> = run[i + 1..]
@@ -241,11 +246,13 @@ mod tests {
             msg(result("c1")),
             Record::Compacted {
                 transcript: compacted.clone(),
+                turns: 7,
             },
         ]);
         assert_eq!(r.transcript, compacted);
         let active = r.active.expect("the run goes on");
         assert_eq!(active.next, Next::Request);
+        assert_eq!(active.turns, 7, "its turns counted on");
     }
 
     #[test]

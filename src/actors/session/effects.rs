@@ -35,7 +35,11 @@ impl SessionState {
                 self.publisher.publish(kind);
                 None
             }
-            Effect::StartStream { stream, request } => {
+            Effect::StartStream {
+                stream,
+                request,
+                quiet,
+            } => {
                 let provider = self.spec.provider.as_ref().unwrap_or(&self.env.provider);
                 let args = LlmStreamArgs {
                     request,
@@ -43,6 +47,7 @@ impl SessionState {
                     publisher: self.publisher.clone(),
                     session: myself.clone(),
                     stream_id: stream,
+                    quiet,
                 };
                 match Actor::spawn_linked(None, LlmStreamActor, args, myself.get_cell()).await {
                     Ok((actor, _)) => {

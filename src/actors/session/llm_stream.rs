@@ -34,6 +34,8 @@ pub(crate) struct LlmStreamArgs {
     pub(crate) session: ActorRef<SessionMsg>,
     /// Identifies this stream to the session, which ignores stale ones.
     pub(crate) stream_id: u64,
+    /// Publish no text or reasoning (a compaction's summary).
+    pub(crate) quiet: bool,
 }
 
 /// The running stream.
@@ -60,7 +62,7 @@ impl Actor for LlmStreamActor {
         let cancel = CancellationToken::new();
         let token = cancel.clone();
         let task = tokio::spawn(async move {
-            let deltas = Coalescer::new(args.publisher);
+            let deltas = Coalescer::new(args.publisher, args.quiet);
             let sink = |delta: StreamDelta| deltas.push(delta);
             // A panicking provider must still answer its session, or the session
             // would wait forever: the panic becomes a `Crash`-class turn failure.
@@ -111,6 +113,7 @@ const DELTA_WINDOW: Duration = Duration::from_millis(50);
 #[derive(Debug)]
 struct Coalescer {
     publisher: Publisher,
+    quiet: bool,
     pending: Mutex<Pending>,
 }
 
@@ -122,9 +125,10 @@ struct Pending {
 }
 
 impl Coalescer {
-    fn new(publisher: Publisher) -> Self {
+    fn new(publisher: Publisher, quiet: bool) -> Self {
         Self {
             publisher,
+            quiet,
             pending: Mutex::default(),
         }
     }
@@ -132,6 +136,7 @@ impl Coalescer {
     fn push(&self, delta: StreamDelta) {
         let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         match delta {
+            StreamDelta::Text(_) | StreamDelta::Reasoning(_) if self.quiet => {}
             StreamDelta::Text(text) => pending.text.push_str(&text),
             StreamDelta::Reasoning(text) => pending.reasoning.push_str(&text),
             StreamDelta::ToolCall { .. } => {}

@@ -1,9 +1,10 @@
 //! Compaction at a turn boundary (see [`crate::session::compaction`]): when the
 //! next request would pass the threshold share of the model's window, old large
 //! tool results are elided; if that is not enough, a summary stream replaces the
-//! older turns. The new transcript is journaled whole, so a resumed session goes
-//! on from it. A context overflow from the provider gets one compaction, whatever
-//! the estimate said, and one more attempt.
+//! older turns (and if there is nothing older to summarize, results within the
+//! last turns are elided too). The new transcript is journaled whole, so a
+//! resumed session goes on from it. A context overflow from the provider gets one
+//! compaction, whatever the estimate said, and one more attempt.
 
 use std::time::Instant;
 
@@ -12,7 +13,13 @@ use crate::conversation::AssistantTurn;
 use crate::error::LlmError;
 use crate::journal::Record;
 use crate::protocol::EventKind;
-use crate::session::compaction;
+use crate::session::compaction::{self, KEEP_TURNS};
+
+/// The summary request's text, at most, as a share of the window (in bytes, at
+/// four a token): room for the instructions and the summary itself.
+const SUMMARY_INPUT_SHARE: f64 = 0.5;
+/// The summary request's text without a known window.
+const SUMMARY_INPUT_DEFAULT: usize = 200_000;
 
 impl Machine {
     /// How many tokens the next request is, roughly: what the provider last
@@ -36,42 +43,71 @@ impl Machine {
         Some((window as f64 * self.spec.compact_at) as u64)
     }
 
-    /// True when the next request would pass the threshold and this boundary has
+    fn over_threshold(&self) -> bool {
+        self.threshold().is_some_and(|t| self.context_tokens() > t)
+    }
+
+    /// True when the boundary before a new turn would pass the threshold and has
     /// not been compacted yet.
-    pub(super) fn needs_compaction(&self) -> bool {
+    pub(super) fn needs_compaction(&self, attempt: u32) -> bool {
         let Some(run) = &self.run else {
             return false;
         };
-        run.compacted_at != Some(run.stats.turns)
-            && self.threshold().is_some_and(|t| self.context_tokens() > t)
+        attempt == 1 && run.compacted_at != Some(run.stats.turns) && self.over_threshold()
     }
 
-    /// Compacts before attempt `attempt` of the next turn. True when a summary
-    /// stream was started (the turn waits for it); false when eliding was enough,
-    /// or all there was to do.
-    pub(super) fn compact(&mut self, attempt: u32) -> bool {
+    /// Elides old large results; what they held no longer counts in the reported
+    /// usage either. Returns how many.
+    fn elide(&mut self, keep: usize) -> usize {
+        let (count, freed) = compaction::elide(&mut self.transcript, keep);
+        self.reported.0 = self.reported.0.saturating_sub(freed);
+        count
+    }
+
+    /// Compacts before attempt `attempt` of the next turn (`force`: whatever the
+    /// estimate says, for an overflow). True when a summary stream was started
+    /// (the turn waits for it); false when eliding was enough, or all there was
+    /// to do.
+    pub(super) fn compact(&mut self, attempt: u32, force: bool) -> bool {
         let before = self.context_tokens();
         if let Some(run) = self.run.as_mut() {
             run.compacted_at = Some(run.stats.turns);
         }
-        let (elided, _) = compaction::elide(&mut self.transcript);
-        let still_over = self.threshold().is_none_or(|t| self.context_tokens() > t);
-        if still_over {
+        let mut elided = self.elide(KEEP_TURNS);
+        if force || self.over_threshold() {
+            let max_chars = self
+                .spec
+                .model_info
+                .context_window
+                .map_or(SUMMARY_INPUT_DEFAULT, |w| {
+                    (w as f64 * 4.0 * SUMMARY_INPUT_SHARE) as usize
+                });
+            let model = self
+                .spec
+                .summary_model
+                .as_deref()
+                .unwrap_or(&self.spec.model);
             let place = format!("{}/turn {}", self.spec.place, self.turns() + 1);
-            if let Some(request) =
-                compaction::summary_request(&self.spec.model, &self.transcript, &place)
-            {
-                let stream = self.next_id();
-                if let Some(run) = self.run.as_mut() {
-                    run.phase = Phase::Streaming {
+            match compaction::summary_request(model, &self.transcript, &place, max_chars) {
+                Some(request) => {
+                    let stream = self.next_id();
+                    if let Some(run) = self.run.as_mut() {
+                        run.phase = Phase::Streaming {
+                            stream,
+                            attempt,
+                            compacting: true,
+                        };
+                    }
+                    self.pending_compaction = Some((before, elided));
+                    self.emit(Effect::StartStream {
                         stream,
-                        attempt,
-                        compacting: true,
-                    };
+                        request,
+                        quiet: true,
+                    });
+                    return true;
                 }
-                self.pending_compaction = Some((before, elided));
-                self.emit(Effect::StartStream { stream, request });
-                return true;
+                // Nothing older to summarize: what is big in the last turns goes.
+                None => elided += self.elide(1),
             }
         }
         if elided > 0 {
@@ -86,16 +122,14 @@ impl Machine {
         &mut self,
         now: Instant,
         attempt: u32,
-        result: Result<AssistantTurn, LlmError>,
+        result: &Result<AssistantTurn, LlmError>,
     ) {
         let (before, elided) = self.pending_compaction.take().unwrap_or_default();
         let (cancelled, stopping) = self.run.as_ref().map_or((false, false), |r| {
             (r.cancelled.is_some(), r.stop.is_some())
         });
-        match result {
-            _ if cancelled => return self.end_cancelled(now),
-            _ if stopping => return self.end_stopped(now),
-            Ok(turn) if !turn.message.answer().trim().is_empty() => {
+        let summary = match result {
+            Ok(turn) => {
                 let usage = turn.usage.unwrap_or_default();
                 let cost = self.spec.model_info.cost(&usage);
                 if let Some(run) = self.run.as_mut() {
@@ -104,15 +138,30 @@ impl Machine {
                 if self.spec.meter.is_some() {
                     self.emit(Effect::Charge { usage, cost });
                 }
-                self.transcript = compaction::compacted(&self.transcript, turn.message.answer());
+                Some(turn.message.answer().trim()).filter(|s| !s.is_empty())
+            }
+            Err(_) => None,
+        };
+        match summary {
+            Some(summary) if !cancelled && !stopping => {
+                self.transcript = compaction::compacted(&self.transcript, summary);
                 self.compacted(before, elided, true);
             }
-            Ok(_) | Err(_) => {
-                tracing::warn!(session = %self.id, "the summary for compaction failed; going on without it");
+            _ => {
+                if !cancelled && !stopping {
+                    tracing::warn!(session = %self.id, "the summary for compaction failed; going on without it");
+                }
+                // What was elided stays elided: the journal must say so.
                 if elided > 0 {
                     self.compacted(before, elided, false);
                 }
             }
+        }
+        if cancelled {
+            return self.end_cancelled(now);
+        }
+        if stopping {
+            return self.end_stopped(now);
         }
         self.begin_turn(now, attempt);
     }
@@ -125,6 +174,7 @@ impl Machine {
         let freed_tokens = before.saturating_sub(after);
         self.emit(Effect::Journal(vec![Record::Compacted {
             transcript: self.transcript.clone(),
+            turns: self.turns(),
         }]));
         self.publish(EventKind::Compacted {
             freed_tokens,
@@ -135,8 +185,8 @@ impl Machine {
     }
 
     /// The provider said the request passed the window: compact once and try
-    /// again. False when this run already had its one, or there was nothing to
-    /// compact (the run fails as it would have).
+    /// again. False when this turn already had its one (the run fails as it
+    /// would have).
     pub(super) fn compact_for_overflow(&mut self, now: Instant, attempt: u32) -> bool {
         let Some(run) = self.run.as_mut() else {
             return false;
@@ -145,31 +195,13 @@ impl Machine {
             return false;
         }
         run.overflow_compacted = true;
-        run.compacted_at = None;
-        let before = self.context_tokens();
-        let (elided, _) = compaction::elide(&mut self.transcript);
-        let place = format!("{}/turn {}", self.spec.place, self.turns());
-        match compaction::summary_request(&self.spec.model, &self.transcript, &place) {
-            Some(request) => {
-                let stream = self.next_id();
-                if let Some(run) = self.run.as_mut() {
-                    run.compacted_at = Some(run.stats.turns);
-                    run.phase = Phase::Streaming {
-                        stream,
-                        attempt: attempt + 1,
-                        compacting: true,
-                    };
-                }
-                self.pending_compaction = Some((before, elided));
-                self.emit(Effect::StartStream { stream, request });
-                true
+        let before = self.transcript.clone();
+        if !self.compact(attempt + 1, true) {
+            if self.transcript == before {
+                return false;
             }
-            None if elided > 0 => {
-                self.compacted(before, elided, false);
-                self.begin_turn(now, attempt + 1);
-                true
-            }
-            None => false,
+            self.begin_turn(now, attempt + 1);
         }
+        true
     }
 }

@@ -24,6 +24,8 @@ pub(crate) enum Effect {
         stream: u64,
         /// What to send.
         request: ChatRequest,
+        /// Publish no deltas: a compaction's summary is not the agent speaking.
+        quiet: bool,
     },
     /// Stop reading stream `stream`; it ends with a cancelled turn.
     CancelStream {

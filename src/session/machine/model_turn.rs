@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::{Effect, Machine, Phase, Run};
-use crate::conversation::{AssistantTurn, Message, enforce_protocol};
+use crate::conversation::{AssistantTurn, Message, ToolResult, enforce_protocol};
 use crate::error::{ErrorClass, LlmError, SessionError};
 use crate::llm::ChatRequest;
 use crate::llm::retry::AfterFailure;
@@ -33,7 +33,7 @@ impl Machine {
             // A turn boundary: where a requested stop takes effect.
             return self.end_stopped(now);
         }
-        if self.needs_compaction() && self.compact(attempt) {
+        if self.needs_compaction(attempt) && self.compact(attempt, false) {
             return;
         }
         let Some(run) = self.run.as_mut() else {
@@ -56,7 +56,11 @@ impl Machine {
         }
         // Announced before the stream exists, so no delta can come before it.
         self.publish(EventKind::TurnStarted { turn, attempt });
-        self.emit(Effect::StartStream { stream, request });
+        self.emit(Effect::StartStream {
+            stream,
+            request,
+            quiet: false,
+        });
     }
 
     /// The request for model turn `turn`: the system prompt, then the transcript
@@ -103,7 +107,7 @@ impl Machine {
         }
         run.phase = Phase::Starting;
         if compacting {
-            return self.on_summary(now, attempt, result);
+            return self.on_summary(now, attempt, &result);
         }
         let cancelled = run.cancelled.is_some();
         let error = match result {
@@ -111,6 +115,20 @@ impl Machine {
             Ok(turn) => match turn::decide(&turn) {
                 Decision::RunTools => {
                     self.account(&turn);
+                    if let Some(reason) = self.spent_budget() {
+                        // The budget ran out with this turn: its calls would
+                        // spend more (a Task call most of all), so none runs.
+                        for call in &turn.message.tool_calls {
+                            self.record(Message::Tool(ToolResult {
+                                tool_call_id: call.id.clone(),
+                                content: format!(
+                                    "Error: not run: the agent was stopped ({reason})"
+                                ),
+                                is_error: true,
+                            }));
+                        }
+                        return self.end_stopped(now);
+                    }
                     let fresh = vec![false; turn.message.tool_calls.len()];
                     return self.start_tools(now, turn.message.tool_calls, fresh);
                 }
@@ -196,6 +214,8 @@ impl Machine {
         let usage = turn.usage.unwrap_or_default();
         let cost = self.spec.model_info.cost(&usage);
         run.stats.charge(&usage, cost);
+        // A turn the provider took: a later overflow gets its own compaction.
+        run.overflow_compacted = false;
         let text = turn.message.answer().to_owned();
         if !text.is_empty() {
             run.last_text = text.clone();
@@ -230,6 +250,16 @@ impl Machine {
         turn.message.tool_calls.clear();
         self.account(&turn);
         self.end_cancelled(now);
+    }
+}
+
+impl Machine {
+    /// The budget the run stops for, when one ran out.
+    fn spent_budget(&self) -> Option<String> {
+        self.run
+            .as_ref()
+            .and_then(|r| r.stop.clone())
+            .filter(|reason| reason.starts_with("budget:"))
     }
 }
 

@@ -6,6 +6,7 @@
 mod budgets;
 mod cancel;
 mod cap;
+mod compact;
 mod conversations;
 mod properties;
 mod resume;

@@ -8,7 +8,10 @@
 //!
 //! A turn's first [`MAX_CALLS_PER_TURN`] calls run; each call after them gets an
 //! error result saying why, at once, so a model that asks for thousands of calls in
-//! one answer costs nothing but those results.
+//! one answer costs nothing but those results. Calls of a tool that bounds itself
+//! (Task: its sub-agents wait for the run's slots, and budgets bound what they
+//! spend) count apart, up to [`MAX_DELEGATIONS_PER_TURN`], so a lead can fan out
+//! to thousands of sub-agents in one turn.
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -24,16 +27,40 @@ use crate::tools::scheduler::{self, Batch, plan};
 
 /// Calls of one model turn that run, at most.
 pub(crate) const MAX_CALLS_PER_TURN: usize = 64;
+/// Calls of tools that bound themselves (Task) in one model turn that run, at most.
+pub(crate) const MAX_DELEGATIONS_PER_TURN: usize = 10_000;
 
-/// The result of a call past [`MAX_CALLS_PER_TURN`], at `position` (from 0) in its
-/// turn: not run, and why.
-pub(super) fn refused(call: &ToolCall, position: usize) -> ToolResult {
+/// For each call of a turn (`bounds_itself[i]`: call `i`'s tool bounds itself),
+/// its number among the calls of its kind (from 1) when it is past its cap.
+pub(crate) fn past_cap(bounds_itself: &[bool]) -> Vec<Option<usize>> {
+    let (mut plain, mut delegations) = (0, 0);
+    bounds_itself
+        .iter()
+        .map(|own| {
+            let (count, cap) = if *own {
+                (&mut delegations, MAX_DELEGATIONS_PER_TURN)
+            } else {
+                (&mut plain, MAX_CALLS_PER_TURN)
+            };
+            *count += 1;
+            (*count > cap).then_some(*count)
+        })
+        .collect()
+}
+
+/// The result of a call past its cap, the `number`th of its kind in its turn: not
+/// run, and why.
+pub(super) fn refused(call: &ToolCall, number: usize, delegation: bool) -> ToolResult {
+    let limit = if delegation {
+        format!("at most {MAX_DELEGATIONS_PER_TURN} {} calls", call.name)
+    } else {
+        format!("at most {MAX_CALLS_PER_TURN} tool calls")
+    };
     ToolResult {
         tool_call_id: call.id.clone(),
         content: format!(
-            "Error: this call was not run: a turn may make at most {MAX_CALLS_PER_TURN} tool \
-             calls, and this was call {}. Make the calls that were not run in a later turn.",
-            position + 1
+            "Error: this call was not run: a turn may make {limit}, and this was call \
+             {number}. Make the calls that were not run in a later turn."
         ),
         is_error: true,
     }
@@ -72,7 +99,6 @@ impl Machine {
         let tools = &self.spec.tools;
         let classes: Vec<Concurrency> = calls
             .iter()
-            .take(MAX_CALLS_PER_TURN)
             .map(|c| match (tools.get(&c.name), c.parsed_arguments()) {
                 (Some(tool), Ok(input)) => tool.concurrency(&input),
                 // An unknown tool or bad JSON fails at once without touching anything.
@@ -93,16 +119,19 @@ impl Machine {
             .iter()
             .map(|c| run.repeats.see(model_turn, c))
             .collect();
+        let capped = past_cap(&bounds_itself);
         // A call made too many times in a row is not run, and stops the run.
-        let looping: Vec<usize> = (0..calls.len().min(MAX_CALLS_PER_TURN))
-            .filter(|i| repeats[*i] >= repeats::STOP_AT)
+        let looping: Vec<usize> = (0..calls.len())
+            .filter(|i| capped[*i].is_none() && repeats[*i] >= repeats::STOP_AT)
             .collect();
         if !looping.is_empty() {
             run.stop.get_or_insert_with(|| repeats::LOOP.to_owned());
         }
         let mut batches = plan(&classes);
         for batch in &mut batches {
-            batch.calls.retain(|i| !looping.contains(i));
+            batch
+                .calls
+                .retain(|i| capped[*i].is_none() && !looping.contains(i));
         }
         batches.retain(|b| !b.calls.is_empty());
         run.phase = Phase::Tools(Box::new(ToolTurn {
@@ -118,7 +147,7 @@ impl Machine {
             repeats,
         }));
         self.refuse(looping);
-        self.refuse_past_cap();
+        self.refuse_past_cap(&capped);
         self.advance_tools(now);
     }
 
@@ -138,26 +167,25 @@ impl Machine {
         }
     }
 
-    /// Gives every call past [`MAX_CALLS_PER_TURN`] its refusal, announced as any
-    /// call that could not be run is.
-    fn refuse_past_cap(&mut self) {
+    /// Gives every call past its cap (`capped`, from [`past_cap`]) its refusal,
+    /// announced as any call that could not be run is.
+    fn refuse_past_cap(&mut self, capped: &[Option<usize>]) {
         let Some(turn) = self.tool_turn() else {
             return;
         };
-        let past: Vec<(usize, ToolCall)> = turn
+        let past: Vec<(usize, ToolCall, usize, bool)> = turn
             .calls
             .iter()
-            .cloned()
             .enumerate()
-            .skip(MAX_CALLS_PER_TURN)
+            .filter_map(|(i, c)| capped[i].map(|n| (i, c.clone(), n, turn.bounds_itself[i])))
             .collect();
-        for (index, call) in past {
+        for (index, call, number, delegation) in past {
             self.publish(EventKind::ToolStarted {
                 call_id: call.id.clone(),
                 name: call.name.clone(),
                 arguments: call.arguments.clone(),
             });
-            self.store_result(index, refused(&call, index));
+            self.store_result(index, refused(&call, number, delegation));
         }
     }
 

@@ -98,8 +98,12 @@ fn a_role_token_budget_stops_the_run_at_the_next_boundary_with_its_work() {
     sim.finish("r1", "ok");
     // 20 tokens so far: under the budget, so a second turn.
     sim.answer(reading("r2", "second look"));
-    assert_eq!(sim.running_ids(), ["r2"], "the turn's calls still run");
-    sim.finish("r2", "ok");
+    // That turn spent the budget: its call would spend more, so it is not run,
+    // and its result says why (a follow-up keeps the protocol).
+    assert!(sim.running.is_empty(), "{:?}", sim.running_ids());
+    assert!(sim.journal.iter().any(|r| matches!(r,
+        crate::journal::Record::Message { message: crate::conversation::Message::Tool(t) }
+            if t.tool_call_id == "r2" && t.content.contains("stopped (budget: tokens)"))));
     assert_eq!(sim.requests.len(), 2, "no turn past the budget");
     let (reason, partial, stats) = stopped(&sim, p);
     assert_eq!(

@@ -142,3 +142,58 @@ fn a_session_resumed_mid_turn_never_runs_a_refused_call() {
         }
     }
 }
+
+#[test]
+fn task_calls_count_apart_so_a_lead_can_fan_out_past_sixty_four() {
+    let mut sim = Sim::new(spec());
+    let p = sim.prompt("fan out");
+    let ids: Vec<String> = (0..170).map(|i| format!("c{i}")).collect();
+    // Reads and Task calls alternate until 70 reads, then only Task calls.
+    let pairs: Vec<(&str, &str)> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            (
+                id.as_str(),
+                if i % 2 == 0 && i < 140 {
+                    "Read"
+                } else {
+                    "Task"
+                },
+            )
+        })
+        .collect();
+    sim.answer(calls(&pairs));
+    finish_all(&mut sim);
+    let started: Vec<&str> = sim.started.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(started.iter().filter(|n| **n == "Read").count(), 64);
+    assert_eq!(started.iter().filter(|n| **n == "Task").count(), 100);
+    let request = sim.requests.last().expect("the model is asked again");
+    let refused: Vec<&str> = request
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(r) if r.is_error => Some(r.tool_call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    // The 65th to 70th reads: calls 128, 130, … 138.
+    assert_eq!(refused, ["c128", "c130", "c132", "c134", "c136", "c138"]);
+    sim.answer(text("done"));
+    assert!(matches!(sim.outcome(p), Some(Outcome::Finished { .. })));
+}
+
+#[test]
+fn the_caps_count_each_kind_of_call_apart() {
+    use crate::session::machine::tool_turn::{MAX_DELEGATIONS_PER_TURN, past_cap};
+    let mut kinds = vec![false; 65];
+    kinds.extend(vec![true; MAX_DELEGATIONS_PER_TURN + 1]);
+    let capped = past_cap(&kinds);
+    assert_eq!(capped[63], None);
+    assert_eq!(capped[64], Some(65));
+    assert_eq!(capped[65 + MAX_DELEGATIONS_PER_TURN - 1], None);
+    assert_eq!(
+        capped[65 + MAX_DELEGATIONS_PER_TURN],
+        Some(MAX_DELEGATIONS_PER_TURN + 1)
+    );
+}

@@ -324,7 +324,9 @@ impl Sim {
                 }
                 self.events.push(kind);
             }
-            Effect::StartStream { stream, request } => {
+            Effect::StartStream {
+                stream, request, ..
+            } => {
                 if let Err(e) = protocol_ok(&request.messages) {
                     self.violations
                         .push(format!("request {}: {e}", request.place));
