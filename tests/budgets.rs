@@ -615,3 +615,68 @@ async fn an_unknown_price_is_a_null_cost_and_a_dash() {
         ]
     );
 }
+
+/// Runs `args` in `dir` to its end (no mock: a replay, or a recording against
+/// `--base-url`).
+async fn run_plain(dir: &std::path::Path, args: &[&str]) -> Output {
+    let child = crate::cli::command(dir, args, &[]).output();
+    tokio::time::timeout(DEADLINE, child)
+        .await
+        .expect("orchestrate did not exit in time")
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorded_run_costs_to_the_cent_what_the_built_in_table_says() {
+    // gpt-4.1 in the built-in table: $2 in, $0.50 cached, $8 out per million.
+    let mock = priced_team().await;
+    let dir = workspace("");
+    let cassette = dir.path().join("run.jsonl");
+    let cassette = cassette.to_str().unwrap();
+    let url = mock.base_url();
+    let recorded = run_plain(
+        dir.path(),
+        &[
+            "--base-url",
+            &url,
+            "--model",
+            "gpt-4.1",
+            "--record",
+            cassette,
+            "delegate it",
+        ],
+    )
+    .await;
+    assert_eq!(
+        recorded.status.code(),
+        Some(0),
+        "{}",
+        text(&recorded.stderr)
+    );
+
+    let replayed = run_plain(
+        dir.path(),
+        &[
+            "--replay",
+            cassette,
+            "--model",
+            "gpt-4.1",
+            "--json",
+            "delegate it",
+        ],
+    )
+    .await;
+    assert_eq!(
+        replayed.status.code(),
+        Some(0),
+        "{}",
+        text(&replayed.stderr)
+    );
+    let events = events(&replayed);
+    // Lead: 60k plain + 40k cached in, 10k out = $0.12 + $0.02 + $0.08; then
+    // 20k + 100k cached in, 2.5k out = $0.04 + $0.05 + $0.02. Worker: 50k in, 5k
+    // out = $0.10 + $0.04.
+    let lead = terminal(&events, true);
+    assert_dollars(&lead["stats"]["cost_usd"], 22 + 11 + 14);
+    assert_dollars(&terminal(&events, false)["stats"]["cost_usd"], 14);
+}
