@@ -1,5 +1,5 @@
 //! What the run knows about a model: its context window, its output limit and its
-//! prices. The built-in [`table`] covers the common models of the providers
+//! prices. The built-in table (`model_info/table.rs`) covers the common models of the providers
 //! orchestrate talks to; a configuration file overrides or adds entries
 //! (`[model_info."gpt-4o"]`). Pure: lookups and arithmetic.
 
