@@ -485,7 +485,6 @@ fn run_tasks(url: &str, n: usize) {
             depth: 0,
             model: "mock-model".into(),
             permission_mode: PermissionMode::BypassPermissions,
-            tools: vec!["probe".into(), "Task".into()],
             place: "lead".into(),
         };
         let mut spec = SessionSpec::new("lead", "mock-model", LEAD);

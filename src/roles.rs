@@ -8,6 +8,7 @@
 
 pub mod catalog;
 mod limits;
+mod tools;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -34,8 +35,11 @@ pub struct Role {
     pub name: String,
     /// When to use it, written for the agent that delegates.
     pub description: String,
-    /// The tools it may use; `None` means every tool its caller has.
+    /// The tools it may use; `None` means every tool.
     pub tools: Option<Vec<String>>,
+    /// When its `tools` name Bash only through rules (`Bash(git:*)`): the commands
+    /// it may run.
+    pub bash_rules: Vec<crate::tools::rules::Rule>,
     /// Tools it may never use.
     pub disallowed_tools: Vec<String>,
     /// Its model.
@@ -194,25 +198,7 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
                 ));
             }
         };
-        names
-            .into_iter()
-            .map(|name| {
-                KNOWN_TOOLS
-                    .iter()
-                    .find(|known| known.eq_ignore_ascii_case(&name))
-                    .map(|known| (*known).to_owned())
-                    .ok_or_else(|| {
-                        err(
-                            line_of(key),
-                            format!(
-                                "unknown tool {name:?} in {key} (known: {})",
-                                KNOWN_TOOLS.join(", ")
-                            ),
-                        )
-                    })
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some)
+        Ok(Some(names))
     };
 
     let name = string("name")?
@@ -230,7 +216,12 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
     let description = string("description")?
         .filter(|d| !d.is_empty())
         .ok_or_else(|| err(1, "description is required".into()))?;
-    let model = match string("model")?.as_deref() {
+    // Kode writes `model_name`.
+    let model_field = match string("model")? {
+        Some(model) => Some(model),
+        None => string("model_name")?,
+    };
+    let model = match model_field.as_deref() {
         None | Some("inherit") => ModelChoice::Inherit,
         Some(named) => ModelChoice::Named(named.to_owned()),
     };
@@ -277,6 +268,7 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
             "tools",
             "disallowedTools",
             "model",
+            "model_name",
             "maxTurns",
             "maxCost",
             "maxTokens",
@@ -295,11 +287,26 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
         };
         warnings.push(format!("{path}:{line}: {key} {what}"));
     }
+    let own = match tool_list("tools")? {
+        Some(names) => tools::entries(&names, "tools", path, line_of("tools")),
+        None => tools::Entries::default(),
+    };
+    warnings.extend(own.warnings);
+    let disallowed = match tool_list("disallowedTools")? {
+        Some(names) => {
+            let read = tools::entries(&names, "disallowedTools", path, line_of("disallowedTools"));
+            warnings.extend(read.warnings);
+            read.tools
+                .unwrap_or_else(|| KNOWN_TOOLS.map(str::to_owned).to_vec())
+        }
+        None => Vec::new(),
+    };
     Ok(Role {
         name,
         description,
-        tools: tool_list("tools")?,
-        disallowed_tools: tool_list("disallowedTools")?.unwrap_or_default(),
+        tools: own.tools,
+        bash_rules: own.bash_rules,
+        disallowed_tools: disallowed,
         model,
         max_turns,
         budget,
@@ -312,8 +319,10 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
 }
 
 impl Role {
-    /// The tools this role gets when its caller has `offered`: its own list (or all
-    /// of the caller's) intersected with the caller's, less its disallowed ones.
+    /// The tools this role gets of `offered` (every tool of the run): its own list
+    /// (all of them when it names none), less its disallowed ones. As in Claude
+    /// Code, a sub-agent's tools are not narrowed by its caller's list; the
+    /// permission mode and rules bound what they may do.
     pub fn allowed_tools<'a>(&self, offered: &[&'a str]) -> Vec<&'a str> {
         offered
             .iter()
@@ -343,6 +352,7 @@ mod tests {
                 name: "coder".into(),
                 description: "Writes code.".into(),
                 tools: Some(vec!["Read".into(), "Edit".into(), "Bash".into()]),
+                bash_rules: vec![],
                 disallowed_tools: vec![],
                 model: ModelChoice::Inherit,
                 max_turns: Some(30),
@@ -366,6 +376,35 @@ mod tests {
     }
 
     #[test]
+    fn kode_roles_read_too() {
+        let role = parse(
+            "x.md",
+            "---\nname: x\ndescription: d\ntools: \"*\"\nmodel_name: fast\n---\nGo.\n",
+        )
+        .unwrap();
+        assert_eq!(role.tools, None, "* is every tool");
+        assert_eq!(role.model, ModelChoice::Named("fast".into()));
+        assert!(role.warnings.is_empty(), "{:?}", role.warnings);
+    }
+
+    #[test]
+    fn a_tool_not_provided_here_is_a_warning_and_the_role_loads() {
+        let role = parse(
+            "x.md",
+            "---\nname: x\ndescription: d\ntools: Read, WebFetch, TodoWrite\n---\n",
+        )
+        .unwrap();
+        assert_eq!(role.tools, Some(vec!["Read".into()]));
+        assert_eq!(
+            role.warnings,
+            [
+                "x.md:4: tool \"WebFetch\" is not available here; the role runs without it",
+                "x.md:4: tool \"TodoWrite\" is not available here; the role runs without it",
+            ]
+        );
+    }
+
+    #[test]
     fn each_malformed_case_has_its_exact_message() {
         let cases = [
             (
@@ -385,10 +424,6 @@ mod tests {
             (
                 "---\nname: x\ndescription: d\nmaxTurns: -3\n---\n",
                 "x.md:4: maxTurns must be a positive whole number, not -3",
-            ),
-            (
-                "---\nname: x\ndescription: d\ntools: Read, Fly\n---\n",
-                "x.md:4: unknown tool \"Fly\" in tools (known: Read, Write, Edit, Ls, Glob, Grep, Bash, Task)",
             ),
             (
                 "---\nname: x\ndescription: d\ncolor: mauve\n---\n",
@@ -477,7 +512,12 @@ mod tests {
                 prop_assert_eq!(&role.name, &name);
                 prop_assert_eq!(role.description.trim(), description.trim());
                 prop_assert_eq!(role.max_turns, Some(turns));
-                let want: Vec<String> = tools.iter().map(|t| (*t).to_owned()).collect();
+                let mut want: Vec<String> = Vec::new();
+                for t in &tools {
+                    if !want.iter().any(|w| w == t) {
+                        want.push((*t).to_owned());
+                    }
+                }
                 if !want.is_empty() {
                     prop_assert_eq!(role.tools, Some(want));
                 }

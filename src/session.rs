@@ -60,6 +60,9 @@ pub struct SessionSpec {
     pub faults: Option<Arc<crate::faults::FaultPlan>>,
     /// What the session's tools may do without asking.
     pub permission_mode: PermissionMode,
+    /// When its role allows Bash only through rules (`Bash(git:*)`): the commands
+    /// it may run; any other is refused whatever the mode.
+    pub bash_rules: Vec<crate::tools::rules::Rule>,
     /// Who serves its model; `None`: the runtime's provider.
     pub provider: Option<Arc<dyn Provider>>,
     /// Its place in the agent tree (`orchestrator/explorer#toolu_02`): the role's
@@ -94,6 +97,7 @@ impl SessionSpec {
             #[cfg(feature = "test-support")]
             faults: None,
             permission_mode: PermissionMode::Default,
+            bash_rules: Vec::new(),
             provider: None,
         }
     }

@@ -131,10 +131,8 @@ pub struct Caller {
     /// Its model (for roles that `inherit`, and whose provider roles that name only
     /// an id keep).
     pub model: Model,
-    /// Its permission mode.
+    /// Its permission mode, which bounds its sub-agents'.
     pub permission_mode: PermissionMode,
-    /// The names of its tools, Task included if it has it.
-    pub tools: Vec<String>,
     /// Its place in the agent tree (see [`SessionSpec::place`]).
     pub place: String,
 }
@@ -173,8 +171,11 @@ impl Task {
         };
         let depth = self.caller.depth + 1;
         let place = format!("{}/{}#{call_id}", self.caller.place, role.name);
-        let caller_tools: Vec<&str> = self.caller.tools.iter().map(String::as_str).collect();
-        let allowed = role.allowed_tools(&caller_tools);
+        // Its own role's tools, not its caller's (as in Claude Code): a lead that
+        // only delegates still has workers that read and write.
+        let mut offered: Vec<&str> = self.env.tools.names();
+        offered.push("Task");
+        let allowed = role.allowed_tools(&offered);
         let mut tools = self.env.tools.only(&allowed);
         let model = match (&role.model, &self.env.models) {
             (ModelChoice::Named(_), Some(models)) => models
@@ -191,13 +192,10 @@ impl Task {
             .unwrap_or(self.caller.permission_mode)
             .narrowed_by(self.caller.permission_mode);
         if depth < self.env.max_depth && allowed.contains(&"Task") {
-            let mut names: Vec<String> = tools.names().into_iter().map(str::to_owned).collect();
-            names.push("Task".to_owned());
             let caller = Caller {
                 depth,
                 model: model.clone(),
                 permission_mode,
-                tools: names,
                 place: place.clone(),
             };
             tools = tools.with(Task::new(self.env.clone(), caller));
@@ -207,6 +205,7 @@ impl Task {
         spec.place = place;
         spec.tools = tools;
         spec.max_turns = role.max_turns.unwrap_or(DEFAULT_MAX_TURNS);
+        spec.bash_rules = role.bash_rules.clone();
         spec.budget = role.budget;
         spec.meter = self.env.meter.clone();
         match &self.env.models {

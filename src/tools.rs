@@ -9,6 +9,7 @@ pub mod grep;
 pub mod ls;
 pub mod permissions;
 pub mod read;
+pub mod rules;
 pub mod sandbox;
 pub mod scheduler;
 pub(crate) mod walk;

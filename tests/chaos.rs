@@ -127,7 +127,6 @@ async fn a_hundred_sub_agents_under_mixed_faults_all_finish_and_lose_nothing() {
         depth: 0,
         model: "mock-model".into(),
         permission_mode: PermissionMode::BypassPermissions,
-        tools: vec!["Task".into()],
         place: "lead".into(),
     };
     let lead = runtime
@@ -154,8 +153,8 @@ async fn a_hundred_sub_agents_under_mixed_faults_all_finish_and_lose_nothing() {
         .filter(|n| **n > 1)
         .count();
     assert!(
-        faulted >= 40,
-        "a fifth of ~300 requests faulted (saw {faulted})"
+        faulted >= 30,
+        "a fifth of the ~200 distinct requests faulted (saw {faulted})"
     );
 
     // From the journals: each session's tool results, each call's exactly once,

@@ -9,6 +9,7 @@ mod bounds;
 mod budgets;
 mod cancel;
 mod chaos;
+mod claude_code;
 mod cli;
 mod compaction;
 mod confinement;

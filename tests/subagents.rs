@@ -117,7 +117,6 @@ async fn team(mock: &MockLlm, max_parallel: usize, max_depth: u32, worker_tools:
         depth: 0,
         model: "mock-model".into(),
         permission_mode: PermissionMode::BypassPermissions,
-        tools: vec!["Read".into(), "Task".into()],
         place: "lead".into(),
     };
     let tools = ToolRegistry::standard()
@@ -268,9 +267,11 @@ async fn five_children_with_two_slots_never_run_more_than_two_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn children_get_no_more_tools_than_their_caller_and_no_task_at_the_depth_limit() {
+async fn children_get_their_own_roles_tools_not_their_callers_and_no_task_at_the_depth_limit() {
     let mock = mock(1, done).await;
     // The role asks for Read, Bash and Task; the lead has only Read and Task; depth 1.
+    // As in Claude Code, the child's tools are its role's (the permission mode
+    // bounds what they do), less Task at the depth limit.
     let team = team(&mock, 8, 1, "Read, Bash, Task").await;
     let (outcome, _) = harness::run(&team.runtime, team.lead, "one piece").await;
     assert_eq!(harness::finished_text(&outcome), "merged");
@@ -279,7 +280,7 @@ async fn children_get_no_more_tools_than_their_caller_and_no_task_at_the_depth_l
         .into_iter()
         .find(|r| system(r) == WORKER)
         .unwrap();
-    assert_eq!(tool_names(&worker), ["Read"]);
+    assert_eq!(tool_names(&worker), ["Read", "Bash"]);
     team.runtime.shutdown().await;
 }
 
@@ -336,7 +337,6 @@ async fn a_role_edited_on_disk_is_used_by_the_next_spawn() {
         depth: 0,
         model: "mock-model".into(),
         permission_mode: PermissionMode::BypassPermissions,
-        tools: vec!["Read".into(), "Task".into()],
         place: "lead".into(),
     };
     let lead = runtime

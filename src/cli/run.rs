@@ -320,7 +320,6 @@ fn lead_spec(
             depth: 0,
             model: model.clone(),
             permission_mode,
-            tools: allowed.iter().map(|t| (*t).to_owned()).collect(),
             place: role.name.clone(),
         };
         tools = tools.with(Task::new(env, caller));
@@ -330,6 +329,7 @@ fn lead_spec(
     spec.provider = model.provider;
     spec.tools = tools;
     spec.max_turns = role.max_turns.unwrap_or(cli.max_turns).max(1);
+    spec.bash_rules = role.bash_rules.clone();
     spec.budget = role.budget;
     spec.meter = meter;
     spec.model_info = plan.models.info(&spec.model);

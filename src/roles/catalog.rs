@@ -21,15 +21,18 @@ pub const BUILT_IN: [(&str, &str); 5] = [
 ];
 
 /// The directories searched after the built-in roles, in order: the user's
-/// `~/.config/orchestrate/agents` and `~/.claude/agents`, the workspace's
-/// `.claude/agents` and `agents/`, then `extra` (`--agents-dir`).
+/// `~/.config/orchestrate/agents`, `~/.claude/agents` and `~/.kode/agents`, the
+/// workspace's `.claude/agents`, `.kode/agents` and `agents/`, then `extra`
+/// (`--agents-dir`).
 pub fn search_dirs(workspace: &Path, home: Option<&Path>, extra: Option<&Path>) -> Vec<PathBuf> {
     let mut dirs = Vec::new();
     if let Some(home) = home {
         dirs.push(home.join(".config/orchestrate/agents"));
         dirs.push(home.join(".claude/agents"));
+        dirs.push(home.join(".kode/agents"));
     }
     dirs.push(workspace.join(".claude/agents"));
+    dirs.push(workspace.join(".kode/agents"));
     dirs.push(workspace.join("agents"));
     if let Some(extra) = extra {
         dirs.push(extra.to_owned());
@@ -247,7 +250,9 @@ mod tests {
             [
                 "/home/u/.config/orchestrate/agents",
                 "/home/u/.claude/agents",
+                "/home/u/.kode/agents",
                 "/ws/.claude/agents",
+                "/ws/.kode/agents",
                 "/ws/agents",
                 "/extra"
             ]

@@ -226,6 +226,9 @@ pub struct Gate {
     pub remembered: std::sync::Arc<Remembered>,
     /// Where the session's events go: a question shows as `awaiting_permission`.
     pub events: Option<crate::events::Publisher>,
+    /// When the session's role allows Bash only through rules: the commands it
+    /// may run.
+    pub bash_rules: Vec<crate::tools::rules::Rule>,
 }
 
 impl Gate {
@@ -240,6 +243,18 @@ impl Gate {
     ) -> Result<(), crate::error::ToolError> {
         let session = ctx.session;
         let denied = crate::error::ToolError::Failed;
+        if tool == "Bash" && !self.bash_rules.is_empty() {
+            let command = input["command"].as_str().unwrap_or_default();
+            if !crate::tools::rules::covered(&self.bash_rules, command) {
+                let allowed: Vec<String> =
+                    self.bash_rules.iter().map(ToString::to_string).collect();
+                return Err(denied(format!(
+                    "permission denied: the {} role may run only {} (every command of a line must match; substitutions and redirections into files never do), and this command is not one of them",
+                    self.agent,
+                    allowed.join(", ")
+                )));
+            }
+        }
         match verdict(self.mode, Action::of(tool, read_only)) {
             Verdict::Allow => Ok(()),
             Verdict::Deny => Err(denied(format!(

@@ -156,6 +156,7 @@ impl SessionState {
                 approver: self.env.approver.clone(),
                 remembered: self.env.remembered.clone(),
                 events: Some(self.publisher.clone()),
+                bash_rules: spec.bash_rules.clone(),
             },
             session: myself.clone(),
             call: call.clone(),

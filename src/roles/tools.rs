@@ -1,0 +1,123 @@
+//! A role's `tools:` and `disallowedTools:` entries as people write them for
+//! Claude Code and Kode: tool names (any case, `LS` for `Ls`), `*` for every tool,
+//! `Bash(git:*)` rules that allow Bash for matching commands only, and
+//! `mcp__server__tool` names. An entry orchestrate does not provide is a warning,
+//! never a reason to refuse the role.
+
+use super::KNOWN_TOOLS;
+use crate::tools::rules::Rule;
+
+/// What a list of entries says.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct Entries {
+    /// The tools named; `None`: every tool (`*`).
+    pub(super) tools: Option<Vec<String>>,
+    /// `Bash(…)` rules, when Bash is allowed only for some commands.
+    pub(super) bash_rules: Vec<Rule>,
+    /// Entries that name nothing orchestrate provides, as warnings.
+    pub(super) warnings: Vec<String>,
+}
+
+/// Reads `names` (from the field `key` at `path:line`).
+pub(super) fn entries(names: &[String], key: &str, path: &str, line: usize) -> Entries {
+    let mut out = Entries {
+        tools: Some(Vec::new()),
+        ..Entries::default()
+    };
+    let mut plain_bash = false;
+    for name in names {
+        if name == "*" {
+            out.tools = None;
+            continue;
+        }
+        let Some(rule) = Rule::parse(name) else {
+            out.warnings.push(format!(
+                "{path}:{line}: {key} entry {name:?} is not a tool name or rule; it is ignored"
+            ));
+            continue;
+        };
+        let Some(known) = KNOWN_TOOLS
+            .iter()
+            .find(|k| k.eq_ignore_ascii_case(&rule.tool))
+        else {
+            out.warnings.push(format!(
+                "{path}:{line}: tool {:?} is not available here; the role runs without it",
+                rule.tool
+            ));
+            continue;
+        };
+        match (&rule.pattern, *known) {
+            (Some(_), "Bash") => out.bash_rules.push(Rule {
+                tool: "Bash".to_owned(),
+                pattern: rule.pattern,
+            }),
+            (Some(_), other) => out.warnings.push(format!(
+                "{path}:{line}: {name:?}: only Bash rules narrow a tool here; {other} is allowed whole"
+            )),
+            (None, "Bash") => plain_bash = true,
+            (None, _) => {}
+        }
+        if let Some(tools) = out.tools.as_mut()
+            && !tools.iter().any(|t| t == known)
+        {
+            tools.push((*known).to_owned());
+        }
+    }
+    if plain_bash || out.tools.is_none() {
+        // Bash named whole (or every tool): no rule narrows it.
+        out.bash_rules.clear();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(names: &[&str]) -> Entries {
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        entries(&names, "tools", "a.md", 4)
+    }
+
+    #[test]
+    fn unknown_tools_are_warnings_and_the_rest_loads() {
+        let e = read(&[
+            "Read",
+            "WebFetch",
+            "grep",
+            "LS",
+            "NotebookEdit",
+            "mcp__github__create_issue",
+        ]);
+        assert_eq!(
+            e.tools,
+            Some(vec!["Read".into(), "Grep".into(), "Ls".into()])
+        );
+        assert_eq!(
+            e.warnings,
+            [
+                "a.md:4: tool \"WebFetch\" is not available here; the role runs without it",
+                "a.md:4: tool \"NotebookEdit\" is not available here; the role runs without it",
+                "a.md:4: tool \"mcp__github__create_issue\" is not available here; the role runs without it",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_star_is_every_tool() {
+        assert_eq!(read(&["*"]).tools, None);
+        assert_eq!(read(&["Read", "*"]).tools, None);
+    }
+
+    #[test]
+    fn bash_rules_narrow_bash_unless_bash_is_named_whole() {
+        let e = read(&["Read", "Bash(git:*)", "Bash(npm test)"]);
+        assert_eq!(e.tools, Some(vec!["Read".into(), "Bash".into()]));
+        let rules: Vec<String> = e.bash_rules.iter().map(ToString::to_string).collect();
+        assert_eq!(rules, ["Bash(git:*)", "Bash(npm test)"]);
+        assert!(read(&["Bash(git:*)", "Bash"]).bash_rules.is_empty());
+        let e = read(&["Edit(src/**)"]);
+        assert_eq!(e.tools, Some(vec!["Edit".into()]));
+        assert_eq!(e.warnings.len(), 1);
+    }
+}

@@ -1,0 +1,193 @@
+//! Role files as people write them for Claude Code and Kode, through the real
+//! binary: tools orchestrate does not provide are warnings and the role loads;
+//! `agents check` lists every problem of every file at once and fails only for
+//! files that cannot load; a lead that only delegates (`tools: Task`) has workers
+//! with their own roles' tools; `Bash(echo:*)` lets a role run matching commands
+//! and nothing else, whatever the permission mode.
+
+use serde_json::json;
+
+use crate::cli::{orchestrate, run_on, text};
+use crate::support::harness;
+use crate::support::mock_llm::{MockLlm, Recorded, Reply};
+
+const WORKER: &str = "You are a worker.";
+
+fn write_role(dir: &std::path::Path, file: &str, front: &str, body: &str) {
+    std::fs::create_dir_all(dir.join("agents")).unwrap();
+    std::fs::write(
+        dir.join("agents").join(file),
+        format!("---\n{front}\n---\n{body}\n"),
+    )
+    .unwrap();
+}
+
+fn tool_names(request: &Recorded) -> Vec<String> {
+    request.body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn is_worker(request: &Recorded) -> bool {
+    request.body["messages"][0]["content"] == WORKER
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_published_role_loads_with_warnings_and_check_fails_only_for_what_cannot_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().to_str().unwrap();
+    write_role(
+        dir.path(),
+        "reviewer2.md",
+        "name: reviewer2\ndescription: Reviews.\ntools: Read, Grep, WebFetch, TodoWrite, NotebookEdit, Bash(git diff:*)",
+        "You review.",
+    );
+    let out = orchestrate(dir.path(), &["agents", "check"], &[("HOME", home)]).await;
+    let ws = dir.path().canonicalize().unwrap();
+    let path = ws.join("agents/reviewer2.md");
+    let path = path.display();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert_eq!(
+        text(&out.stdout),
+        format!(
+            "warning: {path}:4: tool \"WebFetch\" is not available here; the role runs without it\n\
+             warning: {path}:4: tool \"TodoWrite\" is not available here; the role runs without it\n\
+             warning: {path}:4: tool \"NotebookEdit\" is not available here; the role runs without it\n\
+             6 roles, no problems\n"
+        )
+    );
+    let list = orchestrate(dir.path(), &["agents", "list"], &[("HOME", home)]).await;
+    assert!(
+        text(&list.stdout).contains("reviewer2"),
+        "{}",
+        text(&list.stdout)
+    );
+    let show = orchestrate(
+        dir.path(),
+        &["agents", "show", "reviewer2"],
+        &[("HOME", home)],
+    )
+    .await;
+    assert!(
+        text(&show.stdout).contains("tools:          Read, Grep, Bash"),
+        "{}",
+        text(&show.stdout)
+    );
+
+    // A file that cannot load is an error; every problem of every file is listed.
+    write_role(dir.path(), "broken.md", "name: broken", "");
+    write_role(
+        dir.path(),
+        "other.md",
+        "name: other\ndescription: d\ntools: Read, MultiEdit",
+        "",
+    );
+    let out = orchestrate(dir.path(), &["agents", "check"], &[("HOME", home)]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("tool \"MultiEdit\" is not available here"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("tool \"WebFetch\" is not available here"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("broken.md:1: description is required"),
+        "{shown}"
+    );
+    assert!(shown.ends_with("1 problem in the role files\n"), "{shown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lead_that_only_delegates_has_workers_with_their_own_tools() {
+    let mock = MockLlm::start_with(|request, _| {
+        if is_worker(request) {
+            return Reply::text("worker done");
+        }
+        let answered = request.body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["role"] == "tool");
+        if answered {
+            return Reply::text("lead done");
+        }
+        let args = json!({"description": "d", "prompt": "look", "subagent_type": "worker"});
+        Reply::tool_calls(&[("t1", "Task", args)])
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    write_role(
+        dir.path(),
+        "orchestrator.md",
+        "name: orchestrator\ndescription: Only delegates.\ntools: Task",
+        "You delegate.",
+    );
+    write_role(
+        dir.path(),
+        "worker.md",
+        "name: worker\ndescription: Works.\ntools: Read, Grep, WebFetch",
+        WORKER,
+    );
+    let out = run_on(&mock, dir.path(), &["go"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let requests = mock.requests();
+    let lead = requests.iter().find(|r| !is_worker(r)).unwrap();
+    assert_eq!(tool_names(lead), ["Task"]);
+    let worker = requests.iter().find(|r| is_worker(r)).unwrap();
+    assert_eq!(tool_names(worker), ["Read", "Grep"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bash_rule_lets_a_role_run_matching_commands_and_nothing_else() {
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[("b1", "Bash", json!({"command": "echo allowed"}))]),
+        Reply::tool_calls(&[(
+            "b2",
+            "Bash",
+            json!({"command": "echo sneaky && touch pwned"}),
+        )]),
+        Reply::tool_calls(&[("b3", "Bash", json!({"command": "touch pwned"}))]),
+        Reply::text("done"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    write_role(
+        dir.path(),
+        "echoer.md",
+        "name: echoer\ndescription: Echoes.\ntools: Bash(echo:*)",
+        "You echo.",
+    );
+    let out = run_on(
+        &mock,
+        dir.path(),
+        &[
+            "--agent",
+            "echoer",
+            "--permission-mode",
+            "bypassPermissions",
+            "go",
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!dir.path().join("pwned").exists(), "a refused command ran");
+    let requests = mock.requests();
+    let results: Vec<(String, String)> = harness::tool_results(&requests[3]);
+    assert_eq!(results[0].1.trim(), "allowed");
+    for (id, content) in &results[1..] {
+        assert!(
+            content.contains("the echoer role may run only Bash(echo:*)"),
+            "{id}: {content}"
+        );
+    }
+}
