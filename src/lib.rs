@@ -33,6 +33,7 @@ pub mod faults;
 pub mod journal;
 pub mod keys;
 pub mod llm;
+pub mod memory;
 pub mod model_info;
 pub mod models;
 pub mod protocol;

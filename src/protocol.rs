@@ -171,6 +171,9 @@ pub enum EventKind {
         model: String,
         /// True when it was rebuilt from its journal.
         resumed: bool,
+        /// The memory files in its system prompt.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        memory: Vec<String>,
     },
     /// A prompt arrived while the session was busy and waits in its queue.
     PromptQueued {

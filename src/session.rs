@@ -65,6 +65,8 @@ pub struct SessionSpec {
     pub bash_rules: Vec<crate::tools::rules::Rule>,
     /// Who serves its model; `None`: the runtime's provider.
     pub provider: Option<Arc<dyn Provider>>,
+    /// The memory files in its system prompt (`CLAUDE.md`, `AGENTS.md`, …).
+    pub memory: Vec<String>,
     /// Its place in the agent tree (`orchestrator/explorer#toolu_02`): the role's
     /// name for a top-level session; a sub-agent's adds its role and the call that
     /// spawned it to its parent's.
@@ -98,6 +100,7 @@ impl SessionSpec {
             faults: None,
             permission_mode: PermissionMode::Default,
             bash_rules: Vec::new(),
+            memory: Vec::new(),
             provider: None,
         }
     }

@@ -20,6 +20,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{SessionError, ToolError};
+use crate::memory::Memory;
 use crate::models::{Model, Models};
 use crate::protocol::{EventKind, Outcome, SessionId};
 use crate::roles::ModelChoice;
@@ -84,6 +85,8 @@ pub struct TaskEnv {
     models: Option<Arc<Models>>,
     /// The whole run's budget, which every sub-agent charges.
     meter: Option<Arc<RunMeter>>,
+    /// The project's memory, in every sub-agent's system prompt.
+    memory: Arc<Memory>,
 }
 
 impl TaskEnv {
@@ -107,12 +110,19 @@ impl TaskEnv {
             tools,
             models: None,
             meter: None,
+            memory: Arc::default(),
         }
     }
 
     /// Resolves roles' `model:` values through `models` (aliases, providers).
     pub fn with_models(mut self, models: Arc<Models>) -> Self {
         self.models = Some(models);
+        self
+    }
+
+    /// Sub-agents get `memory` in their system prompts.
+    pub fn with_memory(mut self, memory: Arc<Memory>) -> Self {
+        self.memory = memory;
         self
     }
 
@@ -200,7 +210,9 @@ impl Task {
             };
             tools = tools.with(Task::new(self.env.clone(), caller));
         }
-        let mut spec = SessionSpec::new(role.name.clone(), model.id, role.prompt.clone());
+        let prompt = self.env.memory.apply(&role.prompt);
+        let mut spec = SessionSpec::new(role.name.clone(), model.id, prompt);
+        spec.memory = self.env.memory.names();
         spec.provider = model.provider;
         spec.place = place;
         spec.tools = tools;

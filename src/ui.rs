@@ -13,8 +13,9 @@ pub mod trust;
 pub use self::escape::{Shown, visible};
 pub use self::question::TerminalApprover;
 
-/// A role as `orchestrate agents show` prints it.
-pub fn role_card(role: &crate::roles::Role) -> String {
+/// A role as `orchestrate agents show` prints it, with the memory files every
+/// agent of the workspace gets.
+pub fn role_card(role: &crate::roles::Role, memory: &[String]) -> String {
     let tools = role
         .tools
         .as_ref()
@@ -42,6 +43,9 @@ pub fn role_card(role: &crate::roles::Role) -> String {
     }
     if let Some(color) = &role.color {
         card.push_str(&format!("color:          {color}\n"));
+    }
+    if !memory.is_empty() {
+        card.push_str(&format!("memory:         {}\n", memory.join(", ")));
     }
     card.push_str(&format!("\n{}\n", role.prompt));
     card

@@ -35,7 +35,9 @@ fn tool_names(request: &Recorded) -> Vec<String> {
 }
 
 fn is_worker(request: &Recorded) -> bool {
-    request.body["messages"][0]["content"] == WORKER
+    request.body["messages"][0]["content"]
+        .as_str()
+        .is_some_and(|s| s.starts_with(WORKER))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -190,4 +192,106 @@ async fn a_bash_rule_lets_a_role_run_matching_commands_and_nothing_else() {
             "{id}: {content}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_files_reach_the_lead_and_its_workers_and_are_named() {
+    let mock = MockLlm::start_with(|request, _| {
+        if is_worker(request) {
+            return Reply::text("worker done");
+        }
+        let answered = request.body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["role"] == "tool");
+        if answered {
+            return Reply::text("lead done");
+        }
+        let args = json!({"description": "d", "prompt": "look", "subagent_type": "worker"});
+        Reply::tool_calls(&[("t1", "Task", args)])
+    })
+    .await;
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join(".claude")).unwrap();
+    std::fs::write(
+        home.path().join(".claude/CLAUDE.md"),
+        "USER: prefer short answers",
+    )
+    .unwrap();
+    let repo = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(repo.path().join(".git")).unwrap();
+    std::fs::write(
+        repo.path().join("AGENTS.md"),
+        "REPO: run cargo test before you finish",
+    )
+    .unwrap();
+    let ws = repo.path().join("app");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("CLAUDE.md"), "APP: never touch migrations/").unwrap();
+    write_role(
+        &ws,
+        "worker.md",
+        "name: worker\ndescription: Works.\ntools: Read",
+        WORKER,
+    );
+    let home_dir = home.path().to_str().unwrap();
+
+    let out = run_on(&mock, &ws, &["--json", "go"], &[("HOME", home_dir)]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let requests = mock.requests();
+    let lead = requests.iter().find(|r| !is_worker(r)).unwrap();
+    let system = lead.body["messages"][0]["content"].as_str().unwrap();
+    let (user, repo_at, app) = (
+        system
+            .find("USER: prefer short answers")
+            .expect("the user's file"),
+        system
+            .find("REPO: run cargo test")
+            .expect("the repository's"),
+        system.find("APP: never touch").expect("the workspace's"),
+    );
+    assert!(user < repo_at && repo_at < app, "user first, nearest last");
+    // The worker's system prompt starts with its role's and carries the memory.
+    let worker = requests
+        .iter()
+        .find(|r| {
+            r.body["messages"][0]["content"]
+                .as_str()
+                .is_some_and(|s| s.starts_with(WORKER))
+        })
+        .expect("the worker asked");
+    assert!(
+        worker.body["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("APP: never touch")
+    );
+    // Each session_started event names the files.
+    let started: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["type"] == "session_started")
+        .collect();
+    assert_eq!(started.len(), 2);
+    let ws = ws.canonicalize().unwrap();
+    for event in &started {
+        let memory: Vec<&str> = event["memory"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m.as_str().unwrap())
+            .collect();
+        assert_eq!(memory.len(), 3, "{event}");
+        assert!(
+            memory[2] == ws.join("CLAUDE.md").to_str().unwrap(),
+            "{memory:?}"
+        );
+    }
+    let show = orchestrate(&ws, &["agents", "show", "worker"], &[("HOME", home_dir)]).await;
+    let card = text(&show.stdout);
+    assert!(
+        card.contains("memory:         ") && card.contains("AGENTS.md"),
+        "{card}"
+    );
 }

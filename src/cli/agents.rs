@@ -51,7 +51,8 @@ pub(super) fn run(
         }
         AgentsAction::Show { name } => match catalog.get(name) {
             Some(role) => {
-                let _ = write!(out, "{}", crate::ui::role_card(role));
+                let memory = super::setup::memory(&workspace, env);
+                let _ = write!(out, "{}", crate::ui::role_card(role, &memory.names()));
                 ExitCode::from(exit::DONE)
             }
             None => {

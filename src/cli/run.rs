@@ -85,7 +85,7 @@ where
     for warning in plan.catalog.warnings.iter().chain(&plan.notes) {
         let _ = writeln!(err, "orchestrate: warning: {warning}");
     }
-    for note in &plan.sandbox_notes {
+    for note in plan.sandbox_notes.iter().chain(&plan.memory.warnings) {
         let _ = writeln!(err, "orchestrate: warning: {note}");
     }
     for note in plan
@@ -314,7 +314,8 @@ fn lead_spec(
         let env = Arc::new(
             TaskEnv::new(handle, catalog, cli.max_parallel, cli.max_depth, plan.tools)
                 .with_models(plan.models.clone())
-                .with_meter(meter.clone()),
+                .with_meter(meter.clone())
+                .with_memory(plan.memory.clone()),
         );
         let caller = Caller {
             depth: 0,
@@ -325,7 +326,9 @@ fn lead_spec(
         tools = tools.with(Task::new(env, caller));
     }
     let model_for_summary = model.clone();
-    let mut spec = SessionSpec::new(role.name.clone(), model.id, role.prompt.clone());
+    let prompt = plan.memory.apply(&role.prompt);
+    let mut spec = SessionSpec::new(role.name.clone(), model.id, prompt);
+    spec.memory = plan.memory.names();
     spec.provider = model.provider;
     spec.tools = tools;
     spec.max_turns = role.max_turns.unwrap_or(cli.max_turns).max(1);

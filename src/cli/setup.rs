@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::flags::Cli;
 use super::{providers, sandbox, trust};
 use crate::error::ConfigError;
+use crate::memory::Memory;
 use crate::models::Models;
 use crate::roles::catalog::{self, Catalog};
 use crate::runtime::RuntimeConfig;
@@ -46,6 +47,7 @@ pub(super) async fn prepare(
     {
         return Err(error);
     }
+    let memory = memory(&config.workspace, env);
     Ok((
         config,
         Plan {
@@ -55,8 +57,15 @@ pub(super) async fn prepare(
             notes,
             tools: ToolRegistry::standard().with(bash),
             sandbox_notes,
+            memory: Arc::new(memory),
         },
     ))
+}
+
+/// The project memory of `workspace` (with `$HOME`'s).
+pub(super) fn memory(workspace: &Path, env: &impl Fn(&str) -> Option<String>) -> Memory {
+    let home = env("HOME").map(PathBuf::from);
+    crate::memory::load(workspace, home.as_deref())
 }
 
 /// What the run needs once the runtime is up.
@@ -71,6 +80,8 @@ pub(super) struct Plan {
     pub(super) tools: ToolRegistry,
     /// What this kernel does not allow of that confinement, said once at start.
     pub(super) sandbox_notes: Vec<String>,
+    /// `CLAUDE.md`, `AGENTS.md` and the like, for every agent's system prompt.
+    pub(super) memory: Arc<Memory>,
 }
 
 /// The workspace (`-C DIR`, else the current directory), made canonical; a bad

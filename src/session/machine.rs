@@ -218,6 +218,7 @@ impl Machine {
         machine.publish(EventKind::SessionStarted {
             model: machine.spec.model.clone(),
             resumed: journal.is_some(),
+            memory: machine.spec.memory.clone(),
         });
         let effects = std::mem::take(&mut machine.out);
         (machine, effects)

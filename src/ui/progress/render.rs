@@ -229,6 +229,7 @@ mod tests {
                     EventKind::SessionStarted {
                         model: "m".into(),
                         resumed: false,
+                        memory: Vec::new(),
                     },
                 ),
             ),
@@ -307,6 +308,7 @@ mod tests {
                     EventKind::SessionStarted {
                         model: "m".into(),
                         resumed: false,
+                        memory: Vec::new(),
                     },
                 ),
             ),
@@ -319,6 +321,7 @@ mod tests {
                     EventKind::SessionStarted {
                         model: "m".into(),
                         resumed: false,
+                        memory: Vec::new(),
                     },
                 ),
             ),
@@ -331,6 +334,7 @@ mod tests {
                     EventKind::SessionStarted {
                         model: "m".into(),
                         resumed: false,
+                        memory: Vec::new(),
                     },
                 ),
             ),
@@ -383,6 +387,7 @@ mod tests {
                     EventKind::SessionStarted {
                         model: "m".into(),
                         resumed: false,
+                        memory: Vec::new(),
                     },
                 ),
             ),
