@@ -106,6 +106,16 @@ async fn a_published_role_loads_with_warnings_and_check_fails_only_for_what_cann
         "{shown}"
     );
     assert!(shown.ends_with("1 problem in the role files\n"), "{shown}");
+    // `agents show` of the file that did not load says where and why.
+    let show = orchestrate(dir.path(), &["agents", "show", "broken"], &[("HOME", home)]).await;
+    assert_eq!(show.status.code(), Some(1));
+    assert_eq!(
+        text(&show.stderr),
+        format!(
+            "orchestrate: role \"broken\" did not load: {}:1: description is required\n",
+            ws.join("agents/broken.md").display()
+        )
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

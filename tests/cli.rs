@@ -223,11 +223,12 @@ async fn retries_exhausted_and_unreachable_servers_fail_with_one_line() {
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(
-        err.starts_with(&format!(
-            "orchestrate: gave up after 3 attempts: cannot connect to 127.0.0.1:{port}"
-        )),
-        "{err}"
+    // In words, not the HTTP stack's (`client error (Connect)`).
+    assert_eq!(
+        err,
+        format!(
+            "orchestrate: gave up after 3 attempts: cannot connect to 127.0.0.1:{port}: connection refused\n"
+        )
     );
 }
 
@@ -580,8 +581,8 @@ async fn without_a_terminal_progress_is_one_plain_line_per_lifecycle_event() {
             "orchestrator: Task find main",
             "explorer#1: started",
             // The mock's model has no price: its cost is unknown, never $0.00.
-            "explorer#1: done · 1 turns · 0 tools · 15 tok · –",
-            "orchestrator: done · 2 turns · 1 tools · 45 tok · –",
+            "explorer#1: done · 1 turn · 0 tools · 15 tok · –",
+            "orchestrator: done · 2 turns · 1 tool · 45 tok · –",
         ]
     );
     let table: Vec<Vec<&str>> = table[1..]
@@ -781,4 +782,31 @@ async fn journals_stay_private_and_out_of_git_and_a_symlinked_state_dir_is_refus
     );
     assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
     assert_eq!(mock.request_count(), 1, "nothing was asked of the model");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_progress_ends_with_the_files_the_run_changed() {
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[(
+            "w1",
+            "Write",
+            serde_json::json!({"file_path": "notes.txt", "content": "one\ntwo\n"}),
+        )]),
+        Reply::text("written"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_on(
+        &mock,
+        dir.path(),
+        &["--permission-mode", "acceptEdits", "write it"],
+        &[],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.ends_with("\nfiles changed:\n  notes.txt  +2 −0\n"),
+        "{err}"
+    );
 }

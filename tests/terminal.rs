@@ -85,7 +85,8 @@ async fn progress_lines_partial_text_and_errors_reach_the_terminal_as_text() {
         format!("orchestrator: Nope{SHOWN}"),
         "orchestrator: Glob failed".to_owned(),
         format!("orchestrator: Nope{SHOWN} failed"),
-        format!("orchestrator: failed: HTTP 400: bad request{SHOWN}"),
+        // The lead's reason is said once, on the last line.
+        "orchestrator: failed".to_owned(),
         format!("orchestrate: HTTP 400: bad request{SHOWN}"),
     ];
     expected.sort_unstable();

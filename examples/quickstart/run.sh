@@ -8,25 +8,30 @@
 # built); tools run for real: the agents read the files, run `cargo test`, and
 # edit the scratch copy. The replay is honest: each line holds what its request
 # sent (the prompts, which tool results failed), and a run that leaves the
-# recording (a tool call failing that succeeded when it was written) fails. ORCHESTRATE_BIN names a built binary to use instead of
-# `cargo run --release` (the test suite runs this script that way).
+# recording (a tool call failing that succeeded when it was written) fails.
+# ORCHESTRATE_BIN names a built binary to use instead of building one (the test
+# suite runs this script that way).
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/orchestrate-quickstart.XXXXXX")"
 cp -R "$here/project/." "$scratch/"
 echo "scratch copy of examples/quickstart/project: $scratch"
+if [[ -n "${ORCHESTRATE_BIN:-}" ]]; then
+    orchestrate="$ORCHESTRATE_BIN"
+else
+    # Built where this checkout builds (the first time takes a few minutes on a
+    # cold machine; cargo shows its progress).
+    target="${CARGO_TARGET_DIR:-$here/../../target}"
+    echo "building orchestrate (release) in $target ..."
+    cargo build --release --manifest-path "$here/../../Cargo.toml" --target-dir "$target" --bin orchestrate
+    orchestrate="$target/release/orchestrate"
+fi
 # The agents' `cargo test` runs in Bash's sandbox, which writes only inside the
 # workspace and the temporary directory: the scratch copy builds in its own target.
 export CARGO_TARGET_DIR="$scratch/target"
 
-if [[ -n "${ORCHESTRATE_BIN:-}" ]]; then
-    orchestrate=("$ORCHESTRATE_BIN")
-else
-    orchestrate=(cargo run --quiet --release --manifest-path "$here/../../Cargo.toml" --)
-fi
-
-"${orchestrate[@]}" -C "$scratch" \
+"$orchestrate" -C "$scratch" \
     --replay "$here/cassette.jsonl" \
     --permission-mode bypassPermissions \
     "The test suite of this crate fails. Find out why and fix it."

@@ -56,6 +56,16 @@ pub(super) fn run(
                 ExitCode::from(exit::DONE)
             }
             None => {
+                // A file of that name that did not load: say where and why.
+                let broken = catalog.problems.iter().find(|p| {
+                    std::path::Path::new(&p.path)
+                        .file_stem()
+                        .is_some_and(|stem| stem == name.as_str())
+                });
+                if let Some(problem) = broken {
+                    let _ = writeln!(err, "orchestrate: role {name:?} did not load: {problem}");
+                    return ExitCode::from(exit::FAILED);
+                }
                 let names: Vec<&str> = catalog.roles().map(|r| r.name.as_str()).collect();
                 let _ = writeln!(
                     err,

@@ -225,8 +225,7 @@ impl HttpApi {
             return ProviderError::Redirect(refused.to_string());
         }
         if e.is_connect() {
-            let reason = std::error::Error::source(e)
-                .map_or_else(|| "connection failed".to_owned(), ToString::to_string);
+            let reason = root_cause(e);
             return ProviderError::Connect {
                 host: self.host.clone(),
                 reason: excerpt(&reason),
@@ -453,6 +452,35 @@ impl HttpApi {
             200..=299 => self.governor.succeeded(),
             _ => {}
         }
+    }
+}
+
+/// What went wrong at the bottom of an error's chain, in words: `connection
+/// refused`, not `client error (Connect)`.
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut last = e;
+    while let Some(next) = last.source() {
+        last = next;
+    }
+    if let Some(io) = last.downcast_ref::<std::io::Error>() {
+        use std::io::ErrorKind;
+        let words = match io.kind() {
+            ErrorKind::ConnectionRefused => Some("connection refused"),
+            ErrorKind::ConnectionReset => Some("connection reset"),
+            ErrorKind::ConnectionAborted => Some("connection aborted"),
+            ErrorKind::TimedOut => Some("connection timed out"),
+            ErrorKind::HostUnreachable => Some("host unreachable"),
+            ErrorKind::NetworkUnreachable => Some("network unreachable"),
+            _ => None,
+        };
+        if let Some(words) = words {
+            return words.to_owned();
+        }
+    }
+    let text = last.to_string();
+    match text.find(" (os error") {
+        Some(at) => text[..at].to_owned(),
+        None => text,
     }
 }
 

@@ -139,8 +139,14 @@ impl Display {
         for bar in &self.bars {
             bar.finish();
         }
-        if self.board.rows().len() > 1 {
+        // On a terminal the finished live tree stays on screen: the table would
+        // only repeat it.
+        if self.board.rows().len() > 1 && matches!(self.mode, Progress::Plain) {
             let _ = write!(err, "\n{}", progress::summary(&self.board, self.now_ms()));
+        }
+        let files = progress::files_changed(&self.board);
+        if !files.is_empty() {
+            let _ = write!(err, "\n{files}");
         }
     }
 }

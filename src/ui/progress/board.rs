@@ -87,10 +87,13 @@ impl Row {
     }
 }
 
-/// Every agent of a run, in the order they started.
+/// Every agent of a run, in the order they started, and the files they changed.
 #[derive(Debug, Default)]
 pub struct Board {
     rows: Vec<Row>,
+    /// Each file changed in the run: lines added and removed, summed over its
+    /// diffs.
+    files: std::collections::BTreeMap<String, (u64, u64)>,
     index: HashMap<SessionId, usize>,
     instances: HashMap<String, u32>,
 }
@@ -104,6 +107,11 @@ impl Board {
     /// The rows, in the order the agents started.
     pub fn rows(&self) -> &[Row] {
         &self.rows
+    }
+
+    /// The files changed in the run, by path: lines added and removed.
+    pub fn files(&self) -> &std::collections::BTreeMap<String, (u64, u64)> {
+        &self.files
     }
 
     /// Applies one event that happened `now` after the run began. Returns the index
@@ -179,7 +187,12 @@ impl Board {
                     _ => State::Thinking,
                 };
             }
-            EventKind::FileChanged { .. } => {}
+            EventKind::FileChanged { path, diff, .. } => {
+                let (added, removed) = diff_stat(diff);
+                let counts = self.files.entry(path.clone()).or_default();
+                counts.0 += added;
+                counts.1 += removed;
+            }
             EventKind::SubagentQueued { waiting: true, .. } => row.queued += 1,
             EventKind::SubagentQueued { waiting: false, .. } => {
                 row.queued = row.queued.saturating_sub(1)
@@ -226,4 +239,17 @@ impl Board {
         }
         Some(index)
     }
+}
+
+/// Lines a unified diff adds and removes (its `+++`/`---` headers not counted).
+pub fn diff_stat(diff: &str) -> (u64, u64) {
+    diff.lines().fold((0, 0), |(added, removed), line| {
+        if line.starts_with('+') && !line.starts_with("+++") {
+            (added + 1, removed)
+        } else if line.starts_with('-') && !line.starts_with("---") {
+            (added, removed + 1)
+        } else {
+            (added, removed)
+        }
+    })
 }

@@ -3,7 +3,7 @@
 //! It does not change the board (`board`) nor draw anything.
 
 use super::board::{Board, State};
-use super::text::{clip, clock, dollars, short_call, tokens};
+use super::text::{clip, clock, count, dollars, short_call, tokens};
 use crate::protocol::{Event, EventKind, Outcome};
 
 /// The state as words, with its mark.
@@ -28,7 +28,7 @@ pub fn state_text(state: &State, now_ms: u64, tools: u32) -> String {
             let left = at_ms.saturating_sub(now_ms).div_ceil(1000);
             format!("rate limited · {left}s")
         }
-        State::Done => format!("✔ done · {tools} tools"),
+        State::Done => format!("✔ done · {}", count(tools, "tool")),
         State::Failed(class) => format!("✘ failed · {class}"),
         State::Cancelled => "cancelled".to_owned(),
         State::Stopped(reason) => format!("■ stopped · {reason}"),
@@ -121,12 +121,14 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
         ),
         EventKind::Terminal { outcome, .. } => match outcome {
             Outcome::Finished { stats, .. } => format!(
-                "done · {} turns · {} tools · {} tok · {}",
-                stats.turns,
-                stats.tool_calls,
+                "done · {} · {} · {} tok · {}",
+                count(stats.turns, "turn"),
+                count(stats.tool_calls, "tool"),
                 tokens(stats.usage.total()),
                 dollars(stats.cost_usd)
             ),
+            // The lead's reason is the run's last line (`orchestrate: …`): once.
+            Outcome::Failed { .. } if event.parent.is_none() => "failed".to_owned(),
             Outcome::Failed { message, .. } => format!("failed: {}", clip(message, 100)),
             Outcome::Cancelled { .. } => "cancelled".to_owned(),
             Outcome::Stopped { reason, .. } => format!("stopped ({reason})"),
@@ -140,6 +142,19 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
         | EventKind::FileChanged { .. } => return None,
     };
     Some(format!("[{}] {}: {what}", clock(now_ms), row.label))
+}
+
+/// The files a run changed, one a line with the lines added and removed; empty
+/// when it changed none.
+pub fn files_changed(board: &Board) -> String {
+    if board.files().is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("files changed:\n");
+    for (path, (added, removed)) in board.files() {
+        out.push_str(&format!("  {path}  +{added} −{removed}\n"));
+    }
+    out
 }
 
 /// The summary table printed at the end of a run.
@@ -448,5 +463,32 @@ mod tests {
     fn the_summary_table_lists_every_agent() {
         let (board, _) = fan_out();
         insta::assert_snapshot!(summary(&board, 9000));
+    }
+
+    #[test]
+    fn the_files_a_run_changed_are_listed_with_lines_added_and_removed() {
+        let lead = SessionId::new();
+        let mut board = Board::new();
+        assert_eq!(files_changed(&board), "");
+        let change = |path: &str, diff: &str| {
+            event(
+                lead,
+                None,
+                "orchestrator",
+                EventKind::FileChanged {
+                    call_id: "c".into(),
+                    path: path.into(),
+                    diff: diff.into(),
+                },
+            )
+        };
+        let diff = "--- a/src/a.rs\n+++ b/src/a.rs\n@@ -1,2 +1,3 @@\n-old\n+new\n+more\n same\n";
+        board.apply(&change("src/a.rs", diff), Duration::ZERO);
+        board.apply(&change("src/a.rs", "@@ -1 +1 @@\n-x\n+y\n"), Duration::ZERO);
+        board.apply(&change("b.txt", "@@ -0,0 +1 @@\n+hello\n"), Duration::ZERO);
+        assert_eq!(
+            files_changed(&board),
+            "files changed:\n  b.txt  +1 −0\n  src/a.rs  +3 −2\n"
+        );
     }
 }

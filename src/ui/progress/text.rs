@@ -44,6 +44,16 @@ pub fn paint(text: &str, color: &str) -> String {
     format!("\x1b[{code}m{text}\x1b[0m")
 }
 
+/// `n` of `what`, the word in the plural unless `n` is 1: `1 tool`, `3 tools`.
+pub fn count(n: impl Into<u64>, what: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
 /// Dollars as a person reads them: `$1.25`, `$0.04`, `$0.003`, `<$0.001`; `–`
 /// when unknown (never `$0.00` for a price nobody knows).
 pub fn dollars(cost: Option<f64>) -> String {
@@ -78,6 +88,18 @@ mod tests {
     fn roles_are_painted_in_their_color() {
         assert_eq!(paint("coder#1", "green"), "\x1b[32mcoder#1\x1b[0m");
         assert_eq!(paint("x", "mauve"), "x");
+    }
+
+    #[test]
+    fn one_is_singular() {
+        assert_eq!(
+            [
+                count(0u32, "tool"),
+                count(1u32, "tool"),
+                count(2u32, "turn")
+            ],
+            ["0 tools", "1 tool", "2 turns"]
+        );
     }
 
     #[test]
