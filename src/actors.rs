@@ -43,6 +43,8 @@ pub(crate) struct SessionEnv {
     pub(crate) max_parallel_tools: usize,
     pub(crate) approver: Arc<dyn Approver>,
     pub(crate) remembered: Arc<Remembered>,
+    pub(crate) rules: Arc<crate::tools::rules::Rules>,
+    pub(crate) saver: Option<crate::tools::permissions::RuleSaver>,
     /// The process-wide order of prompts and cancels: the next stamp.
     pub(crate) stamps: Arc<AtomicU64>,
 }

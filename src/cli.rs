@@ -18,6 +18,7 @@ pub use crate::ui::display::Progress;
 use crate::ui::escape::Escaped;
 
 mod agents;
+mod claude_settings;
 mod control;
 pub mod exit;
 mod flags;

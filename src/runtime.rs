@@ -45,6 +45,11 @@ pub struct RuntimeConfig {
     /// Who is asked when a permission mode wants a person's yes (default: nobody,
     /// so those calls are refused).
     pub approver: Arc<dyn Approver>,
+    /// Permission rules, applied before each session's mode.
+    pub rules: Arc<crate::tools::rules::Rules>,
+    /// Where an "always" answer is saved as a rule; `None`: only remembered in
+    /// this process.
+    pub saver: Option<crate::tools::permissions::RuleSaver>,
 }
 
 impl RuntimeConfig {
@@ -57,6 +62,8 @@ impl RuntimeConfig {
             restart: Intensity::default(),
             max_parallel_tools: DEFAULT_MAX_PARALLEL,
             approver: Arc::new(DenyAll),
+            rules: Arc::default(),
+            saver: None,
         }
     }
 }
@@ -116,6 +123,8 @@ impl Runtime {
             max_parallel_tools: config.max_parallel_tools,
             approver: config.approver,
             remembered: Arc::new(Remembered::default()),
+            rules: config.rules,
+            saver: config.saver,
             stamps: stamps.clone(),
         });
         let args = OrchestratorArgs {

@@ -305,3 +305,130 @@ async fn memory_files_reach_the_lead_and_its_workers_and_are_named() {
         "{card}"
     );
 }
+
+/// A run of one lead turn per call in `commands` (Bash), then an answer, in
+/// `dir` with `args`; returns the stderr and the results the model got back.
+async fn bash_run(
+    dir: &std::path::Path,
+    commands: &[&str],
+    args: &[&str],
+) -> (std::process::Output, Vec<(String, String)>) {
+    let mut script: Vec<Reply> = commands
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Reply::tool_calls(&[(&format!("b{i}"), "Bash", json!({ "command": c }))]))
+        .collect();
+    script.push(Reply::text("done"));
+    let mock = MockLlm::start(script).await;
+    let mut all = args.to_vec();
+    all.push("go");
+    let out = run_on(&mock, dir, &all, &[]).await;
+    let requests = mock.requests();
+    let results = harness::tool_results(requests.last().unwrap());
+    (out, results)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_users_allow_rules_run_matching_commands_without_asking_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    // $HOME is the workspace in these tests: this is the user's own file.
+    std::fs::create_dir_all(dir.path().join(".claude")).unwrap();
+    std::fs::write(
+        dir.path().join(".claude/settings.json"),
+        r#"{"permissions": {"allow": ["Bash(echo:*)"]}}"#,
+    )
+    .unwrap();
+    let (out, results) = bash_run(dir.path(), &["echo ok", "echo ok && touch pwned"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(results[0].1.trim(), "ok");
+    assert!(results[1].1.contains("permission denied"), "{results:?}");
+    assert!(!dir.path().join("pwned").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deny_and_ask_rules_hold_even_when_the_mode_bypasses_permissions() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--permission-mode",
+        "bypassPermissions",
+        "--disallowedTools",
+        "Bash(rm:*),Write",
+    ];
+    let (out, results) = bash_run(dir.path(), &["touch a && rm a", "touch b"], &args).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(results[0].1.contains("a deny rule"), "{results:?}");
+    assert!(
+        !dir.path().join("a").exists(),
+        "nothing of a denied line runs"
+    );
+    assert!(dir.path().join("b").exists());
+
+    // An ask rule asks even in bypass mode; with no terminal the answer is no.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".claude")).unwrap();
+    std::fs::write(
+        dir.path().join(".claude/settings.json"),
+        r#"{"permissions": {"ask": ["Bash(touch:*)"]}}"#,
+    )
+    .unwrap();
+    let (_, results) = bash_run(
+        dir.path(),
+        &["touch c"],
+        &["--permission-mode", "bypassPermissions"],
+    )
+    .await;
+    assert!(results[0].1.contains("permission denied"), "{results:?}");
+    assert!(!dir.path().join("c").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repositorys_allow_rules_count_only_in_a_trusted_workspace() {
+    let home = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".claude")).unwrap();
+    std::fs::write(
+        dir.path().join(".claude/settings.json"),
+        r#"{"permissions": {"allow": ["Bash(touch:*)"]}}"#,
+    )
+    .unwrap();
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[("b1", "Bash", json!({ "command": "touch made" }))]),
+        Reply::text("done"),
+        Reply::tool_calls(&[("b2", "Bash", json!({ "command": "touch made" }))]),
+        Reply::text("done"),
+    ])
+    .await;
+    let home_env = [("HOME", home.path().to_str().unwrap())];
+    let out = run_on(&mock, dir.path(), &["go"], &home_env).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("its 1 allow rules are ignored: this workspace is not trusted"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!dir.path().join("made").exists());
+    let out = run_on(&mock, dir.path(), &["--trust-workspace", "go"], &home_env).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(dir.path().join("made").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_rule_on_the_command_line_or_a_broken_settings_file_stops_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = orchestrate(dir.path(), &["--allowedTools", "Bash(npm", "go"], &[]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("\"Bash(npm\" is not a permission rule"),
+        "{}",
+        text(&out.stderr)
+    );
+    std::fs::create_dir_all(dir.path().join(".claude")).unwrap();
+    std::fs::write(dir.path().join(".claude/settings.local.json"), "{oops").unwrap();
+    let out = orchestrate(dir.path(), &["go"], &[]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("settings.local.json: not JSON"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -59,9 +59,18 @@ pub struct Cli {
     #[arg(long, requires = "replay", global = true)]
     pub replay_lenient: bool,
     /// Let this workspace's orchestrate.toml send model requests to the addresses it
-    /// names (remembered in ~/.config/orchestrate/config.toml).
+    /// names, and its .claude/settings*.json allow rules count (remembered in
+    /// ~/.config/orchestrate/config.toml).
     #[arg(long, global = true)]
     pub trust_workspace: bool,
+    /// Permission rules that let calls run without asking, in Claude Code's syntax
+    /// (`Bash(npm test:*)`, `Edit(src/**)`, `Read`); several in one value
+    /// (commas or spaces between them), or the flag again.
+    #[arg(long = "allowedTools", alias = "allowed-tools", value_name = "RULES", action = clap::ArgAction::Append, global = true)]
+    pub allowed_tools: Vec<String>,
+    /// Permission rules that refuse calls, whatever the mode; same syntax.
+    #[arg(long = "disallowedTools", alias = "disallowed-tools", value_name = "RULES", action = clap::ArgAction::Append, global = true)]
+    pub disallowed_tools: Vec<String>,
     /// Print one JSON event per line instead of the answer.
     #[arg(long, global = true)]
     pub json: bool,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::flags::Cli;
-use super::{providers, sandbox, trust};
+use super::{claude_settings, providers, sandbox, trust};
 use crate::error::ConfigError;
 use crate::memory::Memory;
 use crate::models::Models;
@@ -17,6 +17,8 @@ use crate::roles::catalog::{self, Catalog};
 use crate::runtime::RuntimeConfig;
 use crate::tools::ToolRegistry;
 use crate::tools::permissions::Approver;
+use crate::tools::permissions::RuleSaver;
+use crate::tools::rules::Rules;
 
 /// The runtime's configuration and the run's plan, from the flags and the files;
 /// asks whether to trust the workspace when its file sends requests elsewhere.
@@ -32,11 +34,17 @@ pub(super) async fn prepare(
         Some(_) => Vec::new(),
         None => trust::check(cli.trust_workspace, &workspace, &files, approver.as_ref()).await?,
     };
+    let rules = permission_rules(cli, &workspace, &files, env)?;
     let both = files.user.clone().merged(files.workspace.clone());
     let (bash, sandbox_notes) = sandbox::bash(cli, &both, env)?;
     let models = providers::models(cli, files, env)?;
     let mut config = RuntimeConfig::new(workspace, models.default_provider());
     config.approver = approver;
+    let (rules, saver, rule_notes) = rules;
+    config.rules = Arc::new(rules);
+    config.saver = Some(saver);
+    let mut notes = notes;
+    notes.extend(rule_notes);
     config.retry.max_attempts = cli.max_attempts.max(1);
     config.retry.base_delay = Duration::from_millis(cli.retry_base_ms);
     let (dirs, catalog) = roles(cli, &config.workspace, env);
@@ -60,6 +68,45 @@ pub(super) async fn prepare(
             memory: Arc::new(memory),
         },
     ))
+}
+
+/// The run's permission rules: Claude Code's settings files (the workspace's
+/// allow rules only in a trusted workspace) and the command line's; the saver of
+/// "always" answers (a rule in `.claude/settings.local.json`, and the workspace
+/// trusted in the user's file so that the next run honours it); warnings.
+fn permission_rules(
+    cli: &Cli,
+    workspace: &Path,
+    files: &providers::Files,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<(Rules, RuleSaver, Vec<String>), ConfigError> {
+    let home = env("HOME").map(PathBuf::from);
+    let key = workspace.display().to_string();
+    let trusted = cli.trust_workspace || files.user.trust.contains_key(&key);
+    let settings = claude_settings::read(workspace, home.as_deref(), trusted)?;
+    let mut rules = settings.rules;
+    for (list, into) in [
+        (&cli.allowed_tools, &mut rules.allow),
+        (&cli.disallowed_tools, &mut rules.deny),
+    ] {
+        let (parsed, bad) = crate::tools::rules::parse_list(list);
+        if let Some(bad) = bad.first() {
+            return Err(ConfigError::Invalid(format!(
+                "{bad:?} is not a permission rule (write Tool or Tool(pattern), e.g. Bash(npm test:*))"
+            )));
+        }
+        into.extend(parsed);
+    }
+    let local = claude_settings::local_file(workspace);
+    let user_file = files.user_path.clone();
+    let saver = RuleSaver(Arc::new(move |rule: &str| {
+        claude_settings::save_allow_rule(&local, rule)?;
+        match &user_file {
+            Some(path) => super::trust::remember(path, &key, &[]),
+            None => Ok(()),
+        }
+    }));
+    Ok((rules, saver, settings.warnings))
 }
 
 /// The project memory of `workspace` (with `$HOME`'s).

@@ -65,7 +65,7 @@ pub(super) async fn check(
 /// Adds the trust to the user's file at `path` (created if need be), replacing it
 /// whole so that a crash mid-write never costs the user their file. A symlinked
 /// file (dotfiles kept elsewhere) is written where it points.
-fn remember(path: &Path, workspace: &str, urls: &[&str]) -> Result<(), String> {
+pub(super) fn remember(path: &Path, workspace: &str, urls: &[&str]) -> Result<(), String> {
     let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
     let (text, permissions) = match std::fs::read_to_string(&path) {
         Ok(text) => (text, std::fs::metadata(&path).ok().map(|m| m.permissions())),

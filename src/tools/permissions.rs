@@ -188,6 +188,32 @@ impl Approver for DenyAll {
     }
 }
 
+/// Saves an allow rule where the next run finds it (the CLI's: the workspace's
+/// `.claude/settings.local.json`), when a person answers "always".
+#[derive(Clone)]
+pub struct RuleSaver(pub std::sync::Arc<SaveRule>);
+
+/// Saves one allow rule (its text); the error says why it could not.
+pub type SaveRule = dyn Fn(&str) -> Result<(), String> + Send + Sync;
+
+impl fmt::Debug for RuleSaver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RuleSaver")
+    }
+}
+
+/// The allow rule an "always" answer saves: a Bash command exactly, any other
+/// tool whole.
+pub fn always_rule(tool: &str, input: &serde_json::Value) -> String {
+    match (tool, input["command"].as_str()) {
+        ("Bash", Some(command)) => {
+            let folded: Vec<&str> = command.split_whitespace().collect();
+            format!("Bash({})", folded.join(" "))
+        }
+        _ => tool.to_owned(),
+    }
+}
+
 /// Remembers "always" answers, per session and tool.
 #[derive(Debug, Default)]
 pub struct Remembered {
@@ -229,6 +255,11 @@ pub struct Gate {
     /// When the session's role allows Bash only through rules: the commands it
     /// may run.
     pub bash_rules: Vec<crate::tools::rules::Rule>,
+    /// The run's permission rules (settings files, `--allowedTools`,
+    /// `--disallowedTools`), applied before the mode.
+    pub rules: std::sync::Arc<crate::tools::rules::Rules>,
+    /// Where an "always" answer is saved as a rule.
+    pub saver: Option<RuleSaver>,
 }
 
 impl Gate {
@@ -255,13 +286,29 @@ impl Gate {
                 )));
             }
         }
-        match verdict(self.mode, Action::of(tool, read_only)) {
+        use crate::tools::rules::RuleVerdict;
+        let ruled = self.rules.verdict(tool, input);
+        if ruled == Some(RuleVerdict::Deny) {
+            return Err(denied(format!(
+                "permission denied: a deny rule (permissions.deny, or --disallowedTools) forbids this {tool} call"
+            )));
+        }
+        // Rules come before the mode, except that plan mode never runs effects.
+        let by_mode = verdict(self.mode, Action::of(tool, read_only));
+        let decided = match (ruled, by_mode) {
+            (_, Verdict::Deny) => Verdict::Deny,
+            (Some(RuleVerdict::Ask), _) => Verdict::Ask,
+            (Some(RuleVerdict::Allow), _) => Verdict::Allow,
+            (Some(RuleVerdict::Deny) | None, by_mode) => by_mode,
+        };
+        let asked_by_rule = ruled == Some(RuleVerdict::Ask);
+        match decided {
             Verdict::Allow => Ok(()),
             Verdict::Deny => Err(denied(format!(
                 "permission denied: {tool} is not allowed in {} mode, which allows read-only tools only",
                 self.mode
             ))),
-            Verdict::Ask if self.remembered.allows(session, tool) => Ok(()),
+            Verdict::Ask if !asked_by_rule && self.remembered.allows(session, tool) => Ok(()),
             Verdict::Ask => {
                 let request = PermissionRequest {
                     session,
@@ -278,6 +325,12 @@ impl Gate {
                     Answer::Yes => Ok(()),
                     Answer::Always => {
                         self.remembered.remember(session, tool);
+                        if let Some(saver) = &self.saver {
+                            let rule = always_rule(tool, input);
+                            if let Err(e) = (saver.0)(&rule) {
+                                tracing::warn!(%rule, error = %e, "cannot save the rule");
+                            }
+                        }
                         Ok(())
                     }
                     Answer::No => Err(denied(self.approver.refusal(&request, self.mode))),

@@ -196,6 +196,191 @@ fn leading_assignment(part: &str) -> bool {
         .is_some_and(|(name, _)| valid_name(name) && !name.starts_with('-'))
 }
 
+/// What the rules say about one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuleVerdict {
+    /// A deny rule matched: refused, whatever the mode.
+    Deny,
+    /// An ask rule matched: a person is asked, whatever the mode.
+    Ask,
+    /// An allow rule matched: it runs without asking (unless the mode forbids it).
+    Allow,
+}
+
+/// The permission rules of a run: Claude Code's `permissions.allow`, `deny` and
+/// `ask`, from its settings files and `--allowedTools` / `--disallowedTools`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Rules {
+    /// Rules that let a call run without asking.
+    pub allow: Vec<Rule>,
+    /// Rules that refuse a call.
+    pub deny: Vec<Rule>,
+    /// Rules that make a person decide.
+    pub ask: Vec<Rule>,
+    /// The workspace, for relative path rules.
+    pub workspace: std::path::PathBuf,
+    /// The home folder, for `~/` path rules.
+    pub home: Option<std::path::PathBuf>,
+}
+
+impl Rules {
+    /// True when there are no rules.
+    pub fn is_empty(&self) -> bool {
+        self.allow.is_empty() && self.deny.is_empty() && self.ask.is_empty()
+    }
+
+    /// What the rules say about `tool` called with `input`: deny wins over ask,
+    /// ask over allow; `None` when no rule matches (the mode decides).
+    pub fn verdict(&self, tool: &str, input: &serde_json::Value) -> Option<RuleVerdict> {
+        let matches = |rules: &[Rule]| rules.iter().any(|r| self.matches(r, tool, input));
+        if matches(&self.deny) {
+            Some(RuleVerdict::Deny)
+        } else if matches(&self.ask) {
+            Some(RuleVerdict::Ask)
+        } else if self.allows(tool, input) {
+            Some(RuleVerdict::Allow)
+        } else {
+            None
+        }
+    }
+
+    /// Allow rules: for Bash, every command of the line must be covered by one
+    /// of them (each part may match a different rule).
+    fn allows(&self, tool: &str, input: &serde_json::Value) -> bool {
+        if tool == "Bash" {
+            let bash: Vec<Rule> = self
+                .allow
+                .iter()
+                .filter(|r| r.tool == "Bash")
+                .cloned()
+                .collect();
+            let command = input["command"].as_str().unwrap_or_default();
+            return !bash.is_empty() && covered(&bash, command);
+        }
+        self.allow.iter().any(|r| self.matches(r, tool, input))
+    }
+
+    /// Whether one rule matches one call. A deny or ask rule for Bash matches a
+    /// line when any command of it matches (or when the line cannot be split).
+    fn matches(&self, rule: &Rule, tool: &str, input: &serde_json::Value) -> bool {
+        if !applies_to(&rule.tool, tool) {
+            return false;
+        }
+        let Some(pattern) = &rule.pattern else {
+            return true;
+        };
+        match (rule.tool.as_str(), pattern) {
+            ("Bash", pattern) => {
+                let command = input["command"].as_str().unwrap_or_default();
+                match commands(command) {
+                    Some(parts) => parts.iter().any(|p| pattern.matches(p)),
+                    // Cannot be told apart: a deny or ask rule for Bash holds.
+                    None => true,
+                }
+            }
+            ("WebFetch", Pattern::Exact(p) | Pattern::Prefix(p)) => {
+                let Some(domain) = p.strip_prefix("domain:") else {
+                    return false;
+                };
+                let host = input["url"]
+                    .as_str()
+                    .and_then(|u| reqwest::Url::parse(u).ok())
+                    .and_then(|u| u.host_str().map(str::to_owned));
+                host.is_some_and(|h| h == domain || h.ends_with(&format!(".{domain}")))
+            }
+            (_, Pattern::Exact(p) | Pattern::Prefix(p)) => self.path_matches(p, input),
+        }
+    }
+
+    /// A path rule (`src/**`, `./.env`, `/docs/**`, `//etc/**`, `~/x`) against
+    /// the path a file tool names, gitignore-style.
+    fn path_matches(&self, pattern: &str, input: &serde_json::Value) -> bool {
+        let Some(path) = ["file_path", "path", "notebook_path"]
+            .iter()
+            .find_map(|k| input[*k].as_str())
+        else {
+            return false;
+        };
+        let path = std::path::Path::new(path);
+        let absolute = if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            self.workspace.join(path)
+        };
+        let glob = if let Some(abs) = pattern.strip_prefix("//") {
+            format!("/{abs}")
+        } else if let Some(rest) = pattern.strip_prefix("~/") {
+            match &self.home {
+                Some(home) => format!("{}/{rest}", home.display()),
+                None => return false,
+            }
+        } else {
+            // `./x` and `/x` are at the workspace's root; a bare name is at any
+            // depth, as in a .gitignore.
+            let anchored = pattern.starts_with("./") || pattern.starts_with('/');
+            let rest = pattern.trim_start_matches("./").trim_start_matches('/');
+            if anchored || rest.contains('/') {
+                format!("{}/{rest}", self.workspace.display())
+            } else {
+                format!("{}/**/{rest}", self.workspace.display())
+            }
+        };
+        globset::GlobBuilder::new(&glob)
+            .literal_separator(true)
+            .build()
+            .is_ok_and(|g| g.compile_matcher().is_match(&absolute))
+    }
+}
+
+/// Whether a rule written for `rule_tool` applies to a call of `tool`: `Edit`
+/// rules cover every tool that edits files, `Read` rules every tool that reads
+/// them; `mcp__server` covers that server's tools.
+fn applies_to(rule_tool: &str, tool: &str) -> bool {
+    rule_tool == tool
+        || (rule_tool == "Edit" && matches!(tool, "Write" | "MultiEdit" | "NotebookEdit"))
+        || (rule_tool == "Read" && matches!(tool, "Glob" | "Grep" | "Ls"))
+        || (rule_tool.starts_with("mcp__")
+            && !rule_tool["mcp__".len()..].contains("__")
+            && tool.starts_with(&format!("{rule_tool}__")))
+}
+
+/// Reads a list of rules as `--allowedTools` takes them: each argument may hold
+/// several, separated by commas or spaces outside parentheses. Returns the rules
+/// and the texts that are not rules.
+pub fn parse_list(items: &[String]) -> (Vec<Rule>, Vec<String>) {
+    let mut rules = Vec::new();
+    let mut bad = Vec::new();
+    for item in items {
+        let mut depth = 0;
+        let mut current = String::new();
+        let mut flush = |current: &mut String| {
+            let text = std::mem::take(current);
+            let text = text.trim();
+            if text.is_empty() {
+                return;
+            }
+            match Rule::parse(text) {
+                Some(rule) => rules.push(rule),
+                None => bad.push(text.to_owned()),
+            }
+        };
+        for c in item.chars() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                ',' | ' ' if depth == 0 => {
+                    flush(&mut current);
+                    continue;
+                }
+                _ => {}
+            }
+            current.push(c);
+        }
+        flush(&mut current);
+    }
+    (rules, bad)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -263,5 +448,170 @@ mod tests {
         // Operators inside quotes are arguments.
         assert!(covered(&rules, "npm test -- --grep 'a && b; c | d'"));
         assert!(covered(&rules, "npm test > /dev/null"));
+    }
+
+    fn rules(allow: &[&str], deny: &[&str], ask: &[&str]) -> Rules {
+        let list = |l: &[&str]| l.iter().map(|t| rule(t)).collect();
+        Rules {
+            allow: list(allow),
+            deny: list(deny),
+            ask: list(ask),
+            workspace: "/ws".into(),
+            home: Some("/home/u".into()),
+        }
+    }
+
+    fn bash(command: &str) -> serde_json::Value {
+        serde_json::json!({ "command": command })
+    }
+
+    fn file(path: &str) -> serde_json::Value {
+        serde_json::json!({ "file_path": path })
+    }
+
+    #[test]
+    fn deny_wins_over_ask_and_ask_over_allow() {
+        let r = rules(
+            &["Bash(npm:*)"],
+            &["Bash(npm publish:*)"],
+            &["Bash(npm install:*)"],
+        );
+        assert_eq!(
+            r.verdict("Bash", &bash("npm test")),
+            Some(RuleVerdict::Allow)
+        );
+        assert_eq!(
+            r.verdict("Bash", &bash("npm install x")),
+            Some(RuleVerdict::Ask)
+        );
+        assert_eq!(
+            r.verdict("Bash", &bash("npm publish")),
+            Some(RuleVerdict::Deny)
+        );
+        // A denied command anywhere in a line denies the line.
+        assert_eq!(
+            r.verdict("Bash", &bash("npm test && npm publish")),
+            Some(RuleVerdict::Deny)
+        );
+        assert_eq!(r.verdict("Bash", &bash("ls")), None, "the mode decides");
+        assert_eq!(r.verdict("Read", &file("a")), None);
+    }
+
+    #[test]
+    fn an_allowed_prefix_never_allows_a_compound_line_with_something_else() {
+        let r = rules(&["Bash(npm test:*)"], &[], &[]);
+        assert_eq!(
+            r.verdict("Bash", &bash("npm test")),
+            Some(RuleVerdict::Allow)
+        );
+        assert_eq!(r.verdict("Bash", &bash("npm test && rm -rf x")), None);
+        assert_eq!(r.verdict("Bash", &bash("npm test $(rm -rf x)")), None);
+        // A deny rule holds against a line that cannot be split.
+        let d = rules(&[], &["Bash(rm:*)"], &[]);
+        assert_eq!(
+            d.verdict("Bash", &bash("echo `rm -rf x`")),
+            Some(RuleVerdict::Deny)
+        );
+    }
+
+    #[test]
+    fn path_rules_follow_gitignore_and_cover_their_tool_family() {
+        let r = rules(
+            &["Edit(src/**)"],
+            &["Read(./.env)", "Read(*.pem)", "Edit(//etc/**)"],
+            &[],
+        );
+        assert_eq!(
+            r.verdict("Edit", &file("src/a/b.rs")),
+            Some(RuleVerdict::Allow)
+        );
+        assert_eq!(
+            r.verdict("Write", &file("/ws/src/new.rs")),
+            Some(RuleVerdict::Allow)
+        );
+        assert_eq!(r.verdict("Edit", &file("docs/a.md")), None);
+        assert_eq!(r.verdict("Read", &file(".env")), Some(RuleVerdict::Deny));
+        assert_eq!(
+            r.verdict("Read", &file("sub/.env")),
+            None,
+            "./ is the root only"
+        );
+        assert_eq!(
+            r.verdict("Read", &file("keys/deep/x.pem")),
+            Some(RuleVerdict::Deny)
+        );
+        assert_eq!(
+            r.verdict("Grep", &serde_json::json!({"path": "k.pem"})),
+            Some(RuleVerdict::Deny)
+        );
+        assert_eq!(
+            r.verdict("Write", &file("/etc/passwd")),
+            Some(RuleVerdict::Deny)
+        );
+    }
+
+    #[test]
+    fn domain_and_mcp_rules() {
+        let r = rules(
+            &["WebFetch(domain:docs.rs)", "mcp__github"],
+            &["mcp__fs__write_file"],
+            &[],
+        );
+        let url = |u: &str| serde_json::json!({ "url": u });
+        assert_eq!(
+            r.verdict("WebFetch", &url("https://docs.rs/x")),
+            Some(RuleVerdict::Allow)
+        );
+        assert_eq!(
+            r.verdict("WebFetch", &url("https://api.docs.rs/x")),
+            Some(RuleVerdict::Allow)
+        );
+        assert_eq!(r.verdict("WebFetch", &url("https://evildocs.rs/x")), None);
+        let none = serde_json::json!({});
+        assert_eq!(
+            r.verdict("mcp__github__create_issue", &none),
+            Some(RuleVerdict::Allow)
+        );
+        assert_eq!(
+            r.verdict("mcp__fs__write_file", &none),
+            Some(RuleVerdict::Deny)
+        );
+        assert_eq!(r.verdict("mcp__githubx__a", &none), None);
+    }
+
+    #[test]
+    fn command_line_lists_split_outside_parentheses() {
+        let (rules, bad) = parse_list(&[
+            "Bash(git log:*),Read".to_owned(),
+            "Edit(src/**) Bash(npm run build)".to_owned(),
+            "Bad(".to_owned(),
+        ]);
+        let rules: Vec<String> = rules.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            rules,
+            [
+                "Bash(git log:*)",
+                "Read",
+                "Edit(src/**)",
+                "Bash(npm run build)"
+            ]
+        );
+        assert_eq!(bad, ["Bad("]);
+    }
+
+    proptest::proptest! {
+        /// Whatever follows an operator, a line is allowed by a prefix rule only
+        /// when every command in it starts with the prefix.
+        #[test]
+        fn a_prefix_rule_never_allows_another_command_after_an_operator(
+            tail in "[a-z]{1,8}( [a-z-]{1,6}){0,3}",
+            op in proptest::sample::select(vec!["&&", "||", ";", "|", "&", "\n"]),
+        ) {
+            let r = rules(&["Bash(npm test:*)"], &[], &[]);
+            let line = format!("npm test {op} {tail}");
+            let verdict = r.verdict("Bash", &bash(&line));
+            let allowed = tail == "npm test" || tail.starts_with("npm test ");
+            proptest::prop_assert_eq!(verdict == Some(RuleVerdict::Allow), allowed, "{}", line);
+        }
     }
 }

@@ -219,3 +219,37 @@ async fn the_live_tree_shows_a_command_as_text() {
         "{screen}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn always_saves_an_allow_rule_that_the_next_run_honours_without_asking() {
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[("b1", "Bash", json!({ "command": "touch  made" }))]),
+        Reply::text("done"),
+        Reply::tool_calls(&[("b2", "Bash", json!({ "command": "touch made" }))]),
+        Reply::text("again"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let (terminal, child) = start(&mock, dir.path(), &["--quiet", "make it"], 30);
+    terminal.shows("Allow?").await;
+    terminal.type_keys("a\n");
+    let out = exited(child).await;
+    assert_eq!(out.status.code(), Some(0), "{}", *terminal.screen.borrow());
+    let settings = std::fs::read_to_string(dir.path().join(".claude/settings.local.json")).unwrap();
+    let settings: serde_json::Value = serde_json::from_str(&settings).unwrap();
+    assert_eq!(
+        settings["permissions"]["allow"],
+        json!(["Bash(touch made)"])
+    );
+    // The workspace is trusted in the user's file ($HOME is the workspace here), so
+    // its allow rules count: the same command runs with no terminal to ask.
+    let user = std::fs::read_to_string(dir.path().join(".config/orchestrate/config.toml")).unwrap();
+    assert!(user.contains("[trust."), "{user}");
+    std::fs::remove_file(dir.path().join("made")).unwrap();
+    let out = crate::cli::run_on(&mock, dir.path(), &["--quiet", "make it again"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        dir.path().join("made").exists(),
+        "the saved rule allowed it"
+    );
+}

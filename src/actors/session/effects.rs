@@ -157,6 +157,8 @@ impl SessionState {
                 remembered: self.env.remembered.clone(),
                 events: Some(self.publisher.clone()),
                 bash_rules: spec.bash_rules.clone(),
+                rules: self.env.rules.clone(),
+                saver: self.env.saver.clone(),
             },
             session: myself.clone(),
             call: call.clone(),

@@ -1,0 +1,212 @@
+//! Claude Code's settings files, for their permission rules:
+//! `~/.claude/settings.json`, then the workspace's `.claude/settings.json` and
+//! `.claude/settings.local.json`, each `{"permissions": {"allow": [...], "deny":
+//! [...], "ask": [...]}}`. Deny and ask rules from any of them are honoured (they
+//! only narrow); allow rules from the workspace's files only when the person
+//! trusts the workspace, since a repository could otherwise approve its own
+//! commands. Saving an "always" answer adds an allow rule to
+//! `.claude/settings.local.json`.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::error::ConfigError;
+use crate::small_file;
+use crate::tools::rules::{Rule, Rules};
+
+/// The rules of the settings files, and what a person should know about them.
+#[derive(Debug, Default)]
+pub(super) struct Settings {
+    /// The rules.
+    pub(super) rules: Rules,
+    /// Rules that could not be read, workspace allow rules left out.
+    pub(super) warnings: Vec<String>,
+}
+
+/// Where the workspace's personal settings are: where "always" answers go.
+pub(super) fn local_file(workspace: &Path) -> PathBuf {
+    workspace.join(".claude/settings.local.json")
+}
+
+/// Reads the settings files of `workspace` (and `home`'s); `trusted`: the
+/// workspace's allow rules count. A file that is not JSON of the expected shape is
+/// an error naming it.
+pub(super) fn read(
+    workspace: &Path,
+    home: Option<&Path>,
+    trusted: bool,
+) -> Result<Settings, ConfigError> {
+    let mut settings = Settings {
+        rules: Rules {
+            workspace: workspace.to_owned(),
+            home: home.map(Path::to_owned),
+            ..Rules::default()
+        },
+        warnings: Vec::new(),
+    };
+    let mut files: Vec<(PathBuf, bool)> = Vec::new();
+    if let Some(home) = home {
+        files.push((home.join(".claude/settings.json"), true));
+    }
+    files.push((workspace.join(".claude/settings.json"), false));
+    files.push((local_file(workspace), false));
+    for (path, own) in files {
+        let text = match small_file::read_to_string(&path, small_file::MAX_BYTES) {
+            Ok(text) => text,
+            Err(e) if e.is_not_found() => continue,
+            Err(e) => return Err(invalid(&path, &e.problem.to_string())),
+        };
+        let value: Value =
+            serde_json::from_str(&text).map_err(|e| invalid(&path, &format!("not JSON: {e}")))?;
+        let permissions = &value["permissions"];
+        let mut list = |key: &str| -> Result<Vec<Rule>, ConfigError> {
+            let items = match &permissions[key] {
+                Value::Null => return Ok(Vec::new()),
+                Value::Array(items) => items,
+                other => {
+                    return Err(invalid(
+                        &path,
+                        &format!("permissions.{key} must be a list, not {other}"),
+                    ));
+                }
+            };
+            let mut rules = Vec::new();
+            for item in items {
+                match item.as_str().and_then(Rule::parse) {
+                    Some(rule) => rules.push(rule),
+                    None => settings.warnings.push(format!(
+                        "{}: permissions.{key}: {item} is not a rule; it is ignored",
+                        path.display()
+                    )),
+                }
+            }
+            Ok(rules)
+        };
+        let (allow, deny, ask) = (list("allow")?, list("deny")?, list("ask")?);
+        settings.rules.deny.extend(deny);
+        settings.rules.ask.extend(ask);
+        if own || trusted {
+            settings.rules.allow.extend(allow);
+        } else if !allow.is_empty() {
+            settings.warnings.push(format!(
+                "{}: its {} allow rules are ignored: this workspace is not trusted (run once with --trust-workspace, or answer \"always\" at a question)",
+                path.display(),
+                allow.len()
+            ));
+        }
+    }
+    Ok(settings)
+}
+
+fn invalid(path: &Path, message: &str) -> ConfigError {
+    ConfigError::Invalid(format!("{}: {message}", path.display()))
+}
+
+/// `text` (a settings file, or empty) with `rule` among its allow rules.
+fn with_allow_rule(text: &str, rule: &str) -> Result<String, String> {
+    let mut value: Value = if text.trim().is_empty() {
+        json!({})
+    } else {
+        serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?
+    };
+    let object = value.as_object_mut().ok_or("not a JSON object")?;
+    let permissions = object
+        .entry("permissions")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .ok_or("permissions is not an object")?;
+    let allow = permissions
+        .entry("allow")
+        .or_insert_with(|| json!([]))
+        .as_array_mut()
+        .ok_or("permissions.allow is not a list")?;
+    if !allow.iter().any(|r| r == rule) {
+        allow.push(Value::String(rule.to_owned()));
+    }
+    serde_json::to_string_pretty(&value).map_err(|e| e.to_string())
+}
+
+/// Adds `rule` to the allow rules of the settings file at `path` (made if need
+/// be), replaced whole so that a crash mid-write never costs the file.
+pub(super) fn save_allow_rule(path: &Path, rule: &str) -> Result<(), String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e.to_string()),
+    };
+    let text = with_allow_rule(&text, rule)?;
+    let dir = path.parent().ok_or("no directory")?;
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let temporary = dir.join(format!(".settings.{}.tmp", std::process::id()));
+    std::fs::write(&temporary, format!("{text}\n"))
+        .and_then(|()| std::fs::rename(&temporary, path))
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(path: &Path, text: &str) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    #[test]
+    fn rules_come_from_every_file_and_untrusted_workspace_allows_are_left_out() {
+        let home = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        write(
+            &home.path().join(".claude/settings.json"),
+            r#"{"permissions": {"allow": ["Bash(git log:*)"], "deny": ["Read(./.env)"]}}"#,
+        );
+        write(
+            &ws.path().join(".claude/settings.json"),
+            r#"{"permissions": {"allow": ["Bash"], "ask": ["Bash(git push:*)"], "deny": ["bad("]}}"#,
+        );
+        write(&local_file(ws.path()), r#"{"model": "x"}"#);
+        let s = read(ws.path(), Some(home.path()), false).unwrap();
+        let names = |rules: &[Rule]| rules.iter().map(ToString::to_string).collect::<Vec<_>>();
+        assert_eq!(names(&s.rules.allow), ["Bash(git log:*)"]);
+        assert_eq!(names(&s.rules.deny), ["Read(./.env)"]);
+        assert_eq!(names(&s.rules.ask), ["Bash(git push:*)"]);
+        assert_eq!(s.warnings.len(), 2, "{:?}", s.warnings);
+        assert!(s.warnings[0].contains("\"bad(\" is not a rule"));
+        assert!(s.warnings[1].contains("its 1 allow rules are ignored"));
+        let trusted = read(ws.path(), Some(home.path()), true).unwrap();
+        assert_eq!(names(&trusted.rules.allow), ["Bash(git log:*)", "Bash"]);
+    }
+
+    #[test]
+    fn a_broken_settings_file_is_an_error_naming_it() {
+        let ws = tempfile::tempdir().unwrap();
+        write(&ws.path().join(".claude/settings.json"), "{not json");
+        let e = read(ws.path(), None, false).unwrap_err().to_string();
+        assert!(e.contains(".claude/settings.json: not JSON"), "{e}");
+        write(
+            &ws.path().join(".claude/settings.json"),
+            r#"{"permissions": {"deny": "Bash"}}"#,
+        );
+        let e = read(ws.path(), None, false).unwrap_err().to_string();
+        assert!(e.contains("permissions.deny must be a list"), "{e}");
+    }
+
+    #[test]
+    fn an_always_answer_adds_one_allow_rule_and_keeps_the_rest() {
+        let ws = tempfile::tempdir().unwrap();
+        let path = local_file(ws.path());
+        save_allow_rule(&path, "Bash(npm test)").unwrap();
+        save_allow_rule(&path, "Bash(npm test)").unwrap();
+        write(
+            &path,
+            &with_allow_rule(&std::fs::read_to_string(&path).unwrap(), "Edit").unwrap(),
+        );
+        let value: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(
+            value["permissions"]["allow"],
+            json!(["Bash(npm test)", "Edit"])
+        );
+        assert!(with_allow_rule("[1]", "Edit").is_err());
+    }
+}
