@@ -85,8 +85,16 @@ impl std::error::Error for RoleError {}
 
 /// The tools a role file may name (Claude Code's names, plus Claude Code's older
 /// spelling `LS`).
-pub const KNOWN_TOOLS: [&str; 8] = [
-    "Read", "Write", "Edit", "Ls", "Glob", "Grep", "Bash", "Task",
+pub const KNOWN_TOOLS: [&str; 9] = [
+    "Read",
+    "Write",
+    "Edit",
+    "MultiEdit",
+    "Ls",
+    "Glob",
+    "Grep",
+    "Bash",
+    "Task",
 ];
 
 /// Claude Code fields this version accepts without acting on them yet.

@@ -7,6 +7,7 @@ pub(crate) mod files;
 pub mod glob;
 pub mod grep;
 pub mod ls;
+pub mod multi_edit;
 pub mod permissions;
 pub mod read;
 pub mod rules;
@@ -226,6 +227,7 @@ impl ToolRegistry {
             .with(read::Read)
             .with(write::Write)
             .with(edit::Edit)
+            .with(multi_edit::MultiEdit)
             .with(ls::Ls)
             .with(glob::Glob)
             .with(grep::Grep)

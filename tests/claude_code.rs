@@ -87,14 +87,14 @@ async fn a_published_role_loads_with_warnings_and_check_fails_only_for_what_cann
     write_role(
         dir.path(),
         "other.md",
-        "name: other\ndescription: d\ntools: Read, MultiEdit",
+        "name: other\ndescription: d\ntools: Read, NotebookRead",
         "",
     );
     let out = orchestrate(dir.path(), &["agents", "check"], &[("HOME", home)]).await;
     assert_eq!(out.status.code(), Some(1));
     let shown = text(&out.stdout);
     assert!(
-        shown.contains("tool \"MultiEdit\" is not available here"),
+        shown.contains("tool \"NotebookRead\" is not available here"),
         "{shown}"
     );
     assert!(

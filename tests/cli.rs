@@ -346,7 +346,15 @@ async fn every_tool_is_offered_and_edits_show_as_diff_events() {
     assert_eq!(
         offered,
         [
-            "Read", "Write", "Edit", "Ls", "Glob", "Grep", "Bash", "Task"
+            "Read",
+            "Write",
+            "Edit",
+            "MultiEdit",
+            "Ls",
+            "Glob",
+            "Grep",
+            "Bash",
+            "Task"
         ]
     );
     let events: Vec<Value> = text(&out.stdout)

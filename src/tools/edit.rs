@@ -89,6 +89,29 @@ fn fail(message: String) -> ToolError {
     ToolError::Failed(message)
 }
 
+/// Why an edit of `shown` could not be made, as the model is told.
+pub(super) fn refused(refusal: Refusal, shown: &str) -> ToolError {
+    match refusal {
+        Refusal::Binary => fail(format!(
+            "{shown} is a binary file; Edit changes text files only"
+        )),
+        Refusal::NotText => fail(format!(
+            "{shown} is not UTF-8 text; Edit changes UTF-8 text files only"
+        )),
+        Refusal::NotFound { body, old } => {
+            let hint = closest_passage(&body, &old)
+                .map(|(line, passage)| {
+                    format!(" The closest passage, at line {line}, is:\n{passage}")
+                })
+                .unwrap_or_default();
+            fail(format!("old_string was not found in {shown}.{hint}"))
+        }
+        Refusal::Ambiguous(n) => fail(format!(
+            "old_string occurs {n} times in {shown}: add surrounding lines to make it unique, or set replace_all to replace every one"
+        )),
+    }
+}
+
 fn edit(
     session: crate::protocol::SessionId,
     root: &Path,
@@ -139,32 +162,7 @@ fn edit(
     if !matches!(edited, Err(Refusal::Binary | Refusal::NotText)) {
         files::check_fresh(session, path, shown)?;
     }
-    let edited = match edited {
-        Ok(edited) => edited,
-        Err(Refusal::Binary) => {
-            return Err(fail(format!(
-                "{shown} is a binary file; Edit changes text files only"
-            )));
-        }
-        Err(Refusal::NotText) => {
-            return Err(fail(format!(
-                "{shown} is not UTF-8 text; Edit changes UTF-8 text files only"
-            )));
-        }
-        Err(Refusal::NotFound { body, old }) => {
-            let hint = closest_passage(&body, &old)
-                .map(|(line, passage)| {
-                    format!(" The closest passage, at line {line}, is:\n{passage}")
-                })
-                .unwrap_or_default();
-            return Err(fail(format!("old_string was not found in {shown}.{hint}")));
-        }
-        Err(Refusal::Ambiguous(n)) => {
-            return Err(fail(format!(
-                "old_string occurs {n} times in {shown}: add surrounding lines to make it unique, or set replace_all to replace every one"
-            )));
-        }
-    };
+    let edited = edited.map_err(|refusal| refused(refusal, shown))?;
     let Edited {
         bytes: out,
         before,

@@ -88,7 +88,7 @@ impl Action {
             // Delegating has no effect of its own: the sub-agent's tools are gated
             // in the sub-agent.
             (true, _) | (false, "Task") => Self::Read,
-            (false, "Write" | "Edit") => Self::Edit,
+            (false, "Write" | "Edit" | "MultiEdit") => Self::Edit,
             (false, _) => Self::Execute,
         }
     }
@@ -362,6 +362,28 @@ pub fn summarize(tool: &str, input: &serde_json::Value, workspace: &Path) -> Str
                 Some(false) | None => "",
             };
             format!("{}{every}\n{diff}", target(text("file_path"), workspace))
+        }
+        "MultiEdit" => {
+            let edits = input["edits"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let mut shown = format!(
+                "{} ({} edits)",
+                target(text("file_path"), workspace),
+                edits.len()
+            );
+            for (i, edit) in edits.iter().enumerate() {
+                let part = |key: &str| edit[key].as_str().unwrap_or_default();
+                let every = if edit["replace_all"].as_bool() == Some(true) {
+                    " (every occurrence)"
+                } else {
+                    ""
+                };
+                let diff = super::full_diff(part("old_string"), part("new_string"), 2);
+                shown.push_str(&format!("\nedit {}{every}:\n{diff}", i + 1));
+            }
+            shown
         }
         "Write" => {
             let diff = super::full_diff("", text("content"), 3);

@@ -1,0 +1,255 @@
+//! The `MultiEdit` tool (Claude Code's): several edits to one file, applied in
+//! order and atomically: each through Edit's ladder on the result of the ones
+//! before, and the file written once, only when every edit applies.
+
+use futures::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::edit::{Edited, refused, replace};
+use super::files;
+use crate::error::ToolError;
+use crate::tools::{Concurrency, Tool, ToolContext};
+
+/// One edit of a `MultiEdit`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OneEdit {
+    /// The exact text to replace, including its indentation.
+    pub old_string: String,
+    /// The text to put in its place.
+    pub new_string: String,
+    /// Replace every occurrence instead of requiring exactly one (default false).
+    #[serde(default)]
+    pub replace_all: bool,
+}
+
+/// Input of `MultiEdit`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MultiEditInput {
+    /// The file to edit: absolute, or relative to the workspace root.
+    pub file_path: String,
+    /// The edits, applied in order, each to the result of the ones before.
+    pub edits: Vec<OneEdit>,
+}
+
+/// Several edits to one file.
+#[derive(Debug)]
+pub struct MultiEdit;
+
+impl Tool for MultiEdit {
+    fn name(&self) -> &str {
+        "MultiEdit"
+    }
+
+    fn description(&self) -> &str {
+        "Makes several edits to one file in one call: each `{old_string, new_string, \
+         replace_all?}` is applied in order to the result of the ones before, with Edit's \
+         rules (an exact, unique match unless replace_all). Either every edit applies and the \
+         file is written once, or none does and the error says which edit failed. Read the \
+         file first. To create a file, give one edit with an empty old_string."
+    }
+
+    fn input_schema(&self) -> Value {
+        super::schema::<MultiEditInput>()
+    }
+
+    fn read_only(&self) -> bool {
+        false
+    }
+
+    fn concurrency(&self, input: &Value) -> Concurrency {
+        super::unsafe_on_path(input)
+    }
+
+    fn call<'a>(
+        &'a self,
+        input: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<String, ToolError>> {
+        Box::pin(async move {
+            let input: MultiEditInput = super::parse(input)?;
+            if input.edits.is_empty() {
+                return Err(ToolError::InvalidInput(
+                    "edits is empty: there is nothing to change".into(),
+                ));
+            }
+            let path = ctx.resolve(&input.file_path)?;
+            let shown = ctx.display(&path);
+            let session = ctx.session;
+            let changes = ctx.changes.clone();
+            files::locked(&path.clone(), "edit", move || {
+                let summary = apply(session, &path, &shown, &input.edits, &changes)?;
+                files::record_read(session, &path);
+                Ok(summary)
+            })
+            .await
+        })
+    }
+}
+
+fn apply(
+    session: crate::protocol::SessionId,
+    path: &std::path::Path,
+    shown: &str,
+    edits: &[OneEdit],
+    changes: &crate::tools::Changes,
+) -> Result<String, ToolError> {
+    let numbered = |i: usize, e: ToolError| match e {
+        ToolError::Failed(m) | ToolError::InvalidInput(m) => ToolError::Failed(format!(
+            "edit {} of {}: {m} (no edit was made)",
+            i + 1,
+            edits.len()
+        )),
+        other => other,
+    };
+    let creating = !path.exists() && edits[0].old_string.is_empty();
+    let mut bytes = if creating {
+        edits[0].new_string.clone().into_bytes()
+    } else {
+        if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+            return Err(ToolError::Failed(format!(
+                "{shown} does not exist or is not a regular file"
+            )));
+        }
+        files::check_fresh(session, path, shown)?;
+        std::fs::read(path).map_err(|e| ToolError::Failed(format!("{shown}: {e}")))?
+    };
+    let before = String::from_utf8_lossy(&bytes).replace("\r\n", "\n");
+    let before = if creating { String::new() } else { before };
+    let mut after = before.clone();
+    let mut count = 0;
+    for (i, edit) in edits.iter().enumerate().skip(usize::from(creating)) {
+        if edit.old_string == edit.new_string {
+            let same = ToolError::InvalidInput("old_string and new_string are identical".into());
+            return Err(numbered(i, same));
+        }
+        if edit.old_string.is_empty() {
+            let empty = ToolError::InvalidInput(
+                "an empty old_string only creates a new file, as the first edit".into(),
+            );
+            return Err(numbered(i, empty));
+        }
+        let Edited {
+            bytes: out,
+            after: text,
+            count: n,
+            ..
+        } = replace(&bytes, &edit.old_string, &edit.new_string, edit.replace_all)
+            .map_err(|r| numbered(i, refused(r, shown)))?;
+        bytes = out;
+        after = text;
+        count += n;
+    }
+    if creating {
+        after = String::from_utf8_lossy(&bytes).replace("\r\n", "\n");
+    }
+    files::write_atomic(path, &bytes).map_err(|e| ToolError::Failed(format!("{shown}: {e}")))?;
+    let diff = super::unified_diff(shown, &before, &after);
+    changes.record(shown, &diff);
+    let what = if creating {
+        format!("Created {shown} with {} edits.", edits.len())
+    } else {
+        format!(
+            "Edited {shown}: {} edits, {count} replacements.",
+            edits.len()
+        )
+    };
+    Ok(super::with_diff(what, &diff))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::tools::read::Read;
+    use crate::tools::test_context;
+
+    #[tokio::test]
+    async fn every_edit_applies_in_order_or_none_does() {
+        let (_dir, ctx) = test_context();
+        let file = ctx.workspace.join("lib.rs");
+        std::fs::write(&file, "fn a() {\r\n    1\r\n}\r\nfn b() {}\r\n").unwrap();
+        // Unread: refused before anything.
+        let unread = MultiEdit
+            .call(
+                json!({"file_path": "lib.rs", "edits": [{"old_string": "1", "new_string": "2"}]}),
+                &ctx,
+            )
+            .await;
+        assert!(unread.is_err());
+        Read.call(json!({"file_path": "lib.rs"}), &ctx)
+            .await
+            .unwrap();
+        let out = MultiEdit
+            .call(
+                json!({"file_path": "lib.rs", "edits": [
+                    {"old_string": "    1", "new_string": "    2"},
+                    {"old_string": "fn b", "new_string": "fn c"},
+                    // The text an earlier edit wrote can be edited again.
+                    {"old_string": "    2\n}", "new_string": "    3\n}"},
+                ]}),
+                &ctx,
+            )
+            .await
+            .unwrap();
+        assert!(
+            out.starts_with("Edited lib.rs: 3 edits, 3 replacements."),
+            "{out}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            "fn a() {\r\n    3\r\n}\r\nfn c() {}\r\n",
+            "line endings kept"
+        );
+        let failed = MultiEdit
+            .call(
+                json!({"file_path": "lib.rs", "edits": [
+                    {"old_string": "fn a", "new_string": "fn z"},
+                    {"old_string": "no such text", "new_string": "x"},
+                ]}),
+                &ctx,
+            )
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            failed.starts_with("edit 2 of 2: old_string was not found in lib.rs"),
+            "{failed}"
+        );
+        assert!(failed.ends_with("(no edit was made)"), "{failed}");
+        assert!(
+            std::fs::read_to_string(&file)
+                .unwrap()
+                .starts_with("fn a()"),
+            "atomic"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_first_edit_with_an_empty_old_string_creates_the_file() {
+        let (_dir, ctx) = test_context();
+        let out = MultiEdit
+            .call(
+                json!({"file_path": "new.txt", "edits": [
+                    {"old_string": "", "new_string": "alpha beta\n"},
+                    {"old_string": "beta", "new_string": "gamma"},
+                ]}),
+                &ctx,
+            )
+            .await
+            .unwrap();
+        assert!(out.starts_with("Created new.txt with 2 edits."), "{out}");
+        assert_eq!(
+            std::fs::read_to_string(ctx.workspace.join("new.txt")).unwrap(),
+            "alpha gamma\n"
+        );
+        let empty = MultiEdit
+            .call(json!({"file_path": "new.txt", "edits": []}), &ctx)
+            .await;
+        assert!(empty.is_err());
+    }
+}
