@@ -75,6 +75,37 @@ impl RunStats {
     }
 }
 
+/// Where an item stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TodoStatus {
+    /// Not started.
+    Pending,
+    /// Being worked on (one at a time).
+    InProgress,
+    /// Done.
+    Completed,
+}
+
+/// One item of the list.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Todo {
+    /// What is to be done, in the imperative ("Run the tests").
+    pub content: String,
+    /// Where it stands.
+    pub status: TodoStatus,
+    /// The same while it is being done ("Running the tests").
+    #[serde(
+        default,
+        rename = "activeForm",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub active_form: Option<String>,
+    /// An id the model gives it (Claude Code's older schema).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+}
+
 /// How a run ended. Every run ends with exactly one.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
@@ -266,6 +297,11 @@ pub enum EventKind {
         /// Why.
         reason: String,
     },
+    /// The agent's todo list, whole, after a `TodoWrite` call.
+    Todos {
+        /// The items.
+        todos: Vec<Todo>,
+    },
     /// The conversation was compacted to fit the model's window.
     Compacted {
         /// Tokens freed, estimated.
@@ -332,6 +368,7 @@ impl EventKind {
             | Self::Retrying { .. }
             | Self::RateLimited { .. }
             | Self::Compacted { .. }
+            | Self::Todos { .. }
             | Self::Restarted { .. }
             | Self::Terminal { .. } => false,
         }

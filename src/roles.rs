@@ -85,7 +85,7 @@ impl std::error::Error for RoleError {}
 
 /// The tools a role file may name (Claude Code's names, plus Claude Code's older
 /// spelling `LS`).
-pub const KNOWN_TOOLS: [&str; 9] = [
+pub const KNOWN_TOOLS: [&str; 10] = [
     "Read",
     "Write",
     "Edit",
@@ -95,6 +95,7 @@ pub const KNOWN_TOOLS: [&str; 9] = [
     "Grep",
     "Bash",
     "Task",
+    "TodoWrite",
 ];
 
 /// Claude Code fields this version accepts without acting on them yet.

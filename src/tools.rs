@@ -13,6 +13,7 @@ pub mod read;
 pub mod rules;
 pub mod sandbox;
 pub mod scheduler;
+pub mod todo_write;
 pub(crate) mod walk;
 pub mod write;
 
@@ -228,6 +229,7 @@ impl ToolRegistry {
             .with(write::Write)
             .with(edit::Edit)
             .with(multi_edit::MultiEdit)
+            .with(todo_write::TodoWrite)
             .with(ls::Ls)
             .with(glob::Glob)
             .with(grep::Grep)

@@ -59,7 +59,6 @@ async fn a_published_role_loads_with_warnings_and_check_fails_only_for_what_cann
         text(&out.stdout),
         format!(
             "warning: {path}:4: tool \"WebFetch\" is not available here; the role runs without it\n\
-             warning: {path}:4: tool \"TodoWrite\" is not available here; the role runs without it\n\
              warning: {path}:4: tool \"NotebookEdit\" is not available here; the role runs without it\n\
              6 roles, no problems\n"
         )
@@ -77,7 +76,7 @@ async fn a_published_role_loads_with_warnings_and_check_fails_only_for_what_cann
     )
     .await;
     assert!(
-        text(&show.stdout).contains("tools:          Read, Grep, Bash"),
+        text(&show.stdout).contains("tools:          Read, Grep, TodoWrite, Bash"),
         "{}",
         text(&show.stdout)
     );

@@ -350,6 +350,7 @@ async fn every_tool_is_offered_and_edits_show_as_diff_events() {
             "Write",
             "Edit",
             "MultiEdit",
+            "TodoWrite",
             "Ls",
             "Glob",
             "Grep",

@@ -72,6 +72,8 @@ pub struct Row {
     pub tools: u32,
     /// Tokens compaction freed, estimated.
     pub compacted: u64,
+    /// Its todo list: items completed, and all items (`None`: it keeps none).
+    pub todos: Option<(usize, usize)>,
     /// Sub-agents it asked for that wait for a slot.
     pub queued: u32,
     /// When it started and (once ended) ended, in milliseconds since the run began.
@@ -140,6 +142,7 @@ impl Board {
                     cost_unknown: false,
                     tools: 0,
                     compacted: 0,
+                    todos: None,
                     queued: 0,
                     started_ms: now_ms,
                     ended_ms: None,
@@ -214,6 +217,13 @@ impl Board {
                 };
             }
             EventKind::Compacted { freed_tokens, .. } => row.compacted += freed_tokens,
+            EventKind::Todos { todos } => {
+                let done = todos
+                    .iter()
+                    .filter(|t| t.status == crate::protocol::TodoStatus::Completed)
+                    .count();
+                row.todos = Some((done, todos.len()));
+            }
             EventKind::RateLimited { delay_ms } => {
                 row.state = State::RateLimited {
                     at_ms: now_ms + delay_ms,

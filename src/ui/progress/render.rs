@@ -54,6 +54,9 @@ pub fn render_row(board: &Board, index: usize, now_ms: u64) -> String {
     if row.queued > 0 {
         state.push_str(&format!(" · {} queued", row.queued));
     }
+    if let Some((done, all)) = row.todos {
+        state.push_str(&format!(" · {done}/{all}"));
+    }
     if row.compacted > 0 {
         state.push_str(&format!(" · compacted −{}", tokens(row.compacted)));
     }
@@ -115,6 +118,23 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
                 ""
             }
         ),
+        EventKind::Todos { todos } => {
+            let done = todos
+                .iter()
+                .filter(|t| t.status == crate::protocol::TodoStatus::Completed)
+                .count();
+            let now = todos
+                .iter()
+                .find(|t| t.status == crate::protocol::TodoStatus::InProgress)
+                .map(|t| {
+                    format!(
+                        ": {}",
+                        clip(t.active_form.as_deref().unwrap_or(&t.content), 60)
+                    )
+                })
+                .unwrap_or_default();
+            format!("todos {done}/{}{now}", todos.len())
+        }
         EventKind::RateLimited { delay_ms } => format!(
             "rate limited: waiting {:.1}s with every agent on this provider",
             *delay_ms as f64 / 1000.0
@@ -191,6 +211,17 @@ pub fn summary(board: &Board, now_ms: u64) -> String {
             dollars(row.cost_usd()),
             clock(elapsed)
         ));
+    }
+    let todos: Vec<String> = board
+        .rows()
+        .iter()
+        .filter_map(|r| {
+            r.todos
+                .map(|(done, all)| format!("{} {done}/{all}", r.label))
+        })
+        .collect();
+    if !todos.is_empty() {
+        out.push_str(&format!("todos done: {}\n", todos.join(", ")));
     }
     out
 }
@@ -490,5 +521,41 @@ mod tests {
             files_changed(&board),
             "files changed:\n  b.txt  +1 −0\n  src/a.rs  +3 −2\n"
         );
+    }
+
+    #[test]
+    fn a_todo_list_shows_on_the_row_in_its_line_and_in_the_summary() {
+        use crate::protocol::{Todo, TodoStatus};
+        let lead = SessionId::new();
+        let mut board = Board::new();
+        let item = |content: &str, status| Todo {
+            content: content.into(),
+            status,
+            active_form: Some(format!("{content}ing")),
+            id: None,
+        };
+        let todos = event(
+            lead,
+            None,
+            "orchestrator",
+            EventKind::Todos {
+                todos: vec![
+                    item("Read", TodoStatus::Completed),
+                    item("Fix", TodoStatus::InProgress),
+                    item("Test", TodoStatus::Pending),
+                ],
+            },
+        );
+        let i = board.apply(&todos, Duration::ZERO).unwrap();
+        assert!(
+            render_row(&board, i, 0).contains("thinking · 1/3"),
+            "{}",
+            render_row(&board, i, 0)
+        );
+        assert_eq!(
+            plain_line(&board, i, &todos, 0).unwrap(),
+            "[00:00] orchestrator: todos 1/3: Fixing"
+        );
+        assert!(summary(&board, 0).ends_with("todos done: orchestrator 1/3\n"));
     }
 }

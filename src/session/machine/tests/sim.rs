@@ -548,6 +548,7 @@ pub(super) fn event_name(event: &EventKind) -> &'static str {
         EventKind::Restarted { .. } => "restarted",
         EventKind::RateLimited { .. } => "rate_limited",
         EventKind::Compacted { .. } => "compacted",
+        EventKind::Todos { .. } => "todos",
         EventKind::Terminal { .. } => "terminal",
     }
 }
