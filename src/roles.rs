@@ -85,7 +85,7 @@ impl std::error::Error for RoleError {}
 
 /// The tools a role file may name (Claude Code's names, plus Claude Code's older
 /// spelling `LS`).
-pub const KNOWN_TOOLS: [&str; 10] = [
+pub const KNOWN_TOOLS: [&str; 11] = [
     "Read",
     "Write",
     "Edit",
@@ -96,6 +96,7 @@ pub const KNOWN_TOOLS: [&str; 10] = [
     "Bash",
     "Task",
     "TodoWrite",
+    "WebFetch",
 ];
 
 /// Claude Code fields this version accepts without acting on them yet.

@@ -15,6 +15,7 @@ pub mod sandbox;
 pub mod scheduler;
 pub mod todo_write;
 pub(crate) mod walk;
+pub mod web_fetch;
 pub mod write;
 
 use std::fmt::Debug;
@@ -230,6 +231,7 @@ impl ToolRegistry {
             .with(edit::Edit)
             .with(multi_edit::MultiEdit)
             .with(todo_write::TodoWrite)
+            .with(web_fetch::WebFetch)
             .with(ls::Ls)
             .with(glob::Glob)
             .with(grep::Grep)

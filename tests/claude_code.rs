@@ -58,8 +58,7 @@ async fn a_published_role_loads_with_warnings_and_check_fails_only_for_what_cann
     assert_eq!(
         text(&out.stdout),
         format!(
-            "warning: {path}:4: tool \"WebFetch\" is not available here; the role runs without it\n\
-             warning: {path}:4: tool \"NotebookEdit\" is not available here; the role runs without it\n\
+            "warning: {path}:4: tool \"NotebookEdit\" is not available here; the role runs without it\n\
              6 roles, no problems\n"
         )
     );
@@ -76,7 +75,7 @@ async fn a_published_role_loads_with_warnings_and_check_fails_only_for_what_cann
     )
     .await;
     assert!(
-        text(&show.stdout).contains("tools:          Read, Grep, TodoWrite, Bash"),
+        text(&show.stdout).contains("tools:          Read, Grep, WebFetch, TodoWrite, Bash"),
         "{}",
         text(&show.stdout)
     );
@@ -97,7 +96,7 @@ async fn a_published_role_loads_with_warnings_and_check_fails_only_for_what_cann
         "{shown}"
     );
     assert!(
-        shown.contains("tool \"WebFetch\" is not available here"),
+        shown.contains("tool \"NotebookEdit\" is not available here"),
         "{shown}"
     );
     assert!(
@@ -145,7 +144,7 @@ async fn a_lead_that_only_delegates_has_workers_with_their_own_tools() {
     write_role(
         dir.path(),
         "worker.md",
-        "name: worker\ndescription: Works.\ntools: Read, Grep, WebFetch",
+        "name: worker\ndescription: Works.\ntools: Read, Grep, NotebookEdit",
         WORKER,
     );
     let out = run_on(&mock, dir.path(), &["go"], &[]).await;
@@ -430,4 +429,51 @@ async fn a_bad_rule_on_the_command_line_or_a_broken_settings_file_stops_the_run(
         "{}",
         text(&out.stderr)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_fetch_reads_a_page_as_markdown_where_a_domain_rule_allows_it() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/guide", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut buf = [0; 2048];
+            let _ = socket.read(&mut buf).await;
+            let body = "<h2>Setup</h2><p>Run <b>make</b>.</p>";
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = socket.write_all(reply.as_bytes()).await;
+        }
+    });
+    let script = |url: &str| {
+        vec![
+            Reply::tool_calls(&[("f1", "WebFetch", json!({"url": url, "prompt": "setup"}))]),
+            Reply::text("read"),
+        ]
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // Not allowed: with no terminal to ask, it is refused.
+    let mock = MockLlm::start(script(&url)).await;
+    run_on(&mock, dir.path(), &["go"], &[]).await;
+    let refused = harness::tool_results(&mock.requests()[1]);
+    assert!(refused[0].1.contains("permission denied"), "{refused:?}");
+    // A domain rule allows it.
+    let mock = MockLlm::start(script(&url)).await;
+    let out = run_on(
+        &mock,
+        dir.path(),
+        &["--allowedTools", "WebFetch(domain:127.0.0.1)", "go"],
+        &[],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let fetched = harness::tool_results(&mock.requests()[1]);
+    assert!(
+        fetched[0].1.contains("## Setup") && fetched[0].1.contains("Run **make**."),
+        "{fetched:?}"
+    );
+    server.abort();
 }

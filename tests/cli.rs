@@ -351,6 +351,7 @@ async fn every_tool_is_offered_and_edits_show_as_diff_events() {
             "Edit",
             "MultiEdit",
             "TodoWrite",
+            "WebFetch",
             "Ls",
             "Glob",
             "Grep",

@@ -352,6 +352,7 @@ pub fn summarize(tool: &str, input: &serde_json::Value, workspace: &Path) -> Str
     };
     match tool {
         "Bash" => text("command").to_owned(),
+        "WebFetch" => format!("GET {}", text("url")),
         "Edit" => {
             let diff = super::full_diff(text("old_string"), text("new_string"), 2);
             let every = match input

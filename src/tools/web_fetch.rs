@@ -1,0 +1,329 @@
+//! The `WebFetch` tool (Claude Code's name and input): GETs a URL and gives the
+//! model its content, HTML converted to markdown (`htmd`), size-capped. It has an
+//! effect outside the workspace (a request to a server), so it is gated like a
+//! command: asked about, or allowed per domain by a `WebFetch(domain:…)` rule. A
+//! redirect to another host is reported, not followed.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::ToolError;
+use crate::tools::{Concurrency, Tool, ToolContext};
+
+/// Bytes of a response read at most.
+const MAX_BYTES: usize = 5 * 1024 * 1024;
+/// Characters of content given to the model at most.
+const MAX_CHARS: usize = 100_000;
+/// Redirects within one host followed at most.
+const MAX_REDIRECTS: usize = 5;
+/// How long one fetch may take.
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Input of `WebFetch`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct WebFetchInput {
+    /// The URL to fetch (http or https).
+    url: String,
+    /// What to look for in the page.
+    prompt: String,
+}
+
+/// Fetches a web page.
+#[derive(Debug)]
+pub struct WebFetch;
+
+impl Tool for WebFetch {
+    fn name(&self) -> &str {
+        "WebFetch"
+    }
+
+    fn description(&self) -> &str {
+        "Fetches a URL (http or https) and returns its content, HTML converted to markdown, \
+         at most 100 000 characters, with `prompt` (what you are looking for) repeated after \
+         it. A redirect to another host is reported rather than followed: fetch that URL if \
+         you want it. Use it to read documentation or an issue a task points to."
+    }
+
+    fn input_schema(&self) -> Value {
+        super::schema::<WebFetchInput>()
+    }
+
+    fn read_only(&self) -> bool {
+        false
+    }
+
+    fn concurrency(&self, _input: &Value) -> Concurrency {
+        Concurrency::Safe
+    }
+
+    fn call<'a>(
+        &'a self,
+        input: Value,
+        _ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<String, ToolError>> {
+        Box::pin(async move {
+            let input: WebFetchInput = super::parse(input)?;
+            let url = reqwest::Url::parse(&input.url).map_err(|e| {
+                ToolError::InvalidInput(format!("{:?} is not a URL: {e}", input.url))
+            })?;
+            if !matches!(url.scheme(), "http" | "https") {
+                return Err(ToolError::InvalidInput(format!(
+                    "only http and https URLs can be fetched, not {}",
+                    url.scheme()
+                )));
+            }
+            let (url, content_type, bytes, cut) = match fetch(url).await? {
+                Fetched::Page {
+                    url,
+                    content_type,
+                    bytes,
+                    cut,
+                } => (url, content_type, bytes, cut),
+                Fetched::Elsewhere { from, to } => {
+                    return Ok(format!(
+                        "{from} redirects to another host: {to}\nFetch that URL if you want to follow it."
+                    ));
+                }
+            };
+            let text = String::from_utf8_lossy(&bytes);
+            if bytes.contains(&0) {
+                return Err(ToolError::Failed(format!(
+                    "{url} is not text ({content_type}): WebFetch reads pages and text"
+                )));
+            }
+            let html = content_type.contains("html")
+                || (content_type.is_empty() && text.trim_start().starts_with('<'));
+            let body = if html {
+                markdown(&text)
+            } else {
+                text.into_owned()
+            };
+            let (body, shortened) = cap(&body);
+            let mut out = format!(
+                "Content of {url}{}:\n\n{body}",
+                if html {
+                    " (HTML converted to markdown)"
+                } else {
+                    ""
+                }
+            );
+            if cut || shortened {
+                out.push_str("\n\n[… the rest of the page was cut: it is too long]");
+            }
+            out.push_str(&format!("\n\n[What to look for in it: {}]", input.prompt));
+            Ok(out)
+        })
+    }
+}
+
+/// What a fetch found.
+enum Fetched {
+    /// The page: its final URL, content type, bytes, and whether they were cut.
+    Page {
+        url: reqwest::Url,
+        content_type: String,
+        bytes: Vec<u8>,
+        cut: bool,
+    },
+    /// A redirect to another host.
+    Elsewhere { from: reqwest::Url, to: String },
+}
+
+async fn fetch(mut url: reqwest::Url) -> Result<Fetched, ToolError> {
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(TIMEOUT)
+        .user_agent(concat!("orchestrate/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| ToolError::Failed(format!("cannot make an HTTP client: {e}")))?;
+    for _ in 0..=MAX_REDIRECTS {
+        let response = client
+            .get(url.clone())
+            .send()
+            .await
+            .map_err(|e| ToolError::Failed(format!("cannot fetch {url}: {}", root(&e))))?;
+        let status = response.status();
+        if status.is_redirection() {
+            let location = response
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|l| l.to_str().ok())
+                .ok_or_else(|| {
+                    ToolError::Failed(format!("{url}: HTTP {status} with no Location"))
+                })?;
+            let next = url
+                .join(location)
+                .map_err(|e| ToolError::Failed(format!("{url}: bad redirect {location:?}: {e}")))?;
+            if next.host_str() != url.host_str() {
+                return Ok(Fetched::Elsewhere {
+                    from: url,
+                    to: next.to_string(),
+                });
+            }
+            url = next;
+            continue;
+        }
+        if !status.is_success() {
+            return Err(ToolError::Failed(format!("{url}: HTTP {status}")));
+        }
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        let mut bytes = Vec::new();
+        let mut cut = false;
+        let mut stream = response.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| ToolError::Failed(format!("{url}: {}", root(&e))))?;
+            let room = MAX_BYTES - bytes.len();
+            if chunk.len() > room {
+                bytes.extend_from_slice(&chunk[..room]);
+                cut = true;
+                break;
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        return Ok(Fetched::Page {
+            url,
+            content_type,
+            bytes,
+            cut,
+        });
+    }
+    Err(ToolError::Failed(format!(
+        "{url}: more than {MAX_REDIRECTS} redirects"
+    )))
+}
+
+/// The innermost reason of an error, in its own words.
+fn root(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut last = e;
+    while let Some(next) = last.source() {
+        last = next;
+    }
+    last.to_string()
+}
+
+/// HTML as markdown, scripts and styles left out.
+fn markdown(html: &str) -> String {
+    let converter = htmd::HtmlToMarkdown::builder()
+        .skip_tags(vec!["script", "style", "noscript", "head"])
+        .build();
+    converter.convert(html).unwrap_or_else(|_| html.to_owned())
+}
+
+/// `text` cut to [`MAX_CHARS`] on a character boundary; true when it was cut.
+fn cap(text: &str) -> (&str, bool) {
+    if text.len() <= MAX_CHARS {
+        return (text, false);
+    }
+    let mut end = MAX_CHARS;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    (&text[..end], true)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+    use crate::tools::test_context;
+
+    /// A server on loopback that answers each request by its path.
+    async fn serve(answer: fn(&str) -> String) -> (String, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let mut request = vec![0; 4096];
+                let n = socket.read(&mut request).await.unwrap_or(0);
+                let request = String::from_utf8_lossy(&request[..n]).into_owned();
+                let path = request.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                let _ = socket.write_all(answer(&path).as_bytes()).await;
+                let _ = socket.shutdown().await;
+            }
+        });
+        (base, task)
+    }
+
+    fn page(status: &str, headers: &str, body: &str) -> String {
+        format!(
+            "HTTP/1.1 {status}\r\n{headers}content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
+    fn answer(path: &str) -> String {
+        match path {
+            "/doc" => page(
+                "200 OK",
+                "content-type: text/html; charset=utf-8\r\n",
+                "<html><head><title>T</title><script>evil()</script></head><body><h1>Install</h1><p>Run <code>cargo add x</code>.</p><ul><li>one</li></ul></body></html>",
+            ),
+            "/moved" => page("301 Moved", "location: /doc\r\n", ""),
+            "/away" => page("302 Found", "location: http://example.invalid/x\r\n", ""),
+            "/gone" => page("404 Not Found", "", "no"),
+            _ => page("200 OK", "content-type: text/plain\r\n", "plain words"),
+        }
+    }
+
+    #[tokio::test]
+    async fn html_becomes_markdown_and_redirects_stay_on_their_host() {
+        let (base, server) = serve(answer).await;
+        let (_dir, ctx) = test_context();
+        let fetch = |path: &str| {
+            WebFetch.call(
+                json!({"url": format!("{base}{path}"), "prompt": "how to install"}),
+                &ctx,
+            )
+        };
+        let doc = fetch("/moved").await.unwrap();
+        assert!(
+            doc.starts_with(&format!(
+                "Content of {base}/doc (HTML converted to markdown):"
+            )),
+            "{doc}"
+        );
+        assert!(
+            doc.contains("# Install") && doc.contains("`cargo add x`") && doc.contains("one"),
+            "{doc}"
+        );
+        assert!(!doc.contains("evil"), "{doc}");
+        assert!(
+            doc.ends_with("[What to look for in it: how to install]"),
+            "{doc}"
+        );
+        let away = fetch("/away").await.unwrap();
+        assert!(
+            away.contains("redirects to another host: http://example.invalid/x"),
+            "{away}"
+        );
+        let plain = fetch("/text").await.unwrap();
+        assert!(plain.contains("plain words"), "{plain}");
+        let gone = fetch("/gone").await.unwrap_err().to_string();
+        assert!(gone.contains("HTTP 404"), "{gone}");
+        let bad = WebFetch
+            .call(json!({"url": "file:///etc/passwd", "prompt": "x"}), &ctx)
+            .await;
+        assert!(bad.unwrap_err().to_string().contains("only http and https"));
+        server.abort();
+    }
+
+    #[test]
+    fn long_content_is_cut_on_a_character() {
+        let text = "é".repeat(MAX_CHARS);
+        let (cut, shortened) = cap(&text);
+        assert!(shortened && cut.len() <= MAX_CHARS && cut.chars().all(|c| c == 'é'));
+    }
+}
