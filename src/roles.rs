@@ -401,15 +401,15 @@ mod tests {
     fn a_tool_not_provided_here_is_a_warning_and_the_role_loads() {
         let role = parse(
             "x.md",
-            "---\nname: x\ndescription: d\ntools: Read, WebFetch, TodoWrite\n---\n",
+            "---\nname: x\ndescription: d\ntools: Read, WebSearch, NotebookRead\n---\n",
         )
         .unwrap();
         assert_eq!(role.tools, Some(vec!["Read".into()]));
         assert_eq!(
             role.warnings,
             [
-                "x.md:4: tool \"WebFetch\" is not available here; the role runs without it",
-                "x.md:4: tool \"TodoWrite\" is not available here; the role runs without it",
+                "x.md:4: tool \"WebSearch\" is not available here; the role runs without it",
+                "x.md:4: tool \"NotebookRead\" is not available here; the role runs without it",
             ]
         );
     }

@@ -83,7 +83,7 @@ mod tests {
     fn unknown_tools_are_warnings_and_the_rest_loads() {
         let e = read(&[
             "Read",
-            "WebFetch",
+            "WebSearch",
             "grep",
             "LS",
             "NotebookEdit",
@@ -96,7 +96,7 @@ mod tests {
         assert_eq!(
             e.warnings,
             [
-                "a.md:4: tool \"WebFetch\" is not available here; the role runs without it",
+                "a.md:4: tool \"WebSearch\" is not available here; the role runs without it",
                 "a.md:4: tool \"NotebookEdit\" is not available here; the role runs without it",
                 "a.md:4: tool \"mcp__github__create_issue\" is not available here; the role runs without it",
             ]
