@@ -132,6 +132,8 @@ pub fn commands(line: &str) -> Option<Vec<String>> {
                 continue;
             }
             '`' if !single => return None,
+            // ANSI-C quoting (`$'…'`) escapes quotes in its own way: not vouched for.
+            '$' if !single && !double && chars.peek() == Some(&'\'') => return None,
             '$' if !single && chars.peek() == Some(&'(') => return None,
             '<' | '>' if !single && !double && chars.peek() == Some(&'(') => return None,
             '&' | '|' | ';' | '\n' if !single && !double => {
@@ -165,6 +167,47 @@ pub fn commands(line: &str) -> Option<Vec<String>> {
         }
     }
     Some(parts)
+}
+
+/// A simple command with what could hide its name taken off: grouping, `!`,
+/// wrappers (`command`, `builtin`, `exec`, `nohup`, `time`, `env`, `sudo`),
+/// variable assignments, quotes and backslashes in its name, and its directory.
+fn unwrapped(part: &str) -> String {
+    let mut words: Vec<&str> = part
+        .trim_start_matches(['(', '{', '!', ' '])
+        .trim_end_matches([')', '}', ' '])
+        .split(' ')
+        .filter(|w| !w.is_empty())
+        .collect();
+    while let Some(first) = words.first() {
+        let wrapper = matches!(
+            *first,
+            "command" | "builtin" | "exec" | "nohup" | "time" | "env" | "sudo"
+        );
+        let assignment = first
+            .split_once('=')
+            .is_some_and(|(name, _)| valid_name(name));
+        let option_of_wrapper = first.starts_with('-') && !words.is_empty();
+        if wrapper || assignment || (option_of_wrapper && words.len() > 1 && part.contains(' ')) {
+            words.remove(0);
+        } else {
+            break;
+        }
+    }
+    let Some(first) = words.first_mut() else {
+        return String::new();
+    };
+    let name: String = first
+        .chars()
+        .filter(|c| !matches!(c, '\'' | '"' | '\\'))
+        .collect();
+    let name = name.rsplit('/').next().unwrap_or_default().to_owned();
+    let rest = words[1..].join(" ");
+    if rest.is_empty() {
+        name
+    } else {
+        format!("{name} {rest}")
+    }
 }
 
 /// True when every redirection in `part` only merges streams or discards output.
@@ -273,7 +316,11 @@ impl Rules {
             ("Bash", pattern) => {
                 let command = input["command"].as_str().unwrap_or_default();
                 match commands(command) {
-                    Some(parts) => parts.iter().any(|p| pattern.matches(p)),
+                    // The command as written, or as the shell would find it
+                    // (`/bin/rm`, `\rm`, `command rm`, `(rm …)`, `env X=1 rm`).
+                    Some(parts) => parts
+                        .iter()
+                        .any(|p| pattern.matches(p) || pattern.matches(&unwrapped(p))),
                     // Cannot be told apart: a deny or ask rule for Bash holds.
                     None => true,
                 }
@@ -512,6 +559,36 @@ mod tests {
             d.verdict("Bash", &bash("echo `rm -rf x`")),
             Some(RuleVerdict::Deny)
         );
+        // ANSI-C quoting cannot hide a second command from an allow rule.
+        let e = rules(&["Bash(echo:*)"], &[], &[]);
+        assert_eq!(
+            e.verdict("Bash", &bash("echo $'\\''; rm -rf x; echo '")),
+            None
+        );
+    }
+
+    #[test]
+    fn a_deny_rule_sees_through_paths_wrappers_and_grouping() {
+        let d = rules(&[], &["Bash(rm:*)"], &[]);
+        for line in [
+            "/bin/rm -rf x",
+            "\\rm -rf x",
+            "command rm -rf x",
+            "(rm -rf x)",
+            "{ rm -rf x; }",
+            "env FOO=1 rm -rf x",
+            "sudo rm -rf x",
+            "'rm' -rf x",
+            "true && nohup rm -rf x",
+        ] {
+            assert_eq!(
+                d.verdict("Bash", &bash(line)),
+                Some(RuleVerdict::Deny),
+                "{line}"
+            );
+        }
+        assert_eq!(d.verdict("Bash", &bash("rmdir x")), None);
+        assert_eq!(d.verdict("Bash", &bash("echo rm")), None);
     }
 
     #[test]
