@@ -31,10 +31,7 @@ pub fn candidates(workspace: &Path, home: Option<&Path>) -> Vec<PathBuf> {
     if let Some(home) = home {
         files.push(home.join(".claude/CLAUDE.md"));
     }
-    let root = workspace
-        .ancestors()
-        .find(|dir| dir.join(".git").exists())
-        .unwrap_or(workspace);
+    let root = repository_root(workspace);
     let mut dirs: Vec<&Path> = workspace
         .ancestors()
         .take_while(|dir| dir.starts_with(root))
@@ -48,11 +45,36 @@ pub fn candidates(workspace: &Path, home: Option<&Path>) -> Vec<PathBuf> {
     files
 }
 
-/// Reads the memory of `workspace`.
+/// The repository `workspace` is in: the nearest folder above with a `.git`,
+/// else the workspace itself.
+fn repository_root(workspace: &Path) -> &Path {
+    workspace
+        .ancestors()
+        .find(|dir| dir.join(".git").exists())
+        .unwrap_or(workspace)
+}
+
+/// Reads the memory of `workspace`. A repository's file that leads outside the
+/// repository (a symlink to `~/.aws/credentials`, say) is not read: its text
+/// would reach every model request and journal.
 pub fn load(workspace: &Path, home: Option<&Path>) -> Memory {
     let mut memory = Memory::default();
     let mut sections = Vec::new();
+    let root =
+        std::fs::canonicalize(repository_root(workspace)).unwrap_or_else(|_| workspace.to_owned());
+    let user_file = home.map(|h| h.join(".claude/CLAUDE.md"));
     for path in candidates(workspace, home) {
+        if Some(&path) != user_file.as_ref()
+            && let Ok(real) = std::fs::canonicalize(&path)
+            && !real.starts_with(&root)
+        {
+            memory.warnings.push(format!(
+                "{} leads outside the repository (to {}); it is not loaded as memory",
+                path.display(),
+                real.display()
+            ));
+            continue;
+        }
         match small_file::read_to_string(&path, small_file::MAX_BYTES) {
             Ok(text) if text.trim().is_empty() => {}
             Ok(text) => {
@@ -167,5 +189,22 @@ mod tests {
         assert_eq!(memory.warnings.len(), 2, "{:?}", memory.warnings);
         assert!(memory.warnings[0].contains("AGENTS.md: not a regular file"));
         assert!(memory.warnings[1].starts_with("memory files are"));
+    }
+
+    #[test]
+    fn a_repository_file_that_leads_outside_the_repository_is_not_read() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "AWS_SECRET=x").unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), ws.path().join("CLAUDE.md"))
+            .unwrap();
+        let memory = load(ws.path(), None);
+        assert!(memory.files.is_empty());
+        assert!(!memory.text.contains("AWS_SECRET"));
+        assert!(
+            memory.warnings[0].contains("leads outside the repository"),
+            "{:?}",
+            memory.warnings
+        );
     }
 }

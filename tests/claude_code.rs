@@ -400,7 +400,7 @@ async fn a_repositorys_allow_rules_count_only_in_a_trusted_workspace() {
     let out = run_on(&mock, dir.path(), &["go"], &home_env).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(
-        text(&out.stderr).contains("its 1 allow rules are ignored: this workspace is not trusted"),
+        text(&out.stderr).contains("its allow rules Bash(touch:*) are ignored"),
         "{}",
         text(&out.stderr)
     );

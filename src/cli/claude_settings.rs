@@ -30,12 +30,14 @@ pub(super) fn local_file(workspace: &Path) -> PathBuf {
 }
 
 /// Reads the settings files of `workspace` (and `home`'s); `trusted`: the
-/// workspace's allow rules count. A file that is not JSON of the expected shape is
-/// an error naming it.
+/// workspace's allow rules count; `pinned`: those of them that count anyway (the
+/// person approved them). A file that is not JSON of the expected shape is an
+/// error naming it.
 pub(super) fn read(
     workspace: &Path,
     home: Option<&Path>,
     trusted: bool,
+    pinned: &[String],
 ) -> Result<Settings, ConfigError> {
     let mut settings = Settings {
         rules: Rules {
@@ -86,13 +88,16 @@ pub(super) fn read(
         let (allow, deny, ask) = (list("allow")?, list("deny")?, list("ask")?);
         settings.rules.deny.extend(deny);
         settings.rules.ask.extend(ask);
-        if own || trusted {
-            settings.rules.allow.extend(allow);
-        } else if !allow.is_empty() {
+        let (honoured, ignored): (Vec<Rule>, Vec<Rule>) = allow
+            .into_iter()
+            .partition(|r| own || trusted || pinned.contains(&r.to_string()));
+        settings.rules.allow.extend(honoured);
+        if !ignored.is_empty() {
+            let texts: Vec<String> = ignored.iter().map(ToString::to_string).collect();
             settings.warnings.push(format!(
-                "{}: its {} allow rules are ignored: this workspace is not trusted (run once with --trust-workspace, or answer \"always\" at a question)",
+                "{}: its allow rules {} are ignored: the workspace's files could approve their own commands (pass --trust-workspace to use them)",
                 path.display(),
-                allow.len()
+                texts.join(", ")
             ));
         }
     }
@@ -138,9 +143,21 @@ pub(super) fn save_allow_rule(path: &Path, rule: &str) -> Result<(), String> {
     let text = with_allow_rule(&text, rule)?;
     let dir = path.parent().ok_or("no directory")?;
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    let temporary = dir.join(format!(".settings.{}.tmp", std::process::id()));
-    std::fs::write(&temporary, format!("{text}\n"))
-        .and_then(|()| std::fs::rename(&temporary, path))
+    // The folder is the repository's: a symlink in it must not lead the write
+    // elsewhere.
+    let linked = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
+    if linked(dir) || linked(path) {
+        return Err(format!(
+            "{} is a symbolic link; the rule is not saved",
+            path.display()
+        ));
+    }
+    let mut temporary = tempfile::NamedTempFile::new_in(dir).map_err(|e| e.to_string())?;
+    std::io::Write::write_all(&mut temporary, format!("{text}\n").as_bytes())
+        .map_err(|e| e.to_string())?;
+    temporary
+        .persist(path)
+        .map(|_| ())
         .map_err(|e| e.to_string())
 }
 
@@ -166,15 +183,17 @@ mod tests {
             r#"{"permissions": {"allow": ["Bash"], "ask": ["Bash(git push:*)"], "deny": ["bad("]}}"#,
         );
         write(&local_file(ws.path()), r#"{"model": "x"}"#);
-        let s = read(ws.path(), Some(home.path()), false).unwrap();
+        let s = read(ws.path(), Some(home.path()), false, &[]).unwrap();
         let names = |rules: &[Rule]| rules.iter().map(ToString::to_string).collect::<Vec<_>>();
         assert_eq!(names(&s.rules.allow), ["Bash(git log:*)"]);
         assert_eq!(names(&s.rules.deny), ["Read(./.env)"]);
         assert_eq!(names(&s.rules.ask), ["Bash(git push:*)"]);
         assert_eq!(s.warnings.len(), 2, "{:?}", s.warnings);
         assert!(s.warnings[0].contains("\"bad(\" is not a rule"));
-        assert!(s.warnings[1].contains("its 1 allow rules are ignored"));
-        let trusted = read(ws.path(), Some(home.path()), true).unwrap();
+        assert!(s.warnings[1].contains("its allow rules Bash are ignored"));
+        let pinned = read(ws.path(), Some(home.path()), false, &["Bash".to_owned()]).unwrap();
+        assert_eq!(names(&pinned.rules.allow), ["Bash(git log:*)", "Bash"]);
+        let trusted = read(ws.path(), Some(home.path()), true, &[]).unwrap();
         assert_eq!(names(&trusted.rules.allow), ["Bash(git log:*)", "Bash"]);
     }
 
@@ -182,13 +201,13 @@ mod tests {
     fn a_broken_settings_file_is_an_error_naming_it() {
         let ws = tempfile::tempdir().unwrap();
         write(&ws.path().join(".claude/settings.json"), "{not json");
-        let e = read(ws.path(), None, false).unwrap_err().to_string();
+        let e = read(ws.path(), None, false, &[]).unwrap_err().to_string();
         assert!(e.contains(".claude/settings.json: not JSON"), "{e}");
         write(
             &ws.path().join(".claude/settings.json"),
             r#"{"permissions": {"deny": "Bash"}}"#,
         );
-        let e = read(ws.path(), None, false).unwrap_err().to_string();
+        let e = read(ws.path(), None, false, &[]).unwrap_err().to_string();
         assert!(e.contains("permissions.deny must be a list"), "{e}");
     }
 

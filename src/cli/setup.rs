@@ -82,8 +82,15 @@ fn permission_rules(
 ) -> Result<(Rules, RuleSaver, Vec<String>), ConfigError> {
     let home = env("HOME").map(PathBuf::from);
     let key = workspace.display().to_string();
-    let trusted = cli.trust_workspace || files.user.trust.contains_key(&key);
-    let settings = claude_settings::read(workspace, home.as_deref(), trusted)?;
+    // A repository's allow rules count when the person says so for this run, or
+    // one by one when they approved it ("always", pinned in their own file).
+    let pinned = files
+        .user
+        .trust
+        .get(&key)
+        .map(|t| t.rules.clone())
+        .unwrap_or_default();
+    let settings = claude_settings::read(workspace, home.as_deref(), cli.trust_workspace, &pinned)?;
     let mut rules = settings.rules;
     for (list, into) in [
         (&cli.allowed_tools, &mut rules.allow),
@@ -102,7 +109,7 @@ fn permission_rules(
     let saver = RuleSaver(Arc::new(move |rule: &str| {
         claude_settings::save_allow_rule(&local, rule)?;
         match &user_file {
-            Some(path) => super::trust::remember(path, &key, &[]),
+            Some(path) => super::trust::pin_rule(path, &key, rule),
             None => Ok(()),
         }
     }));

@@ -66,13 +66,24 @@ pub(super) async fn check(
 /// whole so that a crash mid-write never costs the user their file. A symlinked
 /// file (dotfiles kept elsewhere) is written where it points.
 pub(super) fn remember(path: &Path, workspace: &str, urls: &[&str]) -> Result<(), String> {
+    rewrite(path, |text| config::remember(text, workspace, urls))
+}
+
+/// Pins an allow rule the person approved for `workspace` in the user's file.
+pub(super) fn pin_rule(path: &Path, workspace: &str, rule: &str) -> Result<(), String> {
+    rewrite(path, |text| config::pin_rules(text, workspace, &[rule]))
+}
+
+/// Rewrites the user's file at `path` (created if need be) with `change`,
+/// replacing it whole.
+fn rewrite(path: &Path, change: impl FnOnce(&str) -> Result<String, String>) -> Result<(), String> {
     let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
     let (text, permissions) = match std::fs::read_to_string(&path) {
         Ok(text) => (text, std::fs::metadata(&path).ok().map(|m| m.permissions())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), None),
         Err(e) => return Err(e.to_string()),
     };
-    let text = config::remember(&text, workspace, urls)?;
+    let text = change(&text)?;
     let dir = path.parent().ok_or("no directory")?;
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     let temporary = dir.join(format!(".config.toml.{}.tmp", std::process::id()));

@@ -56,6 +56,9 @@ pub struct TrustedWorkspace {
     /// The API roots it may send requests to.
     #[serde(default)]
     pub base_urls: Vec<String>,
+    /// Allow rules of its `.claude/settings.local.json` the person approved.
+    #[serde(default)]
+    pub rules: Vec<String>,
 }
 
 /// The `[sandbox]` table: how Bash commands are confined.

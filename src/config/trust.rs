@@ -62,6 +62,22 @@ impl ConfigFile {
 /// The user's file `text` with `workspace` trusted to send requests to `base_urls`
 /// too; everything else in it (comments included) stays as it was.
 pub fn remember(text: &str, workspace: &str, base_urls: &[&str]) -> Result<String, String> {
+    remember_list(text, workspace, "base_urls", base_urls)
+}
+
+/// The user's file `text` with `rules` pinned for `workspace`: allow rules of its
+/// `.claude/settings.local.json` that the person approved ("always"), which count
+/// even though the workspace is not trusted as a whole.
+pub fn pin_rules(text: &str, workspace: &str, rules: &[&str]) -> Result<String, String> {
+    remember_list(text, workspace, "rules", rules)
+}
+
+fn remember_list(
+    text: &str,
+    workspace: &str,
+    key: &str,
+    base_urls: &[&str],
+) -> Result<String, String> {
     let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e| format!("{e}"))?;
     let trust = doc
         .entry("trust")
@@ -78,10 +94,10 @@ pub fn remember(text: &str, workspace: &str, base_urls: &[&str]) -> Result<Strin
         .as_table_like_mut()
         .ok_or_else(|| format!("trust.{workspace:?} is not a table"))?;
     let urls = entry
-        .entry("base_urls")
+        .entry(key)
         .or_insert_with(|| toml_edit::value(toml_edit::Array::new()))
         .as_array_mut()
-        .ok_or_else(|| format!("trust.{workspace:?}.base_urls is not an array"))?;
+        .ok_or_else(|| format!("trust.{workspace:?}.{key} is not an array"))?;
     let known: BTreeSet<String> = urls
         .iter()
         .filter_map(|u| u.as_str().map(str::to_owned))

@@ -3,7 +3,6 @@
 //! [`Approver`] the caller provides (a terminal prompt, or a refusal when there is
 //! no terminal).
 
-use std::collections::HashSet;
 use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
@@ -202,39 +201,83 @@ impl fmt::Debug for RuleSaver {
     }
 }
 
-/// The allow rule an "always" answer saves: a Bash command exactly, any other
-/// tool whole.
-pub fn always_rule(tool: &str, input: &serde_json::Value) -> String {
-    match (tool, input["command"].as_str()) {
-        ("Bash", Some(command)) => {
-            let folded: Vec<&str> = command.split_whitespace().collect();
-            format!("Bash({})", folded.join(" "))
+/// What an "always" answer allows from then on, and whether it is kept as a
+/// rule beyond the session: a Bash command exactly (kept), a WebFetch domain
+/// (kept), any other tool whole for this session only.
+pub fn always_rule(tool: &str, input: &serde_json::Value) -> (crate::tools::rules::Rule, bool) {
+    use crate::tools::rules::{Pattern, Rule};
+    let exact = |pattern: String| Rule {
+        tool: tool.to_owned(),
+        pattern: Some(Pattern::Exact(pattern)),
+    };
+    match tool {
+        "Bash" => {
+            let command = input["command"].as_str().unwrap_or_default();
+            let folded = command.split_whitespace().collect::<Vec<_>>().join(" ");
+            let rule = exact(folded);
+            // Kept only when its text reads back as the same rule (`git :*` would
+            // read back as every git command).
+            let kept = Rule::parse(&rule.to_string()).as_ref() == Some(&rule);
+            (rule, kept)
         }
-        _ => tool.to_owned(),
+        "WebFetch" => {
+            let host = input["url"]
+                .as_str()
+                .and_then(|u| reqwest::Url::parse(u).ok())
+                .and_then(|u| u.host_str().map(str::to_ascii_lowercase));
+            match host {
+                Some(host) => (exact(format!("domain:{host}")), true),
+                None => (
+                    Rule {
+                        tool: tool.to_owned(),
+                        pattern: None,
+                    },
+                    false,
+                ),
+            }
+        }
+        _ => (
+            Rule {
+                tool: tool.to_owned(),
+                pattern: None,
+            },
+            false,
+        ),
     }
 }
 
-/// Remembers "always" answers, per session and tool.
+/// Remembers "always" answers, per session, as the rules they allow.
 #[derive(Debug, Default)]
 pub struct Remembered {
-    always: Mutex<HashSet<(SessionId, String)>>,
+    always: Mutex<Vec<(SessionId, crate::tools::rules::Rule)>>,
 }
 
 impl Remembered {
-    /// Whether a person already said "always" for this tool in this session.
-    pub fn allows(&self, session: SessionId, tool: &str) -> bool {
-        self.always
+    /// Whether a person already said "always" in this session to what allows
+    /// this call.
+    pub fn allows(&self, session: SessionId, tool: &str, input: &serde_json::Value) -> bool {
+        let always = self
+            .always
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .contains(&(session, tool.to_owned()))
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let rules = crate::tools::rules::Rules {
+            allow: always
+                .iter()
+                .filter(|(s, _)| *s == session)
+                .map(|(_, r)| r.clone())
+                .collect(),
+            ..crate::tools::rules::Rules::default()
+        };
+        !rules.allow.is_empty()
+            && rules.verdict(tool, input) == Some(crate::tools::rules::RuleVerdict::Allow)
     }
 
-    /// Records an "always".
-    pub fn remember(&self, session: SessionId, tool: &str) {
+    /// Records an "always": what it allows in this session.
+    pub fn remember(&self, session: SessionId, rule: crate::tools::rules::Rule) {
         self.always
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert((session, tool.to_owned()));
+            .push((session, rule));
     }
 }
 
@@ -308,7 +351,9 @@ impl Gate {
                 "permission denied: {tool} is not allowed in {} mode, which allows read-only tools only",
                 self.mode
             ))),
-            Verdict::Ask if !asked_by_rule && self.remembered.allows(session, tool) => Ok(()),
+            Verdict::Ask if !asked_by_rule && self.remembered.allows(session, tool, input) => {
+                Ok(())
+            }
             Verdict::Ask => {
                 let request = PermissionRequest {
                     session,
@@ -324,13 +369,14 @@ impl Gate {
                 match self.approver.ask(request.clone()).await {
                     Answer::Yes => Ok(()),
                     Answer::Always => {
-                        self.remembered.remember(session, tool);
-                        if let Some(saver) = &self.saver {
-                            let rule = always_rule(tool, input);
-                            if let Err(e) = (saver.0)(&rule) {
-                                tracing::warn!(%rule, error = %e, "cannot save the rule");
+                        let (rule, kept) = always_rule(tool, input);
+                        if kept && let Some(saver) = &self.saver {
+                            let text = rule.to_string();
+                            if let Err(e) = (saver.0)(&text) {
+                                tracing::warn!(rule = %text, error = %e, "cannot save the rule");
                             }
                         }
+                        self.remembered.remember(session, rule);
                         Ok(())
                     }
                     Answer::No => Err(denied(self.approver.refusal(&request, self.mode))),
