@@ -186,11 +186,8 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
     let tool_list = |key: &str| -> Result<Option<Vec<String>>, RoleError> {
         let names: Vec<String> = match fields.get(key).map(|v| &v.value) {
             None | Some(Value::Null) => return Ok(None),
-            Some(Value::String(s)) => s
-                .split(',')
-                .map(|t| t.trim().to_owned())
-                .filter(|t| !t.is_empty())
-                .collect(),
+            // Commas inside a rule's parentheses are the rule's.
+            Some(Value::String(s)) => split_outside_parentheses(s),
             Some(Value::Array(items)) => items
                 .iter()
                 .map(|item| match item {
@@ -328,6 +325,31 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
     })
 }
 
+/// `text` split at commas that are not inside parentheses, each piece trimmed.
+fn split_outside_parentheses(text: &str) -> Vec<String> {
+    let mut pieces = Vec::new();
+    let mut depth = 0usize;
+    let mut current = String::new();
+    for c in text.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                pieces.push(std::mem::take(&mut current));
+                continue;
+            }
+            _ => {}
+        }
+        current.push(c);
+    }
+    pieces.push(current);
+    pieces
+        .into_iter()
+        .map(|p| p.trim().to_owned())
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
 impl Role {
     /// The tools this role gets of `offered` (every tool of the run): its own list
     /// (all of them when it names none), less its disallowed ones. As in Claude
@@ -383,6 +405,20 @@ mod tests {
         assert_eq!(role.tools, Some(vec!["Read".into(), "Ls".into()]));
         assert_eq!(role.disallowed_tools, vec!["Bash".to_owned()]);
         assert_eq!(role.model, ModelChoice::Inherit);
+    }
+
+    #[test]
+    fn a_rule_with_a_comma_stays_whole() {
+        let role = parse(
+            "x.md",
+            "---\nname: x\ndescription: d\ntools: Read, Bash(git log --format=%h,%s:*)\n---\n",
+        )
+        .unwrap();
+        assert_eq!(role.tools, Some(vec!["Read".into(), "Bash".into()]));
+        assert_eq!(
+            role.bash_rules[0].to_string(),
+            "Bash(git log --format=%h,%s:*)"
+        );
     }
 
     #[test]

@@ -24,6 +24,9 @@ pub enum Pattern {
     Prefix(String),
     /// The command exactly, spaces folded.
     Exact(String),
+    /// The command matching a pattern where `*` stands for any text (Claude Code's
+    /// newer `Bash(git * main)` form).
+    Wildcard(String),
 }
 
 impl Rule {
@@ -43,6 +46,11 @@ impl Rule {
         let pattern = match inner.strip_suffix(":*") {
             _ if inner.is_empty() || inner == "*" => None,
             Some(prefix) => Some(Pattern::Prefix(fold(prefix))),
+            // `git push *`: the command and anything after it, as `git push:*`.
+            None if inner.ends_with(" *") && inner.matches('*').count() == 1 => {
+                Some(Pattern::Prefix(fold(&inner[..inner.len() - 2])))
+            }
+            None if inner.contains('*') && tool == "Bash" => Some(Pattern::Wildcard(fold(inner))),
             None => Some(Pattern::Exact(fold(inner))),
         };
         Some(Rule {
@@ -65,7 +73,7 @@ impl fmt::Display for Rule {
         match &self.pattern {
             None => write!(f, "{}", self.tool),
             Some(Pattern::Prefix(p)) => write!(f, "{}({p}:*)", self.tool),
-            Some(Pattern::Exact(p)) => write!(f, "{}({p})", self.tool),
+            Some(Pattern::Exact(p) | Pattern::Wildcard(p)) => write!(f, "{}({p})", self.tool),
         }
     }
 }
@@ -82,7 +90,19 @@ impl Pattern {
                         .strip_prefix(prefix.as_str())
                         .is_some_and(|rest| rest.starts_with(' '))
             }
+            Self::Wildcard(pattern) => wildcard(pattern.as_bytes(), command.as_bytes()),
         }
+    }
+}
+
+/// Whether `text` matches `pattern`, `*` standing for any run of bytes.
+fn wildcard(pattern: &[u8], text: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => text.is_empty(),
+        Some((b'*', rest)) => (0..=text.len()).any(|i| wildcard(rest, &text[i..])),
+        Some((c, rest)) => text
+            .split_first()
+            .is_some_and(|(t, more)| t == c && wildcard(rest, more)),
     }
 }
 
@@ -393,7 +413,7 @@ impl Rules {
                     .collect();
                 let named = deny.iter().any(|r| match &r.pattern {
                     None => true,
-                    Some(Pattern::Prefix(p) | Pattern::Exact(p)) => p
+                    Some(Pattern::Prefix(p) | Pattern::Exact(p) | Pattern::Wildcard(p)) => p
                         .split(' ')
                         .next()
                         .is_some_and(|first| words.iter().any(|w| w == first)),
@@ -438,7 +458,7 @@ impl Rules {
                     None => true,
                 }
             }
-            ("WebFetch", Pattern::Exact(p) | Pattern::Prefix(p)) => {
+            ("WebFetch", Pattern::Exact(p) | Pattern::Prefix(p) | Pattern::Wildcard(p)) => {
                 let Some(domain) = p.strip_prefix("domain:") else {
                     return false;
                 };
@@ -446,9 +466,13 @@ impl Rules {
                     .as_str()
                     .and_then(|u| reqwest::Url::parse(u).ok())
                     .and_then(|u| u.host_str().map(str::to_owned));
-                host.is_some_and(|h| h == domain || h.ends_with(&format!(".{domain}")))
+                let domain = domain.trim_end_matches('.').to_ascii_lowercase();
+                host.map(|h| h.trim_end_matches('.').to_ascii_lowercase())
+                    .is_some_and(|h| h == domain || h.ends_with(&format!(".{domain}")))
             }
-            (_, Pattern::Exact(p) | Pattern::Prefix(p)) => self.path_matches(p, input),
+            (_, Pattern::Exact(p) | Pattern::Prefix(p) | Pattern::Wildcard(p)) => {
+                self.path_matches(p, input)
+            }
         }
     }
 
@@ -462,16 +486,18 @@ impl Rules {
             return false;
         };
         let path = std::path::Path::new(path);
-        let absolute = if path.is_absolute() {
+        let absolute = normalized(&if path.is_absolute() {
             path.to_path_buf()
         } else {
             self.workspace.join(path)
-        };
+        });
+        let escape = |p: &std::path::Path| globset::escape(&p.display().to_string());
+        let pattern = pattern.trim_end_matches('/');
         let glob = if let Some(abs) = pattern.strip_prefix("//") {
             format!("/{abs}")
         } else if let Some(rest) = pattern.strip_prefix("~/") {
             match &self.home {
-                Some(home) => format!("{}/{rest}", home.display()),
+                Some(home) => format!("{}/{rest}", escape(home)),
                 None => return false,
             }
         } else {
@@ -480,16 +506,38 @@ impl Rules {
             let anchored = pattern.starts_with("./") || pattern.starts_with('/');
             let rest = pattern.trim_start_matches("./").trim_start_matches('/');
             if anchored || rest.contains('/') {
-                format!("{}/{rest}", self.workspace.display())
+                format!("{}/{rest}", escape(&self.workspace))
             } else {
-                format!("{}/**/{rest}", self.workspace.display())
+                format!("{}/**/{rest}", escape(&self.workspace))
             }
         };
-        globset::GlobBuilder::new(&glob)
+        let Ok(glob) = globset::GlobBuilder::new(&glob)
             .literal_separator(true)
             .build()
-            .is_ok_and(|g| g.compile_matcher().is_match(&absolute))
+        else {
+            return false;
+        };
+        let matcher = glob.compile_matcher();
+        // A rule naming a folder covers what is in it.
+        absolute.ancestors().any(|p| matcher.is_match(p))
     }
+}
+
+/// `path` with its `.` and `..` taken out, without touching the file system
+/// (`/ws/src/../.env` is `/ws/.env`).
+fn normalized(path: &std::path::Path) -> std::path::PathBuf {
+    use std::path::Component;
+    let mut out = std::path::PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
 }
 
 /// Whether a rule written for `rule_tool` applies to a call of `tool`: `Edit`
@@ -738,6 +786,25 @@ mod tests {
             r.verdict("Write", &file("/etc/passwd")),
             Some(RuleVerdict::Deny)
         );
+        // A path written another way is the same path.
+        for dodge in ["./.env", "src/../.env", "/ws//.env", "/ws/./.env"] {
+            assert_eq!(
+                r.verdict("Read", &file(dodge)),
+                Some(RuleVerdict::Deny),
+                "{dodge}"
+            );
+        }
+        assert_eq!(
+            r.verdict("Edit", &file("src/../.git/config")),
+            None,
+            "not under src/"
+        );
+        // A folder rule covers its files.
+        let dir = rules(&[], &["Read(./secrets)"], &[]);
+        assert_eq!(
+            dir.verdict("Read", &file("secrets/a/key")),
+            Some(RuleVerdict::Deny)
+        );
     }
 
     #[test]
@@ -865,6 +932,34 @@ mod tests {
         assert_eq!(
             d.verdict("Bash", &bash("git status")),
             Some(RuleVerdict::Allow)
+        );
+    }
+
+    #[test]
+    fn the_newer_wildcard_form_reads_too() {
+        let r = rules(&[], &["Bash(git push *)", "Bash(rm * /)"], &[]);
+        assert_eq!(
+            r.verdict("Bash", &bash("git push origin main")),
+            Some(RuleVerdict::Deny)
+        );
+        assert_eq!(
+            r.verdict("Bash", &bash("git push")),
+            Some(RuleVerdict::Deny)
+        );
+        assert_eq!(
+            r.verdict("Bash", &bash("rm -rf /")),
+            Some(RuleVerdict::Deny)
+        );
+        assert_eq!(r.verdict("Bash", &bash("rm -rf /tmp/x")), None);
+        let w = rules(&[], &["WebFetch(domain:Evil.com)"], &[]);
+        let url = |u: &str| serde_json::json!({ "url": u });
+        assert_eq!(
+            w.verdict("WebFetch", &url("https://evil.com./x")),
+            Some(RuleVerdict::Deny)
+        );
+        assert_eq!(
+            w.verdict("WebFetch", &url("https://EVIL.com/x")),
+            Some(RuleVerdict::Deny)
         );
     }
 }

@@ -47,7 +47,10 @@ impl Tool for TodoWrite {
     }
 
     fn concurrency(&self, _input: &Value) -> Concurrency {
-        Concurrency::Safe
+        // Two lists in one turn: the later one must be the one shown.
+        Concurrency::Unsafe {
+            resources: vec!["todos".to_owned()],
+        }
     }
 
     fn call<'a>(

@@ -253,13 +253,14 @@ impl Board {
 
 /// Lines a unified diff adds and removes (its `+++`/`---` headers not counted).
 pub fn diff_stat(diff: &str) -> (u64, u64) {
+    let mut in_hunk = false;
     diff.lines().fold((0, 0), |(added, removed), line| {
-        if line.starts_with('+') && !line.starts_with("+++") {
-            (added + 1, removed)
-        } else if line.starts_with('-') && !line.starts_with("---") {
-            (added, removed + 1)
-        } else {
-            (added, removed)
+        // `---`/`+++` are headers only before the first hunk.
+        in_hunk |= line.starts_with("@@");
+        match line.as_bytes().first() {
+            Some(b'+') if in_hunk => (added + 1, removed),
+            Some(b'-') if in_hunk => (added, removed + 1),
+            _ => (added, removed),
         }
     })
 }
