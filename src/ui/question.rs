@@ -162,7 +162,7 @@ pub fn question(request: &PermissionRequest, per_page: usize) -> Vec<Page> {
             }
             let last = first + chunk.len() - 1;
             let prompt = if i + 1 == chunks.len() {
-                "Allow? [y]es / [n]o / [a]lways (saved as a rule for this workspace): ".to_owned()
+                "Allow? [y]es / [n]o / [a]lways: ".to_owned()
             } else {
                 format!(
                     "-- lines {first}-{last} of {total}; Enter for the next page, [n]o to refuse: "

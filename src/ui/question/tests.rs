@@ -29,7 +29,7 @@ fn the_question_names_the_agent_and_shows_the_command() {
         question(&request("Bash", "cargo test --all"), 40),
         [Page {
             body: "\ncoder#2 wants to run Bash:\n  cargo test --all\n".into(),
-            prompt: "Allow? [y]es / [n]o / [a]lways (saved as a rule for this workspace): ".into(),
+            prompt: "Allow? [y]es / [n]o / [a]lways: ".into(),
         }]
     );
 }
@@ -56,7 +56,7 @@ fn a_short_multi_line_command_is_one_page_with_its_count() {
         pages,
         [Page {
             body: "\ncoder#2 wants to run Bash (2 lines):\n  cd /tmp\n  make\n".into(),
-            prompt: "Allow? [y]es / [n]o / [a]lways (saved as a rule for this workspace): ".into(),
+            prompt: "Allow? [y]es / [n]o / [a]lways: ".into(),
         }]
     );
 }
