@@ -116,9 +116,9 @@ async fn a_published_role_loads_with_warnings_and_check_fails_only_for_what_cann
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lead_that_only_delegates_has_workers_with_their_own_tools() {
-    let mock = MockLlm::start_with(|request, _| {
+/// A lead that hands one piece to a `worker`, then answers once it has the result.
+async fn delegating() -> MockLlm {
+    MockLlm::start_with(|request, _| {
         if is_worker(request) {
             return Reply::text("worker done");
         }
@@ -133,7 +133,12 @@ async fn a_lead_that_only_delegates_has_workers_with_their_own_tools() {
         let args = json!({"description": "d", "prompt": "look", "subagent_type": "worker"});
         Reply::tool_calls(&[("t1", "Task", args)])
     })
-    .await;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lead_that_only_delegates_has_workers_with_their_own_tools() {
+    let mock = delegating().await;
     let dir = tempfile::tempdir().unwrap();
     write_role(
         dir.path(),
@@ -204,22 +209,7 @@ async fn a_bash_rule_lets_a_role_run_matching_commands_and_nothing_else() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_files_reach_the_lead_and_its_workers_and_are_named() {
-    let mock = MockLlm::start_with(|request, _| {
-        if is_worker(request) {
-            return Reply::text("worker done");
-        }
-        let answered = request.body["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|m| m["role"] == "tool");
-        if answered {
-            return Reply::text("lead done");
-        }
-        let args = json!({"description": "d", "prompt": "look", "subagent_type": "worker"});
-        Reply::tool_calls(&[("t1", "Task", args)])
-    })
-    .await;
+    let mock = delegating().await;
     let home = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(home.path().join(".claude")).unwrap();
     std::fs::write(
