@@ -68,6 +68,9 @@ pub struct Row {
     pub cost: Option<f64>,
     /// A turn's price was unknown: the cost stays unknown.
     pub cost_unknown: bool,
+    /// What its ended runs cost, sub-agents included (a session may answer
+    /// several prompts).
+    pub cost_ended: f64,
     /// Tool calls made.
     pub tools: u32,
     /// Tokens compaction freed, estimated.
@@ -140,6 +143,7 @@ impl Board {
                     tokens: 0,
                     cost: None,
                     cost_unknown: false,
+                    cost_ended: 0.0,
                     tools: 0,
                     compacted: 0,
                     todos: None,
@@ -236,9 +240,10 @@ impl Board {
                 row.turns = row.turns.max(stats.turns);
                 row.tools = row.tools.max(stats.tool_calls);
                 row.tokens = row.tokens.max(stats.usage.total());
-                // Sub-agents' costs are rolled into it.
+                // Sub-agents' costs are rolled into it; earlier runs' stay.
                 row.cost_unknown |= stats.cost_usd.is_none();
-                row.cost = stats.cost_usd;
+                row.cost = stats.cost_usd.map(|c| c + row.cost_ended);
+                row.cost_ended = row.cost.unwrap_or(row.cost_ended);
                 row.state = match outcome {
                     Outcome::Finished { .. } => State::Done,
                     Outcome::Failed { class, .. } => State::Failed(class.clone()),
@@ -263,4 +268,38 @@ pub fn diff_stat(diff: &str) -> (u64, u64) {
             _ => (added, removed),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::protocol::{Event, Outcome, RunStats, SessionId};
+
+    #[test]
+    fn a_session_that_answers_two_prompts_shows_what_both_cost() {
+        let lead = SessionId::new();
+        let mut board = Board::new();
+        let ended = |cost: f64, prompt: u64| Event {
+            seq: 0,
+            session: lead,
+            parent: None,
+            agent: "orchestrator".into(),
+            kind: EventKind::Terminal {
+                prompts: vec![prompt],
+                outcome: Outcome::Finished {
+                    text: String::new(),
+                    truncated: false,
+                    stats: RunStats {
+                        cost_usd: Some(cost),
+                        ..RunStats::default()
+                    },
+                },
+            },
+        };
+        board.apply(&ended(0.25, 1), Duration::ZERO);
+        board.apply(&ended(0.5, 2), Duration::ZERO);
+        assert_eq!(board.rows()[0].cost_usd(), Some(0.75));
+    }
 }
