@@ -78,6 +78,11 @@ impl Tool for WebFetch {
                     url.scheme()
                 )));
             }
+            if link_local(&url) {
+                return Err(ToolError::InvalidInput(format!(
+                    "{url} is a link-local address (cloud instance metadata lives there); it is not fetched"
+                )));
+            }
             let (url, content_type, bytes, cut) = match fetch(url).await? {
                 Fetched::Page {
                     url,
@@ -203,6 +208,23 @@ async fn fetch(mut url: reqwest::Url) -> Result<Fetched, ToolError> {
     )))
 }
 
+/// True for a URL whose host is a link-local address (`169.254.0.0/16`,
+/// `fe80::/10`) or a cloud metadata name: where instance credentials are served.
+fn link_local(url: &reqwest::Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    match host.trim_matches(['[', ']']).parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(ip)) => ip.is_link_local(),
+        Ok(std::net::IpAddr::V6(ip)) => (ip.segments()[0] & 0xffc0) == 0xfe80,
+        Err(_) => {
+            let name = host.trim_end_matches('.');
+            name.eq_ignore_ascii_case("metadata.google.internal")
+                || name.eq_ignore_ascii_case("metadata")
+        }
+    }
+}
+
 /// The innermost reason of an error, in its own words.
 fn root(e: &(dyn std::error::Error + 'static)) -> String {
     let mut last = e;
@@ -317,6 +339,19 @@ mod tests {
             .call(json!({"url": "file:///etc/passwd", "prompt": "x"}), &ctx)
             .await;
         assert!(bad.unwrap_err().to_string().contains("only http and https"));
+        for metadata in [
+            "http://169.254.169.254/latest/meta-data/",
+            "http://[fe80::1]/x",
+            "http://metadata.google.internal./computeMetadata/v1/",
+        ] {
+            let refused = WebFetch
+                .call(json!({"url": metadata, "prompt": "x"}), &ctx)
+                .await;
+            assert!(
+                refused.unwrap_err().to_string().contains("link-local"),
+                "{metadata}"
+            );
+        }
         server.abort();
     }
 
