@@ -21,6 +21,7 @@ mod compact;
 mod effect;
 mod ending;
 mod input;
+mod jitter;
 mod model_turn;
 mod tool_turn;
 
@@ -29,6 +30,7 @@ use std::time::Instant;
 
 pub(crate) use self::effect::Effect;
 pub(crate) use self::input::{Input, ToolDone};
+use self::jitter::Jitter;
 use self::tool_turn::ToolTurn;
 use super::SessionSpec;
 use super::queue::{QueuedPrompt, cancels};
@@ -497,25 +499,6 @@ impl Machine {
         Run::new(prompts, turns, now, priced)
     }
 
-    /// Sets the alarm of the run started by prompt `run` for when its time is up:
-    /// the role's timeout from now, or the whole run's deadline if sooner.
-    fn arm(&mut self, now: Instant, run: u64) {
-        let own = self.spec.budget.timeout;
-        let shared = self
-            .spec
-            .meter
-            .as_ref()
-            .and_then(|m| m.deadline())
-            .map(|d| d.saturating_duration_since(now));
-        let after = match (own, shared) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        if let Some(after) = after {
-            self.emit(Effect::Alarm { run, after });
-        }
-    }
-
     fn start_run(&mut self, now: Instant, prompt: QueuedPrompt) {
         self.run = Some(self.new_run(vec![prompt.seq], 0, now));
         self.arm(now, prompt.seq);
@@ -525,24 +508,6 @@ impl Machine {
         let started = Record::RunStarted { prompt: prompt.seq };
         self.record_after(started, Message::user(prompt.text));
         self.begin_turn(now, 1);
-    }
-}
-
-/// Samples for the retry jitter (SplitMix64): seeded, so a machine's retry delays
-/// are reproducible in tests, and different per session, so a fan-out's retries
-/// spread out.
-#[derive(Debug)]
-struct Jitter(u64);
-
-impl Jitter {
-    /// A sample in `[0, 1)`.
-    fn sample(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 

@@ -1,6 +1,7 @@
 //! How a run ends: a cancel (at once, or once what is streaming or running has
-//! stopped), a stop at the next turn boundary, a failure, and the one terminal
-//! record every run ends with, made durable before its event.
+//! stopped), a stop at the next turn boundary (asked for, or a budget spent: the
+//! time alarm, the role's own budget), a failure, and the one terminal record
+//! every run ends with, made durable before its event.
 
 use std::time::Instant;
 
@@ -58,6 +59,25 @@ impl Machine {
             return;
         }
         self.stop_run(now, budget::TIME);
+    }
+
+    /// Sets the alarm of the run started by prompt `run` for when its time is up:
+    /// the role's timeout from now, or the whole run's deadline if sooner.
+    pub(super) fn arm(&mut self, now: Instant, run: u64) {
+        let own = self.spec.budget.timeout;
+        let shared = self
+            .spec
+            .meter
+            .as_ref()
+            .and_then(|m| m.deadline())
+            .map(|d| d.saturating_duration_since(now));
+        let after = match (own, shared) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(after) = after {
+            self.emit(Effect::Alarm { run, after });
+        }
     }
 
     /// Stops the run at its next turn boundary when its own budget is spent.

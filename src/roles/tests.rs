@@ -1,0 +1,201 @@
+//! Tests of `roles`.
+
+use super::*;
+
+const CODER: &str = "---\nname: coder\ndescription: Writes code.\ntools: Read, Edit, Bash\nmodel: inherit\nmaxTurns: 30\npermissionMode: acceptEdits\ncolor: green\n---\nYou write code.\n";
+
+#[test]
+fn a_claude_code_role_parses_whole() {
+    let role = parse("agents/coder.md", CODER).unwrap();
+    assert_eq!(
+        role,
+        Role {
+            name: "coder".into(),
+            description: "Writes code.".into(),
+            tools: Some(vec!["Read".into(), "Edit".into(), "Bash".into()]),
+            bash_rules: vec![],
+            disallowed_tools: vec![],
+            model: ModelChoice::Inherit,
+            max_turns: Some(30),
+            budget: Budget::default(),
+            permission_mode: Some(PermissionMode::AcceptEdits),
+            color: Some("green".into()),
+            prompt: "You write code.".into(),
+            source: "agents/coder.md".into(),
+            warnings: vec![],
+        }
+    );
+}
+
+#[test]
+fn tools_may_be_a_yaml_list_and_ls_is_accepted_as_claude_code_spells_it() {
+    let text = "---\nname: x\ndescription: d\ntools:\n  - Read\n  - LS\ndisallowedTools: [Bash]\n---\nbody";
+    let role = parse("x.md", text).unwrap();
+    assert_eq!(role.tools, Some(vec!["Read".into(), "Ls".into()]));
+    assert_eq!(role.disallowed_tools, vec!["Bash".to_owned()]);
+    assert_eq!(role.model, ModelChoice::Inherit);
+}
+
+#[test]
+fn a_rule_with_a_comma_stays_whole() {
+    let role = parse(
+        "x.md",
+        "---\nname: x\ndescription: d\ntools: Read, Bash(git log --format=%h,%s:*)\n---\n",
+    )
+    .unwrap();
+    assert_eq!(role.tools, Some(vec!["Read".into(), "Bash".into()]));
+    assert_eq!(
+        role.bash_rules[0].to_string(),
+        "Bash(git log --format=%h,%s:*)"
+    );
+}
+
+#[test]
+fn kode_roles_read_too() {
+    let role = parse(
+        "x.md",
+        "---\nname: x\ndescription: d\ntools: \"*\"\nmodel_name: fast\n---\nGo.\n",
+    )
+    .unwrap();
+    assert_eq!(role.tools, None, "* is every tool");
+    assert_eq!(role.model, ModelChoice::Named("fast".into()));
+    assert!(role.warnings.is_empty(), "{:?}", role.warnings);
+}
+
+#[test]
+fn a_tool_not_provided_here_is_a_warning_and_the_role_loads() {
+    let role = parse(
+        "x.md",
+        "---\nname: x\ndescription: d\ntools: Read, WebSearch, NotebookRead\n---\n",
+    )
+    .unwrap();
+    assert_eq!(role.tools, Some(vec!["Read".into()]));
+    assert_eq!(
+        role.warnings,
+        [
+            "x.md:4: tool \"WebSearch\" is not available here; the role runs without it",
+            "x.md:4: tool \"NotebookRead\" is not available here; the role runs without it",
+        ]
+    );
+}
+
+#[test]
+fn each_malformed_case_has_its_exact_message() {
+    let cases = [
+        (
+            "no frontmatter\n",
+            "x.md:1: no YAML frontmatter: a role file starts with a line `---`",
+        ),
+        (
+            "---\nname: x\n",
+            "x.md:1: the frontmatter is never closed by a line `---`",
+        ),
+        ("---\ndescription: d\n---\n", "x.md:1: name is required"),
+        ("---\nname: x\n---\n", "x.md:1: description is required"),
+        (
+            "---\nname: coder\ndescription: d\npermissionMode: yolo\n---\n",
+            "x.md:4: unknown permissionMode \"yolo\"",
+        ),
+        (
+            "---\nname: x\ndescription: d\nmaxTurns: -3\n---\n",
+            "x.md:4: maxTurns must be a positive whole number, not -3",
+        ),
+        (
+            "---\nname: x\ndescription: d\ncolor: mauve\n---\n",
+            "x.md:4: unknown color \"mauve\" (known: red, blue, green, yellow, purple, orange, pink, cyan, gray)",
+        ),
+        (
+            "---\nname: two words\ndescription: d\n---\n",
+            "x.md:2: name \"two words\" may use only letters, digits, - and _",
+        ),
+        (
+            "---\nname: x\ndescription: [a, b]\n---\n",
+            "x.md:3: description must be a string, not [\"a\",\"b\"]",
+        ),
+    ];
+    for (text, expected) in cases {
+        assert_eq!(
+            parse("x.md", text).unwrap_err().to_string(),
+            expected,
+            "{text:?}"
+        );
+    }
+    let bad_yaml = parse("x.md", "---\nname: x\ndescription: d\ntools: [Read\n---\n").unwrap_err();
+    assert!(bad_yaml.to_string().starts_with("x.md:"), "{bad_yaml}");
+    assert!(
+        bad_yaml.message.starts_with("invalid frontmatter:"),
+        "{bad_yaml}"
+    );
+}
+
+#[test]
+fn other_claude_code_fields_are_accepted_with_one_warning_each() {
+    let text = "---\nname: x\ndescription: d\nhooks: {}\nmemory: project\ncolour: red\n---\n";
+    let role = parse("x.md", text).unwrap();
+    assert_eq!(
+        role.warnings,
+        vec![
+            "x.md:6: colour is not a role field and is ignored".to_owned(),
+            "x.md:4: hooks is not supported yet and is ignored".to_owned(),
+            "x.md:5: memory is not supported yet and is ignored".to_owned(),
+        ]
+    );
+}
+
+#[test]
+fn a_role_never_gets_more_tools_than_its_caller() {
+    let role = parse(
+        "x.md",
+        "---\nname: x\ndescription: d\ntools: Read, Bash, Edit\ndisallowedTools: Edit\n---\n",
+    )
+    .unwrap();
+    assert_eq!(role.allowed_tools(&["Read", "Grep", "Edit"]), ["Read"]);
+    let all = parse("all.md", "---\nname: all\ndescription: d\n---\n").unwrap();
+    assert_eq!(all.allowed_tools(&["Read", "Grep"]), ["Read", "Grep"]);
+}
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::super::parse;
+
+    proptest! {
+        /// A role file of any text is a role or an error naming where, never a
+        /// panic.
+        #[test]
+        fn any_text_is_a_role_or_a_located_error(text in "(---\n)?[ -~\n]{0,200}(---\n)?[ -~\n]{0,40}") {
+            if let Err(e) = parse("agents/x.md", &text) {
+                prop_assert!(e.to_string().starts_with("agents/x.md"), "{}", e);
+            }
+        }
+
+        /// What a role file says is what the role is.
+        #[test]
+        fn a_written_role_reads_back(
+            name in "[a-z][a-z0-9-]{0,12}",
+            description in "[A-Za-z][A-Za-z .,]{0,40}",
+            tools in proptest::collection::vec(proptest::sample::select(vec!["Read", "Write", "Edit", "Grep", "Glob", "Ls", "Bash", "Task"]), 0..4),
+            turns in 1u32..100,
+            prompt in "[A-Za-z][A-Za-z .,\n]{0,80}",
+        ) {
+            let text = format!(
+                "---\nname: {name}\ndescription: {description}\ntools: {}\nmaxTurns: {turns}\n---\n{prompt}\n",
+                tools.join(", ")
+            );
+            let role = parse("x.md", &text).unwrap();
+            prop_assert_eq!(&role.name, &name);
+            prop_assert_eq!(role.description.trim(), description.trim());
+            prop_assert_eq!(role.max_turns, Some(turns));
+            let mut want: Vec<String> = Vec::new();
+            for t in &tools {
+                if !want.iter().any(|w| w == t) {
+                    want.push((*t).to_owned());
+                }
+            }
+            if !want.is_empty() {
+                prop_assert_eq!(role.tools, Some(want));
+            }
+            prop_assert_eq!(role.prompt.trim(), prompt.trim());
+        }
+    }
+}
