@@ -71,8 +71,13 @@ impl RunStats {
     /// cost is unknown).
     pub fn charge(&mut self, usage: &Usage, cost: Option<f64>) {
         self.usage.add(usage);
-        self.cost_usd = self.cost_usd.zip(cost).map(|(a, b)| a + b);
+        self.cost_usd = add_costs(self.cost_usd, cost);
     }
+}
+
+/// Two costs in USD together; unknown when either is.
+pub fn add_costs(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    a.zip(b).map(|(a, b)| a + b)
 }
 
 /// Where an item stands.

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::conversation::Message;
 use crate::journal::{Record, read_journal, sessions_dir};
-use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
+use crate::protocol::{EventKind, Outcome, RunStats, SessionId, add_costs};
 
 /// How a run stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -286,8 +286,8 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
                     usage, cost_usd, ..
                 } => {
                     tokens += usage.total();
-                    cost = cost.zip(*cost_usd).map(|(a, b)| a + b);
-                    running_cost = running_cost.zip(*cost_usd).map(|(a, b)| a + b);
+                    cost = add_costs(cost, *cost_usd);
+                    running_cost = add_costs(running_cost, *cost_usd);
                     running.turns += 1;
                 }
                 EventKind::ToolStarted { .. } => running.tool_calls += 1,
@@ -304,7 +304,7 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
     if outcome.is_none() {
         stats.turns += running.turns;
         stats.tool_calls += running.tool_calls;
-        stats.cost_usd = stats.cost_usd.zip(running_cost).map(|(a, b)| a + b);
+        stats.cost_usd = add_costs(stats.cost_usd, running_cost);
     }
     Agent {
         unfinished: crate::session::resume::resume(records).active.is_some(),

@@ -99,7 +99,7 @@ impl Spent {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         spent.usage.add(&stats.usage);
-        spent.cost_usd = spent.cost_usd.zip(stats.cost_usd).map(|(a, b)| a + b);
+        spent.cost_usd = crate::protocol::add_costs(spent.cost_usd, stats.cost_usd);
     }
 
     /// Takes what was added so far.

@@ -22,18 +22,6 @@ fn write_role(dir: &std::path::Path, file: &str, front: &str, body: &str) {
     .unwrap();
 }
 
-fn tool_names(request: &Recorded) -> Vec<String> {
-    request.body["tools"]
-        .as_array()
-        .map(|tools| {
-            tools
-                .iter()
-                .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 fn is_worker(request: &Recorded) -> bool {
     request.body["messages"][0]["content"]
         .as_str()
@@ -156,9 +144,9 @@ async fn a_lead_that_only_delegates_has_workers_with_their_own_tools() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let requests = mock.requests();
     let lead = requests.iter().find(|r| !is_worker(r)).unwrap();
-    assert_eq!(tool_names(lead), ["Task"]);
+    assert_eq!(harness::tool_names(lead), ["Task"]);
     let worker = requests.iter().find(|r| is_worker(r)).unwrap();
-    assert_eq!(tool_names(worker), ["Read", "Grep"]);
+    assert_eq!(harness::tool_names(worker), ["Read", "Grep"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -31,18 +31,6 @@ fn last_user(request: &Recorded) -> String {
         .to_owned()
 }
 
-fn tool_names(request: &Recorded) -> Vec<String> {
-    request.body["tools"]
-        .as_array()
-        .map(|tools| {
-            tools
-                .iter()
-                .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// A worker's answer to `prompt`: "done: <prompt>".
 fn done(prompt: &str) -> Reply {
     Reply::text(format!("done: {prompt}"))
@@ -280,7 +268,7 @@ async fn children_get_their_own_roles_tools_not_their_callers_and_no_task_at_the
         .into_iter()
         .find(|r| system(r) == WORKER)
         .unwrap();
-    assert_eq!(tool_names(&worker), ["Read", "Bash"]);
+    assert_eq!(harness::tool_names(&worker), ["Read", "Bash"]);
     team.runtime.shutdown().await;
 }
 
@@ -294,7 +282,7 @@ async fn below_the_depth_limit_a_child_may_delegate_again() {
         .into_iter()
         .find(|r| system(r) == WORKER)
         .unwrap();
-    assert_eq!(tool_names(&worker), ["Read", "Task"]);
+    assert_eq!(harness::tool_names(&worker), ["Read", "Task"]);
     team.runtime.shutdown().await;
 }
 

@@ -457,7 +457,7 @@ impl HttpApi {
 
 /// What went wrong at the bottom of an error's chain, in words: `connection
 /// refused`, not `client error (Connect)`.
-fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut last = e;
     while let Some(next) = last.source() {
         last = next;

@@ -148,11 +148,12 @@ async fn fetch(mut url: reqwest::Url) -> Result<Fetched, ToolError> {
         .build()
         .map_err(|e| ToolError::Failed(format!("cannot make an HTTP client: {e}")))?;
     for _ in 0..=MAX_REDIRECTS {
-        let response = client
-            .get(url.clone())
-            .send()
-            .await
-            .map_err(|e| ToolError::Failed(format!("cannot fetch {url}: {}", root(&e))))?;
+        let response = client.get(url.clone()).send().await.map_err(|e| {
+            ToolError::Failed(format!(
+                "cannot fetch {url}: {}",
+                crate::llm::http::root_cause(&e)
+            ))
+        })?;
         let status = response.status();
         if status.is_redirection() {
             let location = response
@@ -187,7 +188,9 @@ async fn fetch(mut url: reqwest::Url) -> Result<Fetched, ToolError> {
         let mut cut = false;
         let mut stream = response.bytes_stream();
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| ToolError::Failed(format!("{url}: {}", root(&e))))?;
+            let chunk = chunk.map_err(|e| {
+                ToolError::Failed(format!("{url}: {}", crate::llm::http::root_cause(&e)))
+            })?;
             let room = MAX_BYTES - bytes.len();
             if chunk.len() > room {
                 bytes.extend_from_slice(&chunk[..room]);
@@ -223,15 +226,6 @@ fn link_local(url: &reqwest::Url) -> bool {
                 || name.eq_ignore_ascii_case("metadata")
         }
     }
-}
-
-/// The innermost reason of an error, in its own words.
-fn root(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut last = e;
-    while let Some(next) = last.source() {
-        last = next;
-    }
-    last.to_string()
 }
 
 /// HTML as markdown, scripts and styles left out.

@@ -113,6 +113,19 @@ pub async fn wait_for(
         .expect("the event never came")
 }
 
+/// The names of the tools a recorded request offered, in order.
+pub fn tool_names(request: &super::mock_llm::Recorded) -> Vec<String> {
+    request.body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The tool results a recorded request carried, in order: `(call id, content)`.
 pub fn tool_results(request: &super::mock_llm::Recorded) -> Vec<(String, String)> {
     request.body["messages"]
