@@ -23,6 +23,8 @@ pub(crate) struct Repeats {
     /// Each call of the last two turns: how many turns in a row it was made,
     /// and the last turn it was made in.
     seen: HashMap<(String, String), (u32, u32)>,
+    /// The turn the map was last pruned for.
+    pruned: u32,
 }
 
 impl Repeats {
@@ -42,7 +44,11 @@ impl Repeats {
             Some(_) | None => 1,
         };
         self.seen.insert(key, (count, turn));
-        self.seen.retain(|_, (_, last)| *last + 1 >= turn);
+        // Once per turn, not per call: a turn may make thousands of calls.
+        if self.pruned != turn {
+            self.pruned = turn;
+            self.seen.retain(|_, (_, last)| *last + 1 >= turn);
+        }
         count
     }
 }

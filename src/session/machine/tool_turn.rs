@@ -120,18 +120,23 @@ impl Machine {
             .map(|c| run.repeats.see(model_turn, c))
             .collect();
         let capped = past_cap(&bounds_itself);
-        // A call made too many times in a row is not run, and stops the run.
-        let looping: Vec<usize> = (0..calls.len())
-            .filter(|i| capped[*i].is_none() && repeats[*i] >= repeats::STOP_AT)
+        // What is not run, and why: past its cap, or made too many times in a
+        // row (which also stops the run).
+        let refusals: Vec<Option<ToolResult>> = calls
+            .iter()
+            .enumerate()
+            .map(|(i, call)| match capped[i] {
+                Some(number) => Some(refused(call, number, bounds_itself[i])),
+                None if repeats[i] >= repeats::STOP_AT => Some(repeats::refused(call)),
+                None => None,
+            })
             .collect();
-        if !looping.is_empty() {
+        if (0..calls.len()).any(|i| capped[i].is_none() && repeats[i] >= repeats::STOP_AT) {
             run.stop.get_or_insert_with(|| repeats::LOOP.to_owned());
         }
         let mut batches = plan(&classes);
         for batch in &mut batches {
-            batch
-                .calls
-                .retain(|i| capped[*i].is_none() && !looping.contains(i));
+            batch.calls.retain(|i| refusals[*i].is_none());
         }
         batches.retain(|b| !b.calls.is_empty());
         run.phase = Phase::Tools(Box::new(ToolTurn {
@@ -146,47 +151,27 @@ impl Machine {
             resumed,
             repeats,
         }));
-        self.refuse(looping);
-        self.refuse_past_cap(&capped);
+        for (index, refusal) in refusals.into_iter().enumerate() {
+            if let Some(result) = refusal {
+                self.refuse_call(index, result);
+            }
+        }
         self.advance_tools(now);
     }
 
-    /// Gives each call at `indices` its refusal for repeating itself.
-    fn refuse(&mut self, indices: Vec<usize>) {
-        for index in indices {
-            let Some(turn) = self.tool_turn() else {
-                return;
-            };
-            let call = turn.calls[index].clone();
-            self.publish(EventKind::ToolStarted {
-                call_id: call.id.clone(),
-                name: call.name.clone(),
-                arguments: call.arguments.clone(),
-            });
-            self.store_result(index, repeats::refused(&call));
-        }
-    }
-
-    /// Gives every call past its cap (`capped`, from [`past_cap`]) its refusal,
-    /// announced as any call that could not be run is.
-    fn refuse_past_cap(&mut self, capped: &[Option<usize>]) {
+    /// Gives the call at `index` a result without running it, announced as any
+    /// call that could not be run is.
+    fn refuse_call(&mut self, index: usize, result: ToolResult) {
         let Some(turn) = self.tool_turn() else {
             return;
         };
-        let past: Vec<(usize, ToolCall, usize, bool)> = turn
-            .calls
-            .iter()
-            .enumerate()
-            .filter_map(|(i, c)| capped[i].map(|n| (i, c.clone(), n, turn.bounds_itself[i])))
-            .collect();
-        for (index, call, number, delegation) in past {
-            self.publish(EventKind::ToolStarted {
-                call_id: call.id.clone(),
-                name: call.name.clone(),
-                arguments: call.arguments.clone(),
-            });
-            self.store_result(index, refused(&call, number, delegation));
-        }
+        let call = turn.calls[index].clone();
+        self.publish(EventKind::ToolStarted {
+            call_id: call.id,
+            name: call.name,
+            arguments: call.arguments,
+        });
+        self.store_result(index, result);
     }
 
     fn tool_turn(&mut self) -> Option<&mut ToolTurn> {
