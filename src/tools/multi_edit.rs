@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::edit::{Edited, refused, replace};
+use super::edit::{refused, replace};
 use super::files;
 use crate::error::ToolError;
 use crate::tools::{Concurrency, Tool, ToolContext};
@@ -117,9 +117,14 @@ fn apply(
         files::check_fresh(session, path, shown)?;
         std::fs::read(path).map_err(|e| ToolError::Failed(format!("{shown}: {e}")))?
     };
-    let before = String::from_utf8_lossy(&bytes).replace("\r\n", "\n");
-    let before = if creating { String::new() } else { before };
-    let mut after = before.clone();
+    // The text before and after, as Edit's ladder decodes it (BOM and line
+    // endings taken out): a new file's starts empty, with its first edit's text.
+    let mut before = None;
+    let mut after = if creating {
+        edits[0].new_string.replace("\r\n", "\n")
+    } else {
+        String::new()
+    };
     let mut count = 0;
     for (i, edit) in edits.iter().enumerate().skip(usize::from(creating)) {
         if edit.old_string == edit.new_string {
@@ -132,21 +137,19 @@ fn apply(
             );
             return Err(numbered(i, empty));
         }
-        let Edited {
-            bytes: out,
-            after: text,
-            count: n,
-            ..
-        } = replace(&bytes, &edit.old_string, &edit.new_string, edit.replace_all)
+        let edited = replace(&bytes, &edit.old_string, &edit.new_string, edit.replace_all)
             .map_err(|r| numbered(i, refused(r, shown)))?;
-        bytes = out;
-        after = text;
-        count += n;
-    }
-    if creating {
-        after = String::from_utf8_lossy(&bytes).replace("\r\n", "\n");
+        before.get_or_insert(edited.before);
+        bytes = edited.bytes;
+        after = edited.after;
+        count += edited.count;
     }
     files::write_atomic(path, &bytes).map_err(|e| ToolError::Failed(format!("{shown}: {e}")))?;
+    let before = if creating {
+        String::new()
+    } else {
+        before.unwrap_or_default()
+    };
     let diff = super::unified_diff(shown, &before, &after);
     changes.record(shown, &diff);
     let what = if creating {
@@ -227,6 +230,24 @@ mod tests {
                 .starts_with("fn a()"),
             "atomic"
         );
+    }
+
+    #[tokio::test]
+    async fn the_diff_of_a_file_with_a_bom_shows_only_the_change() {
+        let (_dir, ctx) = test_context();
+        std::fs::write(ctx.workspace.join("b.txt"), "\u{feff}one\r\ntwo\r\n").unwrap();
+        Read.call(json!({"file_path": "b.txt"}), &ctx)
+            .await
+            .unwrap();
+        let out = MultiEdit
+            .call(
+                json!({"file_path": "b.txt", "edits": [{"old_string": "two", "new_string": "2"}]}),
+                &ctx,
+            )
+            .await
+            .unwrap();
+        assert!(out.contains("-two") && out.contains("+2"), "{out}");
+        assert!(!out.contains("-one") && !out.contains("\u{feff}"), "{out}");
     }
 
     #[tokio::test]
