@@ -187,7 +187,7 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
         let names: Vec<String> = match fields.get(key).map(|v| &v.value) {
             None | Some(Value::Null) => return Ok(None),
             // Commas inside a rule's parentheses are the rule's.
-            Some(Value::String(s)) => split_outside_parentheses(s),
+            Some(Value::String(s)) => crate::tools::rules::split_outside_parentheses(s, &[',']),
             Some(Value::Array(items)) => items
                 .iter()
                 .map(|item| match item {
@@ -323,31 +323,6 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
         source: path.to_owned(),
         warnings,
     })
-}
-
-/// `text` split at commas that are not inside parentheses, each piece trimmed.
-fn split_outside_parentheses(text: &str) -> Vec<String> {
-    let mut pieces = Vec::new();
-    let mut depth = 0usize;
-    let mut current = String::new();
-    for c in text.chars() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth = depth.saturating_sub(1),
-            ',' if depth == 0 => {
-                pieces.push(std::mem::take(&mut current));
-                continue;
-            }
-            _ => {}
-        }
-        current.push(c);
-    }
-    pieces.push(current);
-    pieces
-        .into_iter()
-        .map(|p| p.trim().to_owned())
-        .filter(|p| !p.is_empty())
-        .collect()
 }
 
 impl Role {

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use super::exit;
 use super::flags::{AgentsAction, Cli};
 use super::setup::{roles, workspace};
+use crate::ui::progress::count;
 
 /// `orchestrate agents list | show NAME | check`.
 pub(super) fn run(
@@ -84,15 +85,11 @@ pub(super) fn run(
             }
             let roles = catalog.roles().count();
             if catalog.problems.is_empty() {
-                let _ = writeln!(out, "{roles} roles, no problems");
+                let _ = writeln!(out, "{}, no problems", count(roles as u64, "role"));
                 ExitCode::from(exit::DONE)
             } else {
-                let n = catalog.problems.len();
-                let _ = writeln!(
-                    out,
-                    "{n} problem{} in the role files",
-                    if n == 1 { "" } else { "s" }
-                );
+                let n = catalog.problems.len() as u64;
+                let _ = writeln!(out, "{} in the role files", count(n, "problem"));
                 ExitCode::from(exit::FAILED)
             }
         }

@@ -63,14 +63,6 @@ impl Rule {
             pattern,
         })
     }
-
-    /// Whether the rule covers a Bash `command` (for a rule with no pattern:
-    /// every command).
-    pub fn covers_command(&self, command: &str) -> bool {
-        self.pattern.as_ref().is_none_or(|p| {
-            commands(command).is_some_and(|parts| parts.iter().all(|c| p.matches(c)))
-        })
-    }
 }
 
 impl fmt::Display for Rule {
@@ -113,9 +105,11 @@ fn wildcard(pattern: &[u8], text: &[u8]) -> bool {
 
 /// Whether every command in `command` is covered by one of `rules` (Bash rules).
 pub fn covered(rules: &[Rule], command: &str) -> bool {
-    let Some(parts) = commands(command) else {
-        return false;
-    };
+    commands(command).is_some_and(|parts| covers_parts(rules, &parts))
+}
+
+/// Whether each of a line's simple commands `parts` is covered by one of `rules`.
+fn covers_parts(rules: &[Rule], parts: &[String]) -> bool {
     !parts.is_empty()
         && parts.iter().all(|part| {
             rules
@@ -208,7 +202,7 @@ impl Rules {
                     Some(RuleVerdict::Deny)
                 } else if hits(&ask, &parts) {
                     Some(RuleVerdict::Ask)
-                } else if bare(&allow) || (!allow.is_empty() && covered(&allow, line)) {
+                } else if bare(&allow) || covers_parts(&allow, &parts) {
                     Some(RuleVerdict::Allow)
                 } else {
                     None
@@ -367,35 +361,42 @@ fn applies_to(rule_tool: &str, tool: &str) -> bool {
 pub fn parse_list(items: &[String]) -> (Vec<Rule>, Vec<String>) {
     let mut rules = Vec::new();
     let mut bad = Vec::new();
-    for item in items {
-        let mut depth = 0;
-        let mut current = String::new();
-        let mut flush = |current: &mut String| {
-            let text = std::mem::take(current);
-            let text = text.trim();
-            if text.is_empty() {
-                return;
-            }
-            match Rule::parse(text) {
-                Some(rule) => rules.push(rule),
-                None => bad.push(text.to_owned()),
-            }
-        };
-        for c in item.chars() {
-            match c {
-                '(' => depth += 1,
-                ')' => depth -= 1,
-                ',' | ' ' if depth == 0 => {
-                    flush(&mut current);
-                    continue;
-                }
-                _ => {}
-            }
-            current.push(c);
+    for text in items
+        .iter()
+        .flat_map(|i| split_outside_parentheses(i, &[',', ' ']))
+    {
+        match Rule::parse(&text) {
+            Some(rule) => rules.push(rule),
+            None => bad.push(text),
         }
-        flush(&mut current);
     }
     (rules, bad)
+}
+
+/// `text` split at any of `separators` outside parentheses (a rule's pattern
+/// keeps its commas and spaces), each piece trimmed, empty ones left out.
+pub fn split_outside_parentheses(text: &str, separators: &[char]) -> Vec<String> {
+    let mut pieces = Vec::new();
+    let mut depth = 0usize;
+    let mut current = String::new();
+    for c in text.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            c if depth == 0 && separators.contains(&c) => {
+                pieces.push(std::mem::take(&mut current));
+                continue;
+            }
+            _ => {}
+        }
+        current.push(c);
+    }
+    pieces.push(current);
+    pieces
+        .into_iter()
+        .map(|p| p.trim().to_owned())
+        .filter(|p| !p.is_empty())
+        .collect()
 }
 
 #[cfg(test)]

@@ -31,13 +31,13 @@ fn rules_read_as_claude_code_writes_them() {
 #[test]
 fn a_prefix_covers_the_command_and_its_arguments_only() {
     let r = rule("Bash(npm test:*)");
-    assert!(r.covers_command("npm test"));
-    assert!(r.covers_command("npm  test -- --watch"));
-    assert!(!r.covers_command("npm tester"));
-    assert!(!r.covers_command("npm run test"));
+    assert!(covered(std::slice::from_ref(&r), "npm test"));
+    assert!(covered(std::slice::from_ref(&r), "npm  test -- --watch"));
+    assert!(!covered(std::slice::from_ref(&r), "npm tester"));
+    assert!(!covered(std::slice::from_ref(&r), "npm run test"));
     let exact = rule("Bash(git log)");
-    assert!(exact.covers_command("git log"));
-    assert!(!exact.covers_command("git log -p"));
+    assert!(covered(std::slice::from_ref(&exact), "git log"));
+    assert!(!covered(std::slice::from_ref(&exact), "git log -p"));
 }
 
 #[test]
