@@ -21,6 +21,15 @@ const SUMMARY_INPUT_SHARE: f64 = 0.5;
 /// The summary request's text without a known window.
 const SUMMARY_INPUT_DEFAULT: usize = 200_000;
 
+/// What a compaction did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Compaction {
+    /// A summary stream started; the turn waits for it.
+    Summarizing,
+    /// This many results were elided (0: nothing changed).
+    Elided(usize),
+}
+
 impl Machine {
     /// How many tokens the next request is, roughly: what the provider last
     /// reported plus an estimate of what was appended since, or the estimate of
@@ -65,10 +74,9 @@ impl Machine {
     }
 
     /// Compacts before attempt `attempt` of the next turn (`force`: whatever the
-    /// estimate says, for an overflow). True when a summary stream was started
-    /// (the turn waits for it); false when eliding was enough, or all there was
-    /// to do.
-    pub(super) fn compact(&mut self, attempt: u32, force: bool) -> bool {
+    /// estimate says, for an overflow): a summary stream started (the turn waits
+    /// for it), or the results elided (enough, or all there was to do).
+    pub(super) fn compact(&mut self, attempt: u32, force: bool) -> Compaction {
         let before = self.context_tokens();
         if let Some(run) = self.run.as_mut() {
             run.compacted_at = Some(run.stats.turns);
@@ -104,7 +112,7 @@ impl Machine {
                         request,
                         quiet: true,
                     });
-                    return true;
+                    return Compaction::Summarizing;
                 }
                 // Nothing older to summarize: what is big in the last turns goes.
                 None => elided += self.elide(1),
@@ -113,7 +121,7 @@ impl Machine {
         if elided > 0 {
             self.compacted(before, elided, false);
         }
-        false
+        Compaction::Elided(elided)
     }
 
     /// The summary stream ended: the older turns give way to it (or, if it
@@ -130,14 +138,7 @@ impl Machine {
         });
         let summary = match result {
             Ok(turn) => {
-                let usage = turn.usage.unwrap_or_default();
-                let cost = self.spec.model_info.cost(&usage);
-                if let Some(run) = self.run.as_mut() {
-                    run.stats.charge(&usage, cost);
-                }
-                if self.spec.meter.is_some() {
-                    self.emit(Effect::Charge { usage, cost });
-                }
+                self.spend(turn.usage.unwrap_or_default());
                 Some(turn.message.answer().trim()).filter(|s| !s.is_empty())
             }
             Err(_) => None,
@@ -195,13 +196,13 @@ impl Machine {
             return false;
         }
         run.overflow_compacted = true;
-        let before = self.transcript.clone();
-        if !self.compact(attempt + 1, true) {
-            if self.transcript == before {
-                return false;
+        match self.compact(attempt + 1, true) {
+            Compaction::Summarizing => true,
+            Compaction::Elided(0) => false,
+            Compaction::Elided(_) => {
+                self.begin_turn(now, attempt + 1);
+                true
             }
-            self.begin_turn(now, attempt + 1);
         }
-        true
     }
 }

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::{Effect, Machine, Phase, Run};
-use crate::conversation::{AssistantTurn, Message, ToolResult, enforce_protocol};
+use crate::conversation::{AssistantTurn, Message, ToolResult, Usage, enforce_protocol};
 use crate::error::{ErrorClass, LlmError, SessionError};
 use crate::llm::ChatRequest;
 use crate::llm::retry::AfterFailure;
@@ -33,7 +33,9 @@ impl Machine {
             // A turn boundary: where a requested stop takes effect.
             return self.end_stopped(now);
         }
-        if self.needs_compaction(attempt) && self.compact(attempt, false) {
+        if self.needs_compaction(attempt)
+            && self.compact(attempt, false) == super::compact::Compaction::Summarizing
+        {
             return;
         }
         let Some(run) = self.run.as_mut() else {
@@ -208,12 +210,14 @@ impl Machine {
     /// Counts a completed turn: usage, the last text, the event, the journal.
     /// Returns the turn's text.
     pub(super) fn account(&mut self, turn: &AssistantTurn) -> String {
+        if self.run.is_none() {
+            return String::new();
+        }
+        let usage = turn.usage.unwrap_or_default();
+        let cost = self.spend(usage);
         let Some(run) = self.run.as_mut() else {
             return String::new();
         };
-        let usage = turn.usage.unwrap_or_default();
-        let cost = self.spec.model_info.cost(&usage);
-        run.stats.charge(&usage, cost);
         // A turn the provider took: a later overflow gets its own compaction.
         run.overflow_compacted = false;
         let text = turn.message.answer().to_owned();
@@ -228,9 +232,6 @@ impl Machine {
             cost_usd: cost,
         };
         self.publish(finished);
-        if self.spec.meter.is_some() {
-            self.emit(Effect::Charge { usage, cost });
-        }
         self.check_budget();
         if !turn.is_empty() {
             self.record(Message::Assistant(turn.message.clone()));
@@ -242,6 +243,19 @@ impl Machine {
             );
         }
         text
+    }
+
+    /// Counts what a model call used against the run (and the whole run's meter,
+    /// when there is one); returns its cost, when the model's prices are known.
+    pub(super) fn spend(&mut self, usage: Usage) -> Option<f64> {
+        let cost = self.spec.model_info.cost(&usage);
+        if let Some(run) = self.run.as_mut() {
+            run.stats.charge(&usage, cost);
+        }
+        if self.spec.meter.is_some() {
+            self.emit(Effect::Charge { usage, cost });
+        }
+        cost
     }
 
     /// The run was cancelled: keep what the model had said (without its tool
