@@ -58,6 +58,18 @@ impl Models {
         self.providers[&self.settings.default_provider].clone()
     }
 
+    /// Gives `spec` (a session of `spec.model` on `spec.provider`) what is known
+    /// of its model (window, prices), when it compacts and who writes its
+    /// summaries.
+    pub fn describe(&self, spec: &mut crate::session::SessionSpec) {
+        spec.model_info = self.info(&spec.model);
+        spec.compact_at = self.compact_at();
+        spec.summary_model = self.summary_model(&Model {
+            provider: spec.provider.clone(),
+            id: spec.model.clone(),
+        });
+    }
+
     /// What is known about model `id`: window, output limit, prices.
     pub fn info(&self, id: &str) -> crate::model_info::ModelInfo {
         self.settings.model_table.get(id)

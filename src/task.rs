@@ -221,14 +221,7 @@ impl Task {
         spec.budget = role.budget;
         spec.meter = self.env.meter.clone();
         match &self.env.models {
-            Some(models) => {
-                spec.model_info = models.info(&spec.model);
-                spec.compact_at = models.compact_at();
-                spec.summary_model = models.summary_model(&Model {
-                    provider: spec.provider.clone(),
-                    id: spec.model.clone(),
-                });
-            }
+            Some(models) => models.describe(&mut spec),
             None => spec.model_info = crate::model_info::builtin(&spec.model).unwrap_or_default(),
         }
         spec.permission_mode = permission_mode;

@@ -325,7 +325,6 @@ fn lead_spec(
         };
         tools = tools.with(Task::new(env, caller));
     }
-    let model_for_summary = model.clone();
     let prompt = plan.memory.apply(&role.prompt);
     let mut spec = SessionSpec::new(role.name.clone(), model.id, prompt);
     spec.memory = plan.memory.names();
@@ -335,9 +334,7 @@ fn lead_spec(
     spec.bash_rules = role.bash_rules.clone();
     spec.budget = role.budget;
     spec.meter = meter;
-    spec.model_info = plan.models.info(&spec.model);
-    spec.compact_at = plan.models.compact_at();
-    spec.summary_model = plan.models.summary_model(&model_for_summary);
+    plan.models.describe(&mut spec);
     spec.permission_mode = permission_mode;
     #[cfg(feature = "test-support")]
     {

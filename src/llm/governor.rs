@@ -14,6 +14,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::Notify;
+
+use crate::llm::retry::{SPLITMIX_STEP, unit_sample};
 use tokio::time::Instant;
 
 /// The cooldown after a rate limit that says nothing about when to come back.
@@ -91,7 +93,7 @@ impl Governor {
             }),
             freed: Notify::new(),
             cap: cap.max(1),
-            jitter: AtomicU64::new(0x9E37_79B9_7F4A_7C15),
+            jitter: AtomicU64::new(SPLITMIX_STEP),
         }
     }
 
@@ -158,12 +160,8 @@ impl Governor {
     /// A waiter's extra delay past a cooldown: up to a tenth of it (at most a
     /// second), different for each waiter.
     fn spread(&self, cooldown: Duration) -> Duration {
-        let mut x = self
-            .jitter
-            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
-        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        let share = (x >> 11) as f64 / (1u64 << 53) as f64;
+        let state = self.jitter.fetch_add(SPLITMIX_STEP, Ordering::Relaxed);
+        let share = unit_sample(state.wrapping_add(SPLITMIX_STEP));
         (cooldown / 10).min(Duration::from_secs(1)).mul_f64(share)
     }
 }

@@ -100,6 +100,20 @@ pub fn retry_after(headers: &reqwest::header::HeaderMap, now: SystemTime) -> Opt
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
+/// The step of a SplitMix64 generator, the jitter both retries and the rate
+/// governor draw from.
+pub const SPLITMIX_STEP: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// A sample in `[0, 1)` from a SplitMix64 state (advanced by
+/// [`SPLITMIX_STEP`] for each draw).
+pub fn unit_sample(state: u64) -> f64 {
+    let mut z = state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
+}
+
 #[cfg(test)]
 mod tests {
     use reqwest::header::{HeaderMap, HeaderValue};
