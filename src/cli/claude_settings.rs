@@ -135,29 +135,18 @@ fn with_allow_rule(text: &str, rule: &str) -> Result<String, String> {
 /// Adds `rule` to the allow rules of the settings file at `path` (made if need
 /// be), replaced whole so that a crash mid-write never costs the file.
 pub(super) fn save_allow_rule(path: &Path, rule: &str) -> Result<(), String> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(e.to_string()),
-    };
-    let text = with_allow_rule(&text, rule)?;
-    let dir = path.parent().ok_or("no directory")?;
-    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     // The folder is the repository's: a symlink in it must not lead the write
     // elsewhere.
     let linked = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
+    let dir = path.parent().ok_or("no directory")?;
     if linked(dir) || linked(path) {
         return Err(format!(
             "{} is a symbolic link; the rule is not saved",
             path.display()
         ));
     }
-    let mut temporary = tempfile::NamedTempFile::new_in(dir).map_err(|e| e.to_string())?;
-    std::io::Write::write_all(&mut temporary, format!("{text}\n").as_bytes())
-        .map_err(|e| e.to_string())?;
-    temporary
-        .persist(path)
-        .map(|_| ())
+    let text = with_allow_rule(&super::trust::read_or_empty(path)?, rule)?;
+    crate::tools::files::write_atomic(path, format!("{text}\n").as_bytes())
         .map_err(|e| e.to_string())
 }
 

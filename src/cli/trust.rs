@@ -78,26 +78,18 @@ pub(super) fn pin_rule(path: &Path, workspace: &str, rule: &str) -> Result<(), S
 /// replacing it whole.
 fn rewrite(path: &Path, change: impl FnOnce(&str) -> Result<String, String>) -> Result<(), String> {
     let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
-    let (text, permissions) = match std::fs::read_to_string(&path) {
-        Ok(text) => (text, std::fs::metadata(&path).ok().map(|m| m.permissions())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), None),
-        Err(e) => return Err(e.to_string()),
-    };
+    let text = read_or_empty(&path)?;
     let text = change(&text)?;
-    let dir = path.parent().ok_or("no directory")?;
-    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    let temporary = dir.join(format!(".config.toml.{}.tmp", std::process::id()));
-    let written = std::fs::write(&temporary, text)
-        .and_then(|()| match permissions {
-            Some(p) => std::fs::set_permissions(&temporary, p),
-            None => Ok(()),
-        })
-        .and_then(|()| std::fs::rename(&temporary, &path));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&temporary);
-        return Err(e.to_string());
+    crate::tools::files::write_atomic(&path, text.as_bytes()).map_err(|e| e.to_string())
+}
+
+/// A file the user keeps, read bounded; empty when it does not exist yet.
+pub(super) fn read_or_empty(path: &Path) -> Result<String, String> {
+    match crate::small_file::read_to_string(path, crate::small_file::MAX_BYTES) {
+        Ok(text) => Ok(text),
+        Err(e) if e.is_not_found() => Ok(String::new()),
+        Err(e) => Err(e.problem.to_string()),
     }
-    Ok(())
 }
 
 #[cfg(test)]
