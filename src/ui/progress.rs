@@ -10,6 +10,6 @@ mod board;
 mod render;
 mod text;
 
-pub use self::board::{Board, Row, State, diff_stat};
+pub use self::board::{Board, Row, State};
 pub use self::render::{files_changed, plain_line, render_row, state_text, summary};
 pub use self::text::{clock, count, dollars, paint, short_call, tokens};

@@ -257,7 +257,7 @@ impl Board {
 }
 
 /// Lines a unified diff adds and removes (its `+++`/`---` headers not counted).
-pub fn diff_stat(diff: &str) -> (u64, u64) {
+fn diff_stat(diff: &str) -> (u64, u64) {
     let mut in_hunk = false;
     diff.lines().fold((0, 0), |(added, removed), line| {
         // `---`/`+++` are headers only before the first hunk.

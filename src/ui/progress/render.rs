@@ -119,10 +119,8 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
             }
         ),
         EventKind::Todos { todos } => {
-            let done = todos
-                .iter()
-                .filter(|t| t.status == crate::protocol::TodoStatus::Completed)
-                .count();
+            // The board counted them when it applied this event.
+            let (done, _) = row.todos.unwrap_or_default();
             let now = todos
                 .iter()
                 .find(|t| t.status == crate::protocol::TodoStatus::InProgress)
