@@ -22,6 +22,8 @@ mod claude_settings;
 mod control;
 pub mod exit;
 mod flags;
+mod mcp;
+mod mcp_servers;
 mod providers;
 mod resume;
 mod run;
@@ -30,7 +32,7 @@ mod sessions;
 mod setup;
 mod trust;
 
-pub use self::flags::{AgentsAction, Cli, Command, SessionsAction};
+pub use self::flags::{AgentsAction, Cli, Command, McpAction, SessionsAction};
 
 /// What a run needs besides its flags: who answers permission questions, how
 /// progress is shown, the environment, Ctrl-C (`interrupt` resolves on each), and
@@ -67,6 +69,9 @@ where
             return sessions::run(&cli, action.as_ref(), out, err);
         }
         Some(Command::Ps) => return control::ps(&cli, out, err).await,
+        Some(Command::Mcp { action }) => {
+            return mcp::run(&cli, action, &env, approver, out, err).await;
+        }
         Some(Command::Steer { agent, message }) => Some(control::Op::Steer {
             agent: agent.clone(),
             message: message.clone(),

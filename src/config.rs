@@ -40,4 +40,4 @@ pub use self::resolve::{
     DEFAULT_ANTHROPIC_MODEL, DEFAULT_COMPACT_AT, DEFAULT_OPENAI_MODEL, Flags, resolve,
 };
 pub use self::settings::{ModelRef, ProviderKind, ProviderSettings, Settings};
-pub use self::trust::{Redirect, pin_rules, redirects, remember};
+pub use self::trust::{Redirect, pin_rules, redirects, remember, trust_mcp};

@@ -5,6 +5,7 @@
 //! ```text
 //! Orchestrator                     root supervisor, one per process
 //! ├── prompt queue (per session)   plain state, not an actor: prompts and cancels
+//! ├── McpServer (per MCP server)   one per configured server                permanent
 //! └── Session (per conversation)                                         transient
 //!     ├── LlmStream                one per model turn                    transient
 //!     └── ToolRunner × n           one per tool call                     temporary
@@ -33,6 +34,7 @@ pub mod faults;
 pub mod journal;
 pub mod keys;
 pub mod llm;
+pub mod mcp;
 pub mod memory;
 pub mod model_info;
 pub mod models;

@@ -56,8 +56,23 @@ pub struct Role {
     pub prompt: String,
     /// Where it came from (a path, or `built-in:NAME.md`).
     pub source: String,
+    /// Its `mcpServers`: the run's servers it names, and the servers it defines
+    /// for its own sessions.
+    pub mcp: RoleServers,
     /// Fields accepted but not acted on, one line each.
     pub warnings: Vec<String>,
+}
+
+/// A role's `mcpServers` field, as Claude Code writes it: a list of server names
+/// (servers the run has) and `{name: definition}` entries (servers of its own).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RoleServers {
+    /// Servers of the run it names.
+    pub named: Vec<String>,
+    /// Its own servers' definitions, in `.mcp.json`'s format.
+    pub defined: serde_json::Map<String, Value>,
+    /// The field's line.
+    pub line: usize,
 }
 
 /// A problem with a role file, located.
@@ -100,11 +115,10 @@ pub const KNOWN_TOOLS: [&str; 11] = [
 ];
 
 /// Claude Code fields this version accepts without acting on them yet.
-const ACCEPTED_FIELDS: [&str; 8] = [
+const ACCEPTED_FIELDS: [&str; 7] = [
     "hooks",
     "memory",
     "skills",
-    "mcpServers",
     "isolation",
     "background",
     "effort",
@@ -282,6 +296,7 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
             "timeout",
             "permissionMode",
             "color",
+            "mcpServers",
         ];
         if known.contains(&key.as_str()) {
             continue;
@@ -294,6 +309,13 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
         };
         warnings.push(format!("{path}:{line}: {key} {what}"));
     }
+    let mcp = match fields.get("mcpServers") {
+        None => RoleServers::default(),
+        Some(field) => {
+            let line = field.referenced.line() as usize + 1;
+            role_servers(&field.value, line).map_err(|message| err(line, message))?
+        }
+    };
     let own = match tool_list("tools")? {
         Some(names) => tools::entries(&names, "tools", path, line_of("tools")),
         None => tools::Entries::default(),
@@ -321,8 +343,59 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
         color,
         prompt: body.trim().to_owned(),
         source: path.to_owned(),
+        mcp,
         warnings,
     })
+}
+
+/// Reads a role's `mcpServers` (at `line`): names and definitions, each
+/// definition checked as `.mcp.json` would be (its variables are expanded only
+/// when the run starts it).
+fn role_servers(value: &Value, line: usize) -> Result<RoleServers, String> {
+    let mut out = RoleServers {
+        line,
+        ..RoleServers::default()
+    };
+    let mut add = |map: &serde_json::Map<String, Value>| {
+        for (name, definition) in map {
+            out.defined.insert(name.clone(), definition.clone());
+        }
+    };
+    match value {
+        Value::Null => {}
+        Value::Object(map) => add(map),
+        Value::Array(items) => {
+            for item in items {
+                match item {
+                    Value::String(name) => {
+                        crate::mcp::config::check_name(name)
+                            .map_err(|e| format!("mcpServers entry {name:?}: {e}"))?;
+                        out.named.push(name.clone());
+                    }
+                    Value::Object(map) => add(map),
+                    other => {
+                        return Err(format!(
+                            "mcpServers must list server names or {{name: definition}} entries, not {other}"
+                        ));
+                    }
+                }
+            }
+        }
+        other => {
+            return Err(format!(
+                "mcpServers must be a list or an object of servers, not {other}"
+            ));
+        }
+    }
+    let origin = crate::mcp::Origin::Role {
+        path: String::new(),
+        role: String::new(),
+        trusted: true,
+    };
+    // Only the shape is checked here: any variable counts as set.
+    crate::mcp::config::servers_of(&out.defined, &|_| line, &origin, &|_| Some("x".into()))
+        .map_err(|(_, message)| message)?;
+    Ok(out)
 }
 
 impl Role {

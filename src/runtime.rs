@@ -50,6 +50,10 @@ pub struct RuntimeConfig {
     /// Where an "always" answer is saved as a rule; `None`: only remembered in
     /// this process.
     pub saver: Option<crate::tools::permissions::RuleSaver>,
+    /// The run's MCP servers, each started once and kept running by an actor.
+    pub mcp: Vec<crate::mcp::ServerConfig>,
+    /// How long an MCP server may take to start and list its tools.
+    pub mcp_limit: std::time::Duration,
 }
 
 impl RuntimeConfig {
@@ -64,6 +68,8 @@ impl RuntimeConfig {
             approver: Arc::new(DenyAll),
             rules: Arc::default(),
             saver: None,
+            mcp: Vec::new(),
+            mcp_limit: crate::mcp::connection::DEFAULT_START_TIMEOUT,
         }
     }
 }
@@ -91,6 +97,8 @@ pub struct Handle {
     workspace: Arc<PathBuf>,
     /// Cancelled once the runtime has shut down: nothing waits on it after that.
     closed: CancellationToken,
+    /// The run's MCP servers.
+    mcp: Arc<crate::mcp::McpHub>,
 }
 
 impl std::ops::Deref for Runtime {
@@ -127,9 +135,12 @@ impl Runtime {
             saver: config.saver,
             stamps: stamps.clone(),
         });
+        let mcp = Arc::new(crate::mcp::McpHub::new(config.mcp));
         let args = OrchestratorArgs {
             env,
             restart: config.restart,
+            mcp: mcp.clone(),
+            mcp_limit: config.mcp_limit,
         };
         let (stop_recorder, stop) = oneshot::channel();
         let recorder = tokio::spawn(record_events(
@@ -149,6 +160,7 @@ impl Runtime {
             seq: stamps,
             workspace: Arc::new(args_workspace),
             closed: CancellationToken::new(),
+            mcp,
         };
         Ok(Self {
             handle,
@@ -167,6 +179,8 @@ impl Runtime {
     pub async fn shutdown(self) {
         self.handle.orchestrator.stop(Some("shutdown".into()));
         let _ = self.join.await;
+        // Whatever an MCP server's actor did not get to stop is killed now.
+        self.handle.mcp.shutdown();
         self.handle.closed.cancel();
         // Nothing publishes any more: the recorder takes what is queued and ends.
         let _ = self.stop_recorder.send(());
@@ -176,6 +190,11 @@ impl Runtime {
 }
 
 impl Handle {
+    /// The run's MCP servers: their state, and the tools a role may use.
+    pub fn mcp(&self) -> Arc<crate::mcp::McpHub> {
+        self.mcp.clone()
+    }
+
     /// Subscribes to every event from now on.
     pub fn subscribe(&self) -> EventStream {
         self.bus.subscribe()

@@ -87,6 +87,8 @@ pub struct TaskEnv {
     meter: Option<Arc<RunMeter>>,
     /// The project's memory, in every sub-agent's system prompt.
     memory: Arc<Memory>,
+    /// The run's MCP servers, whose tools a sub-agent's role may use.
+    mcp: Option<Arc<crate::mcp::McpHub>>,
 }
 
 impl TaskEnv {
@@ -111,7 +113,14 @@ impl TaskEnv {
             models: None,
             meter: None,
             memory: Arc::default(),
+            mcp: None,
         }
+    }
+
+    /// Sub-agents get the tools of `hub`'s servers their roles allow.
+    pub fn with_mcp(mut self, hub: Arc<crate::mcp::McpHub>) -> Self {
+        self.mcp = Some(hub);
+        self
     }
 
     /// Resolves roles' `model:` values through `models` (aliases, providers).
@@ -187,6 +196,14 @@ impl Task {
         offered.push("Task");
         let allowed = role.allowed_tools(&offered);
         let mut tools = self.env.tools.only(&allowed);
+        if let Some(hub) = &self.env.mcp {
+            tools = tools.with_source(Arc::new(crate::mcp::tools_for(
+                hub,
+                &role.name,
+                role.tools.as_deref(),
+                &role.disallowed_tools,
+            )));
+        }
         let model = match (&role.model, &self.env.models) {
             (ModelChoice::Named(_), Some(models)) => models
                 .for_role(role, &self.caller.model)

@@ -209,10 +209,22 @@ pub trait Tool: Send + Sync + Debug + 'static {
     ) -> BoxFuture<'a, Result<String, ToolError>>;
 }
 
+/// Tools that come and go while a session runs (an MCP server's, which it may
+/// relist): asked for at each request and each call.
+pub trait ToolSource: Send + Sync + Debug + 'static {
+    /// What the model is told about each tool offered now.
+    fn specs(&self) -> Vec<ToolSpec>;
+    /// The tool offered now under `name`.
+    fn get(&self, name: &str) -> Option<Arc<dyn Tool>>;
+    /// True when it can never offer anything.
+    fn is_empty(&self) -> bool;
+}
+
 /// The tools offered to one session.
 #[derive(Clone, Debug, Default)]
 pub struct ToolRegistry {
     tools: Vec<Arc<dyn Tool>>,
+    sources: Vec<Arc<dyn ToolSource>>,
     timeout: Option<Duration>,
 }
 
@@ -247,11 +259,18 @@ impl ToolRegistry {
                 .filter(|t| names.contains(&t.name()))
                 .cloned()
                 .collect(),
+            sources: self.sources.clone(),
             timeout: self.timeout,
         }
     }
 
-    /// The tools' names, in the order they are offered.
+    /// Adds tools that come and go (an MCP server's), offered after the others.
+    pub fn with_source(mut self, source: Arc<dyn ToolSource>) -> Self {
+        self.sources.push(source);
+        self
+    }
+
+    /// The built-in tools' names, in the order they are offered.
     pub fn names(&self) -> Vec<&str> {
         self.tools.iter().map(|t| t.name()).collect()
     }
@@ -277,24 +296,38 @@ impl ToolRegistry {
 
     /// The tool with this name.
     pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
-        self.tools.iter().find(|t| t.name() == name).cloned()
+        self.tools
+            .iter()
+            .find(|t| t.name() == name)
+            .cloned()
+            .or_else(|| self.sources.iter().find_map(|s| s.get(name)))
     }
 
-    /// What the model is told about each tool.
+    /// What the model is told about each tool, a built-in one winning over a
+    /// source's of the same name.
     pub fn specs(&self) -> Vec<ToolSpec> {
-        self.tools
+        let mut specs: Vec<ToolSpec> = self
+            .tools
             .iter()
             .map(|t| ToolSpec {
                 name: t.name().to_owned(),
                 description: t.description().to_owned(),
                 parameters: t.input_schema(),
             })
-            .collect()
+            .collect();
+        for source in &self.sources {
+            for spec in source.specs() {
+                if !specs.iter().any(|s| s.name == spec.name) {
+                    specs.push(spec);
+                }
+            }
+        }
+        specs
     }
 
-    /// True when no tool is offered.
+    /// True when no tool is offered, nor ever can be.
     pub fn is_empty(&self) -> bool {
-        self.tools.is_empty()
+        self.tools.is_empty() && self.sources.iter().all(|s| s.is_empty())
     }
 }
 

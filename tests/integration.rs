@@ -17,6 +17,7 @@ mod control;
 mod conversation;
 mod faults;
 mod fixtures;
+mod mcp;
 mod permissions;
 mod prompt_queue;
 mod protocol;

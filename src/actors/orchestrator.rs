@@ -9,6 +9,7 @@
 //! crashes, and, holding no mailbox, it has nothing to lose in one of its own.
 
 mod children;
+pub(crate) mod mcp_server;
 mod restarts;
 
 use std::collections::HashMap;
@@ -17,6 +18,7 @@ use std::sync::Arc;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
 use self::children::Children;
+use self::mcp_server::{McpServerActor, McpServerArgs};
 use super::SessionEnv;
 use super::session::{SessionActor, SessionArgs, SessionMsg};
 use super::supervision::{Intensity, RestartTracker, RestartType};
@@ -74,6 +76,8 @@ pub(crate) enum OrchestratorMsg {
     Stop(SessionId),
     /// End a session's current run at its next turn boundary, as stopped.
     StopRun(SessionId),
+    /// The backoff after an MCP server died is over: start it again.
+    RestartMcp(String),
     /// Crash a session, for the tests of supervision.
     #[cfg(feature = "test-support")]
     CrashSession(SessionId),
@@ -84,6 +88,10 @@ pub(crate) enum OrchestratorMsg {
 pub(crate) struct OrchestratorArgs {
     pub(crate) env: Arc<SessionEnv>,
     pub(crate) restart: Intensity,
+    /// The run's MCP servers, one child each.
+    pub(crate) mcp: Arc<crate::mcp::McpHub>,
+    /// How long an MCP server may take to start.
+    pub(crate) mcp_limit: std::time::Duration,
 }
 
 /// The Orchestrator's state.
@@ -99,6 +107,14 @@ pub(crate) struct OrchestratorState {
     by_actor: HashMap<ActorId, SessionId>,
     /// Every sub-agent by the call that started it.
     children: Children,
+    /// The run's MCP servers.
+    mcp: Arc<crate::mcp::McpHub>,
+    /// How long an MCP server may take to start.
+    mcp_limit: std::time::Duration,
+    /// Which server a running server actor is.
+    mcp_by_actor: HashMap<ActorId, (String, ActorRef<mcp_server::McpServerMsg>)>,
+    /// Each server's restart history (permanent children).
+    mcp_restarts: HashMap<String, RestartTracker>,
 }
 
 /// Where a session the Orchestrator was asked about is.
@@ -166,7 +182,40 @@ impl Actor for OrchestratorActor {
             sessions: HashMap::new(),
             by_actor: HashMap::new(),
             children,
+            mcp: args.mcp,
+            mcp_limit: args.mcp_limit,
+            mcp_by_actor: HashMap::new(),
+            mcp_restarts: HashMap::new(),
         })
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let names: Vec<String> = state.mcp.configs().map(|c| c.name.clone()).collect();
+        for name in names {
+            let tracker = RestartTracker::new(RestartType::Permanent, state.restart);
+            state.mcp_restarts.insert(name.clone(), tracker);
+            spawn_mcp(&myself, state, name, false).await;
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // Stopping the Orchestrator kills its children without their `post_stop`;
+        // the MCP servers first close their programs (SIGTERM, then SIGKILL).
+        let servers: Vec<_> = state.mcp_by_actor.drain().map(|(_, (_, a))| a).collect();
+        let stops = servers
+            .iter()
+            .map(|a| a.stop_and_wait(None, Some(std::time::Duration::from_secs(5))));
+        futures::future::join_all(stops).await;
+        Ok(())
     }
 
     async fn handle(
@@ -229,6 +278,7 @@ impl Actor for OrchestratorActor {
                 }
             }
             OrchestratorMsg::StopRun(session) => route(state, session, Routed::Stop),
+            OrchestratorMsg::RestartMcp(name) => spawn_mcp(&myself, state, name, true).await,
             #[cfg(feature = "test-support")]
             OrchestratorMsg::CrashSession(session) => {
                 if let Some(actor) = state.sessions.get(&session).and_then(|e| e.actor.as_ref()) {
@@ -247,6 +297,15 @@ impl Actor for OrchestratorActor {
     ) -> Result<(), ActorProcessingErr> {
         match event {
             SupervisionEvent::ActorStarted(_) | SupervisionEvent::ProcessGroupChanged(_) => {}
+            SupervisionEvent::ActorTerminated(cell, _, _)
+                if state.mcp_by_actor.remove(&cell.get_id()).is_some() => {}
+            SupervisionEvent::ActorFailed(cell, err)
+                if state.mcp_by_actor.contains_key(&cell.get_id()) =>
+            {
+                if let Some((name, _)) = state.mcp_by_actor.remove(&cell.get_id()) {
+                    on_mcp_crash(&myself, state, name, &err.to_string());
+                }
+            }
             SupervisionEvent::ActorTerminated(cell, _, reason) => {
                 // A session stops only when told to.
                 if let Some(id) = state.by_actor.remove(&cell.get_id()) {
@@ -393,5 +452,76 @@ fn route(state: &mut OrchestratorState, session: SessionId, routed: Routed) {
     };
     if let Some(actor) = &entry.actor {
         let _ = actor.cast(nudge);
+    }
+}
+
+/// Starts the actor of MCP server `name` (again, when `restarted`). A spawn error
+/// leaves the server failed; the run goes on without it.
+async fn spawn_mcp(
+    myself: &ActorRef<OrchestratorMsg>,
+    state: &mut OrchestratorState,
+    name: String,
+    restarted: bool,
+) {
+    let args = McpServerArgs {
+        name: name.clone(),
+        hub: state.mcp.clone(),
+        workspace: state.env.workspace.clone(),
+        logs: crate::mcp::connection::log_dir(&state.env.workspace),
+        limit: state.mcp_limit,
+        restarted,
+    };
+    match Actor::spawn_linked(None, McpServerActor, args, myself.get_cell()).await {
+        Ok((actor, _)) => {
+            state.mcp_by_actor.insert(actor.get_id(), (name, actor));
+        }
+        Err(e) => state.mcp.set(
+            &name,
+            crate::mcp::State::Failed {
+                reason: format!("its actor did not start: {e}"),
+            },
+        ),
+    }
+}
+
+/// An MCP server died (or could not be started again): restarted after a
+/// backoff, or, past the restart intensity, given up on for the rest of the run.
+fn on_mcp_crash(
+    myself: &ActorRef<OrchestratorMsg>,
+    state: &mut OrchestratorState,
+    name: String,
+    reason: &str,
+) {
+    let Some(tracker) = state.mcp_restarts.get_mut(&name) else {
+        return;
+    };
+    match tracker.on_exit(
+        super::supervision::Exit::Abnormal,
+        std::time::Instant::now(),
+        rand::random::<f64>(),
+    ) {
+        super::supervision::Decision::Restart { after, restarts } => {
+            tracing::warn!(server = %name, restarts, ?after, reason, "MCP server died; restarting it");
+            myself.send_after(after, move || OrchestratorMsg::RestartMcp(name));
+        }
+        super::supervision::Decision::Escalate { restarts } => {
+            let window = state.restart.window.as_secs();
+            state.mcp.set(
+                &name,
+                crate::mcp::State::Failed {
+                    reason: format!(
+                        "it died {restarts} times within {window} s; giving up on it: {reason}"
+                    ),
+                },
+            );
+        }
+        super::supervision::Decision::Stop => {
+            state.mcp.set(
+                &name,
+                crate::mcp::State::Failed {
+                    reason: reason.to_owned(),
+                },
+            );
+        }
     }
 }

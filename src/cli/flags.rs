@@ -150,6 +150,13 @@ pub enum Command {
         #[command(subcommand)]
         action: AgentsAction,
     },
+    /// The MCP servers of this workspace and the user: where each is defined,
+    /// whether it starts, and its tools.
+    Mcp {
+        /// What to do with them.
+        #[command(subcommand)]
+        action: McpAction,
+    },
     /// List this workspace's runs, newest first, or show one.
     Sessions {
         /// What to do with them (default: list).
@@ -195,6 +202,13 @@ pub enum SessionsAction {
         /// The run: a unique prefix of its id.
         id: String,
     },
+}
+
+/// `orchestrate mcp …`
+#[derive(Debug, clap::Subcommand)]
+pub enum McpAction {
+    /// Start each configured server, list its tools, and stop it again.
+    List,
 }
 
 /// `orchestrate agents …`

@@ -133,6 +133,19 @@ where
         Lead::New(_) => cli.agent.clone(),
         Lead::Resume { role, .. } => role.clone(),
     };
+    // The lead's first request offers the MCP servers' tools: wait for each
+    // server to start or fail (each within its own time limit).
+    let mcp = runtime.mcp();
+    mcp.settled().await;
+    for config in mcp.configs() {
+        if let Some(crate::mcp::State::Failed { reason }) = mcp.state(&config.name) {
+            let _ = writeln!(
+                err,
+                "orchestrate: warning: MCP server {:?} did not start: {reason}; the run goes on without it",
+                config.name
+            );
+        }
+    }
     let (spec, mut watcher) = match lead_spec(&cli, &role, plan, runtime.handle()) {
         Ok(lead) => lead,
         Err(e) => {
@@ -303,6 +316,13 @@ fn lead_spec(
     offered.push("Task");
     let allowed = role.allowed_tools(&offered);
     let mut tools = standard.only(&allowed);
+    let mcp = handle.mcp();
+    tools = tools.with_source(Arc::new(crate::mcp::tools_for(
+        &mcp,
+        &role.name,
+        role.tools.as_deref(),
+        &role.disallowed_tools,
+    )));
     let mut watcher = None;
     if cli.max_depth > 0 && allowed.contains(&"Task") {
         let catalog = Arc::new(RwLock::new(plan.catalog));
@@ -315,7 +335,8 @@ fn lead_spec(
             TaskEnv::new(handle, catalog, cli.max_parallel, cli.max_depth, plan.tools)
                 .with_models(plan.models.clone())
                 .with_meter(meter.clone())
-                .with_memory(plan.memory.clone()),
+                .with_memory(plan.memory.clone())
+                .with_mcp(mcp),
         );
         let caller = Caller {
             depth: 0,

@@ -1,7 +1,8 @@
 //! What the flags and the configuration files set up before a run: the workspace,
 //! the role catalog and the folders it came from, the models (built in
 //! `providers`, once `trust` lets the workspace's file send requests where it
-//! says), the tools (Bash's confinement from `sandbox`), and the runtime's
+//! says), the tools (Bash's confinement from `sandbox`), the MCP servers (those a
+//! repository defines once `mcp` has the person's trust), and the runtime's
 //! configuration. It starts nothing and sends nothing.
 
 use std::path::{Path, PathBuf};
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::flags::Cli;
-use super::{claude_settings, providers, sandbox, trust};
+use super::{claude_settings, mcp_servers as mcp, providers, sandbox, trust};
 use crate::error::ConfigError;
 use crate::memory::Memory;
 use crate::models::Models;
@@ -35,6 +36,19 @@ pub(super) async fn prepare(
         None => trust::check(cli.trust_workspace, &workspace, &files, approver.as_ref()).await?,
     };
     let rules = permission_rules(cli, &workspace, &files, env)?;
+    let (dirs, catalog) = roles(cli, &workspace, env);
+    let defined = mcp::define(&workspace, &catalog, env)?;
+    let servers = mcp::trust(
+        cli.trust_workspace,
+        &workspace,
+        defined.servers,
+        &files,
+        approver.as_ref(),
+    )
+    .await;
+    if !servers.unasked.is_empty() {
+        return Err(mcp::refusal(&servers.unasked));
+    }
     let both = files.user.clone().merged(files.workspace.clone());
     let (bash, sandbox_notes) = sandbox::bash(cli, &both, env)?;
     let models = providers::models(cli, files, env)?;
@@ -43,11 +57,14 @@ pub(super) async fn prepare(
     let (rules, saver, rule_notes) = rules;
     config.rules = Arc::new(rules);
     config.saver = Some(saver);
+    config.mcp = servers.servers;
+    config.mcp_limit = mcp::start_limit(env);
     let mut notes = notes;
     notes.extend(rule_notes);
+    notes.extend(defined.warnings);
+    notes.extend(servers.warnings);
     config.retry.max_attempts = cli.max_attempts.max(1);
     config.retry.base_delay = Duration::from_millis(cli.retry_base_ms);
-    let (dirs, catalog) = roles(cli, &config.workspace, env);
     // A role naming an alias nobody declared would fail at its first spawn.
     if let Some(error) = catalog
         .roles()

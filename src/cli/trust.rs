@@ -76,7 +76,10 @@ pub(super) fn pin_rule(path: &Path, workspace: &str, rule: &str) -> Result<(), S
 
 /// Rewrites the user's file at `path` (created if need be) with `change`,
 /// replacing it whole.
-fn rewrite(path: &Path, change: impl FnOnce(&str) -> Result<String, String>) -> Result<(), String> {
+pub(super) fn rewrite(
+    path: &Path,
+    change: impl FnOnce(&str) -> Result<String, String>,
+) -> Result<(), String> {
     let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
     let text = read_or_empty(&path)?;
     let text = change(&text)?;

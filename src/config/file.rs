@@ -59,6 +59,10 @@ pub struct TrustedWorkspace {
     /// Allow rules of its `.claude/settings.local.json` the person approved.
     #[serde(default)]
     pub rules: Vec<String>,
+    /// MCP servers of its `.mcp.json` and its roles the person trusted, each as
+    /// `name: command` (or `name: http url`) as written.
+    #[serde(default)]
+    pub mcp_servers: Vec<String>,
 }
 
 /// The `[sandbox]` table: how Bash commands are confined.

@@ -72,6 +72,22 @@ pub fn pin_rules(text: &str, workspace: &str, rules: &[&str]) -> Result<String, 
     remember_list(text, workspace, "rules", rules)
 }
 
+/// The user's file `text` with `servers` (their [`crate::mcp::ServerConfig::trust_key`])
+/// trusted for `workspace`: its `.mcp.json` and its roles may start them.
+pub fn trust_mcp(text: &str, workspace: &str, servers: &[&str]) -> Result<String, String> {
+    remember_list(text, workspace, "mcp_servers", servers)
+}
+
+impl ConfigFile {
+    /// Whether this (the user's own) file trusts the workspace at `workspace` to
+    /// start the MCP server `key` ([`crate::mcp::ServerConfig::trust_key`]).
+    pub fn trusts_mcp(&self, workspace: &str, key: &str) -> bool {
+        self.trust
+            .get(workspace)
+            .is_some_and(|t| t.mcp_servers.iter().any(|k| k == key))
+    }
+}
+
 fn remember_list(
     text: &str,
     workspace: &str,

@@ -22,6 +22,7 @@ fn a_claude_code_role_parses_whole() {
             color: Some("green".into()),
             prompt: "You write code.".into(),
             source: "agents/coder.md".into(),
+            mcp: RoleServers::default(),
             warnings: vec![],
         }
     );
@@ -152,6 +153,36 @@ fn a_role_never_gets_more_tools_than_its_caller() {
     assert_eq!(role.allowed_tools(&["Read", "Grep", "Edit"]), ["Read"]);
     let all = parse("all.md", "---\nname: all\ndescription: d\n---\n").unwrap();
     assert_eq!(all.allowed_tools(&["Read", "Grep"]), ["Read", "Grep"]);
+}
+
+#[test]
+fn mcp_servers_are_names_and_definitions_and_a_bad_one_is_located() {
+    let role = parse(
+        "a.md",
+        "---\nname: a\ndescription: d\nmcpServers:\n  - github\n  - own:\n      command: srv\n      args: [\"-v\"]\n---\nGo.\n",
+    )
+    .unwrap();
+    assert_eq!(role.mcp.named, ["github"]);
+    assert_eq!(
+        role.mcp.defined.get("own"),
+        Some(&serde_json::json!({"command": "srv", "args": ["-v"]}))
+    );
+    assert_eq!(role.mcp.line, 4);
+    assert!(role.warnings.is_empty(), "{:?}", role.warnings);
+    let bad = parse(
+        "b.md",
+        "---\nname: b\ndescription: d\nmcpServers:\n  own:\n    args: []\n---\n",
+    )
+    .unwrap_err();
+    assert_eq!(
+        bad.to_string(),
+        "b.md:4: MCP server \"own\": command is required"
+    );
+    let bad = parse("c.md", "---\nname: c\ndescription: d\nmcpServers: 3\n---\n").unwrap_err();
+    assert_eq!(
+        bad.to_string(),
+        "c.md:4: mcpServers must be a list or an object of servers, not 3"
+    );
 }
 
 mod properties {

@@ -36,6 +36,16 @@ pub(super) fn entries(names: &[String], key: &str, path: &str, line: usize) -> E
             ));
             continue;
         };
+        // An MCP tool or server: which exist is known only when the run starts
+        // its servers.
+        if rule.tool.starts_with("mcp__") && rule.pattern.is_none() {
+            if let Some(tools) = out.tools.as_mut()
+                && !tools.contains(&rule.tool)
+            {
+                tools.push(rule.tool);
+            }
+            continue;
+        }
         let Some(known) = KNOWN_TOOLS
             .iter()
             .find(|k| k.eq_ignore_ascii_case(&rule.tool))
@@ -88,17 +98,23 @@ mod tests {
             "LS",
             "NotebookEdit",
             "mcp__github__create_issue",
+            "mcp__files",
         ]);
         assert_eq!(
             e.tools,
-            Some(vec!["Read".into(), "Grep".into(), "Ls".into()])
+            Some(vec![
+                "Read".into(),
+                "Grep".into(),
+                "Ls".into(),
+                "mcp__github__create_issue".into(),
+                "mcp__files".into()
+            ])
         );
         assert_eq!(
             e.warnings,
             [
                 "a.md:4: tool \"WebSearch\" is not available here; the role runs without it",
                 "a.md:4: tool \"NotebookEdit\" is not available here; the role runs without it",
-                "a.md:4: tool \"mcp__github__create_issue\" is not available here; the role runs without it",
             ]
         );
     }

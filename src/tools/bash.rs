@@ -11,7 +11,7 @@
 
 mod command;
 mod confine;
-mod group;
+pub(crate) mod group;
 pub mod launcher;
 mod output;
 

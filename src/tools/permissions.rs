@@ -203,7 +203,7 @@ impl fmt::Debug for RuleSaver {
 
 /// What an "always" answer allows from then on, and whether it is kept as a
 /// rule beyond the session: a Bash command exactly (kept), a WebFetch domain
-/// (kept), any other tool whole for this session only.
+/// (kept), an MCP tool whole (kept), any other tool whole for this session only.
 pub fn always_rule(tool: &str, input: &serde_json::Value) -> (crate::tools::rules::Rule, bool) {
     use crate::tools::rules::{Pattern, Rule};
     let exact = |pattern: String| Rule {
@@ -236,12 +236,13 @@ pub fn always_rule(tool: &str, input: &serde_json::Value) -> (crate::tools::rule
                 ),
             }
         }
+        // An MCP tool is approved whole, as Claude Code saves it.
         _ => (
             Rule {
                 tool: tool.to_owned(),
                 pattern: None,
             },
-            false,
+            tool.starts_with("mcp__"),
         ),
     }
 }

@@ -1,0 +1,387 @@
+//! The run's MCP servers as the sessions see them: each server's state (starting,
+//! ready with its tools, restarting, failed), kept by its actor and read by every
+//! session that uses it; the tools of the servers a role may use, offered as
+//! `mcp__<server>__<tool>` ([`McpTools`]); and the call itself ([`McpTool`]).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+use tokio::sync::watch;
+
+use super::config::ServerConfig;
+use super::connection::Peer;
+use super::listing::{self, ToolInfo};
+use crate::error::ToolError;
+use crate::llm::ToolSpec;
+use crate::tools::{Concurrency, Tool, ToolContext, ToolSource};
+
+/// Where a server is.
+#[derive(Clone, Debug)]
+pub enum State {
+    /// Being started.
+    Starting,
+    /// Answering calls.
+    Ready {
+        /// Where calls go.
+        peer: Peer,
+        /// Its tools.
+        tools: Arc<[ToolInfo]>,
+    },
+    /// It died and is being started again; its tools stay offered meanwhile.
+    Restarting {
+        /// Why it died.
+        reason: String,
+        /// The tools it had.
+        tools: Arc<[ToolInfo]>,
+    },
+    /// It could not be started, or died too often: the run goes on without it.
+    Failed {
+        /// Why.
+        reason: String,
+    },
+    /// The run is over.
+    Stopped,
+}
+
+impl State {
+    /// The tools it offers in this state.
+    pub fn tools(&self) -> &[ToolInfo] {
+        match self {
+            Self::Ready { tools, .. } | Self::Restarting { tools, .. } => tools,
+            _ => &[],
+        }
+    }
+}
+
+/// One server of the run.
+#[derive(Debug)]
+struct Slot {
+    config: ServerConfig,
+    state: watch::Sender<State>,
+    /// Its program's process group while it runs, killed by [`McpHub::shutdown`]
+    /// should its actor not get to it.
+    group: Mutex<Option<i32>>,
+}
+
+/// Every MCP server of a run.
+#[derive(Debug, Default)]
+pub struct McpHub {
+    servers: BTreeMap<String, Slot>,
+}
+
+impl McpHub {
+    /// The run's servers, all starting.
+    pub fn new(configs: Vec<ServerConfig>) -> Self {
+        let servers = configs
+            .into_iter()
+            .map(|config| {
+                let slot = Slot {
+                    state: watch::Sender::new(State::Starting),
+                    group: Mutex::new(None),
+                    config,
+                };
+                (slot.config.name.clone(), slot)
+            })
+            .collect();
+        Self { servers }
+    }
+
+    /// The servers' definitions.
+    pub fn configs(&self) -> impl Iterator<Item = &ServerConfig> {
+        self.servers.values().map(|s| &s.config)
+    }
+
+    /// A server's state now.
+    pub fn state(&self, server: &str) -> Option<State> {
+        self.servers.get(server).map(|s| s.state.borrow().clone())
+    }
+
+    /// Sets a server's state (its actor does).
+    pub fn set(&self, server: &str, state: State) {
+        if let Some(slot) = self.servers.get(server) {
+            slot.state.send_replace(state);
+        }
+    }
+
+    /// Replaces a ready server's tools (it said they changed).
+    pub fn relisted(&self, server: &str, tools: Vec<ToolInfo>) {
+        if let Some(slot) = self.servers.get(server) {
+            slot.state.send_if_modified(|state| match state {
+                State::Ready { tools: old, .. } => {
+                    *old = tools.into();
+                    true
+                }
+                _ => false,
+            });
+        }
+    }
+
+    /// Records the process group of a server's program (`None` once it is gone).
+    pub fn set_group(&self, server: &str, group: Option<i32>) {
+        if let Some(slot) = self.servers.get(server) {
+            *slot
+                .group
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = group;
+        }
+    }
+
+    /// Waits until no server is starting any more (each has its own time limit).
+    pub async fn settled(&self) {
+        for slot in self.servers.values() {
+            let mut rx = slot.state.subscribe();
+            let _ = rx.wait_for(|s| !matches!(s, State::Starting)).await;
+        }
+    }
+
+    /// Kills what is left of every server's program: the backstop for a runtime
+    /// that ends without its actors getting to stop them.
+    pub fn shutdown(&self) {
+        for slot in self.servers.values() {
+            let group = slot
+                .group
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            let group = group.and_then(rustix::process::Pid::from_raw);
+            super::connection::kill_group(group, rustix::process::Signal::KILL);
+            slot.state.send_replace(State::Stopped);
+        }
+    }
+
+    /// Sends a call to `tool` (its server's own name) of `server`, waiting for a
+    /// server that is starting or restarting, and gives back its result as text
+    /// (an `isError` result is an error result).
+    async fn call(
+        &self,
+        server: &str,
+        tool: &str,
+        input: Value,
+        ctx: &ToolContext,
+    ) -> Result<String, ToolError> {
+        let Some(slot) = self.servers.get(server) else {
+            return Err(ToolError::Failed(format!("no MCP server {server:?}")));
+        };
+        let mut rx = slot.state.subscribe();
+        let ready = tokio::select! {
+            () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
+            state = rx.wait_for(|s| !matches!(s, State::Starting | State::Restarting { .. })) => {
+                state.map(|s| s.clone()).unwrap_or(State::Stopped)
+            }
+        };
+        let peer = match ready {
+            State::Ready { peer, .. } => peer,
+            State::Failed { reason } => {
+                return Err(ToolError::Failed(format!(
+                    "MCP server {server:?} is not running: {reason}"
+                )));
+            }
+            _ => {
+                return Err(ToolError::Failed(format!(
+                    "MCP server {server:?} has stopped"
+                )));
+            }
+        };
+        let arguments = match input {
+            Value::Object(map) => Some(map),
+            Value::Null => None,
+            other => {
+                return Err(ToolError::InvalidInput(format!(
+                    "the input must be an object, not {other}"
+                )));
+            }
+        };
+        let mut params = rmcp::model::CallToolRequestParams::new(tool.to_owned());
+        params.arguments = arguments;
+        // The server's death ends the call, whatever the transport makes of it.
+        let mut gone = slot.state.subscribe();
+        let result = tokio::select! {
+            () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
+            result = peer.call_tool(params) => result,
+            state = gone.wait_for(|s| !matches!(s, State::Ready { .. })) => {
+                let state = state.map(|s| s.clone()).unwrap_or(State::Stopped);
+                return Err(ToolError::Failed(crashed(server, &state)));
+            }
+        };
+        match result {
+            Ok(result) => match listing::result_text(&result) {
+                (text, false) => Ok(text),
+                (text, true) => Err(ToolError::Failed(text)),
+            },
+            Err(e) => Err(ToolError::Failed(self.failure(server, &e).await)),
+        }
+    }
+
+    /// Why a call failed, in words: a server that died under it is named as
+    /// crashed, with its reason once its actor knows it.
+    async fn failure(&self, server: &str, error: &rmcp::ServiceError) -> String {
+        let closed = matches!(
+            error,
+            rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_)
+        );
+        if !closed {
+            return format!("MCP server {server:?} answered with an error: {error}");
+        }
+        let Some(slot) = self.servers.get(server) else {
+            return format!("MCP server {server:?} closed the connection");
+        };
+        // Its actor learns why (the exit status) a moment after the call does.
+        let mut rx = slot.state.subscribe();
+        let known = tokio::time::timeout(
+            Duration::from_secs(2),
+            rx.wait_for(|s| !matches!(s, State::Ready { .. })),
+        )
+        .await;
+        let state = known
+            .ok()
+            .and_then(Result::ok)
+            .map_or(State::Stopped, |s| s.clone());
+        crashed(server, &state)
+    }
+}
+
+/// What a call whose server died under it tells the model.
+fn crashed(server: &str, state: &State) -> String {
+    match state {
+        State::Restarting { reason, .. } => format!(
+            "MCP server {server:?} crashed during this call ({reason}); it is being restarted, and the call was not completed"
+        ),
+        State::Failed { reason } => {
+            format!("MCP server {server:?} crashed during this call and is not running: {reason}")
+        }
+        _ => format!("MCP server {server:?} stopped during this call"),
+    }
+}
+
+/// The MCP tools one session may use: those of `servers` that its role's list
+/// allows.
+#[derive(Clone, Debug)]
+pub struct McpTools {
+    hub: Arc<McpHub>,
+    /// The servers it uses.
+    servers: Vec<String>,
+    /// Its role's `mcp__…` entries (`None`: every tool of those servers).
+    allowed: Option<Vec<String>>,
+    /// Its role's disallowed `mcp__…` entries.
+    denied: Vec<String>,
+}
+
+impl McpTools {
+    /// The tools of `servers` of `hub`, as `allowed` and `denied` (`mcp__server`
+    /// or `mcp__server__tool` entries) say.
+    pub fn new(
+        hub: Arc<McpHub>,
+        servers: Vec<String>,
+        allowed: Option<Vec<String>>,
+        denied: Vec<String>,
+    ) -> Self {
+        Self {
+            hub,
+            servers,
+            allowed,
+            denied,
+        }
+    }
+
+    fn admits(&self, server: &str, full_name: &str) -> bool {
+        let whole = format!("mcp__{server}");
+        let names = |list: &[String]| list.iter().any(|e| *e == whole || e == full_name);
+        self.allowed.as_deref().is_none_or(names) && !names(&self.denied)
+    }
+
+    /// Every tool offered now, with its server.
+    fn offered(&self) -> Vec<(String, ToolInfo)> {
+        let mut out = Vec::new();
+        for server in &self.servers {
+            let Some(state) = self.hub.state(server) else {
+                continue;
+            };
+            for tool in state.tools() {
+                if self.admits(server, &tool.full_name) {
+                    out.push((server.clone(), tool.clone()));
+                }
+            }
+        }
+        out
+    }
+}
+
+impl ToolSource for McpTools {
+    fn specs(&self) -> Vec<ToolSpec> {
+        self.offered()
+            .into_iter()
+            .map(|(_, tool)| ToolSpec {
+                name: tool.full_name,
+                description: tool.description,
+                parameters: (*tool.schema).clone(),
+            })
+            .collect()
+    }
+
+    fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.offered()
+            .into_iter()
+            .find(|(_, tool)| tool.full_name == name)
+            .map(|(server, info)| {
+                Arc::new(McpTool {
+                    hub: self.hub.clone(),
+                    server,
+                    info,
+                }) as Arc<dyn Tool>
+            })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+}
+
+/// One MCP tool, as a session calls it.
+#[derive(Debug)]
+pub struct McpTool {
+    hub: Arc<McpHub>,
+    server: String,
+    info: ToolInfo,
+}
+
+impl Tool for McpTool {
+    // The name the model knows, not the server's own.
+    #[allow(clippy::misnamed_getters)]
+    fn name(&self) -> &str {
+        &self.info.full_name
+    }
+
+    fn description(&self) -> &str {
+        &self.info.description
+    }
+
+    fn input_schema(&self) -> Value {
+        (*self.info.schema).clone()
+    }
+
+    fn read_only(&self) -> bool {
+        self.info.read_only
+    }
+
+    fn concurrency(&self, _input: &Value) -> Concurrency {
+        if self.info.read_only {
+            Concurrency::Safe
+        } else {
+            // Whatever the server touches, nobody here can tell: it runs alone.
+            Concurrency::Unsafe {
+                resources: vec!["*".to_owned()],
+            }
+        }
+    }
+
+    fn call<'a>(
+        &'a self,
+        input: Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<String, ToolError>> {
+        Box::pin(self.hub.call(&self.server, &self.info.name, input, ctx))
+    }
+}
