@@ -167,7 +167,8 @@ fn mcp_servers_are_names_and_definitions_and_a_bad_one_is_located() {
         role.mcp.defined.get("own"),
         Some(&serde_json::json!({"command": "srv", "args": ["-v"]}))
     );
-    assert_eq!(role.mcp.line, 4);
+    // A block value is located where it starts.
+    assert_eq!(role.mcp.line, 5);
     assert!(role.warnings.is_empty(), "{:?}", role.warnings);
     let bad = parse(
         "b.md",
@@ -176,7 +177,7 @@ fn mcp_servers_are_names_and_definitions_and_a_bad_one_is_located() {
     .unwrap_err();
     assert_eq!(
         bad.to_string(),
-        "b.md:4: MCP server \"own\": command is required"
+        "b.md:5: MCP server \"own\": command is required"
     );
     let bad = parse("c.md", "---\nname: c\ndescription: d\nmcpServers: 3\n---\n").unwrap_err();
     assert_eq!(
