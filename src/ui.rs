@@ -44,6 +44,12 @@ pub fn role_card(role: &crate::roles::Role, memory: &[String]) -> String {
     if let Some(color) = &role.color {
         card.push_str(&format!("color:          {color}\n"));
     }
+    let servers: Vec<String> = (role.mcp.named.iter().cloned())
+        .chain(role.mcp.defined.keys().map(|n| format!("{n} (its own)")))
+        .collect();
+    if !servers.is_empty() {
+        card.push_str(&format!("mcpServers:     {}\n", servers.join(", ")));
+    }
     if !memory.is_empty() {
         card.push_str(&format!("memory:         {}\n", memory.join(", ")));
     }

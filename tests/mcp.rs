@@ -330,6 +330,13 @@ async fn a_server_killed_mid_call_fails_that_call_and_is_restarted() {
     assert_eq!(last["after"], "Echo: back");
     let started = std::fs::read_to_string(&pids).unwrap();
     assert_eq!(started.lines().count(), 2, "{started}");
+    // Its stderr went to its log (twice started), never to the terminal.
+    let log = std::fs::read_to_string(dir.path().join(".orchestrate/mcp/everything.log")).unwrap();
+    assert_eq!(
+        log.matches("Starting default (STDIO) server").count(),
+        2,
+        "{log}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -393,6 +400,17 @@ async fn a_roles_own_servers_and_its_mcp_entries_decide_what_it_is_offered() {
     );
     let out = run_on(&mock, dir.path(), &["--trust-workspace", "go"], &[]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        !text(&out.stderr).contains("Secure MCP Filesystem"),
+        "{}",
+        text(&out.stderr)
+    );
+    let show = orchestrate(dir.path(), &["agents", "show", "orchestrator"], &[]).await;
+    assert!(
+        text(&show.stdout).contains("mcpServers:     shared, own (its own)\n"),
+        "{}",
+        text(&show.stdout)
+    );
     let names = tool_names(&mock.requests()[0]);
     assert!(names.contains(&"mcp__shared__echo".to_owned()), "{names:?}");
     assert!(
