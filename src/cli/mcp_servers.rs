@@ -192,3 +192,127 @@ pub(super) fn start_limit(env: &impl Fn(&str) -> Option<String>) -> Duration {
         .filter(|ms| *ms > 0)
         .map_or(DEFAULT_START_TIMEOUT, Duration::from_millis)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use futures::future::BoxFuture;
+
+    use super::*;
+    use crate::config::ConfigFile;
+    use crate::tools::permissions::{Answer, PermissionRequest};
+
+    /// A person who answers every trust question with `answer` (`None`: nobody
+    /// is there), and the questions they were shown.
+    #[derive(Debug)]
+    struct Person {
+        answer: Option<bool>,
+        shown: Mutex<Vec<String>>,
+    }
+
+    impl Person {
+        fn new(answer: Option<bool>) -> Self {
+            Self {
+                answer,
+                shown: Mutex::new(Vec::new()),
+            }
+        }
+    }
+
+    impl Approver for Person {
+        fn ask(&self, _request: PermissionRequest) -> BoxFuture<'_, Answer> {
+            Box::pin(async { Answer::No })
+        }
+
+        fn confirm<'a>(&'a self, question: &'a str) -> BoxFuture<'a, Option<bool>> {
+            self.shown.lock().unwrap().push(question.to_owned());
+            Box::pin(async { self.answer })
+        }
+    }
+
+    fn files(home: &Path) -> Files {
+        let path = home.join(".config/orchestrate/config.toml");
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        Files {
+            user: ConfigFile::parse("config.toml", &text).unwrap().trusted(),
+            user_path: Some(path),
+            workspace: ConfigFile::default(),
+            workspace_path: "/w/orchestrate.toml".into(),
+        }
+    }
+
+    fn servers() -> Vec<ServerConfig> {
+        let text = r#"{"mcpServers": {"repo": {"command": "srv", "args": ["-x"]}}}"#;
+        let mut servers =
+            crate::mcp::config::parse(text, &Origin::Workspace("/w/.mcp.json".into()), &|_| None)
+                .unwrap()
+                .servers;
+        let mine = r#"{"mcpServers": {"mine": {"command": "own"}}}"#;
+        servers.extend(
+            crate::mcp::config::parse(mine, &Origin::User("/h/mcp.json".into()), &|_| None)
+                .unwrap()
+                .servers,
+        );
+        servers
+    }
+
+    fn names(servers: &[ServerConfig]) -> Vec<&str> {
+        let mut names: Vec<&str> = servers.iter().map(|s| s.name.as_str()).collect();
+        names.sort_unstable();
+        names
+    }
+
+    #[tokio::test]
+    async fn a_repositorys_servers_are_asked_about_once_and_the_users_never() {
+        let home = tempfile::tempdir().unwrap();
+        let ws = Path::new("/w");
+        // Nobody to ask: the user's server starts, the repository's waits for a flag.
+        let nobody = Person::new(None);
+        let got = trust(false, ws, servers(), &files(home.path()), &nobody).await;
+        assert_eq!(names(&got.servers), ["mine"]);
+        assert_eq!(names(&got.unasked), ["repo"]);
+        assert!(
+            refusal(&got.unasked)
+                .to_string()
+                .contains("--trust-workspace")
+        );
+        // A no: left out with a warning, not remembered; only the repository's shown.
+        let no = Person::new(Some(false));
+        let got = trust(false, ws, servers(), &files(home.path()), &no).await;
+        assert_eq!(names(&got.servers), ["mine"]);
+        assert!(got.unasked.is_empty());
+        assert_eq!(
+            got.warnings,
+            ["MCP servers repo are not started: this workspace is not trusted to start them"]
+        );
+        assert_eq!(
+            *no.shown.lock().unwrap(),
+            [ui::trust::mcp_question(&servers()[..1])]
+        );
+        assert!(!home.path().join(".config/orchestrate/config.toml").exists());
+        // A yes: started and remembered; the next run asks nothing.
+        let yes = Person::new(Some(true));
+        let got = trust(false, ws, servers(), &files(home.path()), &yes).await;
+        assert_eq!(names(&got.servers), ["mine", "repo"]);
+        let again = Person::new(None);
+        let got = trust(false, ws, servers(), &files(home.path()), &again).await;
+        assert_eq!(names(&got.servers), ["mine", "repo"]);
+        assert!(again.shown.lock().unwrap().is_empty());
+        let remembered =
+            std::fs::read_to_string(home.path().join(".config/orchestrate/config.toml")).unwrap();
+        assert_eq!(
+            remembered,
+            "[trust.\"/w\"]\nmcp_servers = [\"repo: srv -x\"]\n"
+        );
+    }
+
+    #[test]
+    fn the_start_limit_is_claude_codes_mcp_timeout_in_milliseconds() {
+        assert_eq!(start_limit(&|_| None), DEFAULT_START_TIMEOUT);
+        let env = |v: &'static str| move |k: &str| (k == "MCP_TIMEOUT").then(|| v.to_owned());
+        assert_eq!(start_limit(&env("1500")), Duration::from_millis(1500));
+        assert_eq!(start_limit(&env("soon")), DEFAULT_START_TIMEOUT);
+        assert_eq!(start_limit(&env("0")), DEFAULT_START_TIMEOUT);
+    }
+}

@@ -258,7 +258,12 @@ impl Connection {
                     return Some(format!("closed the connection{tail}"));
                 }
                 Some(()) = self.changed.recv() => {
-                    match self.peer.list_all_tools().await {
+                    let relisting = self.peer.list_all_tools();
+                    let timeout = DEFAULT_START_TIMEOUT;
+                    let relisted_tools = tokio::time::timeout(timeout, relisting)
+                        .await
+                        .unwrap_or(Err(rmcp::ServiceError::Timeout { timeout }));
+                    match relisted_tools {
                         Ok(tools) => {
                             let (tools, left_out) = listing::offered(server, tools);
                             for line in left_out {

@@ -17,6 +17,9 @@ pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
 /// The most characters of one result a model gets; the rest is cut, saying so.
 pub const MAX_RESULT_CHARS: usize = 100_000;
 
+/// The most tools one server offers; the rest are left out, saying so.
+pub const MAX_TOOLS: usize = 256;
+
 /// The longest tool name providers accept.
 const MAX_NAME: usize = 64;
 
@@ -59,7 +62,15 @@ pub fn full_name(server: &str, tool: &str) -> String {
 pub fn offered(server: &str, listed: Vec<rmcp::model::Tool>) -> (Vec<ToolInfo>, Vec<String>) {
     let mut tools: Vec<ToolInfo> = Vec::new();
     let mut left_out = Vec::new();
+    let listed_count = listed.len();
     for tool in listed {
+        if tools.len() == MAX_TOOLS {
+            left_out.push(format!(
+                "MCP server {server:?}: only its first {MAX_TOOLS} tools are offered; {} more are left out",
+                listed_count - MAX_TOOLS
+            ));
+            break;
+        }
         let full = full_name(server, &tool.name);
         if tools.iter().any(|t| t.full_name == full) {
             left_out.push(format!(
@@ -230,6 +241,15 @@ mod tests {
         assert!(
             left_out[0]
                 .starts_with("MCP server \"s\": tool \"big\" is left out: its input schema is")
+        );
+        let many: Vec<rmcp::model::Tool> = (0..MAX_TOOLS + 3)
+            .map(|i| tool(serde_json::json!({"name": format!("t{i}"), "inputSchema": {}})))
+            .collect();
+        let (tools, left_out) = offered("m", many);
+        assert_eq!(tools.len(), MAX_TOOLS);
+        assert_eq!(
+            left_out,
+            ["MCP server \"m\": only its first 256 tools are offered; 3 more are left out"]
         );
     }
 
