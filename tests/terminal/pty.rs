@@ -253,3 +253,35 @@ async fn always_saves_an_allow_rule_that_the_next_run_honours_without_asking() {
         "the saved rule allowed it"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workspaces_mcp_servers_are_asked_about_once_showing_their_commands() {
+    let mock = MockLlm::start(vec![Reply::text("one"), Reply::text("two")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join(".mcp.json"),
+        r#"{"mcpServers": {"tools": {"command": "/nonexistent/mcp-tools", "args": ["--port", "${PORT:-7}"]}}}"#,
+    )
+    .unwrap();
+    let (terminal, child) = start(&mock, dir.path(), &["--quiet", "go"], 30);
+    let screen = terminal.shows("Trust this workspace to start them").await;
+    assert!(
+        screen.contains("/.mcp.json): /nonexistent/mcp-tools --port ${PORT:-7}"),
+        "{screen}"
+    );
+    terminal.type_keys("y\n");
+    let out = exited(child).await;
+    assert_eq!(out.status.code(), Some(0), "{}", *terminal.screen.borrow());
+    assert!(
+        terminal
+            .screen
+            .borrow()
+            .contains("MCP server \"tools\" did not start: cannot run \"/nonexistent/mcp-tools\": no such program"),
+        "{}",
+        *terminal.screen.borrow()
+    );
+    // Remembered: the next run, with nobody to ask, starts it without asking.
+    let out = crate::cli::run_on(&mock, dir.path(), &["--quiet", "again"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "two\n");
+}
