@@ -70,35 +70,48 @@ fn answered(request: &Recorded, id: &str) -> bool {
     results(request).contains_key(id)
 }
 
+/// A model that makes each turn's calls in order (a turn is made once none of
+/// its calls has a result yet), then answers `answer`.
+async fn scripted(
+    turns: Vec<Vec<(&'static str, &'static str, Value)>>,
+    answer: &'static str,
+) -> MockLlm {
+    MockLlm::start_with(move |request, _| {
+        for calls in &turns {
+            if !answered(request, calls[0].0) {
+                return Reply::tool_calls(calls);
+            }
+        }
+        Reply::text(answer)
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tools_are_offered_called_with_arguments_and_errors_come_back_as_errors() {
-    let mock = MockLlm::start_with(|request, _| {
-        if !answered(request, "sum") {
-            return Reply::tool_calls(&[
+    let mock = scripted(
+        vec![
+            vec![
                 ("sum", "mcp__everything__get-sum", json!({"a": 2, "b": 3})),
                 (
                     "echo",
                     "mcp__everything__echo",
                     json!({"message": "hi there"}),
                 ),
-            ]);
-        }
-        if !answered(request, "bad") {
-            return Reply::tool_calls(&[(
+            ],
+            vec![(
                 "bad",
                 "mcp__everything__get-sum",
                 json!({"a": "two", "b": 3}),
-            )]);
-        }
-        if !answered(request, "gated") {
-            return Reply::tool_calls(&[(
+            )],
+            vec![(
                 "gated",
                 "mcp__everything__toggle-simulated-logging",
                 json!({}),
-            )]);
-        }
-        Reply::text("done")
-    })
+            )],
+        ],
+        "done",
+    )
     .await;
     let dir = tempfile::tempdir().unwrap();
     let pids = dir.path().join("pids");
@@ -275,23 +288,17 @@ fn spawn_json(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_mid_call_fails_that_call_and_is_restarted() {
-    let mock = MockLlm::start_with(|request, _| {
-        if !answered(request, "long") {
-            return Reply::tool_calls(&[(
+    let mock = scripted(
+        vec![
+            vec![(
                 "long",
                 "mcp__everything__trigger-long-running-operation",
                 json!({"duration": 600, "steps": 600}),
-            )]);
-        }
-        if !answered(request, "after") {
-            return Reply::tool_calls(&[(
-                "after",
-                "mcp__everything__echo",
-                json!({"message": "back"}),
-            )]);
-        }
-        Reply::text("survived")
-    })
+            )],
+            vec![("after", "mcp__everything__echo", json!({"message": "back"}))],
+        ],
+        "survived",
+    )
     .await;
     // The server writes its pid where the test can find it (exec keeps the pid).
     let dir = tempfile::tempdir().unwrap();
@@ -366,16 +373,14 @@ async fn a_streamable_http_server_is_reached_at_its_url() {
         line.clear();
         assert_ne!(stderr.read_line(&mut line).unwrap(), 0, "the server exited");
     }
-    let mock = MockLlm::start_with(|request, _| {
-        if !answered(request, "e") {
-            return Reply::tool_calls(&[(
-                "e",
-                "mcp__remote__echo",
-                json!({"message": "over http"}),
-            )]);
-        }
-        Reply::text("done")
-    })
+    let mock = scripted(
+        vec![vec![(
+            "e",
+            "mcp__remote__echo",
+            json!({"message": "over http"}),
+        )]],
+        "done",
+    )
     .await;
     let dir = workspace(&json!({"remote": {
         "type": "http",

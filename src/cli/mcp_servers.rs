@@ -195,41 +195,9 @@ pub(super) fn start_limit(env: &impl Fn(&str) -> Option<String>) -> Duration {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
-
-    use futures::future::BoxFuture;
-
+    use super::super::trust::person::Person;
     use super::*;
     use crate::config::ConfigFile;
-    use crate::tools::permissions::{Answer, PermissionRequest};
-
-    /// A person who answers every trust question with `answer` (`None`: nobody
-    /// is there), and the questions they were shown.
-    #[derive(Debug)]
-    struct Person {
-        answer: Option<bool>,
-        shown: Mutex<Vec<String>>,
-    }
-
-    impl Person {
-        fn new(answer: Option<bool>) -> Self {
-            Self {
-                answer,
-                shown: Mutex::new(Vec::new()),
-            }
-        }
-    }
-
-    impl Approver for Person {
-        fn ask(&self, _request: PermissionRequest) -> BoxFuture<'_, Answer> {
-            Box::pin(async { Answer::No })
-        }
-
-        fn confirm<'a>(&'a self, question: &'a str) -> BoxFuture<'a, Option<bool>> {
-            self.shown.lock().unwrap().push(question.to_owned());
-            Box::pin(async { self.answer })
-        }
-    }
 
     fn files(home: &Path) -> Files {
         let path = home.join(".config/orchestrate/config.toml");

@@ -95,22 +95,30 @@ pub(super) fn read_or_empty(path: &Path) -> Result<String, String> {
     }
 }
 
+/// A person at the terminal, for the tests of trust questions.
 #[cfg(test)]
-mod tests {
+pub(super) mod person {
     use std::sync::Mutex;
 
     use futures::future::BoxFuture;
 
-    use super::*;
-    use crate::config::ConfigFile;
-    use crate::tools::permissions::{Answer, PermissionRequest};
+    use crate::tools::permissions::{Answer, Approver, PermissionRequest};
 
-    /// A person who answers every trust question with `answer` (`None`: nobody is
-    /// there), and the questions they were shown.
+    /// Answers every trust question with `answer` (`None`: nobody is there), and
+    /// keeps the questions shown.
     #[derive(Debug)]
-    struct Person {
+    pub(in crate::cli) struct Person {
         answer: Option<bool>,
-        shown: Mutex<Vec<String>>,
+        pub(in crate::cli) shown: Mutex<Vec<String>>,
+    }
+
+    impl Person {
+        pub(in crate::cli) fn new(answer: Option<bool>) -> Self {
+            Self {
+                answer,
+                shown: Mutex::new(Vec::new()),
+            }
+        }
     }
 
     impl Approver for Person {
@@ -123,6 +131,13 @@ mod tests {
             Box::pin(async { self.answer })
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::person::Person;
+    use super::*;
+    use crate::config::ConfigFile;
 
     fn files(home: &Path, user: &str) -> Files {
         Files {
@@ -142,10 +157,7 @@ mod tests {
         let home = tempfile::tempdir().unwrap();
         let config = home.path().join(".config/orchestrate/config.toml");
         let workspace = Path::new("/w");
-        let person = |answer| Person {
-            answer,
-            shown: Mutex::new(Vec::new()),
-        };
+        let person = Person::new;
         // Nobody to ask: refused, naming the flag.
         let nobody = person(None);
         let refused = check(false, workspace, &files(home.path(), ""), &nobody).await;
