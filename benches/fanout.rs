@@ -16,7 +16,10 @@
     clippy::print_stderr
 )]
 
-// The allocator the orchestrate binary ships with, so the numbers are the product's.
+// The allocator the orchestrate binary ships with, so the numbers are the product's
+// (the system's with `--features heap-profile`, so that heaptrack sees every
+// allocation).
+#[cfg(not(feature = "heap-profile"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -53,8 +56,12 @@ const WORKER_TURNS: u32 = 2;
 const TASKS: usize = 500;
 /// Sub-agents of the rate-limit case.
 const LIMITED_TASKS: usize = 200;
+/// Idle sessions of the memory case.
+const IDLE: usize = 10_000;
 
 fn main() {
+    // As the orchestrate binary does at start (src/main.rs), for every row.
+    let _ = rustix::thread::disable_transparent_huge_pages(true);
     let args: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with("--"))
@@ -64,7 +71,9 @@ fn main() {
         Some("mock-limited") => serve_limited_mock(),
         Some("run") => run_sessions(&args[1], args[2].parse().unwrap()),
         Some("base") => run_bare(&args[1], args[2].parse().unwrap()),
+        Some("base-tasks") => run_bare_tasks(&args[1], args[2].parse().unwrap()),
         Some("tasks") => run_tasks(&args[1], args[2].parse().unwrap()),
+        Some("idle") => run_idle(args.get(1).map_or(IDLE, |n| n.parse().unwrap())),
         _ => drive(&args),
     }
 }
@@ -74,7 +83,12 @@ fn main() {
 /// orchestration at all: the floor this machine allows, with the mock sharing its
 /// cores.
 fn drive(sizes: &[String]) {
-    let sizes: Vec<usize> = if sizes.is_empty() {
+    // `FANOUT_CASES=sessions,tasks,idle,rate` picks cases (default: all).
+    let cases = std::env::var("FANOUT_CASES").unwrap_or_default();
+    let case = |name: &str| cases.is_empty() || cases.split(',').any(|c| c == name);
+    let sizes: Vec<usize> = if !case("sessions") {
+        Vec::new()
+    } else if sizes.is_empty() {
         vec![100, 1000, 2000]
     } else {
         sizes.iter().map(|s| s.parse().unwrap()).collect()
@@ -95,8 +109,8 @@ fn drive(sizes: &[String]) {
         "fanout: {TURNS} turns/session, ttft {TTFT:?}, {CHUNKS} chunks {CHUNK_DELAY:?} apart; ideal {ideal:?}"
     );
     println!(
-        "{:>6} {:<12} {:>10} {:>8} {:>12}",
-        "N", "client", "wall", "ratio", "peak RSS"
+        "{:>6} {:<12} {:>10} {:>8} {:>12} {:>9}",
+        "N", "client", "wall", "ratio", "peak RSS", "CPU"
     );
     let mut failures = 0;
     for n in sizes {
@@ -117,42 +131,65 @@ fn drive(sizes: &[String]) {
             let mut parts = line.split_whitespace();
             let wall_ms: f64 = parts.next().unwrap().parse().unwrap();
             let rss_kib: u64 = parts.next().unwrap().parse().unwrap();
+            let cpu: f64 = parts.next().unwrap().parse().unwrap();
             println!(
-                "{n:>6} {label:<12} {wall_ms:>8.0}ms {:>8.3} {:>9.1} MB",
+                "{n:>6} {label:<12} {wall_ms:>8.0}ms {:>8.3} {:>9.1} MB {:>7.0}ms",
                 wall_ms / ideal.as_secs_f64() / 1000.0,
-                rss_kib as f64 / 1024.0
+                rss_kib as f64 / 1024.0,
+                cpu
             );
         }
     }
     let ideal = (TTFT + CHUNK_DELAY * CHUNKS as u32) * (2 + WORKER_TURNS);
-    println!(
-        "\ntask fan-out: one lead turn issuing {TASKS} Task calls, each worker {WORKER_TURNS} turns, then the lead's answer; ideal {ideal:?}"
-    );
-    let out = Command::new(&me)
-        .args(["tasks", &url, &TASKS.to_string()])
-        .output()
-        .unwrap();
-    if out.status.success() {
-        let line = String::from_utf8_lossy(&out.stdout);
-        let mut parts = line.split_whitespace();
-        let wall_ms: f64 = parts.next().unwrap().parse().unwrap();
-        let rss_kib: u64 = parts.next().unwrap().parse().unwrap();
+    let tasks: Vec<usize> = match std::env::var("FANOUT_TASKS") {
+        Ok(list) => list.split(',').map(|n| n.parse().unwrap()).collect(),
+        Err(_) => vec![TASKS],
+    };
+    if case("tasks") {
         println!(
-            "{TASKS:>6} {:<12} {wall_ms:>8.0}ms {:>8.3} {:>9.1} MB",
-            "Task calls",
-            wall_ms / ideal.as_secs_f64() / 1000.0,
-            rss_kib as f64 / 1024.0
+            "\ntask fan-out: one lead turn issuing N Task calls, each worker {WORKER_TURNS} turns, then the lead's answer; ideal {ideal:?}"
         );
-    } else {
-        eprintln!(
-            "task fan-out failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        failures += 1;
+    }
+    for n in tasks.into_iter().filter(|_| case("tasks")) {
+        for (mode, label) in [("tasks", "Task calls"), ("base-tasks", "bare HTTP")] {
+            let out = Command::new(&me)
+                .args([mode, &url, &n.to_string()])
+                .output()
+                .unwrap();
+            if !out.status.success() {
+                eprintln!(
+                    "{n} {label} failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                failures += 1;
+                continue;
+            }
+            let line = String::from_utf8_lossy(&out.stdout);
+            let mut parts = line.split_whitespace();
+            let wall_ms: f64 = parts.next().unwrap().parse().unwrap();
+            let rss_kib: u64 = parts.next().unwrap().parse().unwrap();
+            let cpu: f64 = parts.next().unwrap().parse().unwrap();
+            println!(
+                "{n:>6} {label:<12} {wall_ms:>8.0}ms {:>8.3} {:>9.1} MB {:>7.0}ms",
+                wall_ms / ideal.as_secs_f64() / 1000.0,
+                rss_kib as f64 / 1024.0,
+                cpu
+            );
+        }
     }
     let _ = mock.kill();
     let _ = mock.wait();
-    if let Err(e) = rate_limited(&me) {
+    if case("idle") {
+        let out = Command::new(&me).args(["idle"]).output().unwrap();
+        print!("\n{}", String::from_utf8_lossy(&out.stdout));
+        if !out.status.success() {
+            eprintln!("idle case failed: {}", String::from_utf8_lossy(&out.stderr));
+            failures += 1;
+        }
+    }
+    if case("rate")
+        && let Err(e) = rate_limited(&me)
+    {
         eprintln!("rate-limit case failed: {e}");
         failures += 1;
     }
@@ -194,7 +231,68 @@ fn run_bare(url: &str, n: usize) {
         }
         start.elapsed()
     });
-    println!("{:.1} {}", wall.as_secs_f64() * 1000.0, peak_rss_kib());
+    println!(
+        "{:.1} {} {:.0}",
+        wall.as_secs_f64() * 1000.0,
+        peak_rss_kib(),
+        cpu_ms()
+    );
+}
+
+/// The Task fan-out's baseline child: the requests of the Task fan-out of `n`
+/// with plain reqwest and no orchestration: the lead's turn (its `n` calls), then
+/// `n` workers of two turns each at once, then the lead's answer; prints wall ms,
+/// peak RSS KiB and CPU ms.
+fn run_bare_tasks(url: &str, n: usize) {
+    let wall = runtime(threads("FANOUT_RUNNER_THREADS")).block_on(async {
+        let http = reqwest::Client::new();
+        let endpoint = format!("{url}/chat/completions");
+        let stream = |http: reqwest::Client, endpoint: String, body: Value| async move {
+            let response = http.post(&endpoint).json(&body).send().await.unwrap();
+            let mut bytes = response.bytes_stream();
+            let mut all = Vec::new();
+            while let Some(chunk) = futures::StreamExt::next(&mut bytes).await {
+                all.extend_from_slice(&chunk.unwrap());
+            }
+            all
+        };
+        let start = Instant::now();
+        let lead = |messages: Vec<Value>| json!({"model": "mock-model", "messages": messages, "stream": true});
+        let mut messages = vec![
+            json!({"role": "system", "content": LEAD}),
+            json!({"role": "user", "content": format!("do {n} pieces")}),
+        ];
+        stream(http.clone(), endpoint.clone(), lead(messages.clone())).await;
+        let workers: Vec<_> = (0..n)
+            .map(|i| {
+                let (http, endpoint) = (http.clone(), endpoint.clone());
+                tokio::spawn(async move {
+                    let mut messages = vec![
+                        json!({"role": "system", "content": WORKER}),
+                        json!({"role": "user", "content": format!("do piece {i}")}),
+                    ];
+                    for _ in 0..WORKER_TURNS {
+                        let body = json!({"model": "mock-model", "messages": messages, "stream": true});
+                        stream(http.clone(), endpoint.clone(), body).await;
+                        messages.push(json!({"role": "assistant", "content": "…"}));
+                    }
+                })
+            })
+            .collect();
+        for worker in workers {
+            worker.await.unwrap();
+        }
+        messages.push(json!({"role": "assistant", "content": "…"}));
+        messages.push(json!({"role": "tool", "tool_call_id": "task_0", "content": "done"}));
+        stream(http.clone(), endpoint.clone(), lead(messages)).await;
+        start.elapsed()
+    });
+    println!(
+        "{:.1} {} {:.0}",
+        wall.as_secs_f64() * 1000.0,
+        peak_rss_kib(),
+        cpu_ms()
+    );
 }
 
 fn runtime(threads: usize) -> tokio::runtime::Runtime {
@@ -391,7 +489,82 @@ fn run_sessions(url: &str, n: usize) {
         orchestrator.shutdown().await;
         wall
     });
-    println!("{:.1} {}", wall.as_secs_f64() * 1000.0, peak_rss_kib());
+    println!(
+        "{:.1} {} {:.0}",
+        wall.as_secs_f64() * 1000.0,
+        peak_rss_kib(),
+        cpu_ms()
+    );
+}
+
+/// The idle case: `n` sessions started (each with its journal, its actor and its
+/// queue) and never prompted; prints the resident memory they added, in bytes per
+/// session, and the heap's share of it (mimalloc's committed bytes).
+fn run_idle(n: usize) {
+    let workspace = tempfile::tempdir().unwrap();
+    runtime(threads("FANOUT_RUNNER_THREADS")).block_on(async {
+        // Never called: idle sessions send nothing.
+        let client = Arc::new(
+            OpenAiClient::new(OpenAiConfig::new(
+                "http://127.0.0.1:9",
+                Some("sk-bench".into()),
+            ))
+            .unwrap(),
+        );
+        let orchestrator = Runtime::start(RuntimeConfig::new(workspace.path(), client))
+            .await
+            .unwrap();
+        // One session first, so that what every session shares (the runtime's
+        // threads, the journal writer, code pages) is in the baseline.
+        let warm = SessionSpec::new("warm", "mock-model", "You are a benchmark agent.");
+        orchestrator.start_session(warm).await.unwrap();
+        let before = rss_kib();
+        let start = Instant::now();
+        for i in 0..n {
+            let mut spec = SessionSpec::new(
+                format!("agent{i}"),
+                "mock-model",
+                "You are a benchmark agent.",
+            );
+            spec.tools = ToolRegistry::new().with(Probe);
+            orchestrator.start_session(spec).await.unwrap();
+        }
+        let took = start.elapsed();
+        let after = rss_kib();
+        let per = (after.saturating_sub(before)) * 1024 / n as u64;
+        println!(
+            "{n} idle sessions: +{:.1} MB resident, {per} bytes per session; started in {:.0} ms",
+            (after - before) as f64 / 1024.0,
+            took.as_secs_f64() * 1000.0
+        );
+        orchestrator.shutdown().await;
+    });
+}
+
+/// The resident set now, in KiB.
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The CPU time this process used so far (user and system), in ms, from
+/// `/proc/self/stat` (in clock ticks of 10 ms).
+fn cpu_ms() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    // Fields 14 and 15 (utime, stime); the 3rd is the first after the name.
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) * 10.0
 }
 
 fn peak_rss_kib() -> u64 {
@@ -520,5 +693,10 @@ fn run_tasks(url: &str, n: usize) {
         orchestrator.shutdown().await;
         wall
     });
-    println!("{:.1} {}", wall.as_secs_f64() * 1000.0, peak_rss_kib());
+    println!(
+        "{:.1} {} {:.0}",
+        wall.as_secs_f64() * 1000.0,
+        peak_rss_kib(),
+        cpu_ms()
+    );
 }

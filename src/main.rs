@@ -43,6 +43,10 @@ fn main() -> ExitCode {
     // user namespace of its own, or one of another user) cannot read its memory,
     // descriptors or environment.
     let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
+    // No transparent huge pages: mimalloc asks for them, and a 2 MiB page is
+    // resident as soon as one byte of it is touched, which at a thousand agents
+    // held a third of the process's memory for nothing (README, Performance).
+    let _ = rustix::thread::disable_transparent_huge_pages(true);
     let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
     let keys = match keys::take_from_environment(&keys::configured_names(home.as_deref())) {
         Taken::Held(keys) => keys,

@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -139,9 +139,28 @@ fn max_open_files() -> usize {
     limit.map_or(256, |n| (n / 4).clamp(16, 8192) as usize)
 }
 
+/// A batch's lines by file, each file's in the order they came.
+fn gather(appends: Vec<(PathBuf, Vec<u8>)>) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut by_file: Vec<(PathBuf, Vec<u8>)> = Vec::new();
+    let mut index: HashMap<PathBuf, usize> = HashMap::new();
+    for (path, line) in appends {
+        match index.get(&path) {
+            Some(&i) => by_file[i].1.extend_from_slice(&line),
+            None => {
+                index.insert(path.clone(), by_file.len());
+                by_file.push((path, line));
+            }
+        }
+    }
+    by_file
+}
+
 struct Writer {
     shared: Arc<Shared>,
-    files: HashMap<PathBuf, BufWriter<File>>,
+    /// Open journals, unbuffered: each batch's lines for a file are gathered and
+    /// written at once, so no file needs a buffer of its own (8 KiB each, a
+    /// session's worth of memory at a thousand sessions).
+    files: HashMap<PathBuf, File>,
     /// Files written since their last sync, open or closed.
     dirty: HashSet<PathBuf>,
     /// Directories that gained a file since their last sync.
@@ -173,8 +192,8 @@ impl Writer {
                 )
             };
             let mut error = None;
-            for (path, line) in appends {
-                if let Err(e) = self.write(&path, &line) {
+            for (path, lines) in gather(appends) {
+                if let Err(e) = self.write(&path, &lines) {
                     error = Some(format!("{}: {e}", path.display()));
                 }
             }
@@ -215,7 +234,7 @@ impl Writer {
                 .append(true)
                 .mode(0o600)
                 .open(path)?;
-            self.files.insert(path.to_owned(), BufWriter::new(file));
+            self.files.insert(path.to_owned(), file);
         }
         self.dirty.insert(path.to_owned());
         match self.files.get_mut(path) {
@@ -228,9 +247,6 @@ impl Writer {
     /// last sync durable (`fdatasync` of exactly those files, never the whole
     /// filesystem), and the directory entries of new files.
     fn flush_and_sync(&mut self, sync: bool) -> Result<(), String> {
-        for (path, w) in &mut self.files {
-            w.flush().map_err(|e| format!("{}: {e}", path.display()))?;
-        }
         if !sync {
             return Ok(());
         }
@@ -239,7 +255,7 @@ impl Writer {
         let mut first_error = None;
         for path in std::mem::take(&mut self.dirty) {
             let synced = match self.files.get(&path) {
-                Some(w) => w.get_ref().sync_data(),
+                Some(file) => file.sync_data(),
                 None => File::open(&path).and_then(|f| f.sync_data()),
             };
             if let Err(e) = synced {

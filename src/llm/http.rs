@@ -59,7 +59,9 @@ impl std::fmt::Debug for HttpApi {
 /// One request: its body, place and what a replay must match (for the recording)
 /// and the request itself.
 pub(crate) struct Call<'a> {
-    pub(crate) body: &'a Value,
+    /// The request's body, kept only when recording: otherwise only its bytes,
+    /// in `request`, live while the answer streams.
+    pub(crate) body: Option<Value>,
     pub(crate) place: &'a str,
     /// Taken only when recording.
     pub(crate) sent: Option<Sent>,
@@ -193,7 +195,7 @@ impl HttpApi {
             recorder.record(&Exchange {
                 place: call.place.to_owned(),
                 protocol: self.protocol.to_owned(),
-                request: call.body.clone(),
+                request: call.body.clone().unwrap_or_default(),
                 sent: call.sent.clone(),
                 status,
                 // A proxy may echo the credential back in its body.
@@ -205,16 +207,18 @@ impl HttpApi {
 
     /// The request for `body`, sent on `request`'s behalf (its place is what a
     /// recording files it under).
-    pub(crate) fn call<'a>(&self, request: &'a ChatRequest, body: &'a Value) -> Call<'a> {
+    pub(crate) fn call<'a>(&self, request: &'a ChatRequest, body: Value) -> Call<'a> {
+        let sending = self
+            .http
+            .post(self.endpoint.clone())
+            .headers(self.headers.clone())
+            .json(&body);
+        let recording = self.recorder.is_some();
         Call {
-            body,
+            body: recording.then_some(body),
             place: &request.place,
-            sent: self.recorder.as_ref().map(|_| Sent::of(request)),
-            request: self
-                .http
-                .post(self.endpoint.clone())
-                .headers(self.headers.clone())
-                .json(body),
+            sent: recording.then(|| Sent::of(request)),
+            request: sending,
         }
     }
 

@@ -106,13 +106,13 @@ impl OpenAiClient {
         let decoder =
             ChatStreamDecoder::new(self.api.max_answer_bytes).with_place(&request.call_id_seed());
         self.api
-            .stream(self.api.call(request, &body), decoder, sink, cancel)
+            .stream(self.api.call(request, body), decoder, sink, cancel)
             .await
     }
 
     async fn complete_impl(&self, request: &ChatRequest) -> Result<AssistantTurn, LlmError> {
         let body = wire::request_body(request, false);
-        let bytes = self.api.complete(self.api.call(request, &body)).await?;
+        let bytes = self.api.complete(self.api.call(request, body)).await?;
         completion_turn(&bytes, &request.call_id_seed())
     }
 }
