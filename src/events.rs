@@ -35,7 +35,7 @@ struct Subscribers {
 
 #[derive(Debug)]
 struct Subscriber {
-    tx: mpsc::UnboundedSender<Event>,
+    tx: mpsc::UnboundedSender<Arc<Event>>,
     backlog: Arc<AtomicUsize>,
     /// Sees lifecycle events only (the journal): progress is never even queued.
     lifecycle_only: bool,
@@ -95,13 +95,13 @@ impl EventBus {
         if all.is_empty() && watchers.is_none() {
             return;
         }
-        let event = Event {
+        let event = Arc::new(Event {
             seq: self.inner.seq.fetch_add(1, Ordering::Relaxed),
             session,
             parent,
             agent: agent.to_owned(),
             kind,
-        };
+        });
         all.retain(|s| s.deliver(&event));
         if let Some(watchers) = watchers {
             watchers.retain(|s| s.deliver(&event));
@@ -129,22 +129,30 @@ impl Subscriber {
     }
 
     /// Delivers one event; false once the subscription is gone.
-    fn deliver(&self, event: &Event) -> bool {
+    fn deliver(&self, event: &Arc<Event>) -> bool {
         if event.kind.is_progress()
             && (self.lifecycle_only || self.backlog.load(Ordering::Relaxed) >= PROGRESS_BACKLOG)
         {
             return !self.tx.is_closed();
         }
         self.backlog.fetch_add(1, Ordering::Relaxed);
-        self.tx.send(event.clone()).is_ok()
+        self.tx.send(Arc::clone(event)).is_ok()
     }
 }
 
 /// A subscription to the bus.
 #[derive(Debug)]
 pub struct EventStream {
-    rx: mpsc::UnboundedReceiver<Event>,
+    /// Shared events: a subscription's channel holds pointers (its first block is
+    /// 32 slots, allocated with it: 256 bytes, not 32 whole events' 7.5 KiB, which
+    /// a Task call waiting on each of ten thousand sub-agents would pay each).
+    rx: mpsc::UnboundedReceiver<Arc<Event>>,
     backlog: Arc<AtomicUsize>,
+}
+
+/// The event itself: taken when this was its last subscriber, copied otherwise.
+fn owned(event: Arc<Event>) -> Event {
+    Arc::try_unwrap(event).unwrap_or_else(|shared| (*shared).clone())
 }
 
 impl EventStream {
@@ -152,14 +160,14 @@ impl EventStream {
     pub async fn recv(&mut self) -> Option<Event> {
         let event = self.rx.recv().await?;
         self.backlog.fetch_sub(1, Ordering::Relaxed);
-        Some(event)
+        Some(owned(event))
     }
 
     /// The next event if one is already waiting.
     pub fn try_recv(&mut self) -> Option<Event> {
         let event = self.rx.try_recv().ok()?;
         self.backlog.fetch_sub(1, Ordering::Relaxed);
-        Some(event)
+        Some(owned(event))
     }
 }
 
