@@ -205,7 +205,7 @@ impl Actor for SessionActor {
             runners: HashMap::new(),
         };
         for effect in effects {
-            if let Some(Input::Failed(error)) = state.carry_out(&myself, effect).await {
+            if let Some(Input::Failed(error)) = Box::pin(state.carry_out(&myself, effect)).await {
                 return Err(error.into());
             }
         }
@@ -232,7 +232,7 @@ impl Actor for SessionActor {
             myself.stop(Some("nobody waits for it".into()));
             return Ok(());
         }
-        state.drive(&myself, Input::Started { cancel, stop }).await;
+        Box::pin(state.drive(&myself, Input::Started { cancel, stop })).await;
         Ok(())
     }
 
@@ -247,7 +247,7 @@ impl Actor for SessionActor {
         if matches!(msg, SessionMsg::StopRun) && !state.queue.lock().take_stop() {
             return Ok(());
         }
-        state.drive(&myself, msg.into()).await;
+        Box::pin(state.drive(&myself, msg.into())).await;
         Ok(())
     }
 
@@ -284,7 +284,7 @@ impl Actor for SessionActor {
                     }),
                 };
                 if let Some(input) = input {
-                    state.drive(&myself, input).await;
+                    Box::pin(state.drive(&myself, input)).await;
                 }
             }
         }
@@ -296,6 +296,10 @@ impl SessionState {
     /// Hands `input` to the machine and carries out its effects, then those of the
     /// inputs they produce: an answer to a question before anything else, a
     /// failure after the effects already decided.
+    ///
+    /// The actor's handlers box this future (and `pre_start` its effects): an
+    /// actor's task holds the largest of its handlers' futures for as long as it
+    /// lives, and an idle session should hold a pointer, not three kilobytes.
     async fn drive(&mut self, myself: &ActorRef<SessionMsg>, input: Input) {
         let mut inputs = VecDeque::from([input]);
         while let Some(input) = inputs.pop_front() {

@@ -78,6 +78,14 @@ impl Drop for CancelWithCall {
     }
 }
 
+/// Where a Task call's sub-agent is once found or started.
+enum Reached {
+    /// Running: its events, and whether it still needs the prompt.
+    Running(SessionId, EventStream, bool),
+    /// Its run for this prompt ended already.
+    Ended(Outcome),
+}
+
 impl Handle {
     /// Runs `prompt` in the sub-agent of the Task call `spec` names (its `parent`
     /// and `tool_call_id`); see the module's documentation. `cancel` is the call's
@@ -96,11 +104,40 @@ impl Handle {
             child: None,
             cancel,
         };
+        // Boxed: the finding and starting (with the spec) are over once the
+        // sub-agent runs, and the wait, which lasts its whole run, keeps only the
+        // little it needs.
+        let (child, mut events, send_prompt) =
+            match Box::pin(self.reach(spec, &prompt, resumed, &mut guard)).await? {
+                Reached::Running(child, events, send_prompt) => (child, events, send_prompt),
+                Reached::Ended(outcome) => return Ok(Some(outcome)),
+            };
+        guard.child = Some(child);
+        if guard.cancel.is_cancelled() {
+            // Cancelled while it was being found or started: the guard ends it.
+            return Ok(None);
+        }
+        let prompt_id = send_prompt.then(|| self.prompt(child, prompt));
+        let outcome = wait_for_outcome(&mut events, prompt_id).await;
+        guard.child = None;
+        self.stop_session(child);
+        Ok(outcome)
+    }
+
+    /// Finds the sub-agent of a resumed call, or starts it: running (with its
+    /// events, and whether it still needs the prompt), or already ended.
+    async fn reach(
+        &self,
+        spec: SessionSpec,
+        prompt: &str,
+        resumed: bool,
+        guard: &mut CancelWithCall,
+    ) -> Result<Reached, SessionError> {
         let found = match (resumed, spec.parent, &spec.tool_call_id) {
             (true, Some(parent), Some(call)) => self.find_child(parent, call).await,
             _ => None,
         };
-        let (child, mut events, send_prompt) = match found {
+        let (child, events, send_prompt) = match found {
             Some((child, whereabouts)) => {
                 guard.child = Some(child);
                 // Subscribed before the journal is read: a run that ends after the
@@ -109,13 +146,13 @@ impl Handle {
                 self.journal.sync().await.map_err(SessionError::Journal)?;
                 let path = journal_path(&self.workspace, child);
                 let records = read_journal(&path).unwrap_or_default();
-                match (recorded(&records, &prompt), whereabouts) {
+                match (recorded(&records, prompt), whereabouts) {
                     (Recorded::Ended(outcome), whereabouts) => {
                         guard.child = None;
                         if whereabouts != Whereabouts::Journaled {
                             self.stop_session(child);
                         }
-                        return Ok(Some(outcome));
+                        return Ok(Reached::Ended(outcome));
                     }
                     (Recorded::Other, _) => self.start_child(spec).await?,
                     (Recorded::Running, Whereabouts::Journaled) => {
@@ -136,16 +173,7 @@ impl Handle {
             }
             None => self.start_child(spec).await?,
         };
-        guard.child = Some(child);
-        if guard.cancel.is_cancelled() {
-            // Cancelled while it was being found or started: the guard ends it.
-            return Ok(None);
-        }
-        let prompt_id = send_prompt.then(|| self.prompt(child, prompt));
-        let outcome = wait_for_outcome(&mut events, prompt_id).await;
-        guard.child = None;
-        self.stop_session(child);
-        Ok(outcome)
+        Ok(Reached::Running(child, events, send_prompt))
     }
 
     async fn start_child(
