@@ -83,10 +83,13 @@ pub(super) fn define(
             })?;
         defined.warnings.extend(read.warnings);
         for server in read.servers {
-            if defined.servers.iter().any(|s| s.name == server.name) {
+            if let Some(first) = defined.servers.iter().find(|s| s.name == server.name) {
                 defined.warnings.push(format!(
-                    "{}:{line}: role {:?} defines MCP server {:?}, which is defined already; its sessions use the other definition",
-                    role.source, role.name, server.name
+                    "{}:{line}: role {:?} defines MCP server {:?}, which {} defines already; this definition is ignored",
+                    role.source,
+                    role.name,
+                    server.name,
+                    first.origin.path()
                 ));
                 continue;
             }
@@ -272,6 +275,61 @@ mod tests {
         assert_eq!(
             remembered,
             "[trust.\"/w\"]\nmcp_servers = [\"repo: srv -x\"]\n"
+        );
+    }
+
+    #[test]
+    fn definitions_come_from_both_files_and_the_roles_and_clashes_are_named() {
+        let home = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let ws_path = ws.path().canonicalize().unwrap();
+        let write = |path: &Path, text: &str| {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        };
+        write(
+            &home.path().join(".config/orchestrate/mcp.json"),
+            r#"{"mcpServers": {"docs": {"command": "mine"}, "shared": {"command": "user"}}}"#,
+        );
+        write(
+            &ws_path.join(".mcp.json"),
+            r#"{"mcpServers": {"shared": {"command": "repo"}}}"#,
+        );
+        write(
+            &ws_path.join("agents/helper.md"),
+            "---\nname: helper\ndescription: d\nmcpServers:\n  - nowhere\n  - docs:\n      command: again\n  - own:\n      command: own\n---\n",
+        );
+        let catalog = Catalog::load(&[ws_path.join("agents")]);
+        let home_dir = home.path().display().to_string();
+        let env = move |k: &str| (k == "HOME").then(|| home_dir.clone());
+        let defined = define(&ws_path, &catalog, &env).unwrap();
+        let shown: Vec<String> = defined
+            .servers
+            .iter()
+            .map(|s| format!("{}={} {}", s.name, s.written, s.origin.needs_trust()))
+            .collect();
+        // The workspace's definition of a name wins; a repository role's own server
+        // needs trust like the workspace's file.
+        assert_eq!(
+            shown,
+            ["docs=mine false", "shared=repo true", "own=own true"]
+        );
+        let role = ws_path.join("agents/helper.md").display().to_string();
+        let user = home
+            .path()
+            .join(".config/orchestrate/mcp.json")
+            .display()
+            .to_string();
+        assert_eq!(
+            defined.warnings,
+            [
+                format!(
+                    "{role}:5: role \"helper\" defines MCP server \"docs\", which {user} defines already; this definition is ignored"
+                ),
+                format!(
+                    "{role}:5: role \"helper\" names MCP server \"nowhere\", which is not defined (in .mcp.json or ~/.config/orchestrate/mcp.json)"
+                ),
+            ]
         );
     }
 
