@@ -94,6 +94,10 @@ fn drive(sizes: &[String]) {
         sizes.iter().map(|s| s.parse().unwrap()).collect()
     };
     let me = std::env::current_exe().unwrap();
+    // Every child's workspace goes here, deleted when the bench ends (see
+    // `workspace`).
+    let workdir = tempfile::tempdir().unwrap();
+    let children_env = [("FANOUT_WORKDIR", workdir.path().as_os_str().to_owned())];
     let mut mock = Command::new(&me)
         .arg("mock")
         .stdout(Stdio::piped())
@@ -113,31 +117,22 @@ fn drive(sizes: &[String]) {
         "N", "client", "wall", "ratio", "peak RSS", "CPU"
     );
     let mut failures = 0;
-    for n in sizes {
-        for (mode, label) in [("run", "orchestrate"), ("base", "bare HTTP")] {
-            let out = Command::new(&me)
-                .args([mode, &url, &n.to_string()])
-                .output()
-                .unwrap();
-            if !out.status.success() {
-                eprintln!(
-                    "N={n} {label} failed: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                failures += 1;
-                continue;
+    // `FANOUT_ROUNDS=3` runs every row three times in this one invocation, so that
+    // no run follows the deletion of another's workspaces (see `workspace`).
+    let rounds: usize = std::env::var("FANOUT_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(1);
+    let child = Child {
+        me: &me,
+        env: &children_env,
+        url: &url,
+    };
+    for _ in 0..rounds {
+        for n in &sizes {
+            for (mode, label) in [("run", "orchestrate"), ("base", "bare HTTP")] {
+                failures += u32::from(!child.row(mode, label, *n, ideal));
             }
-            let line = String::from_utf8_lossy(&out.stdout);
-            let mut parts = line.split_whitespace();
-            let wall_ms: f64 = parts.next().unwrap().parse().unwrap();
-            let rss_kib: u64 = parts.next().unwrap().parse().unwrap();
-            let cpu: f64 = parts.next().unwrap().parse().unwrap();
-            println!(
-                "{n:>6} {label:<12} {wall_ms:>8.0}ms {:>8.3} {:>9.1} MB {:>7.0}ms",
-                wall_ms / ideal.as_secs_f64() / 1000.0,
-                rss_kib as f64 / 1024.0,
-                cpu
-            );
         }
     }
     let ideal = (TTFT + CHUNK_DELAY * CHUNKS as u32) * (2 + WORKER_TURNS);
@@ -149,38 +144,22 @@ fn drive(sizes: &[String]) {
         println!(
             "\ntask fan-out: one lead turn issuing N Task calls, each worker {WORKER_TURNS} turns, then the lead's answer; ideal {ideal:?}"
         );
-    }
-    for n in tasks.into_iter().filter(|_| case("tasks")) {
-        for (mode, label) in [("tasks", "Task calls"), ("base-tasks", "bare HTTP")] {
-            let out = Command::new(&me)
-                .args([mode, &url, &n.to_string()])
-                .output()
-                .unwrap();
-            if !out.status.success() {
-                eprintln!(
-                    "{n} {label} failed: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                failures += 1;
-                continue;
+        for _ in 0..rounds {
+            for n in &tasks {
+                for (mode, label) in [("tasks", "Task calls"), ("base-tasks", "bare HTTP")] {
+                    failures += u32::from(!child.row(mode, label, *n, ideal));
+                }
             }
-            let line = String::from_utf8_lossy(&out.stdout);
-            let mut parts = line.split_whitespace();
-            let wall_ms: f64 = parts.next().unwrap().parse().unwrap();
-            let rss_kib: u64 = parts.next().unwrap().parse().unwrap();
-            let cpu: f64 = parts.next().unwrap().parse().unwrap();
-            println!(
-                "{n:>6} {label:<12} {wall_ms:>8.0}ms {:>8.3} {:>9.1} MB {:>7.0}ms",
-                wall_ms / ideal.as_secs_f64() / 1000.0,
-                rss_kib as f64 / 1024.0,
-                cpu
-            );
         }
     }
     let _ = mock.kill();
     let _ = mock.wait();
     if case("idle") {
-        let out = Command::new(&me).args(["idle"]).output().unwrap();
+        let out = Command::new(&me)
+            .envs(children_env.clone())
+            .args(["idle"])
+            .output()
+            .unwrap();
         print!("\n{}", String::from_utf8_lossy(&out.stdout));
         if !out.status.success() {
             eprintln!("idle case failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -196,6 +175,43 @@ fn drive(sizes: &[String]) {
     // A size that failed measured nothing: the run as a whole failed.
     if failures > 0 {
         std::process::exit(1);
+    }
+}
+
+/// How the parent starts a measuring child.
+struct Child<'a> {
+    me: &'a std::path::Path,
+    env: &'a [(&'static str, std::ffi::OsString)],
+    url: &'a str,
+}
+
+impl Child<'_> {
+    /// Runs the child `mode` at size `n` and prints its row; false if it failed.
+    fn row(&self, mode: &str, label: &str, n: usize, ideal: Duration) -> bool {
+        let out = Command::new(self.me)
+            .envs(self.env.iter().cloned())
+            .args([mode, self.url, &n.to_string()])
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            eprintln!(
+                "N={n} {label} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return false;
+        }
+        let line = String::from_utf8_lossy(&out.stdout);
+        let mut parts = line.split_whitespace();
+        let wall_ms: f64 = parts.next().unwrap().parse().unwrap();
+        let rss_kib: u64 = parts.next().unwrap().parse().unwrap();
+        let cpu: f64 = parts.next().unwrap().parse().unwrap();
+        println!(
+            "{n:>6} {label:<12} {wall_ms:>8.0}ms {:>8.3} {:>9.1} MB {:>7.0}ms",
+            wall_ms / ideal.as_secs_f64() / 1000.0,
+            rss_kib as f64 / 1024.0,
+            cpu
+        );
+        true
     }
 }
 
@@ -452,7 +468,7 @@ impl Tool for Probe {
 
 /// A runner child: N sessions through one Runtime; prints wall ms and peak RSS KiB.
 fn run_sessions(url: &str, n: usize) {
-    let workspace = tempfile::tempdir().unwrap();
+    let workspace = workspace();
     let wall = runtime(threads("FANOUT_RUNNER_THREADS")).block_on(async {
         let client =
             Arc::new(OpenAiClient::new(OpenAiConfig::new(url, Some("sk-bench".into()))).unwrap());
@@ -501,7 +517,7 @@ fn run_sessions(url: &str, n: usize) {
 /// queue) and never prompted; prints the resident memory they added, in bytes per
 /// session, and the heap's share of it (mimalloc's committed bytes).
 fn run_idle(n: usize) {
-    let workspace = tempfile::tempdir().unwrap();
+    let workspace = workspace();
     runtime(threads("FANOUT_RUNNER_THREADS")).block_on(async {
         // Never called: idle sessions send nothing.
         let client = Arc::new(
@@ -549,6 +565,20 @@ fn rss_kib() -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// A child's workspace. Under the parent's `FANOUT_WORKDIR` it is left for the
+/// parent to delete once every child has run: deleting thousands of journals
+/// between children made the next child's journal files slow to create (ext4
+/// without a journal skips inodes deleted in the last minutes when it allocates),
+/// which measured the bench's cleanup, not the orchestrator.
+fn workspace() -> tempfile::TempDir {
+    let mut builder = tempfile::Builder::new();
+    builder.disable_cleanup(std::env::var_os("FANOUT_WORKDIR").is_some());
+    match std::env::var_os("FANOUT_WORKDIR") {
+        Some(dir) => builder.tempdir_in(dir).unwrap(),
+        None => builder.tempdir().unwrap(),
+    }
 }
 
 /// The CPU time this process used so far (user and system), in ms, from
@@ -633,7 +663,7 @@ fn run_tasks(url: &str, n: usize) {
     use orchestrate::tools::permissions::PermissionMode;
     use orchestrate::ui::progress::{Board, render_row};
 
-    let workspace = tempfile::tempdir().unwrap();
+    let workspace = workspace();
     let roles = workspace.path().join("roles");
     std::fs::create_dir_all(&roles).unwrap();
     std::fs::write(
