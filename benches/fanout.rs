@@ -247,12 +247,7 @@ fn run_bare(url: &str, n: usize) {
         }
         start.elapsed()
     });
-    println!(
-        "{:.1} {} {:.0}",
-        wall.as_secs_f64() * 1000.0,
-        peak_rss_kib(),
-        cpu_ms()
-    );
+    report(wall);
 }
 
 /// The Task fan-out's baseline child: the requests of the Task fan-out of `n`
@@ -303,12 +298,7 @@ fn run_bare_tasks(url: &str, n: usize) {
         stream(http.clone(), endpoint.clone(), lead(messages)).await;
         start.elapsed()
     });
-    println!(
-        "{:.1} {} {:.0}",
-        wall.as_secs_f64() * 1000.0,
-        peak_rss_kib(),
-        cpu_ms()
-    );
+    report(wall);
 }
 
 fn runtime(threads: usize) -> tokio::runtime::Runtime {
@@ -466,6 +456,17 @@ impl Tool for Probe {
     }
 }
 
+/// The spec of the session fan-out's agent `i`.
+fn agent(i: usize) -> SessionSpec {
+    let mut spec = SessionSpec::new(
+        format!("agent{i}"),
+        "mock-model",
+        "You are a benchmark agent.",
+    );
+    spec.tools = ToolRegistry::new().with(Probe);
+    spec
+}
+
 /// A runner child: N sessions through one Runtime; prints wall ms and peak RSS KiB.
 fn run_sessions(url: &str, n: usize) {
     let workspace = workspace();
@@ -478,13 +479,7 @@ fn run_sessions(url: &str, n: usize) {
         let mut events = orchestrator.subscribe();
         let mut ids = Vec::with_capacity(n);
         for i in 0..n {
-            let mut spec = SessionSpec::new(
-                format!("agent{i}"),
-                "mock-model",
-                "You are a benchmark agent.",
-            );
-            spec.tools = ToolRegistry::new().with(Probe);
-            ids.push(orchestrator.start_session(spec).await.unwrap());
+            ids.push(orchestrator.start_session(agent(i)).await.unwrap());
         }
         let start = Instant::now();
         for id in &ids {
@@ -505,12 +500,7 @@ fn run_sessions(url: &str, n: usize) {
         orchestrator.shutdown().await;
         wall
     });
-    println!(
-        "{:.1} {} {:.0}",
-        wall.as_secs_f64() * 1000.0,
-        peak_rss_kib(),
-        cpu_ms()
-    );
+    report(wall);
 }
 
 /// The idle case: `n` sessions started (each with its journal, its actor and its
@@ -537,13 +527,7 @@ fn run_idle(n: usize) {
         let before = rss_kib();
         let start = Instant::now();
         for i in 0..n {
-            let mut spec = SessionSpec::new(
-                format!("agent{i}"),
-                "mock-model",
-                "You are a benchmark agent.",
-            );
-            spec.tools = ToolRegistry::new().with(Probe);
-            orchestrator.start_session(spec).await.unwrap();
+            orchestrator.start_session(agent(i)).await.unwrap();
         }
         let took = start.elapsed();
         let after = rss_kib();
@@ -579,6 +563,16 @@ fn workspace() -> tempfile::TempDir {
         Some(dir) => builder.tempdir_in(dir).unwrap(),
         None => builder.tempdir().unwrap(),
     }
+}
+
+/// A child's one line for the parent: wall ms, peak RSS KiB, CPU ms.
+fn report(wall: Duration) {
+    println!(
+        "{:.1} {} {:.0}",
+        wall.as_secs_f64() * 1000.0,
+        peak_rss_kib(),
+        cpu_ms()
+    );
 }
 
 /// The CPU time this process used so far (user and system), in ms, from
@@ -723,10 +717,5 @@ fn run_tasks(url: &str, n: usize) {
         orchestrator.shutdown().await;
         wall
     });
-    println!(
-        "{:.1} {} {:.0}",
-        wall.as_secs_f64() * 1000.0,
-        peak_rss_kib(),
-        cpu_ms()
-    );
+    report(wall);
 }
