@@ -115,10 +115,21 @@ async fn tools_are_offered_called_with_arguments_and_errors_come_back_as_errors(
     .await;
     let dir = tempfile::tempdir().unwrap();
     let pids = dir.path().join("pids");
+    // The server leaves a process of its own behind, as `npx` leaves `node`.
+    let left = dir.path().join("left");
     write(
         dir.path(),
         ".mcp.json",
-        &json!({"mcpServers": {"everything": recording_pid(&pids)}}).to_string(),
+        &json!({"mcpServers": {"everything": {
+            "command": "sh",
+            "args": ["-c", format!(
+                "sleep 600 & echo $! > {}; echo $$ >> {}; exec {}",
+                left.display(),
+                pids.display(),
+                bin("mcp-server-everything")
+            )],
+        }}})
+        .to_string(),
     );
     let out = run_on(&mock, dir.path(), &["--trust-workspace", "add"], &[]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -164,13 +175,19 @@ async fn tools_are_offered_called_with_arguments_and_errors_come_back_as_errors(
         last["gated"]
     );
     // The server's program is gone with the run.
-    let pid: i32 = std::fs::read_to_string(&pids)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let alive = rustix::process::test_kill_process(rustix::process::Pid::from_raw(pid).unwrap());
-    assert!(alive.is_err(), "the server (pid {pid}) outlived the run");
+    // (Dead, or a zombie waiting for init to reap it: killed either way.)
+    for file in [&pids, &left] {
+        let pid: u32 = std::fs::read_to_string(file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let running = state
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'));
+        assert!(!running, "pid {pid} outlived the run: {state}");
+    }
 }
 
 /// The everything server, started so that it appends its pid to `pids` (exec

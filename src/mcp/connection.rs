@@ -67,6 +67,15 @@ struct Process {
     tail: Tail,
 }
 
+impl Drop for Process {
+    /// However the connection ends (a start abandoned midway by a shutdown, say),
+    /// nothing the program started outlives it: `kill_on_drop` reaches only the
+    /// program itself, not what it spawned (`npx` runs `node`).
+    fn drop(&mut self) {
+        kill_group(self.group, Signal::KILL);
+    }
+}
+
 /// The last lines of a program's stderr.
 #[derive(Clone, Default)]
 struct Tail(Arc<Mutex<VecDeque<String>>>);
