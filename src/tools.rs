@@ -331,10 +331,25 @@ impl ToolRegistry {
     }
 }
 
-/// The JSON schema of a tool's input type, as models are shown it.
-pub(crate) fn schema<T: schemars::JsonSchema>() -> Value {
-    serde_json::to_value(schemars::schema_for!(T))
-        .unwrap_or_else(|_| serde_json::json!({"type": "object"}))
+/// The JSON schema of a tool's input type, as models are shown it. Every model
+/// request carries every tool's schema: each type's is generated once per
+/// process, then copied.
+pub(crate) fn schema<T: schemars::JsonSchema + 'static>() -> Value {
+    use std::any::TypeId;
+    use std::collections::HashMap;
+    static SCHEMAS: std::sync::OnceLock<std::sync::Mutex<HashMap<TypeId, Value>>> =
+        std::sync::OnceLock::new();
+    let schemas = SCHEMAS.get_or_init(Default::default);
+    let mut schemas = schemas
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    schemas
+        .entry(TypeId::of::<T>())
+        .or_insert_with(|| {
+            serde_json::to_value(schemars::schema_for!(T))
+                .unwrap_or_else(|_| serde_json::json!({"type": "object"}))
+        })
+        .clone()
 }
 
 /// Parses a call's arguments into the tool's input type; a mismatch is an
