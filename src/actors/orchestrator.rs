@@ -18,7 +18,6 @@ use std::sync::Arc;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
 use self::children::Children;
-use self::mcp_server::{McpServerActor, McpServerArgs};
 use super::SessionEnv;
 use super::session::{SessionActor, SessionArgs, SessionMsg};
 use super::supervision::{Intensity, RestartTracker, RestartType};
@@ -194,12 +193,7 @@ impl Actor for OrchestratorActor {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let names: Vec<String> = state.mcp.configs().map(|c| c.name.clone()).collect();
-        for name in names {
-            let tracker = RestartTracker::new(RestartType::Permanent, state.restart);
-            state.mcp_restarts.insert(name.clone(), tracker);
-            spawn_mcp(&myself, state, name, false).await;
-        }
+        mcp_server::start_all(&myself, state).await;
         Ok(())
     }
 
@@ -278,7 +272,9 @@ impl Actor for OrchestratorActor {
                 }
             }
             OrchestratorMsg::StopRun(session) => route(state, session, Routed::Stop),
-            OrchestratorMsg::RestartMcp(name) => spawn_mcp(&myself, state, name, true).await,
+            OrchestratorMsg::RestartMcp(name) => {
+                mcp_server::spawn(&myself, state, name, true).await;
+            }
             #[cfg(feature = "test-support")]
             OrchestratorMsg::CrashSession(session) => {
                 if let Some(actor) = state.sessions.get(&session).and_then(|e| e.actor.as_ref()) {
@@ -303,7 +299,7 @@ impl Actor for OrchestratorActor {
                 if state.mcp_by_actor.contains_key(&cell.get_id()) =>
             {
                 if let Some((name, _)) = state.mcp_by_actor.remove(&cell.get_id()) {
-                    on_mcp_crash(&myself, state, name, &err.to_string());
+                    mcp_server::on_crash(&myself, state, name, &err.to_string());
                 }
             }
             SupervisionEvent::ActorTerminated(cell, _, reason) => {
@@ -452,76 +448,5 @@ fn route(state: &mut OrchestratorState, session: SessionId, routed: Routed) {
     };
     if let Some(actor) = &entry.actor {
         let _ = actor.cast(nudge);
-    }
-}
-
-/// Starts the actor of MCP server `name` (again, when `restarted`). A spawn error
-/// leaves the server failed; the run goes on without it.
-async fn spawn_mcp(
-    myself: &ActorRef<OrchestratorMsg>,
-    state: &mut OrchestratorState,
-    name: String,
-    restarted: bool,
-) {
-    let args = McpServerArgs {
-        name: name.clone(),
-        hub: state.mcp.clone(),
-        workspace: state.env.workspace.clone(),
-        logs: crate::mcp::connection::log_dir(&state.env.workspace),
-        limit: state.mcp_limit,
-        restarted,
-    };
-    match Actor::spawn_linked(None, McpServerActor, args, myself.get_cell()).await {
-        Ok((actor, _)) => {
-            state.mcp_by_actor.insert(actor.get_id(), (name, actor));
-        }
-        Err(e) => state.mcp.set(
-            &name,
-            crate::mcp::State::Failed {
-                reason: format!("its actor did not start: {e}"),
-            },
-        ),
-    }
-}
-
-/// An MCP server died (or could not be started again): restarted after a
-/// backoff, or, past the restart intensity, given up on for the rest of the run.
-fn on_mcp_crash(
-    myself: &ActorRef<OrchestratorMsg>,
-    state: &mut OrchestratorState,
-    name: String,
-    reason: &str,
-) {
-    let Some(tracker) = state.mcp_restarts.get_mut(&name) else {
-        return;
-    };
-    match tracker.on_exit(
-        super::supervision::Exit::Abnormal,
-        std::time::Instant::now(),
-        rand::random::<f64>(),
-    ) {
-        super::supervision::Decision::Restart { after, restarts } => {
-            tracing::warn!(server = %name, restarts, ?after, reason, "MCP server died; restarting it");
-            myself.send_after(after, move || OrchestratorMsg::RestartMcp(name));
-        }
-        super::supervision::Decision::Escalate { restarts } => {
-            let window = state.restart.window.as_secs();
-            state.mcp.set(
-                &name,
-                crate::mcp::State::Failed {
-                    reason: format!(
-                        "it died {restarts} times within {window} s; giving up on it: {reason}"
-                    ),
-                },
-            );
-        }
-        super::supervision::Decision::Stop => {
-            state.mcp.set(
-                &name,
-                crate::mcp::State::Failed {
-                    reason: reason.to_owned(),
-                },
-            );
-        }
     }
 }

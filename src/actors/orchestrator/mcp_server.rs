@@ -4,6 +4,7 @@
 //! run's [`McpHub`], and fails when the server dies, so that the Orchestrator
 //! restarts it after a backoff (`handle_supervisor_evt`). A server that cannot be
 //! started at all is marked failed and the actor stops: the run goes on without it.
+//! The Orchestrator's side (starting them, the restart policy on a crash) is here too.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,6 +14,8 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::{OrchestratorMsg, OrchestratorState};
+use crate::actors::supervision::{RestartTracker, RestartType};
 use crate::mcp::connection::{self, Connection};
 use crate::mcp::{McpHub, State};
 
@@ -162,5 +165,87 @@ impl Actor for McpServerActor {
             let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
         }
         Ok(())
+    }
+}
+
+/// Starts every MCP server of the run, each a permanent child of the Orchestrator
+/// with a restart history of its own.
+pub(super) async fn start_all(myself: &ActorRef<OrchestratorMsg>, state: &mut OrchestratorState) {
+    let names: Vec<String> = state.mcp.configs().map(|c| c.name.clone()).collect();
+    for name in names {
+        let tracker = RestartTracker::new(RestartType::Permanent, state.restart);
+        state.mcp_restarts.insert(name.clone(), tracker);
+        spawn(myself, state, name, false).await;
+    }
+}
+
+/// Starts the actor of MCP server `name` (again, when `restarted`). A spawn error
+/// leaves the server failed; the run goes on without it.
+pub(super) async fn spawn(
+    myself: &ActorRef<OrchestratorMsg>,
+    state: &mut OrchestratorState,
+    name: String,
+    restarted: bool,
+) {
+    let args = McpServerArgs {
+        name: name.clone(),
+        hub: state.mcp.clone(),
+        workspace: state.env.workspace.clone(),
+        logs: crate::mcp::connection::log_dir(&state.env.workspace),
+        limit: state.mcp_limit,
+        restarted,
+    };
+    match Actor::spawn_linked(None, McpServerActor, args, myself.get_cell()).await {
+        Ok((actor, _)) => {
+            state.mcp_by_actor.insert(actor.get_id(), (name, actor));
+        }
+        Err(e) => state.mcp.set(
+            &name,
+            State::Failed {
+                reason: format!("its actor did not start: {e}"),
+            },
+        ),
+    }
+}
+
+/// An MCP server died (or could not be started again): restarted after a
+/// backoff, or, past the restart intensity, given up on for the rest of the run.
+pub(super) fn on_crash(
+    myself: &ActorRef<OrchestratorMsg>,
+    state: &mut OrchestratorState,
+    name: String,
+    reason: &str,
+) {
+    let Some(tracker) = state.mcp_restarts.get_mut(&name) else {
+        return;
+    };
+    match tracker.on_exit(
+        crate::actors::supervision::Exit::Abnormal,
+        std::time::Instant::now(),
+        rand::random::<f64>(),
+    ) {
+        crate::actors::supervision::Decision::Restart { after, restarts } => {
+            tracing::warn!(server = %name, restarts, ?after, reason, "MCP server died; restarting it");
+            myself.send_after(after, move || OrchestratorMsg::RestartMcp(name));
+        }
+        crate::actors::supervision::Decision::Escalate { restarts } => {
+            let window = state.restart.window.as_secs();
+            state.mcp.set(
+                &name,
+                State::Failed {
+                    reason: format!(
+                        "it died {restarts} times within {window} s; giving up on it: {reason}"
+                    ),
+                },
+            );
+        }
+        crate::actors::supervision::Decision::Stop => {
+            state.mcp.set(
+                &name,
+                State::Failed {
+                    reason: reason.to_owned(),
+                },
+            );
+        }
     }
 }
