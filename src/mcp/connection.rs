@@ -232,42 +232,49 @@ impl Connection {
     /// each time the server says they changed; returns why it ended (`None`: it
     /// was told to stop).
     pub async fn watch(
-        mut self,
+        self,
         server: &str,
         stop: CancellationToken,
         relisted: impl Fn(Vec<ToolInfo>),
     ) -> Option<String> {
-        let closing = self.service.cancellation_token();
-        loop {
+        let Connection {
+            peer,
+            service,
+            mut process,
+            mut changed,
+            ..
+        } = self;
+        // The service's loop ends when its transport closes; waiting for it takes
+        // the service, so it is closed through its token instead.
+        let closing = service.cancellation_token();
+        let serving = service.waiting();
+        tokio::pin!(serving);
+        let mut served = false;
+        let why = loop {
             let ended = async {
-                match self.process.as_mut() {
+                match process.as_mut() {
                     Some(process) => process.child.wait().await.ok(),
                     None => std::future::pending().await,
                 }
             };
             tokio::select! {
-                () = stop.cancelled() => {
-                    self.close().await;
-                    return None;
-                }
+                () = stop.cancelled() => break None,
                 status = ended => {
-                    let tail = self.process.as_ref().map(|p| p.tail.last()).unwrap_or_default();
-                    closing.cancel();
-                    self.close().await;
+                    let tail = process.as_ref().map(|p| p.tail.last()).unwrap_or_default();
                     // A program killed by a signal said nothing about it.
-                    return Some(match status {
+                    break Some(match status {
                         Some(status) if status.code().is_none() => exited(status),
                         Some(status) => format!("{}{tail}", exited(status)),
                         None => format!("its process could not be waited for{tail}"),
                     });
                 }
-                () = wait_closed(&self.service) => {
-                    let tail = self.process.as_ref().map(|p| p.tail.last()).unwrap_or_default();
-                    self.close().await;
-                    return Some(format!("closed the connection{tail}"));
+                _ = &mut serving => {
+                    served = true;
+                    let tail = process.as_ref().map(|p| p.tail.last()).unwrap_or_default();
+                    break Some(format!("closed the connection{tail}"));
                 }
-                Some(()) = self.changed.recv() => {
-                    let relisting = self.peer.list_all_tools();
+                Some(()) = changed.recv() => {
+                    let relisting = peer.list_all_tools();
                     let timeout = DEFAULT_START_TIMEOUT;
                     let relisted_tools = tokio::time::timeout(timeout, relisting)
                         .await
@@ -284,7 +291,15 @@ impl Connection {
                     }
                 }
             }
+        };
+        closing.cancel();
+        if !served {
+            let _ = tokio::time::timeout(GRACE, &mut serving).await;
         }
+        if let Some(process) = process.as_mut() {
+            stop_process(process).await;
+        }
+        why
     }
 
     /// Ends the connection: the session cancelled, the program's group sent
@@ -304,14 +319,6 @@ impl Connection {
             .and_then(|p| p.group)
             .map(Pid::as_raw_nonzero)
             .map(std::num::NonZero::get)
-    }
-}
-
-/// Resolves when the service's loop has ended (the transport closed).
-async fn wait_closed(service: &RunningService<RoleClient, Listener>) {
-    // rmcp offers no borrowed wait; its state is cheap to poll.
-    while !service.is_transport_closed() {
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
