@@ -183,94 +183,89 @@ fn server(
     origin: &Origin,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Result<ServerConfig, String>, String> {
-    let kind = match entry.get("type") {
-        None => None,
-        Some(Value::String(kind)) => Some(kind.as_str()),
+    let http = match entry.get("type") {
+        None => false,
+        Some(Value::String(kind)) => match kind.as_str() {
+            "stdio" => false,
+            "http" | "streamable-http" => true,
+            "sse" => {
+                string(entry, "url")?.ok_or("url is required")?;
+                return Ok(Err(
+                    "uses the legacy SSE transport, which orchestrate does not speak (use its streamable-HTTP endpoint, type \"http\")"
+                        .into(),
+                ));
+            }
+            other => {
+                return Err(format!(
+                    "unknown type {other:?} (known: stdio, http, streamable-http, sse)"
+                ));
+            }
+        },
         Some(other) => return Err(format!("type must be a string, not {other}")),
     };
-    if let Some(other) = kind.filter(|k| !["stdio", "http", "streamable-http", "sse"].contains(k)) {
-        return Err(format!("unknown type {other:?} (known: stdio, http, sse)"));
-    }
-    for key in entry.keys() {
-        let known: &[&str] = match kind {
-            Some("http" | "sse" | "streamable-http") => &["type", "url", "headers"],
-            _ => &["type", "command", "args", "env"],
-        };
-        if !known.contains(&key.as_str()) {
-            return Err(format!(
-                "unknown field {key:?} (expected: {})",
-                known.join(", ")
-            ));
-        }
+    let known: &[&str] = if http {
+        &["type", "url", "headers"]
+    } else {
+        &["type", "command", "args", "env"]
+    };
+    if let Some(key) = entry.keys().find(|k| !known.contains(&k.as_str())) {
+        return Err(format!(
+            "unknown field {key:?} (expected: {})",
+            known.join(", ")
+        ));
     }
     let expanded = |text: &str| expand(text, env);
-    match kind {
-        None | Some("stdio") => {
-            let command = string(entry, "command")?.ok_or("command is required")?;
-            let args = strings(entry, "args")?;
-            let vars = pairs(entry, "env")?;
-            let mut written = String::new();
-            for (key, value) in &vars {
-                written.push_str(&format!("{key}={} ", quote(value)));
-            }
-            written.push_str(&quote(&command));
-            for arg in &args {
-                written.push(' ');
-                written.push_str(&quote(arg));
-            }
-            let run = || -> Result<Transport, String> {
-                Ok(Transport::Stdio {
-                    command: expanded(&command)?,
-                    args: args.iter().map(|a| expanded(a)).collect::<Result<_, _>>()?,
-                    env: vars
-                        .iter()
-                        .map(|(k, v)| Ok((k.clone(), expanded(v)?)))
-                        .collect::<Result<_, String>>()?,
-                })
-            };
-            Ok(run().map(|transport| ServerConfig {
-                name: name.to_owned(),
-                transport,
-                written,
-                origin: origin.clone(),
-            }))
+    let pairs_expanded = |pairs: &[(String, String)]| -> Result<Vec<(String, String)>, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), expanded(v)?)))
+            .collect()
+    };
+    let (written, transport) = if http {
+        let url = string(entry, "url")?.ok_or("url is required")?;
+        let headers = pairs(entry, "headers")?;
+        let mut written = format!("http {url}");
+        for (key, value) in &headers {
+            written.push_str(&format!(" -H {}", quote(&format!("{key}: {value}"))));
         }
-        Some("http" | "streamable-http") => {
-            let url = string(entry, "url")?.ok_or("url is required")?;
-            let headers = pairs(entry, "headers")?;
-            let mut written = format!("http {url}");
-            for (key, value) in &headers {
-                written.push_str(&format!(" -H {}", quote(&format!("{key}: {value}"))));
+        let transport = expanded(&url).and_then(|url| {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(format!("has the url {url:?}, which is not http(s)"));
             }
-            let reach = || -> Result<Transport, String> {
-                let url = expanded(&url)?;
-                if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    return Err(format!("has the url {url:?}, which is not http(s)"));
-                }
-                Ok(Transport::Http {
-                    url,
-                    headers: headers
-                        .iter()
-                        .map(|(k, v)| Ok((k.clone(), expanded(v)?)))
-                        .collect::<Result<_, String>>()?,
-                })
-            };
-            Ok(reach().map(|transport| ServerConfig {
-                name: name.to_owned(),
-                transport,
-                written,
-                origin: origin.clone(),
-            }))
+            Ok(Transport::Http {
+                url,
+                headers: pairs_expanded(&headers)?,
+            })
+        });
+        (written, transport)
+    } else {
+        let command = string(entry, "command")?.ok_or("command is required")?;
+        let args = strings(entry, "args")?;
+        let vars = pairs(entry, "env")?;
+        let mut written = String::new();
+        for (key, value) in &vars {
+            written.push_str(&format!("{key}={} ", quote(value)));
         }
-        Some("sse") => {
-            string(entry, "url")?.ok_or("url is required")?;
-            Ok(Err(
-                "uses the legacy SSE transport, which orchestrate does not speak (use its streamable-HTTP endpoint, type \"http\")"
-                    .into(),
-            ))
+        written.push_str(&quote(&command));
+        for arg in &args {
+            written.push(' ');
+            written.push_str(&quote(arg));
         }
-        Some(other) => Err(format!("unknown type {other:?} (known: stdio, http, sse)")),
-    }
+        let transport = (|| {
+            Ok(Transport::Stdio {
+                command: expanded(&command)?,
+                args: args.iter().map(|a| expanded(a)).collect::<Result<_, _>>()?,
+                env: pairs_expanded(&vars)?,
+            })
+        })();
+        (written, transport)
+    };
+    Ok(transport.map(|transport| ServerConfig {
+        name: name.to_owned(),
+        transport,
+        written,
+        origin: origin.clone(),
+    }))
 }
 
 fn string(entry: &Map<String, Value>, key: &str) -> Result<Option<String>, String> {

@@ -118,7 +118,7 @@ fn entries_written_wrong_are_errors_with_their_line() {
             "{\"mcpServers\": {\"c\": {\"type\": \"ws\", \"url\": \"x\"}}}",
             (
                 1,
-                "MCP server \"c\": unknown type \"ws\" (known: stdio, http, sse)",
+                "MCP server \"c\": unknown type \"ws\" (known: stdio, http, streamable-http, sse)",
             ),
         ),
         (
