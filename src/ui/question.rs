@@ -94,9 +94,11 @@ impl Approver for TerminalApprover {
     fn confirm<'a>(&'a self, question: &'a str) -> BoxFuture<'a, Option<bool>> {
         Box::pin(async move {
             let mut keyboard = self.keyboard.lock().await;
-            self.say(question);
-            // A line typed before the question was shown answers nothing.
+            // A line typed before the question was shown answers nothing; one
+            // typed once it shows does (discarding after showing it would race
+            // with a quick answer, which was then lost and the run waited).
             keyboard.discard_typed_ahead();
+            self.say(question);
             Some(
                 keyboard
                     .line()
