@@ -151,15 +151,10 @@ pub(super) async fn trust(
         Some(true) => {
             let keys: Vec<String> = untrusted.iter().map(ServerConfig::trust_key).collect();
             let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-            if let Some(path) = &files.user_path
-                && let Err(e) =
-                    super::trust::rewrite(path, |text| config::trust_mcp(text, &key, &keys))
-            {
-                trusted.warnings.push(format!(
-                    "cannot remember the trust in {}: {e}; the next run will ask again",
-                    path.display()
-                ));
-            }
+            trusted.warnings.extend(super::trust::remembered(
+                files.user_path.as_deref(),
+                |text| config::trust_mcp(text, &key, &keys),
+            ));
             servers.extend(untrusted);
         }
         Some(false) => {

@@ -48,25 +48,27 @@ pub(super) async fn check(
         }
     }
     let urls: Vec<&str> = untrusted.iter().map(|r| r.base_url.as_str()).collect();
-    let Some(path) = &files.user_path else {
-        return Ok(vec![
-            "HOME is not set: the trust in this workspace is not remembered".to_owned(),
-        ]);
+    Ok(remembered(files.user_path.as_deref(), |text| {
+        config::remember(text, &key, &urls)
+    }))
+}
+
+/// Writes a trust into the user's file at `path` (`None`: `$HOME` is not set) with
+/// `change`; the warnings to show when it could not be remembered.
+pub(super) fn remembered(
+    path: Option<&Path>,
+    change: impl FnOnce(&str) -> Result<String, String>,
+) -> Vec<String> {
+    let Some(path) = path else {
+        return vec!["HOME is not set: the trust in this workspace is not remembered".to_owned()];
     };
-    Ok(match remember(path, &key, &urls) {
+    match rewrite(path, change) {
         Ok(()) => Vec::new(),
         Err(e) => vec![format!(
             "cannot remember the trust in {}: {e}; the next run will ask again",
             path.display()
         )],
-    })
-}
-
-/// Adds the trust to the user's file at `path` (created if need be), replacing it
-/// whole so that a crash mid-write never costs the user their file. A symlinked
-/// file (dotfiles kept elsewhere) is written where it points.
-pub(super) fn remember(path: &Path, workspace: &str, urls: &[&str]) -> Result<(), String> {
-    rewrite(path, |text| config::remember(text, workspace, urls))
+    }
 }
 
 /// Pins an allow rule the person approved for `workspace` in the user's file.
@@ -223,7 +225,10 @@ mod tests {
         let dir = home.path().join(".config/orchestrate");
         std::fs::create_dir_all(&dir).unwrap();
         std::os::unix::fs::symlink(&dotfiles, dir.join("config.toml")).unwrap();
-        remember(&dir.join("config.toml"), "/w", &["http://x/v1"]).unwrap();
+        rewrite(&dir.join("config.toml"), |t| {
+            config::remember(t, "/w", &["http://x/v1"])
+        })
+        .unwrap();
         assert!(
             std::fs::symlink_metadata(dir.join("config.toml"))
                 .unwrap()
@@ -236,7 +241,7 @@ mod tests {
         assert!(user.trusts("/w", "http://x/v1"));
         // No file yet, nor its directory: both are made.
         let fresh = home.path().join("fresh/.config/orchestrate/config.toml");
-        remember(&fresh, "/w", &["http://x/v1"]).unwrap();
+        rewrite(&fresh, |t| config::remember(t, "/w", &["http://x/v1"])).unwrap();
         let text = std::fs::read_to_string(&fresh).unwrap();
         assert!(
             config::ConfigFile::parse("config.toml", &text)
