@@ -47,6 +47,8 @@ pub struct Connection {
     pub tools: Vec<ToolInfo>,
     /// Tools left out of the listing, one line each.
     pub left_out: Vec<String>,
+    /// How long listing its tools may take (`MCP_TIMEOUT`), again when it relists.
+    limit: Duration,
     service: RunningService<RoleClient, Listener>,
     process: Option<Process>,
     changed: mpsc::UnboundedReceiver<()>,
@@ -207,6 +209,7 @@ async fn listed(
         peer,
         tools: Vec::new(),
         left_out: Vec::new(),
+        limit,
         service,
         process,
         changed,
@@ -242,6 +245,7 @@ impl Connection {
             service,
             mut process,
             mut changed,
+            limit,
             ..
         } = self;
         // The service's loop ends when its transport closes; waiting for it takes
@@ -259,26 +263,28 @@ impl Connection {
             };
             tokio::select! {
                 () = stop.cancelled() => break None,
-                status = ended => {
-                    let tail = process.as_ref().map(|p| p.tail.last()).unwrap_or_default();
-                    // A program killed by a signal said nothing about it.
-                    break Some(match status {
-                        Some(status) if status.code().is_none() => exited(status),
-                        Some(status) => format!("{}{tail}", exited(status)),
-                        None => format!("its process could not be waited for{tail}"),
-                    });
-                }
+                status = ended => break Some(died(process.as_ref(), status)),
                 _ = &mut serving => {
                     served = true;
-                    let tail = process.as_ref().map(|p| p.tail.last()).unwrap_or_default();
-                    break Some(format!("closed the connection{tail}"));
+                    // A program's end closes its pipes first: its exit status, a
+                    // moment later, says why.
+                    let status = match process.as_mut() {
+                        Some(p) => tokio::time::timeout(GRACE, p.child.wait()).await.ok(),
+                        None => None,
+                    };
+                    break Some(match status {
+                        Some(status) => died(process.as_ref(), status.ok()),
+                        None => {
+                            let tail = process.as_ref().map(|p| p.tail.last()).unwrap_or_default();
+                            format!("closed the connection{tail}")
+                        }
+                    });
                 }
                 Some(()) = changed.recv() => {
                     let relisting = peer.list_all_tools();
-                    let timeout = DEFAULT_START_TIMEOUT;
-                    let relisted_tools = tokio::time::timeout(timeout, relisting)
+                    let relisted_tools = tokio::time::timeout(limit, relisting)
                         .await
-                        .unwrap_or(Err(rmcp::ServiceError::Timeout { timeout }));
+                        .unwrap_or(Err(rmcp::ServiceError::Timeout { timeout: limit }));
                     match relisted_tools {
                         Ok(tools) => {
                             let (tools, left_out) = listing::offered(server, tools);
@@ -313,12 +319,8 @@ impl Connection {
 
     /// The process group of its program, so that whoever outlives the connection
     /// can still kill it.
-    pub fn group(&self) -> Option<i32> {
-        self.process
-            .as_ref()
-            .and_then(|p| p.group)
-            .map(Pid::as_raw_nonzero)
-            .map(std::num::NonZero::get)
+    pub fn group(&self) -> Option<Pid> {
+        self.process.as_ref().and_then(|p| p.group)
     }
 }
 
@@ -360,7 +362,7 @@ fn spawn(
 /// status when it had one.
 async fn stop_process(process: &mut Process) -> Option<std::process::ExitStatus> {
     if let Ok(Some(status)) = process.child.try_wait() {
-        kill_group(process.group, Signal::KILL);
+        kill_group(process.group.take(), Signal::KILL);
         return Some(status);
     }
     kill_group(process.group, Signal::TERM);
@@ -371,8 +373,9 @@ async fn stop_process(process: &mut Process) -> Option<std::process::ExitStatus>
             process.child.wait().await.ok()
         }
     };
-    // What the program started and left behind goes with it.
-    kill_group(process.group, Signal::KILL);
+    // What the program started and left behind goes with it; the group is not
+    // killed again (its id may be another's by then).
+    kill_group(process.group.take(), Signal::KILL);
     status
 }
 
@@ -380,6 +383,18 @@ async fn stop_process(process: &mut Process) -> Option<std::process::ExitStatus>
 pub fn kill_group(group: Option<Pid>, signal: Signal) {
     if let Some(group) = group {
         let _ = kill_process_group(group, signal);
+    }
+}
+
+/// Why a program's connection ended, from its exit status (`None`: it could not
+/// be waited for) and the last thing it wrote on stderr; a program killed by a
+/// signal said nothing about it.
+fn died(process: Option<&Process>, status: Option<std::process::ExitStatus>) -> String {
+    let tail = process.map(|p| p.tail.last()).unwrap_or_default();
+    match status {
+        Some(status) if status.code().is_none() => exited(status),
+        Some(status) => format!("{}{tail}", exited(status)),
+        None => format!("its process could not be waited for{tail}"),
     }
 }
 

@@ -63,7 +63,7 @@ struct Slot {
     state: watch::Sender<State>,
     /// Its program's process group while it runs, killed by [`McpHub::shutdown`]
     /// should its actor not get to it.
-    group: Mutex<Option<i32>>,
+    group: Mutex<Option<rustix::process::Pid>>,
 }
 
 /// Every MCP server of a run.
@@ -119,8 +119,22 @@ impl McpHub {
         }
     }
 
+    /// Marks a server as restarting after it died for `reason`, keeping the tools
+    /// it offered (they stay offered while it comes back).
+    pub fn restarting(&self, server: &str, reason: String) {
+        if let Some(slot) = self.servers.get(server) {
+            slot.state.send_modify(|state| {
+                let tools = match state {
+                    State::Ready { tools, .. } | State::Restarting { tools, .. } => tools.clone(),
+                    _ => Arc::from([]),
+                };
+                *state = State::Restarting { reason, tools };
+            });
+        }
+    }
+
     /// Records the process group of a server's program (`None` once it is gone).
-    pub fn set_group(&self, server: &str, group: Option<i32>) {
+    pub fn set_group(&self, server: &str, group: Option<rustix::process::Pid>) {
         if let Some(slot) = self.servers.get(server) {
             *slot
                 .group
@@ -146,7 +160,6 @@ impl McpHub {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .take();
-            let group = group.and_then(rustix::process::Pid::from_raw);
             super::connection::kill_group(group, rustix::process::Signal::KILL);
             slot.state.send_replace(State::Stopped);
         }
@@ -383,5 +396,82 @@ impl Tool for McpTool {
         ctx: &'a ToolContext,
     ) -> BoxFuture<'a, Result<String, ToolError>> {
         Box::pin(self.hub.call(&self.server, &self.info.name, input, ctx))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mcp::config::{Origin, Transport};
+
+    fn hub(names: &[&str]) -> Arc<McpHub> {
+        let configs = names
+            .iter()
+            .map(|name| ServerConfig {
+                name: (*name).to_owned(),
+                transport: Transport::Stdio {
+                    command: "srv".into(),
+                    args: Vec::new(),
+                    env: Vec::new(),
+                },
+                written: "srv".into(),
+                origin: Origin::User("mcp.json".into()),
+            })
+            .collect();
+        Arc::new(McpHub::new(configs))
+    }
+
+    fn tool(server: &str, name: &str, read_only: bool) -> ToolInfo {
+        ToolInfo {
+            full_name: listing::full_name(server, name),
+            name: name.to_owned(),
+            description: String::new(),
+            schema: Arc::new(serde_json::json!({"type": "object"})),
+            read_only,
+        }
+    }
+
+    #[test]
+    fn a_restarting_server_keeps_offering_its_tools_and_a_role_sees_what_it_names() {
+        let hub = hub(&["a", "b"]);
+        let tools: Arc<[ToolInfo]> =
+            vec![tool("a", "look", true), tool("a", "write", false)].into();
+        hub.set(
+            "a",
+            State::Restarting {
+                reason: "first".into(),
+                tools,
+            },
+        );
+        hub.restarting("a", "again".into());
+        let Some(State::Restarting { reason, tools }) = hub.state("a") else {
+            panic!("{:?}", hub.state("a"))
+        };
+        assert_eq!((reason.as_str(), tools.len()), ("again", 2));
+        // A server that never answered offers nothing while it restarts.
+        hub.restarting("b", "down".into());
+        assert!(hub.state("b").unwrap().tools().is_empty());
+        let names =
+            |mcp: &McpTools| -> Vec<String> { mcp.specs().into_iter().map(|s| s.name).collect() };
+        let servers = vec!["a".to_owned(), "b".to_owned()];
+        let every = McpTools::new(hub.clone(), servers.clone(), None, Vec::new());
+        assert_eq!(names(&every), ["mcp__a__look", "mcp__a__write"]);
+        let one = McpTools::new(
+            hub.clone(),
+            servers.clone(),
+            Some(vec!["mcp__a__look".into()]),
+            Vec::new(),
+        );
+        assert_eq!(names(&one), ["mcp__a__look"]);
+        assert!(one.get("mcp__a__write").is_none());
+        let denied = McpTools::new(
+            hub,
+            servers,
+            Some(vec!["mcp__a".into()]),
+            vec!["mcp__a__write".into()],
+        );
+        assert_eq!(names(&denied), ["mcp__a__look"]);
+        let look = denied.get("mcp__a__look").unwrap();
+        assert!(look.read_only() && look.concurrency(&Value::Null) == Concurrency::Safe);
     }
 }

@@ -122,8 +122,10 @@ impl Actor for McpServerActor {
                 let stop = state.stop.clone();
                 state.task = Some(tokio::spawn(async move {
                     let relist = |tools| hub.relisted(&name, tools);
-                    if let Some(reason) = connection.watch(&name, stop, relist).await {
-                        hub.set_group(&name, None);
+                    let ended = connection.watch(&name, stop, relist).await;
+                    // Stopped and reaped, whichever way it ended.
+                    hub.set_group(&name, None);
+                    if let Some(reason) = ended {
                         let _ = myself.cast(McpServerMsg::Ended(reason));
                     }
                 }));
@@ -137,17 +139,7 @@ impl Actor for McpServerActor {
             }
             McpServerMsg::Connected(Err(reason)) | McpServerMsg::Ended(reason) => {
                 tracing::warn!(server = %name, %reason, "MCP server died");
-                let tools = hub
-                    .state(&name)
-                    .map(|s| s.tools().to_vec())
-                    .unwrap_or_default();
-                hub.set(
-                    &name,
-                    State::Restarting {
-                        reason: reason.clone(),
-                        tools: tools.into(),
-                    },
-                );
+                hub.restarting(&name, reason.clone());
                 // Failing is how the Orchestrator learns to restart it.
                 Err(reason.into())
             }
