@@ -63,7 +63,17 @@ impl EventBus {
 
     /// A subscription to one session's events only.
     pub fn subscribe_session(&self, session: SessionId) -> EventStream {
-        let (subscriber, stream) = Subscriber::new(false);
+        self.watch_session(session, false)
+    }
+
+    /// A subscription to one session's lifecycle events, none of its progress (a
+    /// Task call waiting for its sub-agent's answer).
+    pub fn subscribe_session_lifecycle(&self, session: SessionId) -> EventStream {
+        self.watch_session(session, true)
+    }
+
+    fn watch_session(&self, session: SessionId, lifecycle_only: bool) -> EventStream {
+        let (subscriber, stream) = Subscriber::new(lifecycle_only);
         self.lock()
             .by_session
             .entry(session)

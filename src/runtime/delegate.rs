@@ -142,7 +142,7 @@ impl Handle {
                 guard.child = Some(child);
                 // Subscribed before the journal is read: a run that ends after the
                 // read is seen as an event, one that ended before is in the journal.
-                let events = self.bus.subscribe_session(child);
+                let events = self.bus.subscribe_session_lifecycle(child);
                 self.journal.sync().await.map_err(SessionError::Journal)?;
                 let path = journal_path(&self.workspace, child);
                 let records = read_journal(&path).unwrap_or_default();
@@ -181,7 +181,7 @@ impl Handle {
         spec: SessionSpec,
     ) -> Result<(SessionId, EventStream, bool), SessionError> {
         let child = self.start_session(spec).await?;
-        Ok((child, self.bus.subscribe_session(child), true))
+        Ok((child, self.bus.subscribe_session_lifecycle(child), true))
     }
 
     /// The session that session `parent`'s call `call` started, and where it is.
