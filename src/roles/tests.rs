@@ -144,7 +144,7 @@ fn other_claude_code_fields_are_accepted_with_one_warning_each() {
 }
 
 #[test]
-fn a_role_never_gets_more_tools_than_its_caller() {
+fn a_role_gets_its_own_tools_less_its_disallowed_ones() {
     let role = parse(
         "x.md",
         "---\nname: x\ndescription: d\ntools: Read, Bash, Edit\ndisallowedTools: Edit\n---\n",

@@ -153,11 +153,6 @@ pub struct Rules {
 }
 
 impl Rules {
-    /// True when there are no rules.
-    pub fn is_empty(&self) -> bool {
-        self.allow.is_empty() && self.deny.is_empty() && self.ask.is_empty()
-    }
-
     /// What the rules say about `tool` called with `input`: deny wins over ask,
     /// ask over allow; `None` when no rule matches (the mode decides).
     pub fn verdict(&self, tool: &str, input: &serde_json::Value) -> Option<RuleVerdict> {
@@ -169,7 +164,7 @@ impl Rules {
             Some(RuleVerdict::Deny)
         } else if matches(&self.ask) {
             Some(RuleVerdict::Ask)
-        } else if self.allows(tool, input) {
+        } else if matches(&self.allow) {
             Some(RuleVerdict::Allow)
         } else {
             None
@@ -234,13 +229,8 @@ impl Rules {
         }
     }
 
-    /// Allow rules (other than Bash's).
-    fn allows(&self, tool: &str, input: &serde_json::Value) -> bool {
-        self.allow.iter().any(|r| self.matches(r, tool, input))
-    }
-
-    /// Whether one rule matches one call. A deny or ask rule for Bash matches a
-    /// line when any command of it matches (or when the line cannot be split).
+    /// Whether one rule matches one call of a tool other than Bash (whose lines
+    /// `bash_verdict` reads).
     fn matches(&self, rule: &Rule, tool: &str, input: &serde_json::Value) -> bool {
         if !applies_to(&rule.tool, tool) {
             return false;
@@ -249,18 +239,6 @@ impl Rules {
             return true;
         };
         match (rule.tool.as_str(), pattern) {
-            ("Bash", pattern) => {
-                let command = input["command"].as_str().unwrap_or_default();
-                match commands(command) {
-                    // The command as written, or as the shell would find it
-                    // (`/bin/rm`, `\rm`, `command rm`, `(rm …)`, `env X=1 rm`).
-                    Some(parts) => parts
-                        .iter()
-                        .any(|p| pattern.matches(p) || pattern.matches(&unwrapped(p))),
-                    // Cannot be told apart: a deny or ask rule for Bash holds.
-                    None => true,
-                }
-            }
             ("WebFetch", Pattern::Exact(p) | Pattern::Prefix(p) | Pattern::Wildcard(p)) => {
                 let Some(domain) = p.strip_prefix("domain:") else {
                     return false;
