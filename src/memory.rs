@@ -27,11 +27,19 @@ pub struct Memory {
 /// then each folder from the repository's root (the nearest folder above with a
 /// `.git`; the workspace itself without one) down to the workspace.
 pub fn candidates(workspace: &Path, home: Option<&Path>) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = home.map(user_file).into_iter().collect();
+    files.extend(repository_files(workspace, repository_root(workspace)));
+    files
+}
+
+/// The user's own memory file.
+fn user_file(home: &Path) -> PathBuf {
+    home.join(".claude/CLAUDE.md")
+}
+
+/// The repository's memory files, from `root` down to `workspace`.
+fn repository_files(workspace: &Path, root: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
-    if let Some(home) = home {
-        files.push(home.join(".claude/CLAUDE.md"));
-    }
-    let root = repository_root(workspace);
     let mut dirs: Vec<&Path> = workspace
         .ancestors()
         .take_while(|dir| dir.starts_with(root))
@@ -60,12 +68,17 @@ fn repository_root(workspace: &Path) -> &Path {
 pub fn load(workspace: &Path, home: Option<&Path>) -> Memory {
     let mut memory = Memory::default();
     let mut sections = Vec::new();
-    let root =
-        std::fs::canonicalize(repository_root(workspace)).unwrap_or_else(|_| workspace.to_owned());
-    let user_file = home.map(|h| h.join(".claude/CLAUDE.md"));
-    for path in candidates(workspace, home) {
-        if Some(&path) != user_file.as_ref()
-            && let Ok(real) = std::fs::canonicalize(&path)
+    let found = repository_root(workspace);
+    let root = std::fs::canonicalize(found).unwrap_or_else(|_| workspace.to_owned());
+    let user = home.map(user_file);
+    let repository = repository_files(workspace, found);
+    let files = user
+        .iter()
+        .map(|path| (path, true))
+        .chain(repository.iter().map(|path| (path, false)));
+    for (path, own) in files {
+        if !own
+            && let Ok(real) = std::fs::canonicalize(path)
             && !real.starts_with(&root)
         {
             memory.warnings.push(format!(
@@ -75,11 +88,11 @@ pub fn load(workspace: &Path, home: Option<&Path>) -> Memory {
             ));
             continue;
         }
-        match small_file::read_to_string(&path, small_file::MAX_BYTES) {
+        match small_file::read_to_string(path, small_file::MAX_BYTES) {
             Ok(text) if text.trim().is_empty() => {}
             Ok(text) => {
                 sections.push(format!("## {}\n\n{}", path.display(), text.trim()));
-                memory.files.push(path);
+                memory.files.push(path.clone());
             }
             Err(e) if e.is_not_found() => {}
             Err(e) => memory.warnings.push(format!(
