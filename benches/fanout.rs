@@ -342,7 +342,7 @@ fn rate_limited(me: &std::path::Path) -> Result<(), String> {
         .map_err(|_| "bad time")?;
     println!(
         "
-rate limits: {LIMITED_TASKS} sub-agents, 3 in 10 requests answered 429 (Retry-After 1)
+rate limits: {LIMITED_TASKS} sub-agents, 3 in 10 distinct requests answered 429 once (Retry-After 1)
 {:>6} requests ({limited} answered 429) = {:.3} x the minimum {minimum}; wall {wall_ms:.0}ms",
         answers.len(),
         answers.len() as f64 / minimum as f64
@@ -505,7 +505,7 @@ fn run_sessions(url: &str, n: usize) {
 
 /// The idle case: `n` sessions started (each with its journal, its actor and its
 /// queue) and never prompted; prints the resident memory they added, in bytes per
-/// session, and the heap's share of it (mimalloc's committed bytes).
+/// session.
 fn run_idle(n: usize) {
     let workspace = workspace();
     runtime(threads("FANOUT_RUNNER_THREADS")).block_on(async {
@@ -531,10 +531,11 @@ fn run_idle(n: usize) {
         }
         let took = start.elapsed();
         let after = rss_kib();
-        let per = (after.saturating_sub(before)) * 1024 / n as u64;
+        let added = after.saturating_sub(before);
+        let per = added * 1024 / n as u64;
         println!(
             "{n} idle sessions: +{:.1} MB resident, {per} bytes per session; started in {:.0} ms",
-            (after - before) as f64 / 1024.0,
+            added as f64 / 1024.0,
             took.as_secs_f64() * 1000.0
         );
         orchestrator.shutdown().await;
