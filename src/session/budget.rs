@@ -31,6 +31,12 @@ pub const TIME: &str = "budget: time";
 /// See [`COST`].
 pub const TURNS: &str = "budget: turns";
 
+/// Whether a stop reason is one of the budgets' ([`COST`], [`TOKENS`], [`TIME`],
+/// [`TURNS`]).
+pub fn is_budget(reason: &str) -> bool {
+    [COST, TOKENS, TIME, TURNS].contains(&reason)
+}
+
 impl Budget {
     /// True when no limit is set.
     pub fn is_unlimited(&self) -> bool {

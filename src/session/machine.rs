@@ -373,7 +373,6 @@ impl Machine {
                 self.run = Some(run);
                 // Calls past the cap were never to run; their refusals may not have
                 // reached the journal before the crash.
-                let tools = &self.spec.tools;
                 let own: Vec<bool> = self
                     .transcript
                     .iter()
@@ -382,12 +381,7 @@ impl Machine {
                         Message::Assistant(a) => Some(&a.tool_calls),
                         _ => None,
                     })
-                    .map(|calls| {
-                        calls
-                            .iter()
-                            .map(|c| tools.get(&c.name).is_some_and(|t| t.bounds_itself()))
-                            .collect()
-                    })
+                    .map(|calls| tool_turn::bounds_itself(&self.spec.tools, calls))
                     .unwrap_or_default();
                 let capped = tool_turn::past_cap(&own);
                 let (pending, past): (Vec<_>, Vec<_>) = pending

@@ -273,7 +273,7 @@ impl Machine {
         self.run
             .as_ref()
             .and_then(|r| r.stop.clone())
-            .filter(|reason| reason.starts_with("budget:"))
+            .filter(|reason| budget::is_budget(reason))
     }
 }
 

@@ -30,6 +30,18 @@ pub(crate) const MAX_CALLS_PER_TURN: usize = 64;
 /// Calls of tools that bound themselves (Task) in one model turn that run, at most.
 pub(crate) const MAX_DELEGATIONS_PER_TURN: usize = 10_000;
 
+/// Which of a turn's calls are of a tool that bounds its own parallelism (Task),
+/// and so count apart from the turn's cap.
+pub(super) fn bounds_itself(
+    tools: &crate::tools::ToolRegistry,
+    calls: &[crate::conversation::ToolCall],
+) -> Vec<bool> {
+    calls
+        .iter()
+        .map(|c| tools.get(&c.name).is_some_and(|t| t.bounds_itself()))
+        .collect()
+}
+
 /// For each call of a turn (`bounds_itself[i]`: call `i`'s tool bounds itself),
 /// its number among the calls of its kind (from 1) when it is past its cap.
 pub(crate) fn past_cap(bounds_itself: &[bool]) -> Vec<Option<usize>> {
@@ -105,10 +117,7 @@ impl Machine {
                 _ => Concurrency::Safe,
             })
             .collect();
-        let bounds_itself: Vec<bool> = calls
-            .iter()
-            .map(|c| tools.get(&c.name).is_some_and(|t| t.bounds_itself()))
-            .collect();
+        let bounds_itself = bounds_itself(tools, &calls);
         let seq = self.next_id();
         let Some(run) = self.run.as_mut() else {
             return;
