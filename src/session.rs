@@ -62,7 +62,7 @@ pub struct SessionSpec {
     pub permission_mode: PermissionMode,
     /// When its role allows Bash only through rules (`Bash(git:*)`): the commands
     /// it may run; any other is refused whatever the mode.
-    pub bash_rules: Vec<crate::tools::rules::Rule>,
+    pub bash_rules: Arc<[crate::tools::rules::Rule]>,
     /// Who serves its model; `None`: the runtime's provider.
     pub provider: Option<Arc<dyn Provider>>,
     /// The memory files in its system prompt (`CLAUDE.md`, `AGENTS.md`, …).
@@ -99,7 +99,7 @@ impl SessionSpec {
             #[cfg(feature = "test-support")]
             faults: None,
             permission_mode: PermissionMode::Default,
-            bash_rules: Vec::new(),
+            bash_rules: Arc::from([]),
             memory: Vec::new(),
             provider: None,
         }

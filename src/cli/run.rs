@@ -352,7 +352,7 @@ fn lead_spec(
     spec.provider = model.provider;
     spec.tools = tools;
     spec.max_turns = role.max_turns.unwrap_or(cli.max_turns).max(1);
-    spec.bash_rules = role.bash_rules.clone();
+    spec.bash_rules = role.bash_rules.as_slice().into();
     spec.budget = role.budget;
     spec.meter = meter;
     plan.models.describe(&mut spec);

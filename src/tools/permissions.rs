@@ -298,7 +298,7 @@ pub struct Gate {
     pub events: Option<crate::events::Publisher>,
     /// When the session's role allows Bash only through rules: the commands it
     /// may run.
-    pub bash_rules: Vec<crate::tools::rules::Rule>,
+    pub bash_rules: std::sync::Arc<[crate::tools::rules::Rule]>,
     /// The run's permission rules (settings files, `--allowedTools`,
     /// `--disallowedTools`), applied before the mode.
     pub rules: std::sync::Arc<crate::tools::rules::Rules>,
