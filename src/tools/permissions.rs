@@ -201,24 +201,44 @@ impl fmt::Debug for RuleSaver {
     }
 }
 
-/// What an "always" answer allows from then on, and whether it is kept as a
-/// rule beyond the session: a Bash command exactly (kept), a WebFetch domain
+/// What an "always" answer allows from then on, each rule with whether it is kept
+/// beyond the session: for a Bash line, each of its commands exactly (kept: a line
+/// is allowed when every command of it is; a line the shell scanner cannot split
+/// gets no rule, since no exact rule could ever cover it), a WebFetch domain
 /// (kept), an MCP tool whole (kept), any other tool whole for this session only.
-pub fn always_rule(tool: &str, input: &serde_json::Value) -> (crate::tools::rules::Rule, bool) {
+pub fn always_rules(
+    tool: &str,
+    input: &serde_json::Value,
+) -> Vec<(crate::tools::rules::Rule, bool)> {
     use crate::tools::rules::{Pattern, Rule};
     let exact = |pattern: String| Rule {
         tool: tool.to_owned(),
         pattern: Some(Pattern::Exact(pattern)),
     };
+    let whole = |kept: bool| {
+        vec![(
+            Rule {
+                tool: tool.to_owned(),
+                pattern: None,
+            },
+            kept,
+        )]
+    };
     match tool {
         "Bash" => {
-            let command = input["command"].as_str().unwrap_or_default();
-            let folded = command.split_whitespace().collect::<Vec<_>>().join(" ");
-            let rule = exact(folded);
-            // Kept only when its text reads back as the same rule (`git :*` would
-            // read back as every git command).
-            let kept = Rule::parse(&rule.to_string()).as_ref() == Some(&rule);
-            (rule, kept)
+            let line = input["command"].as_str().unwrap_or_default();
+            crate::tools::rules::commands(line)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|command| {
+                    let folded = command.split_whitespace().collect::<Vec<_>>().join(" ");
+                    let rule = exact(folded);
+                    // Kept only when its text reads back as the same rule (`git :*`
+                    // would read back as every git command).
+                    let kept = Rule::parse(&rule.to_string()).as_ref() == Some(&rule);
+                    (rule, kept)
+                })
+                .collect()
         }
         "WebFetch" => {
             let host = input["url"]
@@ -226,24 +246,12 @@ pub fn always_rule(tool: &str, input: &serde_json::Value) -> (crate::tools::rule
                 .and_then(|u| reqwest::Url::parse(u).ok())
                 .and_then(|u| u.host_str().map(str::to_ascii_lowercase));
             match host {
-                Some(host) => (exact(format!("domain:{host}")), true),
-                None => (
-                    Rule {
-                        tool: tool.to_owned(),
-                        pattern: None,
-                    },
-                    false,
-                ),
+                Some(host) => vec![(exact(format!("domain:{host}")), true)],
+                None => whole(false),
             }
         }
         // An MCP tool is approved whole, as Claude Code saves it.
-        _ => (
-            Rule {
-                tool: tool.to_owned(),
-                pattern: None,
-            },
-            tool.starts_with("mcp__"),
-        ),
+        _ => whole(tool.starts_with("mcp__")),
     }
 }
 
@@ -370,14 +378,15 @@ impl Gate {
                 match self.approver.ask(request.clone()).await {
                     Answer::Yes => Ok(()),
                     Answer::Always => {
-                        let (rule, kept) = always_rule(tool, input);
-                        if kept && let Some(saver) = &self.saver {
-                            let text = rule.to_string();
-                            if let Err(e) = (saver.0)(&text) {
-                                tracing::warn!(rule = %text, error = %e, "cannot save the rule");
+                        for (rule, kept) in always_rules(tool, input) {
+                            if kept && let Some(saver) = &self.saver {
+                                let text = rule.to_string();
+                                if let Err(e) = (saver.0)(&text) {
+                                    tracing::warn!(rule = %text, error = %e, "cannot save the rule");
+                                }
                             }
+                            self.remembered.remember(session, rule);
                         }
-                        self.remembered.remember(session, rule);
                         Ok(())
                     }
                     Answer::No => Err(denied(self.approver.refusal(&request, self.mode))),

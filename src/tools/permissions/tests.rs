@@ -121,3 +121,33 @@ fn an_edit_says_when_it_replaces_every_occurrence() {
     let once = serde_json::json!({"file_path": "src/lib.rs", "old_string": "a", "new_string": "b", "replace_all": false});
     assert!(!summarize("Edit", &once, &root).contains("replace_all"));
 }
+
+#[test]
+fn always_on_a_compound_line_allows_each_of_its_commands_and_so_the_line() {
+    use crate::tools::rules::{RuleVerdict, Rules};
+    let line = serde_json::json!({"command": "npm test &&  ls -la"});
+    let rules = always_rules("Bash", &line);
+    let shown: Vec<(String, bool)> = rules.iter().map(|(r, k)| (r.to_string(), *k)).collect();
+    assert_eq!(
+        shown,
+        [
+            ("Bash(npm test)".to_owned(), true),
+            ("Bash(ls -la)".to_owned(), true)
+        ]
+    );
+    let allowed = Rules {
+        allow: rules.into_iter().map(|(r, _)| r).collect(),
+        ..Rules::default()
+    };
+    assert_eq!(
+        allowed.verdict("Bash", &line),
+        Some(RuleVerdict::Allow),
+        "the saved rules allow the line they were saved for"
+    );
+    let other = serde_json::json!({"command": "npm test && rm -rf x"});
+    assert_eq!(allowed.verdict("Bash", &other), None);
+    // A line the scanner cannot split (a redirection into a file): no exact rule
+    // could cover it, so none is saved.
+    let redirected = serde_json::json!({"command": "cargo test > log"});
+    assert!(always_rules("Bash", &redirected).is_empty());
+}
