@@ -219,7 +219,11 @@ fn link_local(url: &reqwest::Url) -> bool {
     };
     match host.trim_matches(['[', ']']).parse::<std::net::IpAddr>() {
         Ok(std::net::IpAddr::V4(ip)) => ip.is_link_local(),
-        Ok(std::net::IpAddr::V6(ip)) => (ip.segments()[0] & 0xffc0) == 0xfe80,
+        // `::ffff:169.254.169.254` reaches the same address as its IPv4 form.
+        Ok(std::net::IpAddr::V6(ip)) => {
+            (ip.segments()[0] & 0xffc0) == 0xfe80
+                || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_link_local())
+        }
         Err(_) => {
             let name = host.trim_end_matches('.');
             name.eq_ignore_ascii_case("metadata.google.internal")
@@ -336,6 +340,7 @@ mod tests {
         for metadata in [
             "http://169.254.169.254/latest/meta-data/",
             "http://[fe80::1]/x",
+            "http://[::ffff:169.254.169.254]/latest/meta-data/",
             "http://metadata.google.internal./computeMetadata/v1/",
         ] {
             let refused = WebFetch
