@@ -1,7 +1,7 @@
 //! Session journals (DESIGN §5): `.orchestrate/sessions/<id>.jsonl`, one JSON record a
 //! line: the record format, where journals live, and reading them back. Writing is
-//! `writer`'s: appends are buffered; a sync makes everything appended before it
-//! durable.
+//! `writer`'s: appends are queued; a session's sync makes everything appended to
+//! its journal before it durable.
 
 pub(crate) mod recorder;
 mod writer;

@@ -3,18 +3,25 @@
 //! by the next one, so thousands of sessions finishing turns at once cost a handful
 //! of syncs, not thousands, and no fsync ever blocks the async runtime. Appends only
 //! queue (no wake-up, no I/O); a sync request wakes the writer, which writes
-//! everything queued, syncs once and answers every sync that was waiting.
+//! everything queued, syncs once and answers every sync that was waiting. A
+//! session's sync asks for its own file only: a file whose session did not ask
+//! stays dirty until it does (or until a sync of everything), so a fan-out's
+//! journals are each synced at their own turn boundaries and not at every other
+//! session's (five `fdatasync`s per sub-agent became two).
 
+mod open_files;
+
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+use self::open_files::OpenFiles;
 use super::Record;
 
 /// How long appended records may sit in memory before the writer flushes them to
@@ -31,11 +38,49 @@ const WAKE_AT: usize = 4096;
 
 type Waiter = oneshot::Sender<Result<(), String>>;
 
+/// A sync request: of one journal, or (`None`) of everything appended.
+type SyncRequest = (Option<PathBuf>, Waiter);
+
 #[derive(Default)]
 struct Pending {
     appends: Vec<(PathBuf, Vec<u8>)>,
-    waiters: Vec<Waiter>,
+    waiters: Vec<SyncRequest>,
+    /// Journals whose sessions have stopped: their files may be closed.
+    ended: Vec<PathBuf>,
     closed: bool,
+}
+
+/// What a batch must make durable.
+#[derive(Debug, PartialEq)]
+enum Scope {
+    /// Nothing: the records only reach the files.
+    Nothing,
+    /// Every file written since its last sync.
+    Everything,
+    /// These files (those of them written since their last sync).
+    Files(HashSet<PathBuf>),
+}
+
+impl Scope {
+    /// What the batch's sync requests ask for together; closing syncs everything.
+    fn of(waiters: &[SyncRequest], closed: bool) -> Self {
+        if closed || waiters.iter().any(|(path, _)| path.is_none()) {
+            return Self::Everything;
+        }
+        if waiters.is_empty() {
+            return Self::Nothing;
+        }
+        Self::Files(waiters.iter().filter_map(|(p, _)| p.clone()).collect())
+    }
+
+    /// Takes the files due for a sync out of `dirty`; the others stay dirty.
+    fn take_due(self, dirty: &mut HashSet<PathBuf>) -> Vec<PathBuf> {
+        match self {
+            Self::Nothing => Vec::new(),
+            Self::Everything => dirty.drain().collect(),
+            Self::Files(paths) => paths.into_iter().filter(|p| dirty.remove(p)).collect(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -82,11 +127,11 @@ impl Journal {
         let shared = Arc::new(Shared::default());
         let writer = Writer {
             shared: shared.clone(),
-            files: HashMap::new(),
+            files: OpenFiles::new(max_open_files()),
+            batch: 0,
             dirty: HashSet::new(),
             grown: HashSet::new(),
             dirs: HashSet::new(),
-            max_open: max_open_files(),
         };
         std::thread::Builder::new()
             .name("orchestrate-journal".into())
@@ -123,9 +168,27 @@ impl Journal {
     /// Waits until everything appended so far (by any session) is on disk. Syncs
     /// requested while one is running are served together by the next one.
     pub async fn sync(&self) -> Result<(), String> {
+        self.request(None).await
+    }
+
+    /// Waits until everything appended so far for `path` is on disk (and its
+    /// directory entry, for a new file). Other files appended to may stay
+    /// unsynced: a session's turn boundary needs its own journal durable, not
+    /// every other session's.
+    pub async fn sync_file(&self, path: &Path) -> Result<(), String> {
+        self.request(Some(path.to_owned())).await
+    }
+
+    /// Says that `path`'s session has stopped: its file is closed once what was
+    /// appended is written (a later append opens it again).
+    pub fn ended(&self, path: &Path) {
+        self.handle.shared.lock().ended.push(path.to_owned());
+    }
+
+    async fn request(&self, path: Option<PathBuf>) -> Result<(), String> {
         let (done, wait) = oneshot::channel();
         let shared = &self.handle.shared;
-        shared.lock().waiters.push(done);
+        shared.lock().waiters.push((path, done));
         shared.wake.notify_one();
         wait.await
             .map_err(|_| "the journal writer has stopped".to_owned())?
@@ -140,15 +203,13 @@ fn max_open_files() -> usize {
 }
 
 /// A batch's lines by file, each file's in the order they came.
-fn gather(appends: Vec<(PathBuf, Vec<u8>)>) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut by_file: Vec<(PathBuf, Vec<u8>)> = Vec::new();
-    let mut index: HashMap<PathBuf, usize> = HashMap::new();
+fn gather(appends: Vec<(PathBuf, Vec<u8>)>) -> HashMap<PathBuf, Vec<u8>> {
+    let mut by_file: HashMap<PathBuf, Vec<u8>> = HashMap::new();
     for (path, line) in appends {
-        match index.get(&path) {
-            Some(&i) => by_file[i].1.extend_from_slice(&line),
-            None => {
-                index.insert(path.clone(), by_file.len());
-                by_file.push((path, line));
+        match by_file.entry(path) {
+            Entry::Occupied(lines) => lines.into_mut().extend_from_slice(&line),
+            Entry::Vacant(slot) => {
+                slot.insert(line);
             }
         }
     }
@@ -160,14 +221,15 @@ struct Writer {
     /// Open journals, unbuffered: each batch's lines for a file are gathered and
     /// written at once, so no file needs a buffer of its own (8 KiB each, a
     /// session's worth of memory at a thousand sessions).
-    files: HashMap<PathBuf, File>,
+    files: OpenFiles,
+    /// The batches written so far, which stamp each open file's last write.
+    batch: u64,
     /// Files written since their last sync, open or closed.
     dirty: HashSet<PathBuf>,
     /// Directories that gained a file since their last sync.
     grown: HashSet<PathBuf>,
     /// Directories known to exist.
     dirs: HashSet<PathBuf>,
-    max_open: usize,
 }
 
 impl Writer {
@@ -183,21 +245,23 @@ impl Writer {
                 }
             }
             std::thread::sleep(GATHER);
-            let (appends, waiters, closed) = {
+            let (appends, waiters, ended, closed) = {
                 let mut pending = self.shared.lock();
                 (
                     std::mem::take(&mut pending.appends),
                     std::mem::take(&mut pending.waiters),
+                    std::mem::take(&mut pending.ended),
                     pending.closed,
                 )
             };
+            self.batch += 1;
             let mut error = None;
             for (path, lines) in gather(appends) {
                 if let Err(e) = self.write(&path, &lines) {
                     error = Some(format!("{}: {e}", path.display()));
                 }
             }
-            let synced = self.flush_and_sync(!waiters.is_empty() || closed);
+            let synced = self.sync(Scope::of(&waiters, closed));
             let result = match (error, synced) {
                 (Some(e), _) | (None, Err(e)) => Err(e),
                 (None, Ok(())) => Ok(()),
@@ -205,13 +269,14 @@ impl Writer {
             if let Err(e) = &result {
                 tracing::error!(error = %e, "journal write failed");
             }
-            for done in waiters {
+            for (_, done) in waiters {
                 let _ = done.send(result.clone());
             }
-            if self.files.len() > self.max_open {
-                // Flushed above; a dirty file closed now is reopened to be synced.
-                self.files.clear();
+            // Written above; a dirty file closed now is reopened to be synced.
+            for path in ended {
+                self.files.close(&path);
             }
+            self.files.trim();
             if closed && self.shared.lock().appends.is_empty() {
                 return;
             }
@@ -219,41 +284,33 @@ impl Writer {
     }
 
     fn write(&mut self, path: &Path, line: &[u8]) -> std::io::Result<()> {
-        if !self.files.contains_key(path) {
-            let dir = path.parent().unwrap_or(Path::new("."));
-            if !self.dirs.contains(dir) {
-                std::fs::create_dir_all(dir)?;
-                self.dirs.insert(dir.to_owned());
-            }
-            if !path.exists() {
-                self.grown.insert(dir.to_owned());
-            }
-            // Journals hold whole conversations: readable by their owner only.
-            let file = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .mode(0o600)
-                .open(path)?;
-            self.files.insert(path.to_owned(), file);
+        let dir = path.parent().unwrap_or(Path::new("."));
+        if !self.dirs.contains(dir) {
+            std::fs::create_dir_all(dir)?;
+            self.dirs.insert(dir.to_owned());
         }
-        self.dirty.insert(path.to_owned());
-        match self.files.get_mut(path) {
-            Some(w) => w.write_all(line),
-            None => Ok(()),
+        let (file, created) = self.files.open(path, self.batch)?;
+        if created {
+            self.grown.insert(dir.to_owned());
         }
+        if !self.dirty.contains(path) {
+            self.dirty.insert(path.to_owned());
+        }
+        file.write_all(line)
     }
 
-    /// Writes out what is buffered; with `sync`, makes every file written since its
-    /// last sync durable (`fdatasync` of exactly those files, never the whole
-    /// filesystem), and the directory entries of new files.
-    fn flush_and_sync(&mut self, sync: bool) -> Result<(), String> {
-        if !sync {
+    /// Makes the files of `scope` that were written since their last sync durable
+    /// (`fdatasync` of exactly those files, never the whole filesystem), and the
+    /// directory entries of new files.
+    fn sync(&mut self, scope: Scope) -> Result<(), String> {
+        if scope == Scope::Nothing {
             return Ok(());
         }
+        let due = scope.take_due(&mut self.dirty);
         // Every file is tried; those that fail stay dirty, so a later sync tries
         // them again instead of reporting them durable.
         let mut first_error = None;
-        for path in std::mem::take(&mut self.dirty) {
+        for path in due {
             let synced = match self.files.get(&path) {
                 Some(file) => file.sync_data(),
                 None => File::open(&path).and_then(|f| f.sync_data()),
@@ -282,6 +339,50 @@ mod tests {
     use crate::conversation::Message;
     use crate::journal::{journal_path, read_journal};
     use crate::protocol::SessionId;
+
+    #[test]
+    fn a_batch_syncs_the_files_asked_for_unless_anyone_asks_for_everything() {
+        let asked = |paths: &[Option<&str>]| -> Vec<SyncRequest> {
+            paths
+                .iter()
+                .map(|p| (p.map(PathBuf::from), oneshot::channel().0))
+                .collect()
+        };
+        assert_eq!(Scope::of(&[], false), Scope::Nothing);
+        assert_eq!(Scope::of(&[], true), Scope::Everything);
+        assert_eq!(
+            Scope::of(&asked(&[Some("a"), None]), false),
+            Scope::Everything
+        );
+        let scope = Scope::of(&asked(&[Some("a"), Some("c"), Some("a")]), false);
+        let mut dirty: HashSet<PathBuf> = ["a", "b"].iter().map(PathBuf::from).collect();
+        // "c" was not written since its last sync; "b" was not asked for.
+        assert_eq!(scope.take_due(&mut dirty), vec![PathBuf::from("a")]);
+        assert_eq!(dirty, HashSet::from([PathBuf::from("b")]));
+        let mut all = Scope::Everything.take_due(&mut dirty);
+        all.sort();
+        assert_eq!(all, vec![PathBuf::from("b")]);
+        assert!(dirty.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_file_synced_alone_is_readable_and_a_full_sync_covers_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::start().unwrap();
+        let (a, b) = (
+            journal_path(dir.path(), SessionId::new()),
+            journal_path(dir.path(), SessionId::new()),
+        );
+        let record = Record::Message {
+            message: Message::user("x"),
+        };
+        journal.append(&a, &record).unwrap();
+        journal.append(&b, &record).unwrap();
+        journal.sync_file(&a).await.unwrap();
+        assert_eq!(read_journal(&a).unwrap(), vec![record.clone()]);
+        journal.sync().await.unwrap();
+        assert_eq!(read_journal(&b).unwrap(), vec![record]);
+    }
 
     #[tokio::test]
     async fn appended_records_are_readable_after_sync() {

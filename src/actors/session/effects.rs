@@ -30,7 +30,10 @@ impl SessionState {
                     Input::Failed(SessionError::Journal(e))
                 })
             }
-            Effect::Sync => Some(Input::Synced(self.env.journal.sync().await)),
+            Effect::Sync => {
+                let synced = self.env.journal.sync_file(&self.journal_path).await;
+                Some(Input::Synced(synced))
+            }
             Effect::Publish(kind) => {
                 self.publisher.publish(kind);
                 None

@@ -1,0 +1,134 @@
+//! The journal files the writer holds open, at most a bound of them: past it, the
+//! files written longest ago are closed (a fan-out's journals are written in bursts
+//! at turn ends, so the longest unwritten are those mid-stream or ended), never all
+//! of them at once, which made every live journal be reopened at its next write.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+pub(super) struct OpenFiles {
+    /// Each open file, with the batch that last wrote it.
+    files: HashMap<PathBuf, (File, u64)>,
+    /// More than this many open files closes the oldest down to three quarters.
+    max_open: usize,
+}
+
+impl OpenFiles {
+    pub(super) fn new(max_open: usize) -> Self {
+        Self {
+            files: HashMap::new(),
+            max_open,
+        }
+    }
+
+    /// The open file at `path`, opened for appending (created if missing) when it
+    /// is not open yet, stamped as written by `batch`; and whether it was empty
+    /// when opened (a new file, whose directory entry needs a sync: an old empty
+    /// one costs a spare directory sync at most). Reading the length from the
+    /// open file spares a path lookup per open.
+    pub(super) fn open(&mut self, path: &Path, batch: u64) -> std::io::Result<(&mut File, bool)> {
+        let mut created = false;
+        if !self.files.contains_key(path) {
+            // Journals hold whole conversations: readable by their owner only.
+            let file = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .open(path)?;
+            created = file.metadata()?.len() == 0;
+            self.files.insert(path.to_owned(), (file, batch));
+        }
+        let Some((file, stamp)) = self.files.get_mut(path) else {
+            unreachable!("inserted above")
+        };
+        *stamp = batch;
+        Ok((file, created))
+    }
+
+    /// The open file at `path`, if it is open.
+    pub(super) fn get(&self, path: &Path) -> Option<&File> {
+        self.files.get(path).map(|(file, _)| file)
+    }
+
+    /// Closes the file at `path` if it is open (its session has ended).
+    pub(super) fn close(&mut self, path: &Path) {
+        self.files.remove(path);
+    }
+
+    /// Past the bound, closes the files written longest ago, down to three
+    /// quarters of it. What they hold has been written; a dirty one is reopened
+    /// to be synced.
+    pub(super) fn trim(&mut self) {
+        if self.files.len() <= self.max_open {
+            return;
+        }
+        let keep = self.max_open * 3 / 4;
+        let stamps = self.files.iter().map(|(p, (_, s))| (p, *s)).collect();
+        for path in oldest(stamps, keep) {
+            self.files.remove(&path);
+        }
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.files.len()
+    }
+}
+
+/// The paths to close so that `keep` remain: those with the oldest stamps.
+fn oldest(mut files: Vec<(&PathBuf, u64)>, keep: usize) -> Vec<PathBuf> {
+    let excess = files.len().saturating_sub(keep);
+    files.sort_unstable_by_key(|(_, stamp)| *stamp);
+    files[..excess]
+        .iter()
+        .map(|(path, _)| (*path).clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn past_the_bound_the_files_written_longest_ago_are_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = OpenFiles::new(8);
+        let path = |i: u64| dir.path().join(format!("{i}.jsonl"));
+        for i in 0..9 {
+            let (_, created) = files.open(&path(i), i).unwrap();
+            assert!(created);
+        }
+        // File 0 is written again, so it is the newest.
+        files.open(&path(0), 9).unwrap();
+        files.trim();
+        assert_eq!(files.len(), 6);
+        for i in [1, 2, 3] {
+            assert!(files.get(&path(i)).is_none(), "{i} was written longest ago");
+        }
+        for i in [0, 4, 5, 6, 7, 8] {
+            assert!(files.get(&path(i)).is_some(), "{i} is recent");
+        }
+    }
+
+    #[test]
+    fn ties_at_the_cut_close_just_enough_of_the_oldest() {
+        let paths: Vec<PathBuf> = (0..6).map(|i| PathBuf::from(i.to_string())).collect();
+        let stamps = [1, 1, 1, 1, 2, 2];
+        let closed = oldest(paths.iter().zip(stamps).collect(), 3);
+        assert_eq!(closed.len(), 3);
+        assert!(closed.iter().all(|p| paths[..4].contains(p)));
+    }
+
+    #[test]
+    fn a_file_reopened_with_records_in_it_is_not_new() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.jsonl");
+        let mut files = OpenFiles::new(8);
+        std::io::Write::write_all(files.open(&path, 0).unwrap().0, b"{}\n").unwrap();
+        files.close(&path);
+        assert!(files.get(&path).is_none());
+        assert!(!files.open(&path, 1).unwrap().1);
+    }
+}
