@@ -247,7 +247,25 @@ impl Actor for SessionActor {
         if matches!(msg, SessionMsg::StopRun) && !state.queue.lock().take_stop() {
             return Ok(());
         }
+        // A stream that has answered is done: holding its reference would keep its
+        // mailboxes (kilobytes) alive through the tool calls that follow.
+        if let SessionMsg::TurnFinished { stream_id, .. } = &msg
+            && state.stream.as_ref().is_some_and(|(s, _)| s == stream_id)
+        {
+            state.stream = None;
+        }
         Box::pin(state.drive(&myself, msg.into())).await;
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // Its journal's file need not stay open (ten thousand sub-agents would
+        // hold ten thousand); a restarted session's next record reopens it.
+        state.env.journal.ended(&state.journal_path);
         Ok(())
     }
 
