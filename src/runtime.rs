@@ -25,6 +25,7 @@ use crate::llm::Provider;
 use crate::llm::retry::RetryPolicy;
 use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
 use crate::session::SessionSpec;
+use crate::session::queue::QueuedPrompt;
 use crate::task::Launcher;
 use crate::tools::permissions::{Approver, DenyAll, Remembered};
 use crate::tools::scheduler::DEFAULT_MAX_PARALLEL;
@@ -207,8 +208,23 @@ impl Handle {
 
     /// Starts a session; it waits for prompts.
     pub async fn start_session(&self, spec: SessionSpec) -> Result<SessionId, SessionError> {
-        ractor::call!(self.orchestrator, OrchestratorMsg::Start, Box::new(spec))
-            .map_err(|e| SessionError::Spawn(e.to_string()))?
+        self.start_with(SessionId::new(), spec, None).await
+    }
+
+    /// Starts session `id` with `prompt` already queued.
+    async fn start_with(
+        &self,
+        id: SessionId,
+        spec: SessionSpec,
+        prompt: Option<QueuedPrompt>,
+    ) -> Result<SessionId, SessionError> {
+        ractor::call!(self.orchestrator, |reply| OrchestratorMsg::Start {
+            id,
+            spec: Box::new(spec),
+            prompt,
+            reply,
+        })
+        .map_err(|e| SessionError::Spawn(e.to_string()))?
     }
 
     /// Starts session `id` again from its journal (written by an earlier process):
@@ -249,8 +265,13 @@ impl Handle {
         self.send(session, text.into(), true)
     }
 
+    /// The next prompt's stamp: arrival order, shared with cancels.
+    fn stamp(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::SeqCst)
+    }
+
     fn send(&self, session: SessionId, text: String, steer: bool) -> u64 {
-        let seq = self.seq.fetch_add(1, Ordering::SeqCst);
+        let seq = self.stamp();
         let sent = self.orchestrator.cast(OrchestratorMsg::Prompt {
             session,
             seq,
@@ -279,7 +300,7 @@ impl Handle {
 
     /// Cancels the session's current run and drops the prompts queued before now.
     pub fn cancel(&self, session: SessionId) {
-        let seq = self.seq.fetch_add(1, Ordering::SeqCst);
+        let seq = self.stamp();
         let _ = self
             .orchestrator
             .cast(OrchestratorMsg::Cancel { session, seq });

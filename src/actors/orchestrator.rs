@@ -30,11 +30,20 @@ use crate::session::queue::{QueuedPrompt, SharedQueue};
 /// Messages of the Orchestrator.
 #[derive(Debug)]
 pub(crate) enum OrchestratorMsg {
-    /// Start a session; replies with its id.
-    Start(
-        Box<SessionSpec>,
-        RpcReplyPort<Result<SessionId, SessionError>>,
-    ),
+    /// Start session `id`; replies with its id once it has started.
+    Start {
+        /// The new session's id (chosen by the caller, who may subscribe to its
+        /// events first).
+        id: SessionId,
+        /// What it is.
+        spec: Box<SessionSpec>,
+        /// Its first prompt, routed as soon as it is spawned: a Task call's, so
+        /// that a fan-out's sub-agents each begin their run as they start, not
+        /// once every other sub-agent's start has gone through this mailbox.
+        prompt: Option<QueuedPrompt>,
+        /// The answer.
+        reply: RpcReplyPort<Result<SessionId, SessionError>>,
+    },
     /// Start a session again from its journal (its run resumed by a new process),
     /// unless it is live already; replies with its id.
     Resume(
@@ -219,8 +228,17 @@ impl Actor for OrchestratorActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            OrchestratorMsg::Start(spec, reply) => {
-                start(&myself, state, SessionId::new(), spec, Origin::New, reply).await;
+            OrchestratorMsg::Start {
+                id,
+                spec,
+                prompt,
+                reply,
+            } => {
+                if start(&myself, state, id, spec, Origin::New, reply).await
+                    && let Some(prompt) = prompt
+                {
+                    route(state, id, Routed::Prompt(prompt));
+                }
             }
             OrchestratorMsg::Resume(id, spec, reply) => {
                 if state.sessions.contains_key(&id) {
@@ -328,6 +346,7 @@ impl Actor for OrchestratorActor {
 
 /// Starts a session (new, or from its journal); the session itself answers `ready`
 /// once it has started, so the Orchestrator never waits on a session's start-up.
+/// False when it could not be spawned.
 async fn start(
     myself: &ActorRef<OrchestratorMsg>,
     state: &mut OrchestratorState,
@@ -335,7 +354,7 @@ async fn start(
     spec: Box<SessionSpec>,
     origin: Origin,
     ready: RpcReplyPort<Result<SessionId, SessionError>>,
-) {
+) -> bool {
     let run = spec
         .parent
         .and_then(|parent| state.sessions.get(&parent))
@@ -361,7 +380,9 @@ async fn start(
     if let Err(e) = spawn_session(myself, state, id, Some(ready), from_journal).await {
         tracing::warn!(session = %id, error = %e, "session did not start");
         state.sessions.remove(&id);
+        return false;
     }
+    true
 }
 
 /// Spawns the actor of session `id`: a new one (`ready` answered once it has

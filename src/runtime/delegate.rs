@@ -18,6 +18,7 @@ use crate::events::EventStream;
 use crate::journal::{Record, journal_path, read_journal};
 use crate::protocol::{EventKind, Outcome, SessionId};
 use crate::session::SessionSpec;
+use crate::session::queue::QueuedPrompt;
 
 /// What a sub-agent's journal says about a delegation of `prompt`.
 #[derive(Clone, Debug, PartialEq)]
@@ -80,10 +81,20 @@ impl Drop for CancelWithCall {
 
 /// Where a Task call's sub-agent is once found or started.
 enum Reached {
-    /// Running: its events, and whether it still needs the prompt.
-    Running(SessionId, EventStream, bool),
+    /// Running: its events, and where the call's prompt is.
+    Running(SessionId, EventStream, Prompt),
     /// Its run for this prompt ended already.
     Ended(Outcome),
+}
+
+/// Where a found or started sub-agent's prompt is.
+enum Prompt {
+    /// Still to be sent.
+    Unsent,
+    /// Sent with its start, stamped so.
+    Sent(u64),
+    /// It has it already (a run in progress or resumed): wait for its end.
+    Taken,
 }
 
 impl Handle {
@@ -107,9 +118,9 @@ impl Handle {
         // Boxed: the finding and starting (with the spec) are over once the
         // sub-agent runs, and the wait, which lasts its whole run, keeps only the
         // little it needs.
-        let (child, mut events, send_prompt) =
+        let (child, mut events, sent) =
             match Box::pin(self.reach(spec, &prompt, resumed, &mut guard)).await? {
-                Reached::Running(child, events, send_prompt) => (child, events, send_prompt),
+                Reached::Running(child, events, sent) => (child, events, sent),
                 Reached::Ended(outcome) => return Ok(Some(outcome)),
             };
         guard.child = Some(child);
@@ -117,7 +128,11 @@ impl Handle {
             // Cancelled while it was being found or started: the guard ends it.
             return Ok(None);
         }
-        let prompt_id = send_prompt.then(|| self.prompt(child, prompt));
+        let prompt_id = match sent {
+            Prompt::Unsent => Some(self.prompt(child, prompt)),
+            Prompt::Sent(seq) => Some(seq),
+            Prompt::Taken => None,
+        };
         let outcome = wait_for_outcome(&mut events, prompt_id).await;
         guard.child = None;
         self.stop_session(child);
@@ -137,7 +152,7 @@ impl Handle {
             (true, Some(parent), Some(call)) => self.find_child(parent, call).await,
             _ => None,
         };
-        let (child, events, send_prompt) = match found {
+        let (child, events, sent) = match found {
             Some((child, whereabouts)) => {
                 guard.child = Some(child);
                 // Subscribed before the journal is read: a run that ends after the
@@ -154,34 +169,47 @@ impl Handle {
                         }
                         return Ok(Reached::Ended(outcome));
                     }
-                    (Recorded::Other, _) => self.start_child(spec).await?,
+                    (Recorded::Other, _) => self.start_child(spec, prompt).await?,
                     (Recorded::Running, Whereabouts::Journaled) => {
                         self.resume_session(child, spec).await?;
-                        (child, events, false)
+                        (child, events, Prompt::Taken)
                     }
                     (Recorded::Unprompted, Whereabouts::Journaled) => {
                         self.resume_session(child, spec).await?;
-                        (child, events, true)
+                        (child, events, Prompt::Unsent)
                     }
                     // A prompt routed to a live sub-agent may not be in its journal
                     // yet: it must not be sent twice.
                     (Recorded::Running, _) | (Recorded::Unprompted, Whereabouts::Prompted) => {
-                        (child, events, false)
+                        (child, events, Prompt::Taken)
                     }
-                    (Recorded::Unprompted, Whereabouts::Unprompted) => (child, events, true),
+                    (Recorded::Unprompted, Whereabouts::Unprompted) => {
+                        (child, events, Prompt::Unsent)
+                    }
                 }
             }
-            None => self.start_child(spec).await?,
+            None => self.start_child(spec, prompt).await?,
         };
-        Ok(Reached::Running(child, events, send_prompt))
+        Ok(Reached::Running(child, events, sent))
     }
 
+    /// Starts a new sub-agent with the call's prompt queued, subscribed to its
+    /// events before it can publish any.
     async fn start_child(
         &self,
         spec: SessionSpec,
-    ) -> Result<(SessionId, EventStream, bool), SessionError> {
-        let child = self.start_session(spec).await?;
-        Ok((child, self.bus.subscribe_session_lifecycle(child), true))
+        prompt: &str,
+    ) -> Result<(SessionId, EventStream, Prompt), SessionError> {
+        let child = SessionId::new();
+        let events = self.bus.subscribe_session_lifecycle(child);
+        let seq = self.stamp();
+        let queued = QueuedPrompt {
+            seq,
+            text: prompt.to_owned(),
+            steer: false,
+        };
+        self.start_with(child, spec, Some(queued)).await?;
+        Ok((child, events, Prompt::Sent(seq)))
     }
 
     /// The session that session `parent`'s call `call` started, and where it is.
