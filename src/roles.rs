@@ -16,6 +16,7 @@ use std::fmt;
 
 use serde_json::Value;
 
+use self::tools::List;
 use crate::session::budget::Budget;
 use crate::tools::permissions::PermissionMode;
 
@@ -42,6 +43,9 @@ pub struct Role {
     pub bash_rules: Vec<crate::tools::rules::Rule>,
     /// Tools it may never use.
     pub disallowed_tools: Vec<String>,
+    /// Calls it may never make (`disallowedTools:` entries with a pattern, such as
+    /// `Bash(rm:*)`): refused as a deny rule refuses them; the tool stays.
+    pub deny_rules: Vec<crate::tools::rules::Rule>,
     /// Its model.
     pub model: ModelChoice,
     /// Its turn limit, if it sets one.
@@ -317,18 +321,21 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
         }
     };
     let own = match tool_list("tools")? {
-        Some(names) => tools::entries(&names, "tools", path, line_of("tools")),
+        Some(names) => tools::entries(&names, List::Allow, "tools", path, line_of("tools")),
         None => tools::Entries::default(),
     };
     warnings.extend(own.warnings);
-    let disallowed = match tool_list("disallowedTools")? {
+    let (disallowed, deny_rules) = match tool_list("disallowedTools")? {
         Some(names) => {
-            let read = tools::entries(&names, "disallowedTools", path, line_of("disallowedTools"));
+            let key = "disallowedTools";
+            let read = tools::entries(&names, List::Deny, key, path, line_of(key));
             warnings.extend(read.warnings);
-            read.tools
-                .unwrap_or_else(|| KNOWN_TOOLS.map(str::to_owned).to_vec())
+            let whole = read
+                .tools
+                .unwrap_or_else(|| KNOWN_TOOLS.map(str::to_owned).to_vec());
+            (whole, read.deny_rules)
         }
-        None => Vec::new(),
+        None => (Vec::new(), Vec::new()),
     };
     Ok(Role {
         name,
@@ -336,6 +343,7 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
         tools: own.tools,
         bash_rules: own.bash_rules,
         disallowed_tools: disallowed,
+        deny_rules,
         model,
         max_turns,
         budget,

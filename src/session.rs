@@ -63,6 +63,8 @@ pub struct SessionSpec {
     /// When its role allows Bash only through rules (`Bash(git:*)`): the commands
     /// it may run; any other is refused whatever the mode.
     pub bash_rules: Arc<[crate::tools::rules::Rule]>,
+    /// Calls its role refuses (`disallowedTools: Bash(rm:*)`), whatever the mode.
+    pub deny_rules: Arc<[crate::tools::rules::Rule]>,
     /// Who serves its model; `None`: the runtime's provider.
     pub provider: Option<Arc<dyn Provider>>,
     /// The memory files in its system prompt (`CLAUDE.md`, `AGENTS.md`, …).
@@ -100,6 +102,7 @@ impl SessionSpec {
             faults: None,
             permission_mode: PermissionMode::Default,
             bash_rules: Arc::from([]),
+            deny_rules: Arc::from([]),
             memory: Vec::new(),
             provider: None,
         }

@@ -28,11 +28,11 @@ pub fn role_card(role: &crate::roles::Role, memory: &[String]) -> String {
         "name:           {}\ndescription:    {}\nsource:         {}\ntools:          {tools}\n",
         role.name, role.description, role.source
     );
-    if !role.disallowed_tools.is_empty() {
-        card.push_str(&format!(
-            "disallowed:     {}\n",
-            role.disallowed_tools.join(", ")
-        ));
+    let disallowed: Vec<String> = (role.disallowed_tools.iter().cloned())
+        .chain(role.deny_rules.iter().map(ToString::to_string))
+        .collect();
+    if !disallowed.is_empty() {
+        card.push_str(&format!("disallowed:     {}\n", disallowed.join(", ")));
     }
     card.push_str(&format!("model:          {model}\n"));
     if let Some(turns) = role.max_turns {

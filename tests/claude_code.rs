@@ -196,6 +196,61 @@ async fn a_bash_rule_lets_a_role_run_matching_commands_and_nothing_else() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disallowed_rule_with_a_pattern_refuses_its_calls_and_leaves_the_tool() {
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[("b1", "Bash", json!({"command": "echo allowed"}))]),
+        Reply::tool_calls(&[("b2", "Bash", json!({"command": "echo x && rm victim"}))]),
+        Reply::tool_calls(&[(
+            "w1",
+            "Write",
+            json!({"file_path": ".env", "content": "SECRET=1"}),
+        )]),
+        Reply::text("done"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("victim"), "keep me").unwrap();
+    write_role(
+        dir.path(),
+        "cautious.md",
+        "name: cautious\ndescription: Careful.\ndisallowedTools: Bash(rm:*), Edit(.env)",
+        "You are careful.",
+    );
+    let out = run_on(
+        &mock,
+        dir.path(),
+        &[
+            "--agent",
+            "cautious",
+            "--permission-mode",
+            "bypassPermissions",
+            "go",
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("warning"), "{stderr}");
+    assert!(dir.path().join("victim").exists(), "a refused command ran");
+    assert!(!dir.path().join(".env").exists(), "a refused write ran");
+    let requests = mock.requests();
+    let tools = harness::tool_names(&requests[0]);
+    assert!(tools.iter().any(|t| t == "Bash"), "{tools:?}");
+    assert!(tools.iter().any(|t| t == "Write"), "{tools:?}");
+    let results: Vec<(String, String)> = harness::tool_results(&requests[3]);
+    assert_eq!(results[0].1.trim(), "allowed");
+    for (id, content) in &results[1..] {
+        assert!(
+            content.contains(
+                "the cautious role's disallowedTools (Bash(rm:*), Edit(.env)) forbid this"
+            ),
+            "{id}: {content}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_files_reach_the_lead_and_its_workers_and_are_named() {
     let mock = delegating().await;
     let home = tempfile::tempdir().unwrap();

@@ -353,6 +353,7 @@ fn lead_spec(
     spec.tools = tools;
     spec.max_turns = role.max_turns.unwrap_or(cli.max_turns).max(1);
     spec.bash_rules = role.bash_rules.as_slice().into();
+    spec.deny_rules = role.deny_rules.as_slice().into();
     spec.budget = role.budget;
     spec.meter = meter;
     plan.models.describe(&mut spec);

@@ -15,6 +15,7 @@ fn a_claude_code_role_parses_whole() {
             tools: Some(vec!["Read".into(), "Edit".into(), "Bash".into()]),
             bash_rules: vec![],
             disallowed_tools: vec![],
+            deny_rules: vec![],
             model: ModelChoice::Inherit,
             max_turns: Some(30),
             budget: Budget::default(),
@@ -35,6 +36,19 @@ fn tools_may_be_a_yaml_list_and_ls_is_accepted_as_claude_code_spells_it() {
     assert_eq!(role.tools, Some(vec!["Read".into(), "Ls".into()]));
     assert_eq!(role.disallowed_tools, vec!["Bash".to_owned()]);
     assert_eq!(role.model, ModelChoice::Inherit);
+}
+
+#[test]
+fn a_disallowed_rule_with_a_pattern_is_a_deny_rule_not_the_whole_tool() {
+    let text = "---\nname: x\ndescription: d\ndisallowedTools: Bash(rm:*), Write\n---\nbody";
+    let role = parse("x.md", text).unwrap();
+    assert_eq!(role.disallowed_tools, vec!["Write".to_owned()]);
+    assert_eq!(role.deny_rules[0].to_string(), "Bash(rm:*)");
+    assert!(role.warnings.is_empty(), "{:?}", role.warnings);
+    assert_eq!(
+        role.allowed_tools(&["Read", "Bash", "Write"]),
+        ["Read", "Bash"]
+    );
 }
 
 #[test]

@@ -1,8 +1,10 @@
 //! A role's `tools:` and `disallowedTools:` entries as people write them for
 //! Claude Code and Kode: tool names (any case, `LS` for `Ls`), `*` for every tool,
-//! `Bash(git:*)` rules that allow Bash for matching commands only, and
-//! `mcp__server__tool` names. An entry orchestrate does not provide is a warning,
-//! never a reason to refuse the role.
+//! rules with a pattern, and `mcp__server__tool` names. In `tools:`, `Bash(git:*)`
+//! allows Bash for matching commands only; in `disallowedTools:`, a rule with a
+//! pattern (`Bash(rm:*)`, `Edit(.env)`, `WebFetch(domain:x.com)`) refuses the
+//! matching calls and leaves the tool, as a deny rule does. An entry orchestrate
+//! does not provide is a warning, never a reason to refuse the role.
 
 use super::KNOWN_TOOLS;
 use crate::tools::rules::Rule;
@@ -14,12 +16,37 @@ pub(super) struct Entries {
     pub(super) tools: Option<Vec<String>>,
     /// `Bash(…)` rules, when Bash is allowed only for some commands.
     pub(super) bash_rules: Vec<Rule>,
+    /// Rules with a pattern, of a list that refuses (`disallowedTools:`): the calls
+    /// they match are refused; their tools stay.
+    pub(super) deny_rules: Vec<Rule>,
     /// Entries that name nothing orchestrate provides, as warnings.
     pub(super) warnings: Vec<String>,
 }
 
+/// Tools whose calls a rule's pattern can match: Bash by command, WebFetch by
+/// domain, the file tools by path.
+const PATTERNED: [&str; 9] = [
+    "Bash",
+    "WebFetch",
+    "Read",
+    "Edit",
+    "Write",
+    "MultiEdit",
+    "Glob",
+    "Grep",
+    "Ls",
+];
+
+/// Whether a list allows the tools it names (`tools:`) or refuses them
+/// (`disallowedTools:`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum List {
+    Allow,
+    Deny,
+}
+
 /// Reads `names` (from the field `key` at `path:line`).
-pub(super) fn entries(names: &[String], key: &str, path: &str, line: usize) -> Entries {
+pub(super) fn entries(names: &[String], list: List, key: &str, path: &str, line: usize) -> Entries {
     let mut out = Entries {
         tools: Some(Vec::new()),
         ..Entries::default()
@@ -56,6 +83,19 @@ pub(super) fn entries(names: &[String], key: &str, path: &str, line: usize) -> E
             ));
             continue;
         };
+        if list == List::Deny && rule.pattern.is_some() {
+            if PATTERNED.contains(known) {
+                out.deny_rules.push(Rule {
+                    tool: (*known).to_owned(),
+                    pattern: rule.pattern,
+                });
+            } else {
+                out.warnings.push(format!(
+                    "{path}:{line}: {key} entry {name:?}: a {known} call has nothing a pattern can match; it is ignored (name {known} alone to take the tool away)"
+                ));
+            }
+            continue;
+        }
         match (&rule.pattern, *known) {
             (Some(_), "Bash") => out.bash_rules.push(Rule {
                 tool: "Bash".to_owned(),
@@ -86,7 +126,39 @@ mod tests {
 
     fn read(names: &[&str]) -> Entries {
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
-        entries(&names, "tools", "a.md", 4)
+        entries(&names, List::Allow, "tools", "a.md", 4)
+    }
+
+    fn refused(names: &[&str]) -> Entries {
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        entries(&names, List::Deny, "disallowedTools", "a.md", 5)
+    }
+
+    #[test]
+    fn a_refused_rule_with_a_pattern_refuses_its_calls_and_leaves_the_tool() {
+        let e = refused(&[
+            "bash(rm:*)",
+            "Edit(.env)",
+            "WebFetch(domain:x.com)",
+            "Write",
+        ]);
+        assert_eq!(e.tools, Some(vec!["Write".into()]));
+        let rules: Vec<String> = e.deny_rules.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            rules,
+            ["Bash(rm:*)", "Edit(.env)", "WebFetch(domain:x.com)"]
+        );
+        assert!(e.bash_rules.is_empty());
+        assert!(e.warnings.is_empty(), "{:?}", e.warnings);
+        let e = refused(&["Task(worker)"]);
+        assert_eq!(e.tools, Some(vec![]));
+        assert!(e.deny_rules.is_empty());
+        assert_eq!(
+            e.warnings,
+            [
+                "a.md:5: disallowedTools entry \"Task(worker)\": a Task call has nothing a pattern can match; it is ignored (name Task alone to take the tool away)"
+            ]
+        );
     }
 
     #[test]

@@ -307,6 +307,9 @@ pub struct Gate {
     /// When the session's role allows Bash only through rules: the commands it
     /// may run.
     pub bash_rules: std::sync::Arc<[crate::tools::rules::Rule]>,
+    /// The calls the session's role refuses (its `disallowedTools:` rules with a
+    /// pattern), whatever the mode.
+    pub role_deny: std::sync::Arc<[crate::tools::rules::Rule]>,
     /// The run's permission rules (settings files, `--allowedTools`,
     /// `--disallowedTools`), applied before the mode.
     pub rules: std::sync::Arc<crate::tools::rules::Rules>,
@@ -338,7 +341,24 @@ impl Gate {
                 )));
             }
         }
-        use crate::tools::rules::RuleVerdict;
+        use crate::tools::rules::{RuleVerdict, Rules};
+        if !self.role_deny.is_empty() {
+            // Matched as the run's deny rules are (paths from the same workspace).
+            let role = Rules {
+                deny: self.role_deny.to_vec(),
+                workspace: self.rules.workspace.clone(),
+                home: self.rules.home.clone(),
+                ..Rules::default()
+            };
+            if role.verdict(tool, input) == Some(RuleVerdict::Deny) {
+                let refused: Vec<String> = self.role_deny.iter().map(ToString::to_string).collect();
+                return Err(denied(format!(
+                    "permission denied: the {} role's disallowedTools ({}) forbid this {tool} call",
+                    self.agent,
+                    refused.join(", ")
+                )));
+            }
+        }
         let ruled = self.rules.verdict(tool, input);
         if ruled == Some(RuleVerdict::Deny) {
             return Err(denied(format!(

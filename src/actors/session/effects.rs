@@ -160,6 +160,7 @@ impl SessionState {
                 remembered: self.env.remembered.clone(),
                 events: Some(self.publisher.clone()),
                 bash_rules: spec.bash_rules.clone(),
+                role_deny: spec.deny_rules.clone(),
                 rules: self.env.rules.clone(),
                 saver: self.env.saver.clone(),
             },
