@@ -125,15 +125,12 @@ fn edit(
             "old_string and new_string are identical: there is nothing to change".into(),
         ));
     }
-    if path.is_dir() {
-        return Err(fail(format!("{shown} is a directory")));
-    }
-    let exists = path.exists();
     if input.old_string.is_empty() {
-        if exists {
-            return Err(fail(format!(
-                "{shown} already exists: an empty old_string only creates new files; give the text to replace"
-            )));
+        if path.is_dir() {
+            return Err(fail(format!("{shown} is a directory")));
+        }
+        if path.exists() {
+            return Err(already_exists(shown));
         }
         files::write_atomic(path, input.new_string.as_bytes())
             .map_err(|e| fail(format!("{shown}: {e}")))?;
@@ -141,17 +138,7 @@ fn edit(
         changes.record(shown, &diff);
         return Ok(super::with_diff(format!("Created {shown}."), &diff));
     }
-    if !exists {
-        let hint = closest_name(root, path)
-            .map(|n| format!(" Did you mean {n}?"))
-            .unwrap_or_default();
-        return Err(fail(format!("{shown} does not exist.{hint}")));
-    }
-    // A FIFO or a device is never read: it could block forever or never end.
-    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
-        return Err(fail(format!("{shown} is not a regular file")));
-    }
-    let bytes = std::fs::read(path).map_err(|e| fail(format!("{shown}: {e}")))?;
+    let bytes = existing_bytes(root, path, shown)?;
     let edited = replace(
         &bytes,
         &input.old_string,
@@ -178,6 +165,33 @@ fn edit(
         format!("{count} replacements")
     };
     Ok(super::with_diff(format!("Edited {shown}: {times}."), &diff))
+}
+
+/// The refusal of an empty `old_string` (which creates files) for a file that is
+/// there.
+pub(super) fn already_exists(shown: &str) -> ToolError {
+    fail(format!(
+        "{shown} already exists: an empty old_string only creates new files; give the text to replace"
+    ))
+}
+
+/// The bytes of the file an edit changes, refused as the model is told when it is
+/// a directory, missing (with the closest name beside it), or not a regular file
+/// (a FIFO or a device is never read: it could block forever or never end).
+pub(super) fn existing_bytes(root: &Path, path: &Path, shown: &str) -> Result<Vec<u8>, ToolError> {
+    if path.is_dir() {
+        return Err(fail(format!("{shown} is a directory")));
+    }
+    if !path.exists() {
+        let hint = closest_name(root, path)
+            .map(|n| format!(" Did you mean {n}?"))
+            .unwrap_or_default();
+        return Err(fail(format!("{shown} does not exist.{hint}")));
+    }
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return Err(fail(format!("{shown} is not a regular file")));
+    }
+    std::fs::read(path).map_err(|e| fail(format!("{shown}: {e}")))
 }
 
 /// The name in the same directory closest to the missing one, if any is close.

@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::edit::{refused, replace};
+use super::edit::{Refusal, already_exists, existing_bytes, refused, replace};
 use super::files;
 use crate::error::ToolError;
 use crate::tools::{Concurrency, Tool, ToolContext};
@@ -80,8 +80,10 @@ impl Tool for MultiEdit {
             let shown = ctx.display(&path);
             let session = ctx.session;
             let changes = ctx.changes.clone();
+            let root = ctx.workspace.clone();
             files::locked(&path.clone(), "edit", move || {
-                let summary = apply(session, &path, &shown, &input.edits, &changes)?;
+                let file = (root.as_path(), path.as_path(), shown.as_str());
+                let summary = apply(session, file, &input.edits, &changes)?;
                 files::record_read(session, &path);
                 Ok(summary)
             })
@@ -90,10 +92,10 @@ impl Tool for MultiEdit {
     }
 }
 
+/// Applies `edits` to `file` (the workspace, the path, and the path as shown).
 fn apply(
     session: crate::protocol::SessionId,
-    path: &std::path::Path,
-    shown: &str,
+    (root, path, shown): (&std::path::Path, &std::path::Path, &str),
     edits: &[OneEdit],
     changes: &crate::tools::Changes,
 ) -> Result<String, ToolError> {
@@ -105,18 +107,21 @@ fn apply(
         )),
         other => other,
     };
-    let creating = !path.exists() && edits[0].old_string.is_empty();
+    let creating = edits[0].old_string.is_empty() && !path.exists();
+    if edits[0].old_string.is_empty() && !creating && !path.is_dir() {
+        return Err(numbered(0, already_exists(shown)));
+    }
+    // Edit's checks and messages: a directory, a missing file (and the name
+    // closest to it), anything but a regular file.
     let mut bytes = if creating {
         edits[0].new_string.clone().into_bytes()
     } else {
-        if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
-            return Err(ToolError::Failed(format!(
-                "{shown} does not exist or is not a regular file"
-            )));
-        }
-        files::check_fresh(session, path, shown)?;
-        std::fs::read(path).map_err(|e| ToolError::Failed(format!("{shown}: {e}")))?
+        existing_bytes(root, path, shown)?
     };
+    // A file is known fresh once checked, after its first edit says whether it is
+    // text at all (as Edit says a binary file is one before whether it was read);
+    // a new one was never read.
+    let mut fresh = creating;
     // The text before and after, as Edit's ladder decodes it (BOM and line
     // endings taken out): a new file's starts empty, with its first edit's text.
     let mut before = None;
@@ -137,8 +142,12 @@ fn apply(
             );
             return Err(numbered(i, empty));
         }
-        let edited = replace(&bytes, &edit.old_string, &edit.new_string, edit.replace_all)
-            .map_err(|r| numbered(i, refused(r, shown)))?;
+        let edited = replace(&bytes, &edit.old_string, &edit.new_string, edit.replace_all);
+        if !fresh && !matches!(edited, Err(Refusal::Binary | Refusal::NotText)) {
+            files::check_fresh(session, path, shown)?;
+            fresh = true;
+        }
+        let edited = edited.map_err(|r| numbered(i, refused(r, shown)))?;
         before.get_or_insert(edited.before);
         bytes = edited.bytes;
         after = edited.after;
@@ -230,6 +239,33 @@ mod tests {
                 .starts_with("fn a()"),
             "atomic"
         );
+    }
+
+    #[tokio::test]
+    async fn a_file_that_cannot_be_edited_is_refused_with_edits_messages() {
+        let (_dir, ctx) = test_context();
+        std::fs::create_dir(ctx.workspace.join("src")).unwrap();
+        std::fs::write(ctx.workspace.join("main.rs"), "fn main() {}\n").unwrap();
+        std::fs::write(ctx.workspace.join("blob.bin"), b"\x00\x01\x02").unwrap();
+        let refusal = |path: &str, old: &str| {
+            let input =
+                json!({"file_path": path, "edits": [{"old_string": old, "new_string": "x"}]});
+            let ctx = &ctx;
+            async move { MultiEdit.call(input, ctx).await.unwrap_err().to_string() }
+        };
+        assert_eq!(refusal("src", "a").await, "src is a directory");
+        assert_eq!(
+            refusal("mian.rs", "a").await,
+            "mian.rs does not exist. Did you mean main.rs?"
+        );
+        // Unread, but said to be binary first, as Edit says it.
+        assert_eq!(
+            refusal("blob.bin", "a").await,
+            "edit 1 of 1: blob.bin is a binary file; Edit changes text files only (no edit was made)"
+        );
+        assert!(refusal("main.rs", "").await.starts_with(
+            "edit 1 of 1: main.rs already exists: an empty old_string only creates new files"
+        ),);
     }
 
     #[tokio::test]
