@@ -2,7 +2,9 @@
 //! model its content, HTML converted to markdown (`htmd`), size-capped. It has an
 //! effect outside the workspace (a request to a server), so it is gated like a
 //! command: asked about, or allowed per domain by a `WebFetch(domain:…)` rule. A
-//! redirect to another host is reported, not followed.
+//! redirect to another host, scheme or port is reported, not followed (`http`
+//! upgraded to `https` is followed); link-local addresses are never reached
+//! (`guard`).
 
 use std::time::Duration;
 
@@ -12,6 +14,11 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
+mod guard;
+
+use std::sync::{Arc, OnceLock};
+
+use self::guard::{GuardedResolver, link_local, same_site};
 use crate::error::ToolError;
 use crate::tools::{Concurrency, Tool, ToolContext};
 
@@ -19,7 +26,7 @@ use crate::tools::{Concurrency, Tool, ToolContext};
 const MAX_BYTES: usize = 5 * 1024 * 1024;
 /// Characters of content given to the model at most.
 const MAX_CHARS: usize = 100_000;
-/// Redirects within one host followed at most.
+/// Redirects within one site followed at most.
 const MAX_REDIRECTS: usize = 5;
 /// How long one fetch may take.
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -46,7 +53,7 @@ impl Tool for WebFetch {
     fn description(&self) -> &str {
         "Fetches a URL (http or https) and returns its content, HTML converted to markdown, \
          at most 100 000 characters, with `prompt` (what you are looking for) repeated after \
-         it. A redirect to another host is reported rather than followed: fetch that URL if \
+         it. A redirect to another host, scheme or port is reported rather than followed: fetch that URL if \
          you want it. Use it to read documentation or an issue a task points to."
     }
 
@@ -92,7 +99,7 @@ impl Tool for WebFetch {
                 } => (url, content_type, bytes, cut),
                 Fetched::Elsewhere { from, to } => {
                     return Ok(format!(
-                        "{from} redirects to another host: {to}\nFetch that URL if you want to follow it."
+                        "{from} redirects to another site: {to}\nFetch that URL if you want to follow it."
                     ));
                 }
             };
@@ -136,17 +143,30 @@ enum Fetched {
         bytes: Vec<u8>,
         cut: bool,
     },
-    /// A redirect to another host.
+    /// A redirect to another host, scheme or port.
     Elsewhere { from: reqwest::Url, to: String },
 }
 
+/// The process's one WebFetch client (its connections pooled across calls),
+/// resolving names through the guard.
+fn client() -> Result<&'static reqwest::Client, ToolError> {
+    static CLIENT: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .timeout(TIMEOUT)
+                .user_agent(concat!("orchestrate/", env!("CARGO_PKG_VERSION")))
+                .dns_resolver(Arc::new(GuardedResolver))
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| ToolError::Failed(format!("cannot make an HTTP client: {e}")))
+}
+
 async fn fetch(mut url: reqwest::Url) -> Result<Fetched, ToolError> {
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(TIMEOUT)
-        .user_agent(concat!("orchestrate/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| ToolError::Failed(format!("cannot make an HTTP client: {e}")))?;
+    let client = client()?;
     for _ in 0..=MAX_REDIRECTS {
         let response = client.get(url.clone()).send().await.map_err(|e| {
             ToolError::Failed(format!(
@@ -166,7 +186,7 @@ async fn fetch(mut url: reqwest::Url) -> Result<Fetched, ToolError> {
             let next = url
                 .join(location)
                 .map_err(|e| ToolError::Failed(format!("{url}: bad redirect {location:?}: {e}")))?;
-            if next.host_str() != url.host_str() {
+            if !same_site(&url, &next) {
                 return Ok(Fetched::Elsewhere {
                     from: url,
                     to: next.to_string(),
@@ -209,27 +229,6 @@ async fn fetch(mut url: reqwest::Url) -> Result<Fetched, ToolError> {
     Err(ToolError::Failed(format!(
         "{url}: more than {MAX_REDIRECTS} redirects"
     )))
-}
-
-/// True for a URL whose host is a link-local address (`169.254.0.0/16`,
-/// `fe80::/10`) or a cloud metadata name: where instance credentials are served.
-fn link_local(url: &reqwest::Url) -> bool {
-    let Some(host) = url.host_str() else {
-        return false;
-    };
-    match host.trim_matches(['[', ']']).parse::<std::net::IpAddr>() {
-        Ok(std::net::IpAddr::V4(ip)) => ip.is_link_local(),
-        // `::ffff:169.254.169.254` reaches the same address as its IPv4 form.
-        Ok(std::net::IpAddr::V6(ip)) => {
-            (ip.segments()[0] & 0xffc0) == 0xfe80
-                || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_link_local())
-        }
-        Err(_) => {
-            let name = host.trim_end_matches('.');
-            name.eq_ignore_ascii_case("metadata.google.internal")
-                || name.eq_ignore_ascii_case("metadata")
-        }
-    }
 }
 
 /// HTML as markdown, scripts and styles left out.
@@ -293,6 +292,7 @@ mod tests {
             ),
             "/moved" => page("301 Moved", "location: /doc\r\n", ""),
             "/away" => page("302 Found", "location: http://example.invalid/x\r\n", ""),
+            "/port" => page("302 Found", "location: http://127.0.0.1:1/x\r\n", ""),
             "/gone" => page("404 Not Found", "", "no"),
             _ => page("200 OK", "content-type: text/plain\r\n", "plain words"),
         }
@@ -326,11 +326,23 @@ mod tests {
         );
         let away = fetch("/away").await.unwrap();
         assert!(
-            away.contains("redirects to another host: http://example.invalid/x"),
+            away.contains("redirects to another site: http://example.invalid/x"),
             "{away}"
+        );
+        let port = fetch("/port").await.unwrap();
+        assert!(
+            port.contains("redirects to another site: http://127.0.0.1:1/x"),
+            "{port}"
         );
         let plain = fetch("/text").await.unwrap();
         assert!(plain.contains("plain words"), "{plain}");
+        // A name goes through the guarding resolver, which keeps loopback.
+        let named = base.replace("127.0.0.1", "localhost");
+        let by_name = WebFetch
+            .call(json!({"url": format!("{named}/text"), "prompt": "x"}), &ctx)
+            .await
+            .unwrap();
+        assert!(by_name.contains("plain words"), "{by_name}");
         let gone = fetch("/gone").await.unwrap_err().to_string();
         assert!(gone.contains("HTTP 404"), "{gone}");
         let bad = WebFetch
