@@ -55,6 +55,10 @@ pub struct RuntimeConfig {
     pub mcp: Vec<crate::mcp::ServerConfig>,
     /// How long an MCP server may take to start and list its tools.
     pub mcp_limit: std::time::Duration,
+    /// Variables that hold provider keys besides the built-in names (the
+    /// providers' `api_key_env`): kept, with those, out of the environment of the
+    /// MCP servers the runtime starts.
+    pub key_variables: Vec<String>,
 }
 
 impl RuntimeConfig {
@@ -71,6 +75,7 @@ impl RuntimeConfig {
             saver: None,
             mcp: Vec::new(),
             mcp_limit: crate::mcp::connection::DEFAULT_START_TIMEOUT,
+            key_variables: Vec::new(),
         }
     }
 }
@@ -142,6 +147,7 @@ impl Runtime {
             restart: config.restart,
             mcp: mcp.clone(),
             mcp_limit: config.mcp_limit,
+            key_variables: config.key_variables,
         };
         let (stop_recorder, stop) = oneshot::channel();
         let recorder = tokio::spawn(record_events(

@@ -100,6 +100,8 @@ pub(crate) struct OrchestratorArgs {
     pub(crate) mcp: Arc<crate::mcp::McpHub>,
     /// How long an MCP server may take to start.
     pub(crate) mcp_limit: std::time::Duration,
+    /// Variables kept out of an MCP server's environment (provider keys).
+    pub(crate) key_variables: Vec<String>,
 }
 
 /// The Orchestrator's state.
@@ -119,6 +121,8 @@ pub(crate) struct OrchestratorState {
     mcp: Arc<crate::mcp::McpHub>,
     /// How long an MCP server may take to start.
     mcp_limit: std::time::Duration,
+    /// Variables kept out of an MCP server's environment (provider keys).
+    key_variables: Arc<[String]>,
     /// Which server a running server actor is.
     mcp_by_actor: HashMap<ActorId, (String, ActorRef<mcp_server::McpServerMsg>)>,
     /// Each server's restart history (permanent children).
@@ -192,6 +196,7 @@ impl Actor for OrchestratorActor {
             children,
             mcp: args.mcp,
             mcp_limit: args.mcp_limit,
+            key_variables: args.key_variables.into(),
             mcp_by_actor: HashMap::new(),
             mcp_restarts: HashMap::new(),
         })

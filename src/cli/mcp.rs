@@ -62,10 +62,15 @@ pub(super) async fn run(
         let _ = writeln!(err, "orchestrate: warning: {warning}");
     }
     let limit = start_limit(env);
+    let keys = files
+        .user
+        .clone()
+        .merged(files.workspace.clone())
+        .key_variables();
     let starts = trusted
         .servers
         .iter()
-        .map(|s| connection::connect(s, &workspace, None, limit));
+        .map(|s| connection::connect(s, &workspace, None, limit, &keys));
     let started = futures::future::join_all(starts).await;
     for server in &all {
         let _ = writeln!(

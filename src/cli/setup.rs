@@ -59,6 +59,7 @@ pub(super) async fn prepare(
     config.saver = Some(saver);
     config.mcp = servers.servers;
     config.mcp_limit = mcp::start_limit(env);
+    config.key_variables = both.key_variables();
     let mut notes = notes;
     notes.extend(rule_notes);
     notes.extend(defined.warnings);

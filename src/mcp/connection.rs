@@ -141,12 +141,13 @@ pub async fn connect(
     workspace: &Path,
     logs: Option<&Path>,
     limit: Duration,
+    key_variables: &[String],
 ) -> Result<Connection, String> {
     let (tx, changed) = mpsc::unbounded_channel();
     let listener = Listener { changed: tx };
     let (service, process) = match &config.transport {
         Transport::Stdio { command, args, env } => {
-            let mut process = spawn(command, args, env, workspace)?;
+            let mut process = spawn(command, args, env, workspace, key_variables)?;
             if let Some(stderr) = process.child.stderr.take() {
                 let log = logs.map(|dir| dir.join(format!("{}.log", config.name)));
                 tokio::spawn(read_stderr(
@@ -325,14 +326,16 @@ impl Connection {
 }
 
 /// Starts the program in a process group of its own, its environment the
-/// orchestrator's without provider keys, plus the server's variables.
+/// orchestrator's without provider keys (the built-in names and
+/// `key_variables`), plus the server's variables.
 fn spawn(
     command: &str,
     args: &[String],
     env: &[(String, String)],
     workspace: &Path,
+    key_variables: &[String],
 ) -> Result<Process, String> {
-    let parent = crate::tools::bash::group::child_env(std::env::vars_os(), &[]);
+    let parent = crate::tools::bash::group::child_env(std::env::vars_os(), key_variables);
     let mut cmd = Command::new(command);
     cmd.args(args)
         .env_clear()

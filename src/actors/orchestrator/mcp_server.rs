@@ -32,6 +32,8 @@ pub(crate) struct McpServerArgs {
     pub(crate) logs: Option<PathBuf>,
     /// How long it may take to answer.
     pub(crate) limit: Duration,
+    /// Variables kept out of its program's environment (provider keys).
+    pub(crate) key_variables: Arc<[String]>,
     /// It ran before and died: a failure to start now is another crash, not the
     /// end of it.
     pub(crate) restarted: bool,
@@ -78,11 +80,12 @@ impl Actor for McpServerActor {
             .cloned()
             .ok_or_else(|| format!("no MCP server {:?}", args.name))?;
         let (workspace, logs, limit) = (args.workspace.clone(), args.logs.clone(), args.limit);
+        let keys = args.key_variables.clone();
         let cancelled = stop.clone();
         let task = tokio::spawn(async move {
             let connected = tokio::select! {
                 () = cancelled.cancelled() => return,
-                connected = connection::connect(&config, &workspace, logs.as_deref(), limit) => connected,
+                connected = connection::connect(&config, &workspace, logs.as_deref(), limit, &keys) => connected,
             };
             if let Err(ractor::MessagingErr::SendErr(McpServerMsg::Connected(Ok(orphan)))) =
                 myself.cast(McpServerMsg::Connected(connected.map(Box::new)))
@@ -185,6 +188,7 @@ pub(super) async fn spawn(
         workspace: state.env.workspace.clone(),
         logs: crate::mcp::connection::log_dir(&state.env.workspace),
         limit: state.mcp_limit,
+        key_variables: state.key_variables.clone(),
         restarted,
     };
     match Actor::spawn_linked(None, McpServerActor, args, myself.get_cell()).await {

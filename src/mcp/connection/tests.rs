@@ -79,3 +79,27 @@ async fn a_changed_tool_list_is_listed_again_and_a_hang_up_ends_the_watch() {
     assert_eq!(ended.as_deref(), Some("closed the connection"));
     peer.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_servers_program_gets_neither_key_variable_but_its_own_variables() {
+    use tokio::io::AsyncReadExt;
+    // HOME stands for a configured key variable: one the test's environment has.
+    assert!(
+        std::env::var_os("HOME").is_some(),
+        "the test needs HOME set"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let script = "printf '[%s][%s]' \"$HOME\" \"$MINE\"".to_owned();
+    let mut process = spawn(
+        "sh",
+        &["-c".to_owned(), script],
+        &[("MINE".to_owned(), "given".to_owned())],
+        dir.path(),
+        &["HOME".to_owned()],
+    )
+    .unwrap();
+    let mut out = String::new();
+    let mut stdout = process.child.stdout.take().unwrap();
+    stdout.read_to_string(&mut out).await.unwrap();
+    assert_eq!(out, "[][given]");
+}
