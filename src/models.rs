@@ -68,6 +68,8 @@ impl Models {
             provider: spec.provider.clone(),
             id: spec.model.clone(),
         });
+        spec.summary_window = (spec.summary_model.as_deref())
+            .and_then(|summarizer| self.info(summarizer).context_window);
     }
 
     /// What is known about model `id`: window, output limit, prices.

@@ -49,6 +49,9 @@ pub struct SessionSpec {
     /// The model that writes compaction summaries (the `small` alias, when it is
     /// on the session's provider); `None`: the session's own.
     pub summary_model: Option<String>,
+    /// The summary model's window, when it is known: a summary request must fit
+    /// it as well as the session's.
+    pub summary_window: Option<u64>,
     /// Messages the conversation starts with (after the system prompt).
     pub history: Vec<Message>,
     /// The parent session, for sub-agents.
@@ -95,6 +98,7 @@ impl SessionSpec {
             model_info: ModelInfo::default(),
             compact_at: crate::config::DEFAULT_COMPACT_AT,
             summary_model: None,
+            summary_window: None,
             history: Vec::new(),
             parent: None,
             tool_call_id: None,

@@ -21,6 +21,19 @@ const SUMMARY_INPUT_SHARE: f64 = 0.5;
 /// The summary request's text without a known window.
 const SUMMARY_INPUT_DEFAULT: usize = 200_000;
 
+/// The summary request's text at most: a share of the smaller window of the
+/// session's model and the one writing the summary (a `small` model may read less
+/// than the session's), in bytes at four a token.
+fn summary_input_chars(session: Option<u64>, summarizer: Option<u64>) -> usize {
+    let window = match (session, summarizer) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (one, other) => one.or(other),
+    };
+    window.map_or(SUMMARY_INPUT_DEFAULT, |w| {
+        (w as f64 * 4.0 * SUMMARY_INPUT_SHARE) as usize
+    })
+}
+
 /// What a compaction did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Compaction {
@@ -83,13 +96,10 @@ impl Machine {
         }
         let mut elided = self.elide(KEEP_TURNS);
         if force || self.over_threshold() {
-            let max_chars = self
-                .spec
-                .model_info
-                .context_window
-                .map_or(SUMMARY_INPUT_DEFAULT, |w| {
-                    (w as f64 * 4.0 * SUMMARY_INPUT_SHARE) as usize
-                });
+            let max_chars = summary_input_chars(
+                self.spec.model_info.context_window,
+                self.spec.summary_window,
+            );
             let model = self
                 .spec
                 .summary_model

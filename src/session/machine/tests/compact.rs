@@ -43,6 +43,25 @@ fn summary(text_: &str) -> AssistantTurn {
 }
 
 #[test]
+fn a_summary_request_fits_a_summarizer_with_a_smaller_window() {
+    let measure = |summary_window: Option<u64>| {
+        let mut spec = windowed();
+        spec.summary_model = summary_window.map(|_| "small-model".to_owned());
+        spec.summary_window = summary_window;
+        let mut sim = Sim::new(spec);
+        sim.prompt("read everything");
+        read_until_summary(&mut sim, 1_000);
+        let request = sim.requests.last().unwrap();
+        estimate(&request.messages)
+    };
+    let own = measure(None);
+    let small = measure(Some(WINDOW / 4));
+    // Half the summarizer's window, in tokens, and less than for the session's.
+    assert!(small <= WINDOW / 8 + 100, "{small}");
+    assert!(small < own, "{small} against {own}");
+}
+
+#[test]
 fn a_run_past_its_window_summarizes_and_every_later_request_fits() {
     let mut sim = Sim::new(windowed());
     let p = sim.prompt("read everything");
