@@ -236,7 +236,6 @@ impl Task {
         spec.max_turns = role.max_turns.unwrap_or(DEFAULT_MAX_TURNS);
         spec.bash_rules = role.bash_rules.as_slice().into();
         spec.deny_rules = role.deny_rules.as_slice().into();
-        spec.deny_rules = role.deny_rules.as_slice().into();
         spec.budget = role.budget;
         spec.meter = self.env.meter.clone();
         match &self.env.models {
