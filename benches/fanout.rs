@@ -218,9 +218,10 @@ impl Child<'_> {
 /// A baseline child: N tasks, each making the same three streamed requests with
 /// plain reqwest and reading the bodies to the end; prints wall ms and peak RSS KiB.
 fn run_bare(url: &str, n: usize) {
-    let wall = runtime(threads("FANOUT_RUNNER_THREADS")).block_on(async {
+    let (wall, cpu) = runtime(threads("FANOUT_RUNNER_THREADS")).block_on(async {
         let http = reqwest::Client::new();
         let endpoint = format!("{url}/chat/completions");
+        let cpu = cpu_ms();
         let start = Instant::now();
         let tasks: Vec<_> = (0..n)
             .map(|_| {
@@ -245,9 +246,9 @@ fn run_bare(url: &str, n: usize) {
         for task in tasks {
             task.await.unwrap();
         }
-        start.elapsed()
+        (start.elapsed(), cpu)
     });
-    report(wall);
+    report(wall, cpu);
 }
 
 /// The Task fan-out's baseline child: the requests of the Task fan-out of `n`
@@ -255,7 +256,7 @@ fn run_bare(url: &str, n: usize) {
 /// `n` workers of two turns each at once, then the lead's answer; prints wall ms,
 /// peak RSS KiB and CPU ms.
 fn run_bare_tasks(url: &str, n: usize) {
-    let wall = runtime(threads("FANOUT_RUNNER_THREADS")).block_on(async {
+    let (wall, cpu) = runtime(threads("FANOUT_RUNNER_THREADS")).block_on(async {
         let http = reqwest::Client::new();
         let endpoint = format!("{url}/chat/completions");
         let stream = |http: reqwest::Client, endpoint: String, body: Value| async move {
@@ -267,25 +268,36 @@ fn run_bare_tasks(url: &str, n: usize) {
             }
             all
         };
+        // The bodies orchestrate sends, built by hand: the same tools (Probe's
+        // spec, and Task's with its schema; its description, which lists the
+        // roles in orchestrate, is a sentence here), each worker's second request
+        // with its tool call and result, the lead's last with every Task call and
+        // result.
+        let probe = json!({"type": "function", "function": {"name": Probe.name(), "description": Probe.description(), "parameters": Probe.input_schema()}});
+        let task = json!({"type": "function", "function": {"name": "Task", "description": "Starts a sub-agent with one of these roles on a task: - worker: Does one piece.", "parameters": schemars::schema_for!(orchestrate::task::TaskInput)}});
+        let cpu = cpu_ms();
         let start = Instant::now();
-        let lead = |messages: Vec<Value>| json!({"model": "mock-model", "messages": messages, "stream": true});
+        let lead = |messages: &[Value]| json!({"model": "mock-model", "messages": messages, "stream": true, "tools": [probe.clone(), task.clone()]});
         let mut messages = vec![
             json!({"role": "system", "content": LEAD}),
             json!({"role": "user", "content": format!("do {n} pieces")}),
         ];
-        stream(http.clone(), endpoint.clone(), lead(messages.clone())).await;
+        stream(http.clone(), endpoint.clone(), lead(&messages)).await;
         let workers: Vec<_> = (0..n)
             .map(|i| {
-                let (http, endpoint) = (http.clone(), endpoint.clone());
+                let (http, endpoint, probe) = (http.clone(), endpoint.clone(), probe.clone());
                 tokio::spawn(async move {
                     let mut messages = vec![
                         json!({"role": "system", "content": WORKER}),
                         json!({"role": "user", "content": format!("do piece {i}")}),
                     ];
-                    for _ in 0..WORKER_TURNS {
-                        let body = json!({"model": "mock-model", "messages": messages, "stream": true});
+                    for turn in 0..WORKER_TURNS {
+                        let body = json!({"model": "mock-model", "messages": messages, "stream": true, "tools": [probe]});
                         stream(http.clone(), endpoint.clone(), body).await;
-                        messages.push(json!({"role": "assistant", "content": "…"}));
+                        let args = json!({"path": format!("src/module_{turn}.rs"), "pattern": "fn main"});
+                        let call = json!({"id": format!("call_{turn}"), "type": "function", "function": {"name": "probe", "arguments": args.to_string()}});
+                        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [call]}));
+                        messages.push(json!({"role": "tool", "tool_call_id": format!("call_{turn}"), "content": format!("{} looks fine", args["path"])}));
                     }
                 })
             })
@@ -293,12 +305,21 @@ fn run_bare_tasks(url: &str, n: usize) {
         for worker in workers {
             worker.await.unwrap();
         }
-        messages.push(json!({"role": "assistant", "content": "…"}));
-        messages.push(json!({"role": "tool", "tool_call_id": "task_0", "content": "done"}));
-        stream(http.clone(), endpoint.clone(), lead(messages)).await;
-        start.elapsed()
+        let calls: Vec<Value> = (0..n)
+            .map(|i| {
+                let args = json!({"description": format!("piece {i}"), "prompt": format!("do piece {i}"), "subagent_type": "worker"});
+                json!({"id": format!("task_{i}"), "type": "function", "function": {"name": "Task", "arguments": args.to_string()}})
+            })
+            .collect();
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": calls}));
+        for i in 0..n {
+            let result = "word0 word1 word2 word3 word4 word5 word6 word7 word8 word9 word10 word11 word12 word13 word14 word15 word16 \n\n[worker: 2 turns, 1 tool call, 240 tokens]";
+            messages.push(json!({"role": "tool", "tool_call_id": format!("task_{i}"), "content": result}));
+        }
+        stream(http.clone(), endpoint.clone(), lead(&messages)).await;
+        (start.elapsed(), cpu)
     });
-    report(wall);
+    report(wall, cpu);
 }
 
 fn runtime(threads: usize) -> tokio::runtime::Runtime {
@@ -470,7 +491,7 @@ fn agent(i: usize) -> SessionSpec {
 /// A runner child: N sessions through one Runtime; prints wall ms and peak RSS KiB.
 fn run_sessions(url: &str, n: usize) {
     let workspace = workspace();
-    let wall = runtime(threads("FANOUT_RUNNER_THREADS")).block_on(async {
+    let (wall, cpu) = runtime(threads("FANOUT_RUNNER_THREADS")).block_on(async {
         let client =
             Arc::new(OpenAiClient::new(OpenAiConfig::new(url, Some("sk-bench".into()))).unwrap());
         let orchestrator = Runtime::start(RuntimeConfig::new(workspace.path(), client))
@@ -481,6 +502,7 @@ fn run_sessions(url: &str, n: usize) {
         for i in 0..n {
             ids.push(orchestrator.start_session(agent(i)).await.unwrap());
         }
+        let cpu = cpu_ms();
         let start = Instant::now();
         for id in &ids {
             orchestrator.prompt(*id, "inspect the modules");
@@ -498,9 +520,9 @@ fn run_sessions(url: &str, n: usize) {
         }
         let wall = start.elapsed();
         orchestrator.shutdown().await;
-        wall
+        (wall, cpu)
     });
-    report(wall);
+    report(wall, cpu);
 }
 
 /// The idle case: `n` sessions started (each with its journal, its actor and its
@@ -567,12 +589,16 @@ fn workspace() -> tempfile::TempDir {
 }
 
 /// A child's one line for the parent: wall ms, peak RSS KiB, CPU ms.
-fn report(wall: Duration) {
+/// Prints the child's row: wall time, peak RSS, and the CPU time used since
+/// `cpu_at_start` (taken just before the first prompt: the runtime's start and
+/// the set-up are not counted; its shutdown, the journals' last writes included,
+/// is).
+fn report(wall: Duration, cpu_at_start: f64) {
     println!(
         "{:.1} {} {:.0}",
         wall.as_secs_f64() * 1000.0,
         peak_rss_kib(),
-        cpu_ms()
+        cpu_ms() - cpu_at_start
     );
 }
 
@@ -666,7 +692,7 @@ fn run_tasks(url: &str, n: usize) {
         format!("---\nname: worker\ndescription: Does one piece.\n---\n{WORKER}\n"),
     )
     .unwrap();
-    let wall = runtime(threads("FANOUT_RUNNER_THREADS")).block_on(async {
+    let (wall, cpu) = runtime(threads("FANOUT_RUNNER_THREADS")).block_on(async {
         let client =
             Arc::new(OpenAiClient::new(OpenAiConfig::new(url, Some("sk-bench".into()))).unwrap());
         let orchestrator = Runtime::start(RuntimeConfig::new(workspace.path(), client))
@@ -694,6 +720,7 @@ fn run_tasks(url: &str, n: usize) {
             indicatif::MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden());
         let mut bars = Vec::new();
         let mut board = Board::new();
+        let cpu = cpu_ms();
         let start = Instant::now();
         let prompt = orchestrator.prompt(lead, format!("do {n} pieces"));
         loop {
@@ -716,7 +743,7 @@ fn run_tasks(url: &str, n: usize) {
         let wall = start.elapsed();
         assert_eq!(board.rows().len(), n + 1, "every worker ran");
         orchestrator.shutdown().await;
-        wall
+        (wall, cpu)
     });
-    report(wall);
+    report(wall, cpu);
 }
