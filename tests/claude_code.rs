@@ -149,6 +149,21 @@ async fn a_lead_that_only_delegates_has_workers_with_their_own_tools() {
     assert_eq!(harness::tool_names(worker), ["Read", "Grep"]);
 }
 
+/// Runs `go` as role `agent` in bypassPermissions mode, which must succeed: only
+/// the role's own rules can refuse a call.
+async fn run_bypassing(mock: &MockLlm, dir: &std::path::Path, agent: &str) -> std::process::Output {
+    let args = [
+        "--agent",
+        agent,
+        "--permission-mode",
+        "bypassPermissions",
+        "go",
+    ];
+    let out = run_on(mock, dir, &args, &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bash_rule_lets_a_role_run_matching_commands_and_nothing_else() {
     let mock = MockLlm::start(vec![
@@ -169,20 +184,7 @@ async fn a_bash_rule_lets_a_role_run_matching_commands_and_nothing_else() {
         "name: echoer\ndescription: Echoes.\ntools: Bash(echo:*)",
         "You echo.",
     );
-    let out = run_on(
-        &mock,
-        dir.path(),
-        &[
-            "--agent",
-            "echoer",
-            "--permission-mode",
-            "bypassPermissions",
-            "go",
-        ],
-        &[],
-    )
-    .await;
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    run_bypassing(&mock, dir.path(), "echoer").await;
     assert!(!dir.path().join("pwned").exists(), "a refused command ran");
     let requests = mock.requests();
     let results: Vec<(String, String)> = harness::tool_results(&requests[3]);
@@ -216,20 +218,7 @@ async fn a_disallowed_rule_with_a_pattern_refuses_its_calls_and_leaves_the_tool(
         "name: cautious\ndescription: Careful.\ndisallowedTools: Bash(rm:*), Edit(.env)",
         "You are careful.",
     );
-    let out = run_on(
-        &mock,
-        dir.path(),
-        &[
-            "--agent",
-            "cautious",
-            "--permission-mode",
-            "bypassPermissions",
-            "go",
-        ],
-        &[],
-    )
-    .await;
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = run_bypassing(&mock, dir.path(), "cautious").await;
     let stderr = text(&out.stderr);
     assert!(!stderr.contains("warning"), "{stderr}");
     assert!(dir.path().join("victim").exists(), "a refused command ran");
