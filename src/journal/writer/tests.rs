@@ -1,0 +1,93 @@
+//! Tests of the journal writer.
+
+use super::*;
+use crate::conversation::Message;
+use crate::journal::{journal_path, read_journal};
+use crate::protocol::SessionId;
+
+#[test]
+fn a_batch_syncs_the_files_asked_for_unless_anyone_asks_for_everything() {
+    let asked = |paths: &[Option<&str>]| -> Vec<SyncRequest> {
+        paths
+            .iter()
+            .map(|p| (p.map(PathBuf::from), oneshot::channel().0))
+            .collect()
+    };
+    assert_eq!(Scope::of(&[], false), Scope::Nothing);
+    assert_eq!(Scope::of(&[], true), Scope::Everything);
+    assert_eq!(
+        Scope::of(&asked(&[Some("a"), None]), false),
+        Scope::Everything
+    );
+    let scope = Scope::of(&asked(&[Some("a"), Some("c"), Some("a")]), false);
+    let mut dirty: HashSet<PathBuf> = ["a", "b"].iter().map(PathBuf::from).collect();
+    // "c" was not written since its last sync; "b" was not asked for.
+    assert_eq!(scope.take_due(&mut dirty), vec![PathBuf::from("a")]);
+    assert_eq!(dirty, HashSet::from([PathBuf::from("b")]));
+    let mut all = Scope::Everything.take_due(&mut dirty);
+    all.sort();
+    assert_eq!(all, vec![PathBuf::from("b")]);
+    assert!(dirty.is_empty());
+}
+
+#[test]
+fn a_large_group_is_synced_across_threads_and_only_the_failures_come_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = OpenFiles::new(1024);
+    let mut due: Vec<PathBuf> = (0..40).map(|i| dir.path().join(format!("{i}"))).collect();
+    for path in &due {
+        files.open(path, 0).unwrap();
+    }
+    // Neither open nor on disk: its reopening fails.
+    let missing = dir.path().join("gone");
+    due.insert(17, missing.clone());
+    let failed = sync_files(&files, &due);
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].0, missing);
+}
+
+#[tokio::test]
+async fn a_file_synced_alone_is_readable_and_a_full_sync_covers_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::start().unwrap();
+    let (a, b) = (
+        journal_path(dir.path(), SessionId::new()),
+        journal_path(dir.path(), SessionId::new()),
+    );
+    let record = Record::Message {
+        message: Message::user("x"),
+    };
+    journal.append(&a, &record).unwrap();
+    journal.append(&b, &record).unwrap();
+    journal.sync_file(&a).await.unwrap();
+    assert_eq!(read_journal(&a).unwrap(), vec![record.clone()]);
+    journal.sync().await.unwrap();
+    assert_eq!(read_journal(&b).unwrap(), vec![record]);
+}
+
+#[tokio::test]
+async fn appended_records_are_readable_after_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::start().unwrap();
+    let id = SessionId::new();
+    let path = journal_path(dir.path(), id);
+    for i in 0..100 {
+        journal
+            .append(
+                &path,
+                &Record::Message {
+                    message: Message::user(i.to_string()),
+                },
+            )
+            .unwrap();
+    }
+    journal.sync().await.unwrap();
+    let records = read_journal(&path).unwrap();
+    assert_eq!(records.len(), 100);
+    assert_eq!(
+        records[99],
+        Record::Message {
+            message: Message::user("99")
+        }
+    );
+}
