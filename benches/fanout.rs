@@ -45,7 +45,16 @@ use serde_json::{Value, json};
 const TTFT: Duration = Duration::from_millis(50);
 const CHUNK_DELAY: Duration = Duration::from_millis(5);
 const CHUNKS: usize = 20;
-const TURNS: u32 = 3;
+/// Turns of each session of the session fan-out (`FANOUT_SESSION_TURNS`, default
+/// 3: two tool turns and the answer; 1 is the answer alone, which tells a model
+/// turn's CPU from a tool call's).
+fn session_turns() -> u32 {
+    std::env::var("FANOUT_SESSION_TURNS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .filter(|t| *t >= 1)
+        .unwrap_or(3)
+}
 
 /// The system prompts of the Task fan-out: one lead, many workers.
 const LEAD: &str = "You are a bench lead.";
@@ -108,9 +117,10 @@ fn drive(sizes: &[String]) {
         .read_line(&mut url)
         .unwrap();
     let url = url.trim().to_owned();
-    let ideal = (TTFT + CHUNK_DELAY * CHUNKS as u32) * TURNS;
+    let turns = session_turns();
+    let ideal = (TTFT + CHUNK_DELAY * CHUNKS as u32) * turns;
     println!(
-        "fanout: {TURNS} turns/session, ttft {TTFT:?}, {CHUNKS} chunks {CHUNK_DELAY:?} apart; ideal {ideal:?}"
+        "fanout: {turns} turns/session, ttft {TTFT:?}, {CHUNKS} chunks {CHUNK_DELAY:?} apart; ideal {ideal:?}"
     );
     println!(
         "{:>6} {:<12} {:>10} {:>8} {:>12} {:>9}",
@@ -230,7 +240,7 @@ fn run_bare(url: &str, n: usize) {
                 tokio::spawn(async move {
                     let mut messages =
                         vec![json!({"role": "user", "content": "inspect the modules"})];
-                    for _ in 0..TURNS {
+                    for _ in 0..session_turns() {
                         let body =
                             json!({"model": "mock-model", "messages": messages, "stream": true});
                         let response = http.post(&endpoint).json(&body).send().await.unwrap();
@@ -415,7 +425,7 @@ fn reply_for(body: &Value) -> Reply {
     let turns = if system == WORKER {
         WORKER_TURNS
     } else {
-        TURNS
+        session_turns()
     };
     let done = body["messages"]
         .as_array()
@@ -512,7 +522,7 @@ fn run_sessions(url: &str, n: usize) {
             let event = events.recv().await.unwrap();
             if let EventKind::Terminal { outcome, .. } = event.kind {
                 match outcome {
-                    Outcome::Finished { stats, .. } => assert_eq!(stats.turns, TURNS),
+                    Outcome::Finished { stats, .. } => assert_eq!(stats.turns, session_turns()),
                     other => panic!("a session did not finish: {other:?}"),
                 }
                 finished += 1;
