@@ -432,3 +432,27 @@ fn kind_name(kind: &EventKind) -> &'static str {
         _ => "other",
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_journal_cannot_be_read_does_not_start_and_is_forgotten() {
+    let mock = MockLlm::start(vec![]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = harness::runtime(&mock, dir.path()).await;
+    let session = orchestrate::SessionId::new();
+    let path = journal_path(dir.path(), session);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    // Damage before the last line is not a torn write: the journal is refused.
+    let header =
+        json!({"record": "header", "session": session.to_string(), "agent": "a", "model": "m"});
+    std::fs::write(&path, format!("{header}\nnot a record\n{header}\n")).unwrap();
+    let spec = harness::spec(ToolRegistry::new());
+    let error = runtime.resume_session(session, spec.clone()).await;
+    assert!(error.is_err(), "{error:?}");
+    // Forgotten, not left half-started: a prompt to it ends at once, and resuming
+    // it again tries again.
+    let (outcome, _) = harness::run(&runtime, session, "hello").await;
+    assert!(matches!(outcome, Outcome::Failed { .. }), "{outcome:?}");
+    assert!(runtime.resume_session(session, spec).await.is_err());
+    assert!(mock.requests().is_empty());
+    runtime.shutdown().await;
+}
