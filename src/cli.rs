@@ -6,13 +6,15 @@
 //! may send model requests where it says), `run` the running of a task (new or
 //! resumed), `resume` which run to resume, `sessions` the runs on record, `control`
 //! the commands to a live run (`ps`, `steer`, `stop`, `kill`), `agents` the `agents`
-//! subcommand, and [`exit`] the exit codes. This file only dispatches, through
+//! subcommand, `descriptors` the process's limit on open files, and [`exit`] the
+//! exit codes. This file only dispatches, through
 //! writers that show every escape sequence as text ([`crate::ui::escape`]).
 
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+pub use self::descriptors::raise_open_files_limit;
 use crate::tools::permissions::Approver;
 pub use crate::ui::display::Progress;
 use crate::ui::escape::Escaped;
@@ -20,6 +22,7 @@ use crate::ui::escape::Escaped;
 mod agents;
 mod claude_settings;
 mod control;
+mod descriptors;
 pub mod exit;
 mod flags;
 mod mcp;

@@ -47,6 +47,9 @@ fn main() -> ExitCode {
     // resident as soon as one byte of it is touched, which at a thousand agents
     // held a third of the process's memory for nothing (README, Performance).
     let _ = rustix::thread::disable_transparent_huge_pages(true);
+    // A socket and a journal per live sub-agent: the usual soft limit of 1 024
+    // descriptors would stop a fan-out near five hundred.
+    let _ = cli::raise_open_files_limit();
     let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
     let keys = match keys::take_from_environment(&keys::configured_names(home.as_deref())) {
         Taken::Held(keys) => keys,

@@ -820,3 +820,51 @@ async fn plain_progress_ends_with_the_files_the_run_changed() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_soft_limit_on_open_files_is_raised_to_the_hard_one() {
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[(
+            "b1",
+            "Bash",
+            serde_json::json!({"command": "ulimit -Sn; ulimit -Hn"}),
+        )]),
+        Reply::text("done"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--permission-mode", "bypassPermissions", "go"];
+    let inner = command_on(&mock, dir.path(), &args, &[]);
+    let inner = inner.as_std();
+    // Started with a soft limit of 256, as a shell's `ulimit -Sn` leaves it.
+    let mut cmd = tokio::process::Command::new("bash");
+    cmd.arg("-c")
+        .arg("ulimit -Sn 256 && exec \"$@\"")
+        .arg("bash")
+        .arg(inner.get_program())
+        .args(inner.get_args())
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    for (name, value) in inner.get_envs() {
+        match value {
+            Some(value) => cmd.env(name, value),
+            None => cmd.env_remove(name),
+        };
+    }
+    let out = tokio::time::timeout(DEADLINE, cmd.output())
+        .await
+        .expect("orchestrate did not exit in time")
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let result = mock.requests()[1].body["messages"][3]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let limits: Vec<&str> = result.split_whitespace().take(2).collect();
+    let [soft, hard] = limits[..] else {
+        panic!("{result}")
+    };
+    if hard != "256" {
+        assert_eq!(soft, hard, "{result}");
+    }
+}
