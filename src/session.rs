@@ -31,8 +31,9 @@ pub struct SessionSpec {
     pub agent: String,
     /// The model id.
     pub model: String,
-    /// The system prompt.
-    pub system_prompt: String,
+    /// The system prompt (shared: a fan-out's sub-agents of one role hold one copy
+    /// of it and of the project's memory in it).
+    pub system_prompt: Arc<str>,
     /// The tools offered.
     pub tools: ToolRegistry,
     /// Model turns allowed per run: the run stops (`budget: turns`) when they are
@@ -83,7 +84,7 @@ impl SessionSpec {
     pub fn new(
         agent: impl Into<String>,
         model: impl Into<String>,
-        system_prompt: impl Into<String>,
+        system_prompt: impl Into<Arc<str>>,
     ) -> Self {
         let agent = agent.into();
         Self {

@@ -10,7 +10,8 @@
 //! Task starts sessions through a [`Launcher`], which the runtime's handle
 //! implements: Task knows what a session is, not the actors that run one.
 
-use std::sync::{Arc, RwLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
 
 use futures::future::BoxFuture;
 use schemars::JsonSchema;
@@ -89,6 +90,10 @@ pub struct TaskEnv {
     memory: Arc<Memory>,
     /// The run's MCP servers, whose tools a sub-agent's role may use.
     mcp: Option<Arc<crate::mcp::McpHub>>,
+    /// Sub-agents' system prompts (a role's prompt with the memory), one per role
+    /// prompt: ten thousand sub-agents of a role share one copy, not ten thousand
+    /// copies of the project's memory.
+    prompts: Mutex<HashMap<String, Arc<str>>>,
 }
 
 impl TaskEnv {
@@ -114,7 +119,23 @@ impl TaskEnv {
             meter: None,
             memory: Arc::default(),
             mcp: None,
+            prompts: Mutex::default(),
         }
+    }
+
+    /// The system prompt of a sub-agent whose role's prompt is `role_prompt`: that
+    /// and the memory, made once and shared.
+    fn system_prompt(&self, role_prompt: &str) -> Arc<str> {
+        let mut prompts = self
+            .prompts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(prompt) = prompts.get(role_prompt) {
+            return prompt.clone();
+        }
+        let prompt: Arc<str> = self.memory.apply(role_prompt).into();
+        prompts.insert(role_prompt.to_owned(), prompt.clone());
+        prompt
     }
 
     /// Sub-agents get the tools of `hub`'s servers their roles allow.
@@ -227,7 +248,7 @@ impl Task {
             };
             tools = tools.with(Task::new(self.env.clone(), caller));
         }
-        let prompt = self.env.memory.apply(&role.prompt);
+        let prompt = self.env.system_prompt(&role.prompt);
         let mut spec = SessionSpec::new(role.name.clone(), model.id, prompt);
         spec.memory = self.env.memory.names();
         spec.provider = model.provider;
@@ -392,4 +413,41 @@ fn footer(agent: &str, stats: &crate::protocol::RunStats) -> String {
         stats.usage.total(),
         stats.duration_ms as f64 / 1000.0
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Nobody;
+
+    impl Launcher for Nobody {
+        fn delegate(
+            &self,
+            _spec: SessionSpec,
+            _prompt: String,
+            _cancel: CancellationToken,
+            _resumed: bool,
+        ) -> BoxFuture<'_, Result<Option<Outcome>, SessionError>> {
+            Box::pin(async { Ok(None) })
+        }
+    }
+
+    #[test]
+    fn sub_agents_of_one_role_share_one_system_prompt_with_the_memory() {
+        let memory = Memory {
+            text: "## CLAUDE.md\nRules.".into(),
+            ..Memory::default()
+        };
+        let catalog = Arc::new(RwLock::new(Catalog::load(&[])));
+        let env =
+            TaskEnv::new(Nobody, catalog, 1, 1, ToolRegistry::new()).with_memory(Arc::new(memory));
+        let first = env.system_prompt("You work.");
+        let second = env.system_prompt("You work.");
+        assert!(Arc::ptr_eq(&first, &second));
+        assert_eq!(&*first, "You work.\n\n## CLAUDE.md\nRules.");
+        let other = env.system_prompt("You review.");
+        assert!(!Arc::ptr_eq(&first, &other));
+    }
 }

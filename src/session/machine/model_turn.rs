@@ -75,7 +75,7 @@ impl Machine {
         let spec = &self.spec;
         let mut all = Vec::with_capacity(messages.len() + 1);
         if !spec.system_prompt.is_empty() {
-            all.push(Message::system(spec.system_prompt.clone()));
+            all.push(Message::system(spec.system_prompt.to_string()));
         }
         all.extend(messages);
         ChatRequest {
