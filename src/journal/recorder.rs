@@ -5,7 +5,9 @@
 //!
 //! It does not own durability: the transcript records a resumed session needs are
 //! appended by the session itself and synced at its turn boundaries, where it can
-//! wait for the sync. Events ride along with the next group sync.
+//! wait for the sync. Events are synced with their session's next sync (or the
+//! runtime's sync of everything, at shutdown): they are for the record, and a
+//! resumed session does not need them.
 
 use std::collections::HashSet;
 use std::path::PathBuf;

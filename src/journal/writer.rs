@@ -15,6 +15,7 @@ use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::Write;
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -38,6 +39,9 @@ const WAKE_AT: usize = 4096;
 
 type Waiter = oneshot::Sender<Result<(), String>>;
 
+/// What an append or a sync hears once the writer is gone.
+const STOPPED: &str = "the journal writer has stopped";
+
 /// A sync request: of one journal, or (`None`) of everything appended.
 type SyncRequest = (Option<PathBuf>, Waiter);
 
@@ -48,6 +52,8 @@ struct Pending {
     /// Journals whose sessions have stopped: their files may be closed.
     ended: Vec<PathBuf>,
     closed: bool,
+    /// The writer thread died (a panic): appends and syncs fail at once.
+    dead: bool,
 }
 
 /// What a batch must make durable.
@@ -132,10 +138,24 @@ impl Journal {
             dirty: HashSet::new(),
             grown: HashSet::new(),
             dirs: HashSet::new(),
+            failed: HashMap::new(),
         };
+        let watched = shared.clone();
         std::thread::Builder::new()
             .name("orchestrate-journal".into())
-            .spawn(move || writer.run())?;
+            .spawn(move || {
+                if std::panic::catch_unwind(AssertUnwindSafe(move || writer.run())).is_err() {
+                    // Nobody may wait forever on a writer that is gone.
+                    let waiters = {
+                        let mut pending = watched.lock();
+                        pending.dead = true;
+                        std::mem::take(&mut pending.waiters)
+                    };
+                    for (_, done) in waiters {
+                        let _ = done.send(Err(STOPPED.to_owned()));
+                    }
+                }
+            })?;
         Ok(Self {
             handle: Arc::new(Handle { shared }),
         })
@@ -158,6 +178,9 @@ impl Journal {
         }
         let shared = &self.handle.shared;
         let mut pending = shared.lock();
+        if pending.dead {
+            return Err(STOPPED.to_owned());
+        }
         pending.appends.push((path.to_owned(), lines));
         if pending.appends.len() >= WAKE_AT {
             shared.wake.notify_one();
@@ -188,10 +211,15 @@ impl Journal {
     async fn request(&self, path: Option<PathBuf>) -> Result<(), String> {
         let (done, wait) = oneshot::channel();
         let shared = &self.handle.shared;
-        shared.lock().waiters.push((path, done));
+        {
+            let mut pending = shared.lock();
+            if pending.dead {
+                return Err(STOPPED.to_owned());
+            }
+            pending.waiters.push((path, done));
+        }
         shared.wake.notify_one();
-        wait.await
-            .map_err(|_| "the journal writer has stopped".to_owned())?
+        wait.await.map_err(|_| STOPPED.to_owned())?
     }
 }
 
@@ -230,6 +258,10 @@ struct Writer {
     grown: HashSet<PathBuf>,
     /// Directories known to exist.
     dirs: HashSet<PathBuf>,
+    /// Errors of a file (a write, a sync) not yet told to a sync request covering
+    /// it: lines that could not be written are lost, and the next sync of their
+    /// file must say so rather than report it durable.
+    failed: HashMap<PathBuf, String>,
 }
 
 impl Writer {
@@ -255,28 +287,25 @@ impl Writer {
                 )
             };
             self.batch += 1;
-            let mut error = None;
             for (path, lines) in gather(appends) {
                 if let Err(e) = self.write(&path, &lines) {
-                    error = Some(format!("{}: {e}", path.display()));
+                    let e = format!("{}: {e}", path.display());
+                    tracing::error!(error = %e, "journal write failed");
+                    self.failed.insert(path, e);
                 }
             }
-            let synced = self.sync(Scope::of(&waiters, closed));
-            let result = match (error, synced) {
-                (Some(e), _) | (None, Err(e)) => Err(e),
-                (None, Ok(())) => Ok(()),
-            };
-            if let Err(e) = &result {
-                tracing::error!(error = %e, "journal write failed");
+            let dir_error = self.sync(Scope::of(&waiters, closed));
+            for (path, done) in waiters {
+                let _ = done.send(self.answer(path.as_deref(), dir_error.as_ref()));
             }
-            for (_, done) in waiters {
-                let _ = done.send(result.clone());
-            }
-            // Written above; a dirty file closed now is reopened to be synced.
+            // A file still to be synced stays open: it is synced through the
+            // descriptor that wrote it, whose write-back errors it reports.
             for path in ended {
-                self.files.close(&path);
+                if !self.dirty.contains(&path) {
+                    self.files.close(&path);
+                }
             }
-            self.files.trim();
+            self.close_overflow();
             if closed && self.shared.lock().appends.is_empty() {
                 return;
             }
@@ -301,29 +330,59 @@ impl Writer {
 
     /// Makes the files of `scope` that were written since their last sync durable
     /// (`fdatasync` of exactly those files, never the whole filesystem), and the
-    /// directory entries of new files.
-    fn sync(&mut self, scope: Scope) -> Result<(), String> {
+    /// directory entries of new files. A file that fails stays dirty (a later sync
+    /// tries it again) and its error waits in `failed` for its session; a
+    /// directory's error is returned, for every request of the batch.
+    fn sync(&mut self, scope: Scope) -> Option<String> {
         if scope == Scope::Nothing {
-            return Ok(());
+            return None;
         }
         let due = scope.take_due(&mut self.dirty);
-        // Every file is tried; those that fail stay dirty, so a later sync tries
-        // them again instead of reporting them durable.
-        let mut first_error = None;
         for (path, e) in sync_files(&self.files, &due) {
-            first_error.get_or_insert(format!("journal sync of {}: {e}", path.display()));
+            let e = format!("journal sync of {}: {e}", path.display());
+            tracing::error!(error = %e, "journal sync failed");
+            self.failed.insert(path.clone(), e);
             self.dirty.insert(path);
         }
+        let mut dir_error = None;
         for dir in std::mem::take(&mut self.grown) {
             if let Err(e) = File::open(&dir).and_then(|d| d.sync_all()) {
-                first_error.get_or_insert(format!("journal sync of {}: {e}", dir.display()));
+                dir_error.get_or_insert(format!("journal sync of {}: {e}", dir.display()));
                 self.grown.insert(dir);
             }
         }
-        if let Some(e) = first_error {
-            return Err(e);
+        dir_error
+    }
+
+    /// What a sync request hears: the error of its own file since its last answer,
+    /// or, for a sync of everything, any file's; a directory's error, whoever asks.
+    fn answer(&mut self, path: Option<&Path>, dir_error: Option<&String>) -> Result<(), String> {
+        if let Some(e) = dir_error {
+            return Err(e.clone());
         }
-        Ok(())
+        let error = match path {
+            Some(path) => self.failed.remove(path),
+            None => self.failed.values().next().cloned(),
+        };
+        error.map_or(Ok(()), Err)
+    }
+
+    /// Past the bound on open files, closes the files written longest ago, those
+    /// already synced first; one still to be synced is synced first through its
+    /// own descriptor (kept open if that fails, its error left for its session).
+    fn close_overflow(&mut self) {
+        for path in self.files.overflow(&self.dirty) {
+            if self.dirty.contains(&path) {
+                if let Some(Err(e)) = self.files.get(&path).map(File::sync_data) {
+                    let e = format!("journal sync of {}: {e}", path.display());
+                    tracing::error!(error = %e, "journal sync failed");
+                    self.failed.insert(path, e);
+                    continue;
+                }
+                self.dirty.remove(&path);
+            }
+            self.files.close(&path);
+        }
     }
 }
 
@@ -352,13 +411,17 @@ fn sync_files(files: &OpenFiles, due: &[PathBuf]) -> Vec<(PathBuf, std::io::Erro
         return due.iter().filter_map(sync_one).collect();
     }
     std::thread::scope(|scope| {
-        let chunks: Vec<&[PathBuf]> = due.chunks(due.len().div_ceil(threads)).collect();
-        let workers: Vec<_> = chunks
-            .iter()
-            .map(|chunk| scope.spawn(|| chunk.iter().filter_map(sync_one).collect::<Vec<_>>()))
-            .collect();
         let mut failed = Vec::new();
-        for (worker, chunk) in workers.into_iter().zip(chunks) {
+        let mut workers = Vec::new();
+        for chunk in due.chunks(due.len().div_ceil(threads)) {
+            let sync_chunk = || chunk.iter().filter_map(sync_one).collect::<Vec<_>>();
+            match std::thread::Builder::new().spawn_scoped(scope, sync_chunk) {
+                Ok(worker) => workers.push((worker, chunk)),
+                // No thread to be had (a process or cgroup limit): this one does it.
+                Err(_) => failed.extend(chunk.iter().filter_map(sync_one)),
+            }
+        }
+        for (worker, chunk) in workers {
             match worker.join() {
                 Ok(errors) => failed.extend(errors),
                 // Nothing of a chunk whose thread died is known to be durable.

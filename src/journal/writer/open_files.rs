@@ -3,7 +3,7 @@
 //! at turn ends, so the longest unwritten are those mid-stream or ended), never all
 //! of them at once, which made every live journal be reopened at its next write.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -57,18 +57,18 @@ impl OpenFiles {
         self.files.remove(path);
     }
 
-    /// Past the bound, closes the files written longest ago, down to three
-    /// quarters of it. What they hold has been written; a dirty one is reopened
-    /// to be synced.
-    pub(super) fn trim(&mut self) {
+    /// Past the bound, the files to close to come down to three quarters of it:
+    /// those not in `dirty` (already synced) first, each kind the ones written
+    /// longest ago first.
+    pub(super) fn overflow(&self, dirty: &HashSet<PathBuf>) -> Vec<PathBuf> {
         if self.files.len() <= self.max_open {
-            return;
+            return Vec::new();
         }
         let keep = self.max_open * 3 / 4;
-        let stamps = self.files.iter().map(|(p, (_, s))| (p, *s)).collect();
-        for path in oldest(stamps, keep) {
-            self.files.remove(&path);
-        }
+        let ranked = (self.files.iter())
+            .map(|(p, (_, s))| (p, (dirty.contains(p), *s)))
+            .collect();
+        oldest(ranked, keep)
     }
 
     #[cfg(test)]
@@ -77,10 +77,11 @@ impl OpenFiles {
     }
 }
 
-/// The paths to close so that `keep` remain: those with the oldest stamps.
-fn oldest(mut files: Vec<(&PathBuf, u64)>, keep: usize) -> Vec<PathBuf> {
+/// The paths to close so that `keep` remain: those ranked lowest (clean before
+/// dirty, then oldest first).
+fn oldest(mut files: Vec<(&PathBuf, (bool, u64))>, keep: usize) -> Vec<PathBuf> {
     let excess = files.len().saturating_sub(keep);
-    files.sort_unstable_by_key(|(_, stamp)| *stamp);
+    files.sort_unstable_by_key(|(_, rank)| *rank);
     files[..excess]
         .iter()
         .map(|(path, _)| (*path).clone())
@@ -92,7 +93,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn past_the_bound_the_files_written_longest_ago_are_closed() {
+    fn past_the_bound_the_synced_files_written_longest_ago_are_closed_first() {
         let dir = tempfile::tempdir().unwrap();
         let mut files = OpenFiles::new(8);
         let path = |i: u64| dir.path().join(format!("{i}.jsonl"));
@@ -100,23 +101,31 @@ mod tests {
             let (_, created) = files.open(&path(i), i).unwrap();
             assert!(created);
         }
-        // File 0 is written again, so it is the newest.
+        // File 0 is written again, so it is the newest; file 1 still needs a sync.
         files.open(&path(0), 9).unwrap();
-        files.trim();
+        let dirty = HashSet::from([path(1)]);
+        let mut closing = files.overflow(&dirty);
+        closing.sort();
+        assert_eq!(closing, [path(2), path(3), path(4)]);
+        for path in &closing {
+            files.close(path);
+        }
         assert_eq!(files.len(), 6);
-        for i in [1, 2, 3] {
-            assert!(files.get(&path(i)).is_none(), "{i} was written longest ago");
-        }
-        for i in [0, 4, 5, 6, 7, 8] {
-            assert!(files.get(&path(i)).is_some(), "{i} is recent");
-        }
+        assert!(files.overflow(&dirty).is_empty());
     }
 
     #[test]
     fn ties_at_the_cut_close_just_enough_of_the_oldest() {
         let paths: Vec<PathBuf> = (0..6).map(|i| PathBuf::from(i.to_string())).collect();
-        let stamps = [1, 1, 1, 1, 2, 2];
-        let closed = oldest(paths.iter().zip(stamps).collect(), 3);
+        let ranks = [
+            (false, 1),
+            (false, 1),
+            (false, 1),
+            (false, 1),
+            (false, 2),
+            (true, 0),
+        ];
+        let closed = oldest(paths.iter().zip(ranks).collect(), 3);
         assert_eq!(closed.len(), 3);
         assert!(closed.iter().all(|p| paths[..4].contains(p)));
     }

@@ -91,3 +91,24 @@ async fn appended_records_are_readable_after_sync() {
         }
     );
 }
+
+#[tokio::test]
+async fn a_failed_write_reaches_its_own_files_next_sync_and_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::start().unwrap();
+    // Its folder is a file: the write cannot be made.
+    std::fs::write(dir.path().join("blocked"), "").unwrap();
+    let bad = dir.path().join("blocked").join("s.jsonl");
+    let good = journal_path(dir.path(), SessionId::new());
+    let record = Record::Message {
+        message: Message::user("x"),
+    };
+    journal.append(&bad, &record).unwrap();
+    journal.append(&good, &record).unwrap();
+    // The same batch: another file's failure is not this one's.
+    journal.sync_file(&good).await.unwrap();
+    let error = journal.sync_file(&bad).await.unwrap_err();
+    assert!(error.contains("blocked"), "{error}");
+    // Told once; the file has nothing else pending.
+    journal.sync_file(&bad).await.unwrap();
+}
