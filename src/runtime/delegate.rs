@@ -169,7 +169,7 @@ impl Handle {
                         }
                         return Ok(Reached::Ended(outcome));
                     }
-                    (Recorded::Other, _) => self.start_child(spec, prompt).await?,
+                    (Recorded::Other, _) => self.start_child(spec, prompt, guard).await?,
                     (Recorded::Running, Whereabouts::Journaled) => {
                         self.resume_session(child, spec).await?;
                         (child, events, Prompt::Taken)
@@ -188,19 +188,23 @@ impl Handle {
                     }
                 }
             }
-            None => self.start_child(spec, prompt).await?,
+            None => self.start_child(spec, prompt, guard).await?,
         };
         Ok(Reached::Running(child, events, sent))
     }
 
     /// Starts a new sub-agent with the call's prompt queued, subscribed to its
-    /// events before it can publish any.
+    /// events before it can publish any, and known to `guard` before it is asked
+    /// for: a call cancelled while it starts cancels and stops it (the
+    /// Orchestrator takes the start before the cancel), never one it replaced.
     async fn start_child(
         &self,
         spec: SessionSpec,
         prompt: &str,
+        guard: &mut CancelWithCall,
     ) -> Result<(SessionId, EventStream, Prompt), SessionError> {
         let child = SessionId::new();
+        guard.child = Some(child);
         let events = self.bus.subscribe_session_lifecycle(child);
         let seq = self.stamp();
         let queued = QueuedPrompt {
