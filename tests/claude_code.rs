@@ -207,6 +207,8 @@ async fn a_disallowed_rule_with_a_pattern_refuses_its_calls_and_leaves_the_tool(
             "Write",
             json!({"file_path": ".env", "content": "SECRET=1"}),
         )]),
+        // A line the scanner cannot split into its commands: refused too.
+        Reply::tool_calls(&[("b3", "Bash", json!({"command": "X=rm; \"$X\" victim"}))]),
         Reply::text("done"),
     ])
     .await;
@@ -227,9 +229,9 @@ async fn a_disallowed_rule_with_a_pattern_refuses_its_calls_and_leaves_the_tool(
     let tools = harness::tool_names(&requests[0]);
     assert!(tools.iter().any(|t| t == "Bash"), "{tools:?}");
     assert!(tools.iter().any(|t| t == "Write"), "{tools:?}");
-    let results: Vec<(String, String)> = harness::tool_results(&requests[3]);
+    let results: Vec<(String, String)> = harness::tool_results(&requests[4]);
     assert_eq!(results[0].1.trim(), "allowed");
-    for (id, content) in &results[1..] {
+    for (id, content) in &results[1..3] {
         assert!(
             content.contains(
                 "the cautious role's disallowedTools (Bash(rm:*), Edit(.env)) forbid this"
@@ -237,6 +239,13 @@ async fn a_disallowed_rule_with_a_pattern_refuses_its_calls_and_leaves_the_tool(
             "{id}: {content}"
         );
     }
+    assert!(
+        results[3]
+            .1
+            .contains("this line cannot be split into its commands"),
+        "{:?}",
+        results[3]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -350,13 +350,28 @@ impl Gate {
                 home: self.rules.home.clone(),
                 ..Rules::default()
             };
-            if role.verdict(tool, input) == Some(RuleVerdict::Deny) {
-                let refused: Vec<String> = self.role_deny.iter().map(ToString::to_string).collect();
-                return Err(denied(format!(
-                    "permission denied: the {} role's disallowedTools ({}) forbid this {tool} call",
-                    self.agent,
-                    refused.join(", ")
-                )));
+            let refused = || -> String {
+                let rules: Vec<String> = self.role_deny.iter().map(ToString::to_string).collect();
+                rules.join(", ")
+            };
+            match role.verdict(tool, input) {
+                Some(RuleVerdict::Deny) => {
+                    return Err(denied(format!(
+                        "permission denied: the {} role's disallowedTools ({}) forbid this {tool} call",
+                        self.agent,
+                        refused()
+                    )));
+                }
+                // A Bash line the scanner cannot split may hold a refused command:
+                // the run's deny rules would ask a person; the role's refuse it.
+                Some(RuleVerdict::Ask) => {
+                    return Err(denied(format!(
+                        "permission denied: the {} role's disallowedTools ({}) refuse commands, and this line cannot be split into its commands to check them; write it as plain commands",
+                        self.agent,
+                        refused()
+                    )));
+                }
+                Some(RuleVerdict::Allow) | None => {}
             }
         }
         let ruled = self.rules.verdict(tool, input);
