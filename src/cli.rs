@@ -14,7 +14,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-pub use self::descriptors::raise_open_files_limit;
+pub use self::descriptors::{CEILING as OPEN_FILES_CEILING, raise_open_files_limit};
 use crate::tools::permissions::Approver;
 pub use crate::ui::display::Progress;
 use crate::ui::escape::Escaped;

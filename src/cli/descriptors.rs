@@ -1,14 +1,17 @@
 //! The process's limit on open descriptors. A fan-out holds a socket and a journal
 //! per live sub-agent, and the usual soft limit (1 024) stops it near five hundred
 //! with "Too many open files", while the hard limit allows far more: the soft limit
-//! is raised to the hard one at start, as Go's runtime does. The commands and
-//! servers the run starts inherit it.
+//! is raised at start, to the hard limit but at most 65 536. The commands and
+//! servers the run starts inherit it (Go's runtime puts the original back in its
+//! children; that takes code between fork and exec, which this crate does not
+//! write), hence the modest ceiling: a program that closes every possible
+//! descriptor at start loops 65 536 times, not a million.
 
 use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
-/// The most the soft limit is raised to: Linux's default ceiling (`nr_open`); a
-/// hard limit of "unlimited" cannot be a descriptor limit.
-const CEILING: u64 = 1 << 20;
+/// The most the soft limit is raised to: room for ten thousand sub-agents' sockets
+/// and journals several times over.
+pub const CEILING: u64 = 1 << 16;
 
 /// The limit to set instead of `limit`, when its soft limit is below what its hard
 /// limit allows.
@@ -40,8 +43,13 @@ mod tests {
 
     #[test]
     fn the_soft_limit_rises_to_the_hard_one_and_never_past_the_ceiling() {
-        let up = raised(&limit(Some(1024), Some(524_288))).unwrap();
-        assert_eq!((up.current, up.maximum), (Some(524_288), Some(524_288)));
+        let up = raised(&limit(Some(1024), Some(20_000))).unwrap();
+        assert_eq!((up.current, up.maximum), (Some(20_000), Some(20_000)));
+        let capped = raised(&limit(Some(1024), Some(524_288))).unwrap();
+        assert_eq!(
+            (capped.current, capped.maximum),
+            (Some(CEILING), Some(524_288))
+        );
         let capped = raised(&limit(Some(1024), None)).unwrap();
         assert_eq!(capped.current, Some(CEILING));
         assert!(raised(&limit(Some(20_000), Some(20_000))).is_none());
