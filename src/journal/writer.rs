@@ -224,10 +224,11 @@ impl Journal {
 }
 
 /// A quarter of the process's file-descriptor limit, so journals never starve the
-/// sockets and tools of descriptors.
+/// sockets and tools of descriptors (at most 16 384: the binary raises its limit
+/// to 65 536 where it can, which keeps ten thousand sub-agents' journals open).
 fn max_open_files() -> usize {
     let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
-    limit.map_or(256, |n| (n / 4).clamp(16, 8192) as usize)
+    limit.map_or(256, |n| (n / 4).clamp(16, 16_384) as usize)
 }
 
 /// A batch's lines by file, each file's in the order they came.
