@@ -341,20 +341,13 @@ impl Gate {
                 )));
             }
         }
-        use crate::tools::rules::{RuleVerdict, Rules};
+        use crate::tools::rules::RuleVerdict;
         if !self.role_deny.is_empty() {
-            // Matched as the run's deny rules are (paths from the same workspace).
-            let role = Rules {
-                deny: self.role_deny.to_vec(),
-                workspace: self.rules.workspace.clone(),
-                home: self.rules.home.clone(),
-                ..Rules::default()
-            };
             let refused = || -> String {
                 let rules: Vec<String> = self.role_deny.iter().map(ToString::to_string).collect();
                 rules.join(", ")
             };
-            match role.verdict(tool, input) {
+            match self.rules.refusal(&self.role_deny, tool, input) {
                 Some(RuleVerdict::Deny) => {
                     return Err(denied(format!(
                         "permission denied: the {} role's disallowedTools ({}) forbid this {tool} call",

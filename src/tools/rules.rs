@@ -156,76 +156,40 @@ impl Rules {
     /// What the rules say about `tool` called with `input`: deny wins over ask,
     /// ask over allow; `None` when no rule matches (the mode decides).
     pub fn verdict(&self, tool: &str, input: &serde_json::Value) -> Option<RuleVerdict> {
+        self.verdict_of([&self.allow, &self.deny, &self.ask], tool, input)
+    }
+
+    /// What `deny` rules alone say about a call, matched as this run's rules are
+    /// (paths from its workspace and home): a role's refusals. `Ask` is a Bash
+    /// line that cannot be split to tell.
+    pub fn refusal(
+        &self,
+        deny: &[Rule],
+        tool: &str,
+        input: &serde_json::Value,
+    ) -> Option<RuleVerdict> {
+        self.verdict_of([&[], deny, &[]], tool, input)
+    }
+
+    fn verdict_of(
+        &self,
+        [allow, deny, ask]: [&[Rule]; 3],
+        tool: &str,
+        input: &serde_json::Value,
+    ) -> Option<RuleVerdict> {
         if tool == "Bash" {
-            return self.bash_verdict(input["command"].as_str().unwrap_or_default());
+            let line = input["command"].as_str().unwrap_or_default();
+            return bash_verdict([allow, deny, ask], line);
         }
         let matches = |rules: &[Rule]| rules.iter().any(|r| self.matches(r, tool, input));
-        if matches(&self.deny) {
+        if matches(deny) {
             Some(RuleVerdict::Deny)
-        } else if matches(&self.ask) {
+        } else if matches(ask) {
             Some(RuleVerdict::Ask)
-        } else if matches(&self.allow) {
+        } else if matches(allow) {
             Some(RuleVerdict::Allow)
         } else {
             None
-        }
-    }
-
-    /// Bash lines: a deny or ask rule matches when any command of the line does
-    /// (as written, or as the shell would find it); an allow rule set covers a
-    /// line when each of its commands matches one of them, or a bare `Bash`
-    /// allows everything. A line that cannot be split is denied when a deny
-    /// rule's command appears in it, asked about when any deny or ask rule
-    /// exists, and allowed only by a bare `Bash`.
-    fn bash_verdict(&self, line: &str) -> Option<RuleVerdict> {
-        let bash = |rules: &[Rule]| -> Vec<Rule> {
-            rules.iter().filter(|r| r.tool == "Bash").cloned().collect()
-        };
-        let (allow, deny, ask) = (bash(&self.allow), bash(&self.deny), bash(&self.ask));
-        let bare = |rules: &[Rule]| rules.iter().any(|r| r.pattern.is_none());
-        let hits = |rules: &[Rule], parts: &[String]| {
-            rules.iter().any(|r| match &r.pattern {
-                None => true,
-                Some(p) => parts
-                    .iter()
-                    .any(|c| p.matches(c) || p.matches(&unwrapped(c))),
-            })
-        };
-        match commands(line) {
-            Some(parts) => {
-                if hits(&deny, &parts) {
-                    Some(RuleVerdict::Deny)
-                } else if hits(&ask, &parts) {
-                    Some(RuleVerdict::Ask)
-                } else if bare(&allow) || covers_parts(&allow, &parts) {
-                    Some(RuleVerdict::Allow)
-                } else {
-                    None
-                }
-            }
-            None => {
-                let words: Vec<String> = line
-                    .split(|c: char| c.is_whitespace() || "()[]{};&|`$'\"\\".contains(c))
-                    .filter(|w| !w.is_empty())
-                    .map(|w| w.rsplit('/').next().unwrap_or(w).to_owned())
-                    .collect();
-                let named = deny.iter().any(|r| match &r.pattern {
-                    None => true,
-                    Some(Pattern::Prefix(p) | Pattern::Exact(p) | Pattern::Wildcard(p)) => p
-                        .split(' ')
-                        .next()
-                        .is_some_and(|first| words.iter().any(|w| w == first)),
-                });
-                if named {
-                    Some(RuleVerdict::Deny)
-                } else if !deny.is_empty() || !ask.is_empty() {
-                    Some(RuleVerdict::Ask)
-                } else if bare(&allow) {
-                    Some(RuleVerdict::Allow)
-                } else {
-                    None
-                }
-            }
         }
     }
 
@@ -301,6 +265,64 @@ impl Rules {
         let matcher = glob.compile_matcher();
         // A rule naming a folder covers what is in it.
         absolute.ancestors().any(|p| matcher.is_match(p))
+    }
+}
+
+/// Bash lines: a deny or ask rule matches when any command of the line does (as
+/// written, or as the shell would find it); an allow rule set covers a line when
+/// each of its commands matches one of them, or a bare `Bash` allows everything.
+/// A line that cannot be split is denied when a deny rule's command appears in
+/// it, asked about when any deny or ask rule exists, and allowed only by a bare
+/// `Bash`.
+fn bash_verdict([allow, deny, ask]: [&[Rule]; 3], line: &str) -> Option<RuleVerdict> {
+    let bash = |rules: &[Rule]| -> Vec<Rule> {
+        rules.iter().filter(|r| r.tool == "Bash").cloned().collect()
+    };
+    let (allow, deny, ask) = (bash(allow), bash(deny), bash(ask));
+    let bare = |rules: &[Rule]| rules.iter().any(|r| r.pattern.is_none());
+    let hits = |rules: &[Rule], parts: &[String]| {
+        rules.iter().any(|r| match &r.pattern {
+            None => true,
+            Some(p) => parts
+                .iter()
+                .any(|c| p.matches(c) || p.matches(&unwrapped(c))),
+        })
+    };
+    match commands(line) {
+        Some(parts) => {
+            if hits(&deny, &parts) {
+                Some(RuleVerdict::Deny)
+            } else if hits(&ask, &parts) {
+                Some(RuleVerdict::Ask)
+            } else if bare(&allow) || covers_parts(&allow, &parts) {
+                Some(RuleVerdict::Allow)
+            } else {
+                None
+            }
+        }
+        None => {
+            let words: Vec<String> = line
+                .split(|c: char| c.is_whitespace() || "()[]{};&|`$'\"\\".contains(c))
+                .filter(|w| !w.is_empty())
+                .map(|w| w.rsplit('/').next().unwrap_or(w).to_owned())
+                .collect();
+            let named = deny.iter().any(|r| match &r.pattern {
+                None => true,
+                Some(Pattern::Prefix(p) | Pattern::Exact(p) | Pattern::Wildcard(p)) => p
+                    .split(' ')
+                    .next()
+                    .is_some_and(|first| words.iter().any(|w| w == first)),
+            });
+            if named {
+                Some(RuleVerdict::Deny)
+            } else if !deny.is_empty() || !ask.is_empty() {
+                Some(RuleVerdict::Ask)
+            } else if bare(&allow) {
+                Some(RuleVerdict::Allow)
+            } else {
+                None
+            }
+        }
     }
 }
 
