@@ -179,19 +179,17 @@ pub(super) fn already_exists(shown: &str) -> ToolError {
 /// a directory, missing (with the closest name beside it), or not a regular file
 /// (a FIFO or a device is never read: it could block forever or never end).
 pub(super) fn existing_bytes(root: &Path, path: &Path, shown: &str) -> Result<Vec<u8>, ToolError> {
-    if path.is_dir() {
-        return Err(fail(format!("{shown} is a directory")));
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => Err(fail(format!("{shown} is a directory"))),
+        Ok(meta) if !meta.is_file() => Err(fail(format!("{shown} is not a regular file"))),
+        Ok(_) => std::fs::read(path).map_err(|e| fail(format!("{shown}: {e}"))),
+        Err(_) => {
+            let hint = closest_name(root, path)
+                .map(|n| format!(" Did you mean {n}?"))
+                .unwrap_or_default();
+            Err(fail(format!("{shown} does not exist.{hint}")))
+        }
     }
-    if !path.exists() {
-        let hint = closest_name(root, path)
-            .map(|n| format!(" Did you mean {n}?"))
-            .unwrap_or_default();
-        return Err(fail(format!("{shown} does not exist.{hint}")));
-    }
-    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
-        return Err(fail(format!("{shown} is not a regular file")));
-    }
-    std::fs::read(path).map_err(|e| fail(format!("{shown}: {e}")))
 }
 
 /// The name in the same directory closest to the missing one, if any is close.

@@ -107,8 +107,10 @@ fn apply(
         )),
         other => other,
     };
+    // An empty first old_string creates the file; on a file that is there it is
+    // refused as Edit refuses it (a directory is said to be one, below).
     let creating = edits[0].old_string.is_empty() && !path.exists();
-    if edits[0].old_string.is_empty() && !creating && !path.is_dir() {
+    if edits[0].old_string.is_empty() && path.exists() && !path.is_dir() {
         return Err(numbered(0, already_exists(shown)));
     }
     // Edit's checks and messages: a directory, a missing file (and the name
