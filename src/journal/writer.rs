@@ -396,14 +396,14 @@ const SYNC_THREADS: usize = 8;
 /// Below this many files a group is synced by the writer thread alone.
 const FILES_PER_THREAD: usize = 8;
 
-/// `fdatasync`s each file (an open one through its descriptor, a closed one
-/// opened again), spread over threads when there are many; returns those that
-/// failed.
+/// `fdatasync`s each file through the descriptor that wrote it (a file still to
+/// be synced is never closed), spread over threads when there are many; returns
+/// those that failed.
 fn sync_files(files: &OpenFiles, due: &[PathBuf]) -> Vec<(PathBuf, std::io::Error)> {
     let sync_one = |path: &PathBuf| {
         let synced = match files.get(path) {
             Some(file) => file.sync_data(),
-            None => File::open(path).and_then(|f| f.sync_data()),
+            None => Err(std::io::Error::other("it was closed before it was synced")),
         };
         synced.err().map(|e| (path.clone(), e))
     };

@@ -123,7 +123,7 @@ impl Handle {
                 Reached::Running(child, events, sent) => (child, events, sent),
                 Reached::Ended(outcome) => return Ok(Some(outcome)),
             };
-        guard.child = Some(child);
+        // `reach` has told the guard of `child`.
         if guard.cancel.is_cancelled() {
             // Cancelled while it was being found or started: the guard ends it.
             return Ok(None);

@@ -38,7 +38,7 @@ fn a_large_group_is_synced_across_threads_and_only_the_failures_come_back() {
     for path in &due {
         files.open(path, 0).unwrap();
     }
-    // Neither open nor on disk: its reopening fails.
+    // Not open: it cannot be synced, and says so.
     let missing = dir.path().join("gone");
     due.insert(17, missing.clone());
     let failed = sync_files(&files, &due);
