@@ -225,6 +225,16 @@ impl Child<'_> {
     }
 }
 
+/// The bare client's request: posts `body` and reads the streamed answer to its
+/// end, as a client that does no orchestration at all.
+async fn post_and_read(http: &reqwest::Client, endpoint: &str, body: &Value) {
+    let response = http.post(endpoint).json(body).send().await.unwrap();
+    let mut bytes = response.bytes_stream();
+    while let Some(chunk) = futures::StreamExt::next(&mut bytes).await {
+        chunk.unwrap();
+    }
+}
+
 /// A baseline child: N tasks, each making the same three streamed requests with
 /// plain reqwest and reading the bodies to the end; prints wall ms and peak RSS KiB.
 fn run_bare(url: &str, n: usize) {
@@ -243,11 +253,7 @@ fn run_bare(url: &str, n: usize) {
                     for _ in 0..session_turns() {
                         let body =
                             json!({"model": "mock-model", "messages": messages, "stream": true});
-                        let response = http.post(&endpoint).json(&body).send().await.unwrap();
-                        let mut bytes = response.bytes_stream();
-                        while let Some(chunk) = futures::StreamExt::next(&mut bytes).await {
-                            chunk.unwrap();
-                        }
+                        post_and_read(&http, &endpoint, &body).await;
                         messages.push(json!({"role": "assistant", "content": "…"}));
                     }
                 })
@@ -269,15 +275,6 @@ fn run_bare_tasks(url: &str, n: usize) {
     let (wall, cpu) = runtime(threads("FANOUT_RUNNER_THREADS")).block_on(async {
         let http = reqwest::Client::new();
         let endpoint = format!("{url}/chat/completions");
-        let stream = |http: reqwest::Client, endpoint: String, body: Value| async move {
-            let response = http.post(&endpoint).json(&body).send().await.unwrap();
-            let mut bytes = response.bytes_stream();
-            let mut all = Vec::new();
-            while let Some(chunk) = futures::StreamExt::next(&mut bytes).await {
-                all.extend_from_slice(&chunk.unwrap());
-            }
-            all
-        };
         // The bodies orchestrate sends, built by hand: the same tools (Probe's
         // spec, and Task's with its schema; its description, which lists the
         // roles in orchestrate, is a sentence here), each worker's second request
@@ -292,7 +289,7 @@ fn run_bare_tasks(url: &str, n: usize) {
             json!({"role": "system", "content": LEAD}),
             json!({"role": "user", "content": format!("do {n} pieces")}),
         ];
-        stream(http.clone(), endpoint.clone(), lead(&messages)).await;
+        post_and_read(&http, &endpoint, &lead(&messages)).await;
         let workers: Vec<_> = (0..n)
             .map(|i| {
                 let (http, endpoint, probe) = (http.clone(), endpoint.clone(), probe.clone());
@@ -303,7 +300,7 @@ fn run_bare_tasks(url: &str, n: usize) {
                     ];
                     for turn in 0..WORKER_TURNS {
                         let body = json!({"model": "mock-model", "messages": messages, "stream": true, "tools": [probe]});
-                        stream(http.clone(), endpoint.clone(), body).await;
+                        post_and_read(&http, &endpoint, &body).await;
                         let args = json!({"path": format!("src/module_{turn}.rs"), "pattern": "fn main"});
                         let call = json!({"id": format!("call_{turn}"), "type": "function", "function": {"name": "probe", "arguments": args.to_string()}});
                         messages.push(json!({"role": "assistant", "content": null, "tool_calls": [call]}));
@@ -326,7 +323,7 @@ fn run_bare_tasks(url: &str, n: usize) {
             let result = "word0 word1 word2 word3 word4 word5 word6 word7 word8 word9 word10 word11 word12 word13 word14 word15 word16 \n\n[worker: 2 turns, 1 tool call, 240 tokens]";
             messages.push(json!({"role": "tool", "tool_call_id": format!("task_{i}"), "content": result}));
         }
-        stream(http.clone(), endpoint.clone(), lead(&messages)).await;
+        post_and_read(&http, &endpoint, &lead(&messages)).await;
         (start.elapsed(), cpu)
     });
     report(wall, cpu);

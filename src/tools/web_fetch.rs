@@ -6,6 +6,9 @@
 //! upgraded to `https` is followed); link-local addresses are never reached
 //! (`guard`).
 
+mod guard;
+
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -13,10 +16,6 @@ use futures::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
-
-mod guard;
-
-use std::sync::{Arc, OnceLock};
 
 use self::guard::{GuardedResolver, link_local, same_site};
 use crate::error::ToolError;
