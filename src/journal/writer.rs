@@ -7,7 +7,7 @@
 //! session's sync asks for its own file only: a file whose session did not ask
 //! stays dirty until it does (or until a sync of everything), so a fan-out's
 //! journals are each synced at their own turn boundaries and not at every other
-//! session's (five `fdatasync`s per sub-agent became two).
+//! session's (five `fdatasync`s per sub-agent became two or three).
 
 mod open_files;
 

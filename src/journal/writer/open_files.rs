@@ -1,7 +1,8 @@
 //! The journal files the writer holds open, at most a bound of them: past it, the
-//! files written longest ago are closed (a fan-out's journals are written in bursts
-//! at turn ends, so the longest unwritten are those mid-stream or ended), never all
-//! of them at once, which made every live journal be reopened at its next write.
+//! files already synced are closed first, each kind the ones written longest ago
+//! first (a fan-out's journals are written in bursts at turn ends, so the longest
+//! unwritten are those mid-stream or ended), never all of them at once, which made
+//! every live journal be reopened at its next write.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
@@ -52,7 +53,7 @@ impl OpenFiles {
         self.files.get(path).map(|(file, _)| file)
     }
 
-    /// Closes the file at `path` if it is open (its session has ended).
+    /// Closes the file at `path` if it is open.
     pub(super) fn close(&mut self, path: &Path) {
         self.files.remove(path);
     }
