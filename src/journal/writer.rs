@@ -5,7 +5,7 @@
 //! queue (no wake-up, no I/O); a sync request wakes the writer, which writes
 //! everything queued, syncs once and answers every sync that was waiting. A
 //! session's sync asks for its own file only: a file whose session did not ask
-//! stays dirty until it does (or until a sync of everything), so a fan-out's
+//! stays due until it does (or until a sync of everything), so a fan-out's
 //! journals are each synced at their own turn boundaries and not at every other
 //! session's (five `fdatasync`s per sub-agent became two or three).
 
@@ -79,12 +79,13 @@ impl Scope {
         Self::Files(waiters.iter().filter_map(|(p, _)| p.clone()).collect())
     }
 
-    /// Takes the files due for a sync out of `dirty`; the others stay dirty.
-    fn take_due(self, dirty: &mut HashSet<PathBuf>) -> Vec<PathBuf> {
+    /// Takes the files due for a sync out of those written since their last sync;
+    /// the others stay due.
+    fn take_due(self, files: &mut OpenFiles) -> Vec<PathBuf> {
         match self {
             Self::Nothing => Vec::new(),
-            Self::Everything => dirty.drain().collect(),
-            Self::Files(paths) => paths.into_iter().filter(|p| dirty.remove(p)).collect(),
+            Self::Everything => files.take_dirty(None),
+            Self::Files(paths) => files.take_dirty(Some(&paths)),
         }
     }
 }
@@ -135,7 +136,6 @@ impl Journal {
             shared: shared.clone(),
             files: OpenFiles::new(max_open_files()),
             batch: 0,
-            dirty: HashSet::new(),
             grown: HashSet::new(),
             dirs: HashSet::new(),
             failed: HashMap::new(),
@@ -253,8 +253,6 @@ struct Writer {
     files: OpenFiles,
     /// The batches written so far, which stamp each open file's last write.
     batch: u64,
-    /// Files written since their last sync, open or closed.
-    dirty: HashSet<PathBuf>,
     /// Directories that gained a file since their last sync.
     grown: HashSet<PathBuf>,
     /// Directories known to exist.
@@ -302,7 +300,7 @@ impl Writer {
             // A file still to be synced stays open: it is synced through the
             // descriptor that wrote it, whose write-back errors it reports.
             for path in ended {
-                if !self.dirty.contains(&path) {
+                if !self.files.is_dirty(&path) {
                     self.files.close(&path);
                 }
             }
@@ -323,9 +321,6 @@ impl Writer {
         if created {
             self.grown.insert(dir.to_owned());
         }
-        if !self.dirty.contains(path) {
-            self.dirty.insert(path.to_owned());
-        }
         file.write_all(line)
     }
 
@@ -338,12 +333,12 @@ impl Writer {
         if scope == Scope::Nothing {
             return None;
         }
-        let due = scope.take_due(&mut self.dirty);
+        let due = scope.take_due(&mut self.files);
         for (path, e) in sync_files(&self.files, &due) {
             let e = format!("journal sync of {}: {e}", path.display());
             tracing::error!(error = %e, "journal sync failed");
-            self.failed.insert(path.clone(), e);
-            self.dirty.insert(path);
+            self.files.mark_dirty(&path);
+            self.failed.insert(path, e);
         }
         let mut dir_error = None;
         for dir in std::mem::take(&mut self.grown) {
@@ -372,15 +367,14 @@ impl Writer {
     /// already synced first; one still to be synced is synced first through its
     /// own descriptor (kept open if that fails, its error left for its session).
     fn close_overflow(&mut self) {
-        for path in self.files.overflow(&self.dirty) {
-            if self.dirty.contains(&path) {
-                if let Some(Err(e)) = self.files.get(&path).map(File::sync_data) {
-                    let e = format!("journal sync of {}: {e}", path.display());
-                    tracing::error!(error = %e, "journal sync failed");
-                    self.failed.insert(path, e);
-                    continue;
-                }
-                self.dirty.remove(&path);
+        for path in self.files.overflow() {
+            if self.files.is_dirty(&path)
+                && let Some(Err(e)) = self.files.get(&path).map(File::sync_data)
+            {
+                let e = format!("journal sync of {}: {e}", path.display());
+                tracing::error!(error = %e, "journal sync failed");
+                self.failed.insert(path, e);
+                continue;
             }
             self.files.close(&path);
         }

@@ -10,10 +10,20 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 pub(super) struct OpenFiles {
-    /// Each open file, with the batch that last wrote it.
-    files: HashMap<PathBuf, (File, u64)>,
+    /// Each open file.
+    files: HashMap<PathBuf, Open>,
     /// More than this many open files closes the oldest down to three quarters.
     max_open: usize,
+}
+
+/// One open journal.
+struct Open {
+    file: File,
+    /// The batch that last wrote it.
+    written: u64,
+    /// Written since its last sync: it stays open until it is synced, through this
+    /// descriptor, whose write-back errors it reports.
+    dirty: bool,
 }
 
 impl OpenFiles {
@@ -24,11 +34,11 @@ impl OpenFiles {
         }
     }
 
-    /// The open file at `path`, opened for appending (created if missing) when it
-    /// is not open yet, stamped as written by `batch`; and whether it was empty
-    /// when opened (a new file, whose directory entry needs a sync: an old empty
-    /// one costs a spare directory sync at most). Reading the length from the
-    /// open file spares a path lookup per open.
+    /// The file at `path` to write to, opened for appending (created if missing)
+    /// when it is not open yet, stamped as written by `batch` and marked as due for
+    /// a sync; and whether it was empty when opened (a new file, whose directory
+    /// entry needs a sync: an old empty one costs a spare directory sync at most).
+    /// Reading the length from the open file spares a path lookup per open.
     pub(super) fn open(&mut self, path: &Path, batch: u64) -> std::io::Result<(&mut File, bool)> {
         let mut created = false;
         if !self.files.contains_key(path) {
@@ -39,18 +49,55 @@ impl OpenFiles {
                 .mode(0o600)
                 .open(path)?;
             created = file.metadata()?.len() == 0;
-            self.files.insert(path.to_owned(), (file, batch));
+            let open = Open {
+                file,
+                written: batch,
+                dirty: false,
+            };
+            self.files.insert(path.to_owned(), open);
         }
-        let Some((file, stamp)) = self.files.get_mut(path) else {
+        let Some(open) = self.files.get_mut(path) else {
             unreachable!("inserted above")
         };
-        *stamp = batch;
-        Ok((file, created))
+        open.written = batch;
+        open.dirty = true;
+        Ok((&mut open.file, created))
     }
 
     /// The open file at `path`, if it is open.
     pub(super) fn get(&self, path: &Path) -> Option<&File> {
-        self.files.get(path).map(|(file, _)| file)
+        self.files.get(path).map(|open| &open.file)
+    }
+
+    /// Whether the file at `path` was written since its last sync.
+    pub(super) fn is_dirty(&self, path: &Path) -> bool {
+        self.files.get(path).is_some_and(|open| open.dirty)
+    }
+
+    /// Marks the files written since their last sync (all of them, or those of
+    /// `wanted`) as synced; returns them, to be synced.
+    pub(super) fn take_dirty(&mut self, wanted: Option<&HashSet<PathBuf>>) -> Vec<PathBuf> {
+        match wanted {
+            None => (self.files.iter_mut())
+                .filter_map(|(path, open)| std::mem::take(&mut open.dirty).then(|| path.clone()))
+                .collect(),
+            // A batch asks for a few files among thousands open: looked up, not
+            // scanned.
+            Some(wanted) => (wanted.iter())
+                .filter(|path| {
+                    (self.files.get_mut(path.as_path()))
+                        .is_some_and(|open| std::mem::take(&mut open.dirty))
+                })
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// Marks the file at `path` as still due for a sync (its sync failed).
+    pub(super) fn mark_dirty(&mut self, path: &Path) {
+        if let Some(open) = self.files.get_mut(path) {
+            open.dirty = true;
+        }
     }
 
     /// Closes the file at `path` if it is open.
@@ -59,15 +106,14 @@ impl OpenFiles {
     }
 
     /// Past the bound, the files to close to come down to three quarters of it:
-    /// those not in `dirty` (already synced) first, each kind the ones written
-    /// longest ago first.
-    pub(super) fn overflow(&self, dirty: &HashSet<PathBuf>) -> Vec<PathBuf> {
+    /// those already synced first, each kind the ones written longest ago first.
+    pub(super) fn overflow(&self) -> Vec<PathBuf> {
         if self.files.len() <= self.max_open {
             return Vec::new();
         }
         let keep = self.max_open * 3 / 4;
         let ranked = (self.files.iter())
-            .map(|(p, (_, s))| (p, (dirty.contains(p), *s)))
+            .map(|(path, open)| (path, (open.dirty, open.written)))
             .collect();
         oldest(ranked, keep)
     }
@@ -102,17 +148,19 @@ mod tests {
             let (_, created) = files.open(&path(i), i).unwrap();
             assert!(created);
         }
-        // File 0 is written again, so it is the newest; file 1 still needs a sync.
+        // File 0 is written again, so it is the newest; all but file 1 are synced.
         files.open(&path(0), 9).unwrap();
-        let dirty = HashSet::from([path(1)]);
-        let mut closing = files.overflow(&dirty);
+        let synced = (0..9).filter(|i| *i != 1).map(path).collect();
+        files.take_dirty(Some(&synced));
+        assert!(files.is_dirty(&path(1)) && !files.is_dirty(&path(2)));
+        let mut closing = files.overflow();
         closing.sort();
         assert_eq!(closing, [path(2), path(3), path(4)]);
         for path in &closing {
             files.close(path);
         }
         assert_eq!(files.len(), 6);
-        assert!(files.overflow(&dirty).is_empty());
+        assert!(files.overflow().is_empty());
     }
 
     #[test]

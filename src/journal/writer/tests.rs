@@ -19,15 +19,24 @@ fn a_batch_syncs_the_files_asked_for_unless_anyone_asks_for_everything() {
         Scope::of(&asked(&[Some("a"), None]), false),
         Scope::Everything
     );
-    let scope = Scope::of(&asked(&[Some("a"), Some("c"), Some("a")]), false);
-    let mut dirty: HashSet<PathBuf> = ["a", "b"].iter().map(PathBuf::from).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name);
+    let asked_for = |names: &[&str]| -> Vec<SyncRequest> {
+        let names: Vec<Option<&str>> = names.iter().map(|n| Some(*n)).collect();
+        asked(&names)
+            .into_iter()
+            .map(|(p, done)| (p.map(|p| path(p.to_str().unwrap())), done))
+            .collect()
+    };
+    let mut files = OpenFiles::new(16);
+    files.open(&path("a"), 1).unwrap();
+    files.open(&path("b"), 1).unwrap();
     // "c" was not written since its last sync; "b" was not asked for.
-    assert_eq!(scope.take_due(&mut dirty), vec![PathBuf::from("a")]);
-    assert_eq!(dirty, HashSet::from([PathBuf::from("b")]));
-    let mut all = Scope::Everything.take_due(&mut dirty);
-    all.sort();
-    assert_eq!(all, vec![PathBuf::from("b")]);
-    assert!(dirty.is_empty());
+    let scope = Scope::of(&asked_for(&["a", "c", "a"]), false);
+    assert_eq!(scope.take_due(&mut files), vec![path("a")]);
+    assert!(!files.is_dirty(&path("a")) && files.is_dirty(&path("b")));
+    assert_eq!(Scope::Everything.take_due(&mut files), vec![path("b")]);
+    assert!(Scope::Everything.take_due(&mut files).is_empty());
 }
 
 #[test]
