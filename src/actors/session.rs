@@ -59,6 +59,8 @@ pub(crate) enum SessionMsg {
     },
     /// A ToolRunner ended.
     ToolDone(ToolDone),
+    /// A sync in the background failed: the run in progress fails with this.
+    SyncFailed(String),
     /// Start the next queued prompt, if idle.
     PullQueue,
     /// Stop once the current run (if any) has ended, without taking more prompts.
@@ -86,6 +88,7 @@ impl From<SessionMsg> for Input {
             },
             SessionMsg::Retry { stream_id } => Self::RetryDue { stream: stream_id },
             SessionMsg::ToolDone(done) => Self::ToolDone(done),
+            SessionMsg::SyncFailed(error) => Self::Failed(SessionError::Journal(error)),
             SessionMsg::PullQueue => Self::PullQueue,
             SessionMsg::StopWhenIdle => Self::StopWhenIdle,
             SessionMsg::StopRun => Self::StopRun,

@@ -10,6 +10,7 @@
 //! session's (five `fdatasync`s per sub-agent became two or three).
 
 mod open_files;
+mod requests;
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -18,11 +19,12 @@ use std::io::Write;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
 use self::open_files::OpenFiles;
+use self::requests::{Held, SyncRequest};
 use super::Record;
 
 /// How long appended records may sit in memory before the writer flushes them to
@@ -37,13 +39,12 @@ const GATHER: Duration = Duration::from_millis(2);
 /// Appends queued past this wake the writer early, bounding memory.
 const WAKE_AT: usize = 4096;
 
-type Waiter = oneshot::Sender<Result<(), String>>;
-
 /// What an append or a sync hears once the writer is gone.
 const STOPPED: &str = "the journal writer has stopped";
 
-/// A sync request: of one journal, or (`None`) of everything appended.
-type SyncRequest = (Option<PathBuf>, Waiter);
+/// How long a turn boundary's sync may wait for a sync that covers its file
+/// anyway ([`Journal::sync_file_soon`]).
+pub(crate) const SOON: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
 struct Pending {
@@ -70,13 +71,13 @@ enum Scope {
 impl Scope {
     /// What the batch's sync requests ask for together; closing syncs everything.
     fn of(waiters: &[SyncRequest], closed: bool) -> Self {
-        if closed || waiters.iter().any(|(path, _)| path.is_none()) {
+        if closed || waiters.iter().any(|r| r.path.is_none()) {
             return Self::Everything;
         }
         if waiters.is_empty() {
             return Self::Nothing;
         }
-        Self::Files(waiters.iter().filter_map(|(p, _)| p.clone()).collect())
+        Self::Files(waiters.iter().filter_map(|r| r.path.clone()).collect())
     }
 
     /// Takes the files due for a sync out of those written since their last sync;
@@ -139,6 +140,7 @@ impl Journal {
             grown: HashSet::new(),
             dirs: HashSet::new(),
             failed: HashMap::new(),
+            held: Held::default(),
         };
         let watched = shared.clone();
         std::thread::Builder::new()
@@ -151,8 +153,8 @@ impl Journal {
                         pending.dead = true;
                         std::mem::take(&mut pending.waiters)
                     };
-                    for (_, done) in waiters {
-                        let _ = done.send(Err(STOPPED.to_owned()));
+                    for request in waiters {
+                        let _ = request.done.send(Err(STOPPED.to_owned()));
                     }
                 }
             })?;
@@ -191,7 +193,7 @@ impl Journal {
     /// Waits until everything appended so far (by any session) is on disk. Syncs
     /// requested while one is running are served together by the next one.
     pub async fn sync(&self) -> Result<(), String> {
-        self.request(None).await
+        self.request(None, None).await
     }
 
     /// Waits until everything appended so far for `path` is on disk (and its
@@ -199,7 +201,21 @@ impl Journal {
     /// unsynced: a session's turn boundary needs its own journal durable, not
     /// every other session's.
     pub async fn sync_file(&self, path: &Path) -> Result<(), String> {
-        self.request(Some(path.to_owned())).await
+        self.request(Some(path.to_owned()), None).await
+    }
+
+    /// Like [`Journal::sync_file`], but the sync may wait up to [`SOON`] for one
+    /// that covers the file anyway (its session's next sync that is waited for, a
+    /// sync of everything): a turn boundary followed by a short turn costs no
+    /// `fdatasync` of its own. The records still reach the file at once.
+    pub async fn sync_file_soon(&self, path: &Path) -> Result<(), String> {
+        self.sync_file_within(path, SOON).await
+    }
+
+    /// [`Journal::sync_file_soon`] with a wait of `within`.
+    pub async fn sync_file_within(&self, path: &Path, within: Duration) -> Result<(), String> {
+        let by = Instant::now() + within;
+        self.request(Some(path.to_owned()), Some(by)).await
     }
 
     /// Says that `path`'s session has stopped: its file is closed once what was
@@ -208,7 +224,7 @@ impl Journal {
         self.handle.shared.lock().ended.push(path.to_owned());
     }
 
-    async fn request(&self, path: Option<PathBuf>) -> Result<(), String> {
+    async fn request(&self, path: Option<PathBuf>, by: Option<Instant>) -> Result<(), String> {
         let (done, wait) = oneshot::channel();
         let shared = &self.handle.shared;
         {
@@ -216,7 +232,7 @@ impl Journal {
             if pending.dead {
                 return Err(STOPPED.to_owned());
             }
-            pending.waiters.push((path, done));
+            pending.waiters.push(SyncRequest { path, by, done });
         }
         shared.wake.notify_one();
         wait.await.map_err(|_| STOPPED.to_owned())?
@@ -261,6 +277,8 @@ struct Writer {
     /// it: lines that could not be written are lost, and the next sync of their
     /// file must say so rather than report it durable.
     failed: HashMap<PathBuf, String>,
+    /// Sync requests waiting for their deadline or a sync of their file.
+    held: Held,
 }
 
 impl Writer {
@@ -269,7 +287,13 @@ impl Writer {
             {
                 let mut pending = self.shared.lock();
                 while pending.appends.is_empty() && pending.waiters.is_empty() && !pending.closed {
-                    pending = match self.shared.wake.wait_timeout(pending, IDLE_FLUSH) {
+                    let now = Instant::now();
+                    let wait = match self.held.next_due() {
+                        Some(by) if by <= now => break,
+                        Some(by) => (by - now).min(IDLE_FLUSH),
+                        None => IDLE_FLUSH,
+                    };
+                    pending = match self.shared.wake.wait_timeout(pending, wait) {
                         Ok((guard, _)) => guard,
                         Err(poisoned) => poisoned.into_inner().0,
                     };
@@ -293,10 +317,9 @@ impl Writer {
                     self.failed.insert(path, e);
                 }
             }
-            let dir_error = self.sync(Scope::of(&waiters, closed));
-            for (path, done) in waiters {
-                let _ = done.send(self.answer(path.as_deref(), dir_error.as_ref()));
-            }
+            let due = self.held.take_due(waiters, Instant::now(), closed);
+            let dir_error = self.sync(Scope::of(&due, closed));
+            self.answer(due, dir_error.as_ref());
             // A file still to be synced stays open: it is synced through the
             // descriptor that wrote it, whose write-back errors it reports.
             for path in ended {
@@ -350,17 +373,27 @@ impl Writer {
         dir_error
     }
 
-    /// What a sync request hears: the error of its own file since its last answer,
-    /// or, for a sync of everything, any file's; a directory's error, whoever asks.
-    fn answer(&mut self, path: Option<&Path>, dir_error: Option<&String>) -> Result<(), String> {
-        if let Some(e) = dir_error {
-            return Err(e.clone());
+    /// Answers the batch's requests: each hears the error of its own file since
+    /// that file's last answer (every request for the file hears it), or, for a
+    /// sync of everything, any file's; a directory's error, whoever asks.
+    fn answer(&mut self, requests: Vec<SyncRequest>, dir_error: Option<&String>) {
+        let mut told: HashMap<PathBuf, Option<String>> = HashMap::new();
+        for request in requests {
+            let error = match (dir_error, &request.path) {
+                (Some(e), _) => Some(e.clone()),
+                (None, Some(path)) => told
+                    .entry(path.clone())
+                    .or_insert_with(|| self.failed.remove(path))
+                    .clone(),
+                (None, None) => self
+                    .failed
+                    .values()
+                    .chain(told.values().flatten())
+                    .next()
+                    .cloned(),
+            };
+            let _ = request.done.send(error.map_or(Ok(()), Err));
         }
-        let error = match path {
-            Some(path) => self.failed.remove(path),
-            None => self.failed.values().next().cloned(),
-        };
-        error.map_or(Ok(()), Err)
     }
 
     /// Past the bound on open files, closes the files written longest ago, those

@@ -138,8 +138,6 @@ enum Awaiting {
     Prompt,
     /// The prompts that join the run at a tool-turn boundary.
     Joining,
-    /// The boundary's sync, before the next model turn.
-    Boundary,
     /// The sync before these calls (one of them has effects) start.
     Calls(Vec<usize>),
     /// The sync of a terminal record, before its event.
@@ -427,7 +425,7 @@ impl Machine {
                     self.start_run(now, prompt);
                 }
             }
-            Some(Awaiting::Joining) => self.join(prompts),
+            Some(Awaiting::Joining) => self.join(now, prompts),
             Some(Awaiting::Finishing { text, truncated }) if prompts.is_empty() => {
                 // Durable with the terminal record's sync.
                 self.end_run(now, |stats| Outcome::Finished {
@@ -437,14 +435,17 @@ impl Machine {
                 });
             }
             // Steers sent while the model answered: the run goes on with them.
-            Some(Awaiting::Finishing { .. }) => self.join(prompts),
+            Some(Awaiting::Finishing { .. }) => self.join(now, prompts),
             other => self.unexpected("prompts", other),
         }
     }
 
-    /// A turn boundary: prompts that arrived meanwhile join the conversation,
-    /// durable with the boundary's sync, and the run asks the model again.
-    fn join(&mut self, prompts: Vec<QueuedPrompt>) {
+    /// A turn boundary: prompts that arrived meanwhile join the conversation and
+    /// the run asks the model again. The boundary's records are made durable while
+    /// that turn streams, not before it: nothing outside the session acts on them
+    /// until a sync that is waited for (a tool with effects starting, the run's
+    /// end), and that sync covers them, a sync being of the whole file.
+    fn join(&mut self, now: Instant, prompts: Vec<QueuedPrompt>) {
         for prompt in prompts {
             if let Some(run) = self.run.as_mut() {
                 run.prompts.push(prompt.seq);
@@ -452,15 +453,12 @@ impl Machine {
             let joined = Record::PromptJoined { prompt: prompt.seq };
             self.record_after(joined, Message::user(prompt.text));
         }
-        self.ask(Awaiting::Boundary, Effect::Sync);
+        self.emit(Effect::SyncInBackground);
+        self.begin_turn(now, 1);
     }
 
     fn on_synced(&mut self, now: Instant, result: Result<(), String>) {
         match self.awaiting.take() {
-            Some(Awaiting::Boundary) => match result {
-                Ok(()) => self.begin_turn(now, 1),
-                Err(e) => self.fail(now, &SessionError::Journal(e)),
-            },
             Some(Awaiting::Calls(indices)) => {
                 self.launch(indices, &result.map_err(SessionError::Journal));
                 self.advance_tools(now);

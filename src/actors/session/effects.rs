@@ -34,6 +34,17 @@ impl SessionState {
                 let synced = self.env.journal.sync_file(&self.journal_path).await;
                 Some(Input::Synced(synced))
             }
+            Effect::SyncInBackground => {
+                let journal = self.env.journal.clone();
+                let path = self.journal_path.clone();
+                let session = myself.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = journal.sync_file_soon(&path).await {
+                        let _ = session.cast(SessionMsg::SyncFailed(e));
+                    }
+                });
+                None
+            }
             Effect::Publish(kind) => {
                 self.publisher.publish(kind);
                 None

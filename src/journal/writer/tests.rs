@@ -10,7 +10,11 @@ fn a_batch_syncs_the_files_asked_for_unless_anyone_asks_for_everything() {
     let asked = |paths: &[Option<&str>]| -> Vec<SyncRequest> {
         paths
             .iter()
-            .map(|p| (p.map(PathBuf::from), oneshot::channel().0))
+            .map(|p| SyncRequest {
+                path: p.map(PathBuf::from),
+                by: None,
+                done: oneshot::channel().0,
+            })
             .collect()
     };
     assert_eq!(Scope::of(&[], false), Scope::Nothing);
@@ -25,7 +29,10 @@ fn a_batch_syncs_the_files_asked_for_unless_anyone_asks_for_everything() {
         let names: Vec<Option<&str>> = names.iter().map(|n| Some(*n)).collect();
         asked(&names)
             .into_iter()
-            .map(|(p, done)| (p.map(|p| path(p.to_str().unwrap())), done))
+            .map(|r| SyncRequest {
+                path: r.path.map(|p| path(p.to_str().unwrap())),
+                ..r
+            })
             .collect()
     };
     let mut files = OpenFiles::new(16);
@@ -120,4 +127,62 @@ async fn a_failed_write_reaches_its_own_files_next_sync_and_no_other() {
     assert!(error.contains("blocked"), "{error}");
     // Told once; the file has nothing else pending.
     journal.sync_file(&bad).await.unwrap();
+}
+
+/// Fails rather than hangs if a held sync were never served.
+async fn served<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), future)
+        .await
+        .expect("a sync request was never answered")
+}
+
+#[tokio::test]
+async fn a_sync_with_a_window_is_served_by_its_files_next_sync_or_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::start().unwrap();
+    let path = journal_path(dir.path(), SessionId::new());
+    let record = Record::Message {
+        message: Message::user("x"),
+    };
+    journal.append(&path, &record).unwrap();
+    let an_hour = Duration::from_secs(3600);
+    let alone = tokio::time::timeout(
+        Duration::from_millis(50),
+        journal.sync_file_within(&path, an_hour),
+    );
+    assert!(alone.await.is_err(), "held: not served on its own");
+    let (soon, now) = served(async {
+        tokio::join!(
+            journal.sync_file_within(&path, an_hour),
+            journal.sync_file(&path)
+        )
+    })
+    .await;
+    assert_eq!((soon, now), (Ok(()), Ok(())));
+    journal.append(&path, &record).unwrap();
+    served(journal.sync_file_within(&path, Duration::from_millis(1)))
+        .await
+        .unwrap();
+    assert_eq!(read_journal(&path).unwrap(), vec![record.clone(), record]);
+}
+
+#[tokio::test]
+async fn every_sync_waiting_on_a_failed_file_hears_its_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::start().unwrap();
+    std::fs::write(dir.path().join("blocked"), "").unwrap();
+    let bad = dir.path().join("blocked").join("s.jsonl");
+    let record = Record::Message {
+        message: Message::user("x"),
+    };
+    journal.append(&bad, &record).unwrap();
+    let (soon, now) = served(async {
+        tokio::join!(
+            journal.sync_file_within(&bad, Duration::from_secs(3600)),
+            journal.sync_file(&bad)
+        )
+    })
+    .await;
+    assert!(soon.unwrap_err().contains("blocked"));
+    assert!(now.unwrap_err().contains("blocked"));
 }

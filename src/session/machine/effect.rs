@@ -15,6 +15,10 @@ pub(crate) enum Effect {
     Journal(Vec<Record>),
     /// Make everything journaled so far durable; answer [`super::Input::Synced`].
     Sync,
+    /// Make everything journaled so far durable without waiting for it, within
+    /// a second or with the session's next sync (whichever comes first): nothing
+    /// answers, and only a failure comes back, as [`super::Input::Failed`].
+    SyncInBackground,
     /// Publish this event as the session.
     Publish(EventKind),
     /// Start a model turn: stream this request; it ends with

@@ -176,6 +176,9 @@ pub(super) struct Sim {
     pub(super) journal: Vec<Record>,
     /// How much of the journal is durable.
     pub(super) durable: usize,
+    /// How much of it the last sync in the background was asked for: durable
+    /// some time later, so a crash may still lose it.
+    pub(super) behind: usize,
     pub(super) events: Vec<EventKind>,
     pub(super) requests: Vec<ChatRequest>,
     /// The stream open now.
@@ -252,6 +255,7 @@ impl Sim {
             seq,
             journal: journal.unwrap_or_default(),
             durable,
+            behind: 0,
             events: Vec::new(),
             requests: Vec::new(),
             stream: None,
@@ -312,6 +316,7 @@ impl Sim {
                 self.durable = self.journal.len();
                 return Some(Input::Synced(Ok(())));
             }
+            Effect::SyncInBackground => self.behind = self.journal.len(),
             Effect::Publish(kind) => {
                 if let EventKind::Terminal { .. } = &kind {
                     let terminal = self.journal[..self.durable]
