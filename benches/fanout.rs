@@ -504,7 +504,9 @@ fn run_sessions(url: &str, n: usize) {
         let orchestrator = Runtime::start(RuntimeConfig::new(workspace.path(), client))
             .await
             .unwrap();
-        let mut events = orchestrator.subscribe();
+        // Outcomes only, as the bare client waits for its tasks: text deltas would
+        // wake this thread for nothing.
+        let mut events = orchestrator.subscribe_lifecycle();
         let mut ids = Vec::with_capacity(n);
         for i in 0..n {
             ids.push(orchestrator.start_session(agent(i)).await.unwrap());

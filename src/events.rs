@@ -248,4 +248,26 @@ mod tests {
         }
         assert_eq!((progress, lifecycle), (PROGRESS_BACKLOG, 10_000));
     }
+
+    #[tokio::test]
+    async fn a_lifecycle_subscription_sees_no_progress() {
+        let bus = EventBus::new();
+        let mut lifecycle = bus.subscribe_lifecycle();
+        let id = SessionId::new();
+        let delta = |text: &str| EventKind::TextDelta { text: text.into() };
+        bus.publish(id, None, "a", delta("hel"));
+        bus.publish(id, None, "a", EventKind::PromptQueued { waiting: 1 });
+        bus.publish(id, None, "a", delta("lo"));
+        bus.publish(id, None, "a", EventKind::PromptQueued { waiting: 2 });
+        let seen: Vec<EventKind> = std::iter::from_fn(|| lifecycle.try_recv())
+            .map(|e| e.kind)
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                EventKind::PromptQueued { waiting: 1 },
+                EventKind::PromptQueued { waiting: 2 }
+            ]
+        );
+    }
 }

@@ -207,6 +207,13 @@ impl Handle {
         self.bus.subscribe()
     }
 
+    /// Subscribes to every session's lifecycle events from now on (runs, turns,
+    /// tool calls, outcomes), none of their progress (text as it streams): for a
+    /// caller that waits for outcomes, which need not be woken for every delta.
+    pub fn subscribe_lifecycle(&self) -> EventStream {
+        self.bus.subscribe_lifecycle()
+    }
+
     /// Subscribes to one session's events from now on.
     pub fn subscribe_session(&self, session: SessionId) -> EventStream {
         self.bus.subscribe_session(session)
