@@ -6,7 +6,7 @@
 pub(crate) mod recorder;
 mod writer;
 
-pub use self::writer::Journal;
+pub use self::writer::{Journal, PendingSync};
 
 use std::path::{Path, PathBuf};
 

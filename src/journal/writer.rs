@@ -3,11 +3,13 @@
 //! by the next one, so thousands of sessions finishing turns at once cost a handful
 //! of syncs, not thousands, and no fsync ever blocks the async runtime. Appends only
 //! queue (no wake-up, no I/O); a sync request wakes the writer, which writes
-//! everything queued, syncs once and answers every sync that was waiting. A
-//! session's sync asks for its own file only: a file whose session did not ask
-//! stays due until it does (or until a sync of everything), so a fan-out's
-//! journals are each synced at their own turn boundaries and not at every other
-//! session's (five `fdatasync`s per sub-agent became two or three).
+//! everything queued, syncs once and answers every sync that was due. A session's
+//! sync asks for its own file only: a file whose session did not ask stays due
+//! until it does (or until a sync of everything), so a fan-out's journals are
+//! each synced for their own sessions and not at every other session's turn
+//! boundary (five `fdatasync`s per sub-agent became two or three). A turn
+//! boundary's request may wait up to [`SOON`] for its session's next sync, which
+//! then covers it in one `fdatasync` (one per sub-agent of a fan-out: its end).
 
 mod open_files;
 mod requests;
@@ -163,9 +165,11 @@ impl Journal {
         })
     }
 
-    /// Queues one record for `path`. It reaches the file within 100 ms and is
-    /// durable after the next [`Journal::sync`]. Appending never blocks on I/O and
-    /// never wakes the writer thread, so sessions can journal every message cheaply.
+    /// Queues one record for `path`. It reaches the file within 100 ms (at once
+    /// if a sync is asked for meanwhile) and is durable after the next sync of its
+    /// file or of everything. Appending never blocks on I/O and wakes the writer
+    /// thread only past [`WAKE_AT`] queued appends, so sessions can journal every
+    /// message cheaply.
     pub fn append(&self, path: &Path, record: &Record) -> Result<(), String> {
         self.append_all(path, std::slice::from_ref(record))
     }
@@ -193,29 +197,35 @@ impl Journal {
     /// Waits until everything appended so far (by any session) is on disk. Syncs
     /// requested while one is running are served together by the next one.
     pub async fn sync(&self) -> Result<(), String> {
-        self.request(None, None).await
+        self.request(None, None).wait().await
     }
 
     /// Waits until everything appended so far for `path` is on disk (and its
     /// directory entry, for a new file). Other files appended to may stay
-    /// unsynced: a session's turn boundary needs its own journal durable, not
-    /// every other session's.
+    /// unsynced: a session needs its own journal durable, not every other
+    /// session's.
     pub async fn sync_file(&self, path: &Path) -> Result<(), String> {
-        self.request(Some(path.to_owned()), None).await
+        self.ask_sync_file(path).wait().await
     }
 
-    /// Like [`Journal::sync_file`], but the sync may wait up to [`SOON`] for one
-    /// that covers the file anyway (its session's next sync that is waited for, a
-    /// sync of everything): a turn boundary followed by a short turn costs no
-    /// `fdatasync` of its own. The records still reach the file at once.
-    pub async fn sync_file_soon(&self, path: &Path) -> Result<(), String> {
-        self.sync_file_within(path, SOON).await
+    /// [`Journal::sync_file`], asked for now and awaited later: a request asked
+    /// for before another is served no later than it.
+    pub fn ask_sync_file(&self, path: &Path) -> PendingSync {
+        self.request(Some(path.to_owned()), None)
+    }
+
+    /// Like [`Journal::ask_sync_file`], but the sync may wait up to [`SOON`] for
+    /// one that covers the file anyway (its session's next sync that is waited
+    /// for, a sync of everything): a turn boundary followed by a short turn costs
+    /// no `fdatasync` of its own. The records still reach the file at once.
+    pub fn sync_file_soon(&self, path: &Path) -> PendingSync {
+        self.sync_file_within(path, SOON)
     }
 
     /// [`Journal::sync_file_soon`] with a wait of `within`.
-    pub async fn sync_file_within(&self, path: &Path, within: Duration) -> Result<(), String> {
+    pub fn sync_file_within(&self, path: &Path, within: Duration) -> PendingSync {
         let by = Instant::now() + within;
-        self.request(Some(path.to_owned()), Some(by)).await
+        self.request(Some(path.to_owned()), Some(by))
     }
 
     /// Says that `path`'s session has stopped: its file is closed once what was
@@ -224,18 +234,52 @@ impl Journal {
         self.handle.shared.lock().ended.push(path.to_owned());
     }
 
-    async fn request(&self, path: Option<PathBuf>, by: Option<Instant>) -> Result<(), String> {
-        let (done, wait) = oneshot::channel();
+    /// Queues a sync request and wakes the writer; the answer is awaited later.
+    fn request(&self, path: Option<PathBuf>, by: Option<Instant>) -> PendingSync {
+        let (done, answer) = oneshot::channel();
         let shared = &self.handle.shared;
         {
             let mut pending = shared.lock();
             if pending.dead {
-                return Err(STOPPED.to_owned());
+                return PendingSync::Answered(Err(STOPPED.to_owned()));
             }
             pending.waiters.push(SyncRequest { path, by, done });
         }
         shared.wake.notify_one();
-        wait.await.map_err(|_| STOPPED.to_owned())?
+        PendingSync::Waiting(answer)
+    }
+}
+
+/// A sync request already queued, and its answer when it comes.
+#[derive(Debug)]
+pub enum PendingSync {
+    /// Not answered yet (as far as anyone looked).
+    Waiting(oneshot::Receiver<Result<(), String>>),
+    /// The answer.
+    Answered(Result<(), String>),
+}
+
+impl PendingSync {
+    /// The answer, once the writer gives it.
+    pub async fn wait(self) -> Result<(), String> {
+        match self {
+            Self::Answered(answer) => answer,
+            Self::Waiting(answer) => answer.await.map_err(|_| STOPPED.to_owned())?,
+        }
+    }
+
+    /// True once answered without an error: nothing left to hear.
+    pub fn succeeded(&mut self) -> bool {
+        if let Self::Waiting(answer) = self {
+            match answer.try_recv() {
+                Ok(result) => *self = Self::Answered(result),
+                Err(oneshot::error::TryRecvError::Empty) => return false,
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    *self = Self::Answered(Err(STOPPED.to_owned()));
+                }
+            }
+        }
+        matches!(self, Self::Answered(Ok(())))
     }
 }
 
@@ -379,19 +423,20 @@ impl Writer {
     fn answer(&mut self, requests: Vec<SyncRequest>, dir_error: Option<&String>) {
         let mut told: HashMap<PathBuf, Option<String>> = HashMap::new();
         for request in requests {
-            let error = match (dir_error, &request.path) {
-                (Some(e), _) => Some(e.clone()),
-                (None, Some(path)) => told
+            let own = match &request.path {
+                Some(path) => told
                     .entry(path.clone())
                     .or_insert_with(|| self.failed.remove(path))
                     .clone(),
-                (None, None) => self
+                None => self
                     .failed
                     .values()
                     .chain(told.values().flatten())
                     .next()
                     .cloned(),
             };
+            // The directory's error first; the file's own is told all the same.
+            let error = dir_error.cloned().or(own);
             let _ = request.done.send(error.map_or(Ok(()), Err));
         }
     }

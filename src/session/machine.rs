@@ -9,7 +9,9 @@
 //! Some effects ask a question ([`Effect::Sync`], [`Effect::TakeOne`],
 //! [`Effect::TakeAll`], [`Effect::CountWaiting`]). Such an effect is always the last
 //! of its batch, and its answer ([`Input::Synced`], [`Input::Taken`],
-//! [`Input::Waiting`]) must be the next input: the machine waits for it. The time
+//! [`Input::Waiting`]) must be the next input: the machine waits for it.
+//! [`Effect::SyncInBackground`] asks nothing: its failure is the answer of the
+//! session's next [`Effect::Sync`]. The time
 //! comes in with every input, so runs can be replayed without a runtime.
 //!
 //! The inputs and effects are defined in [`input`] and [`effect`]; a run's model

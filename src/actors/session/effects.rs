@@ -31,18 +31,19 @@ impl SessionState {
                 })
             }
             Effect::Sync => {
-                let synced = self.env.journal.sync_file(&self.journal_path).await;
-                Some(Input::Synced(synced))
+                // Asked for first: it covers the syncs still held behind it, so
+                // waiting for those does not wait for their deadline.
+                let waited = self.env.journal.ask_sync_file(&self.journal_path);
+                let mut synced = Ok(());
+                for behind in std::mem::take(&mut self.behind) {
+                    synced = synced.and(behind.wait().await);
+                }
+                Some(Input::Synced(synced.and(waited.wait().await)))
             }
             Effect::SyncInBackground => {
-                let journal = self.env.journal.clone();
-                let path = self.journal_path.clone();
-                let session = myself.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = journal.sync_file_soon(&path).await {
-                        let _ = session.cast(SessionMsg::SyncFailed(e));
-                    }
-                });
+                self.behind.retain_mut(|behind| !behind.succeeded());
+                let behind = self.env.journal.sync_file_soon(&self.journal_path);
+                self.behind.push(behind);
                 None
             }
             Effect::Publish(kind) => {

@@ -137,7 +137,7 @@ async fn served<T>(future: impl std::future::Future<Output = T>) -> T {
 }
 
 #[tokio::test]
-async fn a_sync_with_a_window_is_served_by_its_files_next_sync_or_its_deadline() {
+async fn a_sync_with_a_window_is_held_until_its_files_next_sync_covers_it() {
     let dir = tempfile::tempdir().unwrap();
     let journal = Journal::start().unwrap();
     let path = journal_path(dir.path(), SessionId::new());
@@ -145,24 +145,39 @@ async fn a_sync_with_a_window_is_served_by_its_files_next_sync_or_its_deadline()
         message: Message::user("x"),
     };
     journal.append(&path, &record).unwrap();
-    let an_hour = Duration::from_secs(3600);
-    let alone = tokio::time::timeout(
-        Duration::from_millis(50),
-        journal.sync_file_within(&path, an_hour),
-    );
-    assert!(alone.await.is_err(), "held: not served on its own");
-    let (soon, now) = served(async {
-        tokio::join!(
-            journal.sync_file_within(&path, an_hour),
-            journal.sync_file(&path)
-        )
+    let mut held = journal.sync_file_within(&path, Duration::from_secs(3600));
+    // The request wakes the writer, which writes the record at once.
+    served(async {
+        while read_journal(&path).map_or(true, |r| r.is_empty()) {
+            tokio::task::yield_now().await;
+        }
     })
     .await;
-    assert_eq!((soon, now), (Ok(()), Ok(())));
+    assert!(!held.succeeded(), "held: not served on its own");
+    assert_eq!(served(journal.sync_file(&path)).await, Ok(()));
+    assert_eq!(served(held.wait()).await, Ok(()));
+}
+
+#[tokio::test]
+async fn a_held_sync_is_served_by_its_deadline_or_when_the_writer_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::start().unwrap();
+    let path = journal_path(dir.path(), SessionId::new());
+    let record = Record::Message {
+        message: Message::user("x"),
+    };
     journal.append(&path, &record).unwrap();
-    served(journal.sync_file_within(&path, Duration::from_millis(1)))
-        .await
-        .unwrap();
+    let window = Duration::from_millis(150);
+    let asked = Instant::now();
+    assert_eq!(
+        served(journal.sync_file_within(&path, window).wait()).await,
+        Ok(())
+    );
+    assert!(asked.elapsed() >= window, "served before its deadline");
+    journal.append(&path, &record).unwrap();
+    let held = journal.sync_file_within(&path, Duration::from_secs(3600));
+    drop(journal);
+    assert_eq!(served(held.wait()).await, Ok(()));
     assert_eq!(read_journal(&path).unwrap(), vec![record.clone(), record]);
 }
 
@@ -176,13 +191,9 @@ async fn every_sync_waiting_on_a_failed_file_hears_its_error() {
         message: Message::user("x"),
     };
     journal.append(&bad, &record).unwrap();
-    let (soon, now) = served(async {
-        tokio::join!(
-            journal.sync_file_within(&bad, Duration::from_secs(3600)),
-            journal.sync_file(&bad)
-        )
-    })
-    .await;
-    assert!(soon.unwrap_err().contains("blocked"));
+    let mut held = journal.sync_file_within(&bad, Duration::from_secs(3600));
+    let now = served(journal.sync_file(&bad)).await;
     assert!(now.unwrap_err().contains("blocked"));
+    assert!(!held.succeeded());
+    assert!(served(held.wait()).await.unwrap_err().contains("blocked"));
 }

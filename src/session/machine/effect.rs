@@ -16,8 +16,8 @@ pub(crate) enum Effect {
     /// Make everything journaled so far durable; answer [`super::Input::Synced`].
     Sync,
     /// Make everything journaled so far durable without waiting for it, within
-    /// a second or with the session's next sync (whichever comes first): nothing
-    /// answers, and only a failure comes back, as [`super::Input::Failed`].
+    /// a second or with the session's next [`Effect::Sync`] (whichever comes
+    /// first). Nothing answers; a failure is that next sync's answer.
     SyncInBackground,
     /// Publish this event as the session.
     Publish(EventKind),

@@ -61,9 +61,8 @@ pub(crate) enum Input {
     Taken(Vec<QueuedPrompt>),
     /// The answer to [`super::Effect::CountWaiting`].
     Waiting(usize),
-    /// An effect could not be carried out (the journal refused a record, a sync in
-    /// the background failed, a stream could not be started): the run in progress
-    /// fails with this.
+    /// An effect could not be carried out (the journal refused a record, a stream
+    /// could not be started): the run in progress fails with this.
     Failed(SessionError),
 }
 
