@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use self::open_files::OpenFiles;
+pub use self::requests::PendingSync;
 use self::requests::{Held, SyncRequest};
 use super::Record;
 
@@ -168,7 +169,7 @@ impl Journal {
     /// Queues one record for `path`. It reaches the file within 100 ms (at once
     /// if a sync is asked for meanwhile) and is durable after the next sync of its
     /// file or of everything. Appending never blocks on I/O and wakes the writer
-    /// thread only past [`WAKE_AT`] queued appends, so sessions can journal every
+    /// thread only past `WAKE_AT` (4 096) queued appends, so sessions can journal every
     /// message cheaply.
     pub fn append(&self, path: &Path, record: &Record) -> Result<(), String> {
         self.append_all(path, std::slice::from_ref(record))
@@ -214,7 +215,7 @@ impl Journal {
         self.request(Some(path.to_owned()), None)
     }
 
-    /// Like [`Journal::ask_sync_file`], but the sync may wait up to [`SOON`] for
+    /// Like [`Journal::ask_sync_file`], but the sync may wait up to `SOON` (a second) for
     /// one that covers the file anyway (its session's next sync that is waited
     /// for, a sync of everything): a turn boundary followed by a short turn costs
     /// no `fdatasync` of its own. The records still reach the file at once.
@@ -247,39 +248,6 @@ impl Journal {
         }
         shared.wake.notify_one();
         PendingSync::Waiting(answer)
-    }
-}
-
-/// A sync request already queued, and its answer when it comes.
-#[derive(Debug)]
-pub enum PendingSync {
-    /// Not answered yet (as far as anyone looked).
-    Waiting(oneshot::Receiver<Result<(), String>>),
-    /// The answer.
-    Answered(Result<(), String>),
-}
-
-impl PendingSync {
-    /// The answer, once the writer gives it.
-    pub async fn wait(self) -> Result<(), String> {
-        match self {
-            Self::Answered(answer) => answer,
-            Self::Waiting(answer) => answer.await.map_err(|_| STOPPED.to_owned())?,
-        }
-    }
-
-    /// True once answered without an error: nothing left to hear.
-    pub fn succeeded(&mut self) -> bool {
-        if let Self::Waiting(answer) = self {
-            match answer.try_recv() {
-                Ok(result) => *self = Self::Answered(result),
-                Err(oneshot::error::TryRecvError::Empty) => return false,
-                Err(oneshot::error::TryRecvError::Closed) => {
-                    *self = Self::Answered(Err(STOPPED.to_owned()));
-                }
-            }
-        }
-        matches!(self, Self::Answered(Ok(())))
     }
 }
 

@@ -56,6 +56,39 @@ impl Held {
     }
 }
 
+/// A sync request already queued, and its answer when it comes.
+#[derive(Debug)]
+pub enum PendingSync {
+    /// Not answered yet (as far as anyone looked).
+    Waiting(oneshot::Receiver<Result<(), String>>),
+    /// The answer.
+    Answered(Result<(), String>),
+}
+
+impl PendingSync {
+    /// The answer, once the writer gives it.
+    pub async fn wait(self) -> Result<(), String> {
+        match self {
+            Self::Answered(answer) => answer,
+            Self::Waiting(answer) => answer.await.map_err(|_| super::STOPPED.to_owned())?,
+        }
+    }
+
+    /// True once answered without an error: nothing left to hear.
+    pub fn succeeded(&mut self) -> bool {
+        if let Self::Waiting(answer) = self {
+            match answer.try_recv() {
+                Ok(result) => *self = Self::Answered(result),
+                Err(oneshot::error::TryRecvError::Empty) => return false,
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    *self = Self::Answered(Err(super::STOPPED.to_owned()));
+                }
+            }
+        }
+        matches!(self, Self::Answered(Ok(())))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

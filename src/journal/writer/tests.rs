@@ -136,8 +136,8 @@ async fn served<T>(future: impl std::future::Future<Output = T>) -> T {
         .expect("a sync request was never answered")
 }
 
-#[tokio::test]
-async fn a_sync_with_a_window_is_held_until_its_files_next_sync_covers_it() {
+/// A writer, and one record appended to a new journal in a temporary folder.
+fn a_journal_with_a_record() -> (tempfile::TempDir, Journal, PathBuf, Record) {
     let dir = tempfile::tempdir().unwrap();
     let journal = Journal::start().unwrap();
     let path = journal_path(dir.path(), SessionId::new());
@@ -145,6 +145,12 @@ async fn a_sync_with_a_window_is_held_until_its_files_next_sync_covers_it() {
         message: Message::user("x"),
     };
     journal.append(&path, &record).unwrap();
+    (dir, journal, path, record)
+}
+
+#[tokio::test]
+async fn a_sync_with_a_window_is_held_until_its_files_next_sync_covers_it() {
+    let (_dir, journal, path, _) = a_journal_with_a_record();
     let mut held = journal.sync_file_within(&path, Duration::from_secs(3600));
     // The request wakes the writer, which writes the record at once.
     served(async {
@@ -160,13 +166,7 @@ async fn a_sync_with_a_window_is_held_until_its_files_next_sync_covers_it() {
 
 #[tokio::test]
 async fn a_held_sync_is_served_by_its_deadline_or_when_the_writer_closes() {
-    let dir = tempfile::tempdir().unwrap();
-    let journal = Journal::start().unwrap();
-    let path = journal_path(dir.path(), SessionId::new());
-    let record = Record::Message {
-        message: Message::user("x"),
-    };
-    journal.append(&path, &record).unwrap();
+    let (_dir, journal, path, record) = a_journal_with_a_record();
     let window = Duration::from_millis(150);
     let asked = Instant::now();
     assert_eq!(
