@@ -59,6 +59,8 @@ fn session_turns() -> u32 {
 /// The system prompts of the Task fan-out: one lead, many workers.
 const LEAD: &str = "You are a bench lead.";
 const WORKER: &str = "You are a bench worker.";
+/// The session fan-out's agents' system prompt.
+const AGENT: &str = "You are a benchmark agent.";
 /// Turns of each worker (a tool turn, then the answer).
 const WORKER_TURNS: u32 = 2;
 /// Task calls the lead issues in its single turn.
@@ -235,27 +237,52 @@ async fn post_and_read(http: &reqwest::Client, endpoint: &str, body: &Value) {
     }
 }
 
-/// A baseline child: N tasks, each making the same three streamed requests with
-/// plain reqwest and reading the bodies to the end; prints wall ms and peak RSS KiB.
+/// Probe's spec as orchestrate sends it.
+fn probe_spec() -> Value {
+    json!({"type": "function", "function": {"name": Probe.name(), "description": Probe.description(), "parameters": Probe.input_schema()}})
+}
+
+/// A bare agent's `turns` requests, with the bodies orchestrate sends, built by
+/// hand: its system prompt, its prompt and Probe's spec, each request after the
+/// first with the tool call the mock made and Probe's result.
+async fn bare_agent(
+    http: &reqwest::Client,
+    endpoint: &str,
+    probe: &Value,
+    (system, prompt): (&str, String),
+    turns: u32,
+) {
+    let mut messages = vec![
+        json!({"role": "system", "content": system}),
+        json!({"role": "user", "content": prompt}),
+    ];
+    for turn in 0..turns {
+        let body =
+            json!({"model": "mock-model", "messages": messages, "stream": true, "tools": [probe]});
+        post_and_read(http, endpoint, &body).await;
+        let args = json!({"path": format!("src/module_{turn}.rs"), "pattern": "fn main"});
+        let call = json!({"id": format!("call_{turn}"), "type": "function", "function": {"name": "probe", "arguments": args.to_string()}});
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [call]}));
+        messages.push(json!({"role": "tool", "tool_call_id": format!("call_{turn}"), "content": format!("{} looks fine", args["path"])}));
+    }
+}
+
+/// A baseline child: N tasks, each making the same streamed requests as a session
+/// of the session fan-out (orchestrate's bodies) with plain reqwest and reading the
+/// bodies to the end; prints wall ms, peak RSS KiB and CPU ms.
 fn run_bare(url: &str, n: usize) {
     let (wall, cpu) = runtime(threads("FANOUT_RUNNER_THREADS")).block_on(async {
         let http = reqwest::Client::new();
         let endpoint = format!("{url}/chat/completions");
+        let probe = probe_spec();
         let cpu = cpu_ms();
         let start = Instant::now();
         let tasks: Vec<_> = (0..n)
             .map(|_| {
-                let http = http.clone();
-                let endpoint = endpoint.clone();
+                let (http, endpoint, probe) = (http.clone(), endpoint.clone(), probe.clone());
                 tokio::spawn(async move {
-                    let mut messages =
-                        vec![json!({"role": "user", "content": "inspect the modules"})];
-                    for _ in 0..session_turns() {
-                        let body =
-                            json!({"model": "mock-model", "messages": messages, "stream": true});
-                        post_and_read(&http, &endpoint, &body).await;
-                        messages.push(json!({"role": "assistant", "content": "…"}));
-                    }
+                    let agent = (AGENT, "inspect the modules".to_owned());
+                    bare_agent(&http, &endpoint, &probe, agent, session_turns()).await;
                 })
             })
             .collect();
@@ -280,7 +307,7 @@ fn run_bare_tasks(url: &str, n: usize) {
         // roles in orchestrate, is a sentence here), each worker's second request
         // with its tool call and result, the lead's last with every Task call and
         // result.
-        let probe = json!({"type": "function", "function": {"name": Probe.name(), "description": Probe.description(), "parameters": Probe.input_schema()}});
+        let probe = probe_spec();
         let task = json!({"type": "function", "function": {"name": "Task", "description": "Starts a sub-agent with one of these roles on a task: - worker: Does one piece.", "parameters": schemars::schema_for!(orchestrate::task::TaskInput)}});
         let cpu = cpu_ms();
         let start = Instant::now();
@@ -294,18 +321,8 @@ fn run_bare_tasks(url: &str, n: usize) {
             .map(|i| {
                 let (http, endpoint, probe) = (http.clone(), endpoint.clone(), probe.clone());
                 tokio::spawn(async move {
-                    let mut messages = vec![
-                        json!({"role": "system", "content": WORKER}),
-                        json!({"role": "user", "content": format!("do piece {i}")}),
-                    ];
-                    for turn in 0..WORKER_TURNS {
-                        let body = json!({"model": "mock-model", "messages": messages, "stream": true, "tools": [probe]});
-                        post_and_read(&http, &endpoint, &body).await;
-                        let args = json!({"path": format!("src/module_{turn}.rs"), "pattern": "fn main"});
-                        let call = json!({"id": format!("call_{turn}"), "type": "function", "function": {"name": "probe", "arguments": args.to_string()}});
-                        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [call]}));
-                        messages.push(json!({"role": "tool", "tool_call_id": format!("call_{turn}"), "content": format!("{} looks fine", args["path"])}));
-                    }
+                    let worker = (WORKER, format!("do piece {i}"));
+                    bare_agent(&http, &endpoint, &probe, worker, WORKER_TURNS).await;
                 })
             })
             .collect();
@@ -486,11 +503,7 @@ impl Tool for Probe {
 
 /// The spec of the session fan-out's agent `i`.
 fn agent(i: usize) -> SessionSpec {
-    let mut spec = SessionSpec::new(
-        format!("agent{i}"),
-        "mock-model",
-        "You are a benchmark agent.",
-    );
+    let mut spec = SessionSpec::new(format!("agent{i}"), "mock-model", AGENT);
     spec.tools = ToolRegistry::new().with(Probe);
     spec
 }
