@@ -737,7 +737,10 @@ fn run_tasks(url: &str, n: usize) {
         spec.tools = ToolRegistry::new().with(Probe).with(Task::new(env, caller));
         spec.permission_mode = PermissionMode::BypassPermissions;
         let lead = orchestrator.start_session(spec).await.unwrap();
+        // As the CLI shows progress: a frame at a time, the lead's end as it comes.
         let mut events = orchestrator.subscribe();
+        let mut lead_events = orchestrator.subscribe_session_lifecycle(lead);
+        let mut frame = tokio::time::interval(Duration::from_millis(50));
         let multi =
             indicatif::MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden());
         let mut bars = Vec::new();
@@ -745,23 +748,31 @@ fn run_tasks(url: &str, n: usize) {
         let cpu = cpu_ms();
         let start = Instant::now();
         let prompt = orchestrator.prompt(lead, format!("do {n} pieces"));
-        loop {
-            let event = events.recv().await.unwrap();
-            if let Some(i) = board.apply(&event, start.elapsed()) {
-                while bars.len() <= i {
-                    bars.push(multi.add(indicatif::ProgressBar::new_spinner()));
+        let mut show = |events: &mut orchestrate::events::EventStream| {
+            while let Some(event) = events.try_recv() {
+                if let Some(i) = board.apply(&event, start.elapsed()) {
+                    while bars.len() <= i {
+                        bars.push(multi.add(indicatif::ProgressBar::new_spinner()));
+                    }
+                    bars[i].set_message(render_row(&board, i, start.elapsed().as_millis() as u64));
                 }
-                bars[i].set_message(render_row(&board, i, start.elapsed().as_millis() as u64));
             }
-            if event.session == lead
-                && let Some(outcome) = event.kind.answer_to(prompt)
-            {
-                match outcome {
-                    Outcome::Finished { .. } => break,
-                    other => panic!("the lead did not finish: {other:?}"),
+        };
+        loop {
+            tokio::select! {
+                _ = frame.tick() => show(&mut events),
+                event = lead_events.recv() => {
+                    let event = event.unwrap();
+                    if let Some(outcome) = event.kind.answer_to(prompt) {
+                        match outcome {
+                            Outcome::Finished { .. } => break,
+                            other => panic!("the lead did not finish: {other:?}"),
+                        }
+                    }
                 }
             }
         }
+        show(&mut events);
         let wall = start.elapsed();
         assert_eq!(board.rows().len(), n + 1, "every worker ran");
         orchestrator.shutdown().await;

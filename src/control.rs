@@ -31,6 +31,10 @@ use crate::ui::progress::{Board, Row, clock, state_text, tokens};
 /// How long a request may take, end to end.
 pub const DEADLINE: Duration = Duration::from_secs(2);
 
+/// How often the board that `ps` answers from catches up with the run's events
+/// (it also does before every answer).
+const CATCH_UP: Duration = Duration::from_secs(1);
+
 /// A request to a live run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -111,17 +115,22 @@ impl Control {
         let board = Arc::new(Mutex::new(Board::new()));
         let began = Instant::now();
         let follower = board.clone();
+        // The board catches up once a second and before every answer, not at
+        // every event: a fan-out's events would each wake this task.
+        let mut catch_up = tokio::time::interval(CATCH_UP);
+        catch_up.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let task = tokio::spawn(async move {
+            let follow = |events: &mut EventStream| {
+                let mut board = follower.lock().unwrap_or_else(PoisonError::into_inner);
+                while let Some(event) = events.try_recv() {
+                    board.apply(&event, began.elapsed());
+                }
+            };
             loop {
                 tokio::select! {
-                    event = events.recv() => match event {
-                        Some(event) => {
-                            let mut board = follower.lock().unwrap_or_else(PoisonError::into_inner);
-                            board.apply(&event, began.elapsed());
-                        }
-                        None => return,
-                    },
+                    _ = catch_up.tick() => follow(&mut events),
                     accepted = listener.accept() => {
+                        follow(&mut events);
                         if let Ok((stream, _)) = accepted {
                             let (handle, board) = (handle.clone(), follower.clone());
                             tokio::spawn(async move {

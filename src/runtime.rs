@@ -219,6 +219,12 @@ impl Handle {
         self.bus.subscribe_session(session)
     }
 
+    /// Subscribes to one session's lifecycle events from now on, none of its
+    /// progress.
+    pub fn subscribe_session_lifecycle(&self, session: SessionId) -> EventStream {
+        self.bus.subscribe_session_lifecycle(session)
+    }
+
     /// Starts a session; it waits for prompts.
     pub async fn start_session(&self, spec: SessionSpec) -> Result<SessionId, SessionError> {
         self.start_with(SessionId::new(), spec, None).await

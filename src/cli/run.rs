@@ -24,6 +24,9 @@ use crate::session::budget::{Budget, RunMeter};
 use crate::task::{Caller, Task, TaskEnv};
 use crate::ui::display::{Display, Progress};
 
+/// How often the progress shows the events that arrived since its last frame.
+const FRAME: Duration = Duration::from_millis(50);
+
 /// Which lead a run drives.
 #[derive(Debug)]
 pub(super) enum Lead {
@@ -203,24 +206,50 @@ where
     };
     let mut display = Display::new(mode, colors);
     let mut tick = tokio::time::interval(Duration::from_millis(200));
+    // The progress is shown a frame at a time, not event by event: a fan-out's
+    // events would each wake this task. `--json` prints each as it comes. The
+    // lead's own lifecycle is followed as it comes, so the run's end is not a
+    // frame late.
+    let mut frame = tokio::time::interval(FRAME);
+    frame.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let per_event = cli.json;
+    let mut lead_events = runtime.subscribe_session_lifecycle(id);
     // Sessions that started and have not ended yet: sub-agents cancelled with the
     // lead end a moment after it, and their ends are worth showing.
     let mut open = std::collections::HashSet::new();
-    let outcome = loop {
+    let mut shown = Shown {
+        display: &mut display,
+        open: &mut open,
+        json: cli.json,
+    };
+    let outcome = 'run: loop {
         tokio::select! {
-            event = events.recv() => {
+            event = events.recv(), if per_event => {
                 let Some(event) = event else { break None };
-                if cli.json {
-                    print_json(out, &event);
+                if let Some(outcome) = shown.show(&event, out, err, (id, prompt)) {
+                    break Some(outcome);
                 }
-                display.show(&event, err);
-                track(&mut open, &event);
-                if event.session == id && let Some(outcome) = ends_run(&event.kind, prompt) {
+            }
+            _ = frame.tick(), if !per_event => {
+                while let Some(event) = events.try_recv() {
+                    if let Some(outcome) = shown.show(&event, out, err, (id, prompt)) {
+                        break 'run Some(outcome);
+                    }
+                }
+            }
+            Some(event) = lead_events.recv() => {
+                if let Some(outcome) = ends_run(&event.kind, prompt) {
+                    // Everything published before the end is waiting to be shown.
+                    while let Some(event) = events.try_recv() {
+                        if let Some(outcome) = shown.show(&event, out, err, (id, prompt)) {
+                            break 'run Some(outcome);
+                        }
+                    }
                     break Some(outcome.clone());
                 }
             }
-            _ = tick.tick() => display.refresh(),
-            Some(reload) = reloaded(watcher.as_mut()) => display.reloaded(&reload, err),
+            _ = tick.tick() => shown.display.refresh(),
+            Some(reload) = reloaded(watcher.as_mut()) => shown.display.reloaded(&reload, err),
             () = &mut ctrl_c => {
                 interrupts += 1;
                 if interrupts > 1 {
@@ -235,14 +264,10 @@ where
         }
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-    while !open.is_empty() {
+    while !shown.open.is_empty() {
         match tokio::time::timeout_at(deadline, events.recv()).await {
             Ok(Some(event)) => {
-                if cli.json {
-                    print_json(out, &event);
-                }
-                display.show(&event, err);
-                track(&mut open, &event);
+                shown.show(&event, out, err, (id, prompt));
             }
             Ok(None) | Err(_) => break,
         }
@@ -250,7 +275,7 @@ where
     drop(control);
     runtime.shutdown().await;
     drop(lock);
-    display.finish(err);
+    shown.display.finish(err);
     report(cli.json, outcome, out, err)
 }
 
@@ -273,7 +298,36 @@ async fn reloaded(watcher: Option<&mut RoleWatcher>) -> Option<Reload> {
 }
 
 /// Keeps the set of sessions that started and have not ended.
-fn track(open: &mut std::collections::HashSet<crate::protocol::SessionId>, event: &Event) {
+/// Where the run's events are shown: the display, the `--json` lines, and the
+/// sessions still open.
+struct Shown<'a> {
+    display: &'a mut Display,
+    open: &'a mut std::collections::HashSet<SessionId>,
+    json: bool,
+}
+
+impl Shown<'_> {
+    /// Shows `event`; returns the outcome when it ends the run (`lead`'s answer
+    /// to the prompt).
+    fn show(
+        &mut self,
+        event: &Event,
+        out: &mut dyn Write,
+        err: &mut dyn Write,
+        (lead, prompt): (SessionId, Option<u64>),
+    ) -> Option<Outcome> {
+        if self.json {
+            print_json(out, event);
+        }
+        self.display.show(event, err);
+        track(self.open, event);
+        (event.session == lead)
+            .then(|| ends_run(&event.kind, prompt).cloned())
+            .flatten()
+    }
+}
+
+fn track(open: &mut std::collections::HashSet<SessionId>, event: &Event) {
     if matches!(event.kind, EventKind::SessionStarted { .. }) {
         open.insert(event.session);
     } else if matches!(event.kind, EventKind::Terminal { .. }) {
