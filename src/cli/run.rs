@@ -27,6 +27,10 @@ use crate::ui::display::{Display, Progress};
 /// How often the progress shows the events that arrived since its last frame.
 const FRAME: Duration = Duration::from_millis(50);
 
+/// The most events one frame shows; a longer backlog is shown over the next
+/// rounds at once, with Ctrl-C and the run's end heard between them.
+const FRAME_EVENTS: usize = 1024;
+
 /// Which lead a run drives.
 #[derive(Debug)]
 pub(super) enum Lead {
@@ -194,6 +198,10 @@ where
             None
         }
     };
+    // The lead's own lifecycle is followed as it comes, so the run's end is not a
+    // frame late (taken before the prompt; a resumed run that ended while it
+    // resumed is found by the next frame).
+    let mut lead_events = runtime.subscribe_session_lifecycle(id);
     // The run's end: the terminal event answering the prompt, or, for a resumed
     // run with no new prompt, the first terminal event of the lead.
     let prompt = prompt.map(|p| runtime.prompt(id, p));
@@ -207,13 +215,10 @@ where
     let mut display = Display::new(mode, colors);
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     // The progress is shown a frame at a time, not event by event: a fan-out's
-    // events would each wake this task. `--json` prints each as it comes. The
-    // lead's own lifecycle is followed as it comes, so the run's end is not a
-    // frame late.
+    // events would each wake this task. `--json` prints each as it comes.
     let mut frame = tokio::time::interval(FRAME);
     frame.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let per_event = cli.json;
-    let mut lead_events = runtime.subscribe_session_lifecycle(id);
     // Sessions that started and have not ended yet: sub-agents cancelled with the
     // lead end a moment after it, and their ends are worth showing.
     let mut open = std::collections::HashSet::new();
@@ -231,11 +236,15 @@ where
                 }
             }
             _ = frame.tick(), if !per_event => {
-                while let Some(event) = events.try_recv() {
+                // At most a frame's worth at a time, so that Ctrl-C and the run's
+                // end are heard between batches of a long backlog.
+                for _ in 0..FRAME_EVENTS {
+                    let Some(event) = events.try_recv() else { continue 'run };
                     if let Some(outcome) = shown.show(&event, out, err, (id, prompt)) {
                         break 'run Some(outcome);
                     }
                 }
+                frame.reset_immediately();
             }
             Some(event) = lead_events.recv() => {
                 if let Some(outcome) = ends_run(&event.kind, prompt) {
@@ -297,7 +306,6 @@ async fn reloaded(watcher: Option<&mut RoleWatcher>) -> Option<Reload> {
     }
 }
 
-/// Keeps the set of sessions that started and have not ended.
 /// Where the run's events are shown: the display, the `--json` lines, and the
 /// sessions still open.
 struct Shown<'a> {
@@ -327,6 +335,7 @@ impl Shown<'_> {
     }
 }
 
+/// Keeps the set of sessions that started and have not ended.
 fn track(open: &mut std::collections::HashSet<SessionId>, event: &Event) {
     if matches!(event.kind, EventKind::SessionStarted { .. }) {
         open.insert(event.session);
