@@ -60,12 +60,14 @@ impl std::fmt::Debug for HttpApi {
 /// and the request itself.
 pub(crate) struct Call<'a> {
     /// The request's body, kept only when recording: otherwise only its bytes,
-    /// in `request`, live while the answer streams.
+    /// in `request`, live until they are sent.
     pub(crate) body: Option<Value>,
     pub(crate) place: &'a str,
     /// Taken only when recording.
     pub(crate) sent: Option<Sent>,
-    pub(crate) request: reqwest::RequestBuilder,
+    /// Taken to be sent: the body's bytes go with it, and do not stay for as long
+    /// as the answer streams (a few kilobytes a session, at a thousand sessions).
+    pub(crate) request: Option<reqwest::RequestBuilder>,
 }
 
 /// What an [`HttpApi`] is built from.
@@ -218,7 +220,7 @@ impl HttpApi {
             body: recording.then_some(body),
             place: &request.place,
             sent: recording.then(|| Sent::of(request)),
-            request: sending,
+            request: Some(sending),
         }
     }
 
@@ -286,7 +288,7 @@ impl HttpApi {
     /// so a cancel is never stuck behind a slow server).
     pub(crate) async fn stream<D: TurnDecoder>(
         &self,
-        call: Call<'_>,
+        mut call: Call<'_>,
         decoder: D,
         sink: DeltaSink<'_>,
         cancel: &CancellationToken,
@@ -294,7 +296,7 @@ impl HttpApi {
         let started = Instant::now();
         let captured = Arc::new(Mutex::new(Capture::new(MAX_RECORDED_BYTES)));
         let result = self
-            .stream_inner(&call, decoder, sink, cancel, &captured, started)
+            .stream_inner(&mut call, decoder, sink, cancel, &captured, started)
             .await;
         if !matches!(result, Err(LlmError::Cancelled { .. })) {
             let mut captured = captured
@@ -309,7 +311,7 @@ impl HttpApi {
 
     async fn stream_inner<D: TurnDecoder>(
         &self,
-        call: &Call<'_>,
+        call: &mut Call<'_>,
         mut decoder: D,
         sink: DeltaSink<'_>,
         cancel: &CancellationToken,
@@ -317,7 +319,7 @@ impl HttpApi {
         started: Instant,
     ) -> Result<AssistantTurn, LlmError> {
         let idle = self.idle_timeout;
-        let request = call.request.try_clone().ok_or_else(|| {
+        let request = call.request.take().ok_or_else(|| {
             ProviderError::Transport("the request body cannot be sent".to_owned())
         })?;
         // Held until the stream ends: it counts against the endpoint's ceiling.
@@ -412,12 +414,12 @@ impl HttpApi {
 
     /// Sends a non-streaming request and reads its whole body (capped) within the
     /// fixed request timeout.
-    pub(crate) async fn complete(&self, call: Call<'_>) -> Result<Vec<u8>, LlmError> {
+    pub(crate) async fn complete(&self, mut call: Call<'_>) -> Result<Vec<u8>, LlmError> {
         let _permit = self.governor.acquire(|_| {}).await;
         let started = Instant::now();
         let response = call
             .request
-            .try_clone()
+            .take()
             .ok_or_else(|| ProviderError::Transport("the request body cannot be sent".to_owned()))?
             .timeout(self.request_timeout)
             .send()
