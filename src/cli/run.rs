@@ -13,6 +13,7 @@ use super::flags::Cli;
 use super::setup::{self, Plan};
 use super::{Io, exit};
 use crate::control::Control;
+use crate::events::EventStream;
 #[cfg(feature = "test-support")]
 use crate::faults::FaultPlan;
 use crate::protocol::{Event, EventKind, Outcome, SessionId};
@@ -226,35 +227,31 @@ where
         display: &mut display,
         open: &mut open,
         json: cli.json,
+        lead: id,
+        prompt,
     };
-    let outcome = 'run: loop {
+    let outcome = loop {
         tokio::select! {
             event = events.recv(), if per_event => {
                 let Some(event) = event else { break None };
-                if let Some(outcome) = shown.show(&event, out, err, (id, prompt)) {
+                if let Some(outcome) = shown.show(&event, out, err) {
                     break Some(outcome);
                 }
             }
-            _ = frame.tick(), if !per_event => {
-                // At most a frame's worth at a time, so that Ctrl-C and the run's
-                // end are heard between batches of a long backlog.
-                for _ in 0..FRAME_EVENTS {
-                    let Some(event) = events.try_recv() else { continue 'run };
-                    if let Some(outcome) = shown.show(&event, out, err, (id, prompt)) {
-                        break 'run Some(outcome);
-                    }
-                }
-                frame.reset_immediately();
-            }
+            // At most a frame's worth at a time, so that Ctrl-C and the run's end
+            // are heard between batches of a long backlog.
+            _ = frame.tick(), if !per_event => match shown.drain(&mut events, FRAME_EVENTS, out, err) {
+                Drained::Ended(outcome) => break Some(outcome),
+                Drained::More => frame.reset_immediately(),
+                Drained::Empty => {}
+            },
             Some(event) = lead_events.recv() => {
                 if let Some(outcome) = ends_run(&event.kind, prompt) {
                     // Everything published before the end is waiting to be shown.
-                    while let Some(event) = events.try_recv() {
-                        if let Some(outcome) = shown.show(&event, out, err, (id, prompt)) {
-                            break 'run Some(outcome);
-                        }
+                    match shown.drain(&mut events, usize::MAX, out, err) {
+                        Drained::Ended(seen) => break Some(seen),
+                        Drained::More | Drained::Empty => break Some(outcome.clone()),
                     }
-                    break Some(outcome.clone());
                 }
             }
             _ = tick.tick() => shown.display.refresh(),
@@ -276,7 +273,7 @@ where
     while !shown.open.is_empty() {
         match tokio::time::timeout_at(deadline, events.recv()).await {
             Ok(Some(event)) => {
-                shown.show(&event, out, err, (id, prompt));
+                shown.show(&event, out, err);
             }
             Ok(None) | Err(_) => break,
         }
@@ -307,31 +304,56 @@ async fn reloaded(watcher: Option<&mut RoleWatcher>) -> Option<Reload> {
 }
 
 /// Where the run's events are shown: the display, the `--json` lines, and the
-/// sessions still open.
+/// sessions still open; and what ends the run: the lead's answer to the prompt.
 struct Shown<'a> {
     display: &'a mut Display,
     open: &'a mut std::collections::HashSet<SessionId>,
     json: bool,
+    lead: SessionId,
+    prompt: Option<u64>,
+}
+
+/// What showing the events waiting came to.
+enum Drained {
+    /// One of them ended the run.
+    Ended(Outcome),
+    /// More are waiting than were shown.
+    More,
+    /// None is left.
+    Empty,
 }
 
 impl Shown<'_> {
-    /// Shows `event`; returns the outcome when it ends the run (`lead`'s answer
-    /// to the prompt).
-    fn show(
-        &mut self,
-        event: &Event,
-        out: &mut dyn Write,
-        err: &mut dyn Write,
-        (lead, prompt): (SessionId, Option<u64>),
-    ) -> Option<Outcome> {
+    /// Shows `event`; returns the outcome when it ends the run.
+    fn show(&mut self, event: &Event, out: &mut dyn Write, err: &mut dyn Write) -> Option<Outcome> {
         if self.json {
             print_json(out, event);
         }
         self.display.show(event, err);
         track(self.open, event);
-        (event.session == lead)
-            .then(|| ends_run(&event.kind, prompt).cloned())
+        (event.session == self.lead)
+            .then(|| ends_run(&event.kind, self.prompt).cloned())
             .flatten()
+    }
+
+    /// Shows at most `at_most` of the events waiting in `events`, up to the one
+    /// that ends the run.
+    fn drain(
+        &mut self,
+        events: &mut EventStream,
+        at_most: usize,
+        out: &mut dyn Write,
+        err: &mut dyn Write,
+    ) -> Drained {
+        for _ in 0..at_most {
+            let Some(event) = events.try_recv() else {
+                return Drained::Empty;
+            };
+            if let Some(outcome) = self.show(&event, out, err) {
+                return Drained::Ended(outcome);
+            }
+        }
+        Drained::More
     }
 }
 

@@ -83,6 +83,16 @@ impl Scope {
         Self::Files(waiters.iter().filter_map(|r| r.path.clone()).collect())
     }
 
+    /// Whether a sync of this scope covers a request for `path` (`None`: for
+    /// everything).
+    fn covers(&self, path: Option<&Path>) -> bool {
+        match (self, path) {
+            (Self::Everything, _) => true,
+            (Self::Files(paths), Some(path)) => paths.contains(path),
+            (Self::Files(_), None) | (Self::Nothing, _) => false,
+        }
+    }
+
     /// Takes the files due for a sync out of those written since their last sync;
     /// the others stay due.
     fn take_due(self, files: &mut OpenFiles) -> Vec<PathBuf> {
@@ -370,10 +380,8 @@ impl Writer {
         }
         let due = scope.take_due(&mut self.files);
         for (path, e) in sync_files(&self.files, &due) {
-            let e = format!("journal sync of {}: {e}", path.display());
-            tracing::error!(error = %e, "journal sync failed");
             self.files.mark_dirty(&path);
-            self.failed.insert(path, e);
+            self.sync_failed(path, &e);
         }
         let mut dir_error = None;
         for dir in std::mem::take(&mut self.grown) {
@@ -409,6 +417,13 @@ impl Writer {
         }
     }
 
+    /// Keeps `path`'s sync error for its session's next sync (and logs it).
+    fn sync_failed(&mut self, path: PathBuf, e: &std::io::Error) {
+        let e = format!("journal sync of {}: {e}", path.display());
+        tracing::error!(error = %e, "journal sync failed");
+        self.failed.insert(path, e);
+    }
+
     /// Past the bound on open files, closes the files written longest ago, those
     /// already synced first; one still to be synced is synced first through its
     /// own descriptor (kept open if that fails, its error left for its session).
@@ -417,9 +432,7 @@ impl Writer {
             if self.files.is_dirty(&path)
                 && let Some(Err(e)) = self.files.get(&path).map(File::sync_data)
             {
-                let e = format!("journal sync of {}: {e}", path.display());
-                tracing::error!(error = %e, "journal sync failed");
-                self.failed.insert(path, e);
+                self.sync_failed(path, &e);
                 continue;
             }
             self.files.close(&path);

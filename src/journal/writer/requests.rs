@@ -2,11 +2,12 @@
 //! deadline (a turn boundary's, which waits a little for a sync that covers its
 //! file anyway).
 
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use tokio::sync::oneshot;
+
+use super::Scope;
 
 /// Where a sync request hears its answer.
 pub(super) type Waiter = oneshot::Sender<Result<(), String>>;
@@ -38,10 +39,9 @@ impl Held {
         let (mut due, held): (Vec<_>, Vec<_>) = std::mem::take(&mut self.0)
             .into_iter()
             .partition(|r| closing || r.by.is_none_or(|by| by <= now));
-        let everything = due.iter().any(|r| r.path.is_none());
-        let covered: HashSet<PathBuf> = due.iter().filter_map(|r| r.path.clone()).collect();
+        let synced = Scope::of(&due, closing);
         for request in held {
-            if everything || request.path.as_ref().is_some_and(|p| covered.contains(p)) {
+            if synced.covers(request.path.as_deref()) {
                 due.push(request);
             } else {
                 self.0.push(request);
