@@ -126,11 +126,8 @@ fn edit(
         ));
     }
     if input.old_string.is_empty() {
-        if path.is_dir() {
+        if !creates_new(path, shown)? {
             return Err(fail(format!("{shown} is a directory")));
-        }
-        if path.exists() {
-            return Err(already_exists(shown));
         }
         files::write_atomic(path, input.new_string.as_bytes())
             .map_err(|e| fail(format!("{shown}: {e}")))?;
@@ -173,6 +170,17 @@ pub(super) fn already_exists(shown: &str) -> ToolError {
     fail(format!(
         "{shown} already exists: an empty old_string only creates new files; give the text to replace"
     ))
+}
+
+/// Whether an empty old_string creates the file at `path` (one `stat`): it does
+/// when nothing is there; a directory is not created over (false: reading it
+/// says what it is); any other file is refused as already there.
+pub(super) fn creates_new(path: &Path, shown: &str) -> Result<bool, ToolError> {
+    match std::fs::metadata(path) {
+        Err(_) => Ok(true),
+        Ok(meta) if meta.is_dir() => Ok(false),
+        Ok(_) => Err(already_exists(shown)),
+    }
 }
 
 /// The bytes of the file an edit changes, refused as the model is told when it is

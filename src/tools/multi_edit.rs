@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::edit::{Refusal, already_exists, existing_bytes, refused, replace};
+use super::edit::{Refusal, creates_new, existing_bytes, refused, replace};
 use super::files;
 use crate::error::ToolError;
 use crate::tools::{Concurrency, Tool, ToolContext};
@@ -109,10 +109,8 @@ fn apply(
     };
     // An empty first old_string creates the file; on a file that is there it is
     // refused as Edit refuses it (a directory is said to be one, below).
-    let creating = edits[0].old_string.is_empty() && !path.exists();
-    if edits[0].old_string.is_empty() && path.exists() && !path.is_dir() {
-        return Err(numbered(0, already_exists(shown)));
-    }
+    let creating =
+        edits[0].old_string.is_empty() && creates_new(path, shown).map_err(|e| numbered(0, e))?;
     // Edit's checks and messages: a directory, a missing file (and the name
     // closest to it), anything but a regular file.
     let mut bytes = if creating {
@@ -120,10 +118,6 @@ fn apply(
     } else {
         existing_bytes(root, path, shown)?
     };
-    // A file is known fresh once checked, after its first edit says whether it is
-    // text at all (as Edit says a binary file is one before whether it was read);
-    // a new one was never read.
-    let mut fresh = creating;
     // The text before and after, as Edit's ladder decodes it (BOM and line
     // endings taken out): a new file's starts empty, with its first edit's text.
     let mut before = None;
@@ -145,9 +139,11 @@ fn apply(
             return Err(numbered(i, empty));
         }
         let edited = replace(&bytes, &edit.old_string, &edit.new_string, edit.replace_all);
-        if !fresh && !matches!(edited, Err(Refusal::Binary | Refusal::NotText)) {
+        // An existing file is checked fresh once, after its first edit says
+        // whether it is text at all (as Edit says a binary file is one before
+        // whether it was read); a new one (its first edit skipped) was never read.
+        if i == 0 && !matches!(edited, Err(Refusal::Binary | Refusal::NotText)) {
             files::check_fresh(session, path, shown)?;
-            fresh = true;
         }
         let edited = edited.map_err(|r| numbered(i, refused(r, shown)))?;
         before.get_or_insert(edited.before);
