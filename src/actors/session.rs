@@ -26,7 +26,7 @@ use super::SessionEnv;
 use crate::conversation::AssistantTurn;
 use crate::error::{LlmError, SessionError};
 use crate::events::Publisher;
-use crate::journal::{PendingSync, Record, journal_path, read_journal};
+use crate::journal::{Record, journal_path, read_journal};
 use crate::protocol::SessionId;
 use crate::session::SessionSpec;
 use crate::session::machine::{Input, Machine, MachineArgs, ToolDone};
@@ -133,9 +133,6 @@ pub(crate) struct SessionState {
     tool_turn: Option<(u64, CancellationToken)>,
     /// Running calls by their ToolRunner: tool turn, position, call id.
     runners: HashMap<ActorId, (u64, usize, String)>,
-    /// Syncs asked for in the background (turn boundaries) and not yet known to
-    /// have succeeded: the next sync that is waited for hears their errors too.
-    behind: Vec<PendingSync>,
 }
 
 /// The highest prompt stamp a journal holds.
@@ -206,7 +203,6 @@ impl Actor for SessionActor {
             stream: None,
             tool_turn: None,
             runners: HashMap::new(),
-            behind: Vec::new(),
         };
         for effect in effects {
             if let Some(Input::Failed(error)) = Box::pin(state.carry_out(&myself, effect)).await {

@@ -216,24 +216,19 @@ impl Journal {
     /// unsynced: a session needs its own journal durable, not every other
     /// session's.
     pub async fn sync_file(&self, path: &Path) -> Result<(), String> {
-        self.ask_sync_file(path).wait().await
+        self.request(Some(path.to_owned()), None).wait().await
     }
 
-    /// [`Journal::sync_file`], asked for now and awaited later: a request asked
-    /// for before another is served no later than it.
-    pub fn ask_sync_file(&self, path: &Path) -> PendingSync {
-        self.request(Some(path.to_owned()), None)
+    /// Asks for `path`'s sync without waiting for it: it may wait up to `SOON` (a
+    /// second) for one that covers the file anyway (its session's next sync that
+    /// is waited for, a sync of everything), so a turn boundary followed by a
+    /// short turn costs no `fdatasync` of its own. The records still reach the
+    /// file at once; a failure is told to the file's next sync that is waited for.
+    pub fn sync_file_soon(&self, path: &Path) {
+        drop(self.sync_file_within(path, SOON));
     }
 
-    /// Like [`Journal::ask_sync_file`], but the sync may wait up to `SOON` (a second) for
-    /// one that covers the file anyway (its session's next sync that is waited
-    /// for, a sync of everything): a turn boundary followed by a short turn costs
-    /// no `fdatasync` of its own. The records still reach the file at once.
-    pub fn sync_file_soon(&self, path: &Path) -> PendingSync {
-        self.sync_file_within(path, SOON)
-    }
-
-    /// [`Journal::sync_file_soon`] with a wait of `within`.
+    /// Asks for `path`'s sync within `within`, to be awaited (or not) later.
     pub fn sync_file_within(&self, path: &Path, within: Duration) -> PendingSync {
         let by = Instant::now() + within;
         self.request(Some(path.to_owned()), Some(by))
@@ -395,9 +390,12 @@ impl Writer {
 
     /// Answers the batch's requests: each hears the error of its own file since
     /// that file's last answer (every request for the file hears it), or, for a
-    /// sync of everything, any file's; a directory's error, whoever asks.
+    /// sync of everything, any file's; a directory's error, whoever asks. A file's
+    /// error that no one heard (its only requests were not waited for: a turn
+    /// boundary's) is kept for the file's next sync.
     fn answer(&mut self, requests: Vec<SyncRequest>, dir_error: Option<&String>) {
         let mut told: HashMap<PathBuf, Option<String>> = HashMap::new();
+        let mut heard: HashSet<PathBuf> = HashSet::new();
         for request in requests {
             let own = match &request.path {
                 Some(path) => told
@@ -413,7 +411,18 @@ impl Writer {
             };
             // The directory's error first; the file's own is told all the same.
             let error = dir_error.cloned().or(own);
-            let _ = request.done.send(error.map_or(Ok(()), Err));
+            if request.done.send(error.map_or(Ok(()), Err)).is_ok()
+                && let Some(path) = request.path
+            {
+                heard.insert(path);
+            }
+        }
+        for (path, error) in told {
+            if let Some(error) = error
+                && !heard.contains(&path)
+            {
+                self.failed.insert(path, error);
+            }
         }
     }
 

@@ -31,19 +31,11 @@ impl SessionState {
                 })
             }
             Effect::Sync => {
-                // Asked for first: it covers the syncs still held behind it, so
-                // waiting for those does not wait for their deadline.
-                let waited = self.env.journal.ask_sync_file(&self.journal_path);
-                let mut synced = Ok(());
-                for behind in std::mem::take(&mut self.behind) {
-                    synced = synced.and(behind.wait().await);
-                }
-                Some(Input::Synced(synced.and(waited.wait().await)))
+                let synced = self.env.journal.sync_file(&self.journal_path).await;
+                Some(Input::Synced(synced))
             }
             Effect::SyncInBackground => {
-                self.behind.retain_mut(|behind| !behind.succeeded());
-                let behind = self.env.journal.sync_file_soon(&self.journal_path);
-                self.behind.push(behind);
+                self.env.journal.sync_file_soon(&self.journal_path);
                 None
             }
             Effect::Publish(kind) => {

@@ -75,7 +75,8 @@ impl PendingSync {
     }
 
     /// True once answered without an error: nothing left to hear.
-    pub fn succeeded(&mut self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn succeeded(&mut self) -> bool {
         if let Self::Waiting(answer) = self {
             match answer.try_recv() {
                 Ok(result) => *self = Self::Answered(result),

@@ -197,3 +197,22 @@ async fn every_sync_waiting_on_a_failed_file_hears_its_error() {
     assert!(!held.succeeded());
     assert!(served(held.wait()).await.unwrap_err().contains("blocked"));
 }
+
+#[tokio::test]
+async fn a_failure_no_request_heard_is_told_to_the_files_next_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::start().unwrap();
+    std::fs::write(dir.path().join("blocked"), "").unwrap();
+    let bad = dir.path().join("blocked").join("s.jsonl");
+    let good = journal_path(dir.path(), SessionId::new());
+    let record = Record::Message {
+        message: Message::user("x"),
+    };
+    journal.append(&bad, &record).unwrap();
+    journal.append(&good, &record).unwrap();
+    // Due at once and not waited for: its batch is done once a later sync is.
+    drop(journal.sync_file_within(&bad, Duration::ZERO));
+    served(journal.sync_file(&good)).await.unwrap();
+    let error = served(journal.sync_file(&bad)).await.unwrap_err();
+    assert!(error.contains("blocked"), "{error}");
+}
