@@ -62,11 +62,8 @@ pub(super) async fn run(
         let _ = writeln!(err, "orchestrate: warning: {warning}");
     }
     let limit = start_limit(env);
-    let keys = files
-        .user
-        .clone()
-        .merged(files.workspace.clone())
-        .key_variables();
+    // The user's own file alone names key variables, as for a run.
+    let keys = files.user.key_variables();
     let starts = trusted
         .servers
         .iter()

@@ -9,10 +9,12 @@ use crate::config::ConfigFile;
 use crate::error::ConfigError;
 use crate::tools::bash::{Bash, Confinement, SandboxMode};
 
-/// The Bash tool the run offers, and what to tell the person about its confinement.
+/// The Bash tool the run offers, and what to tell the person about its confinement;
+/// `keys`: the variables that hold provider keys, kept out of its commands.
 pub(super) fn bash(
     cli: &Cli,
     file: &ConfigFile,
+    keys: Vec<String>,
     env: &impl Fn(&str) -> Option<String>,
 ) -> Result<(Bash, Vec<String>), ConfigError> {
     let entry = file.sandbox.clone().unwrap_or_default();
@@ -34,7 +36,7 @@ pub(super) fn bash(
         .iter()
         .map(|path| writable_path(path, home.as_deref()))
         .collect::<Result<Vec<_>, _>>()?;
-    let (confinement, notes) = Confinement::for_this_process(mode, writable, file.key_variables());
+    let (confinement, notes) = Confinement::for_this_process(mode, writable, keys);
     Ok((Bash::confined(confinement), notes))
 }
 

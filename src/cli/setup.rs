@@ -50,7 +50,10 @@ pub(super) async fn prepare(
         return Err(mcp::refusal(&servers.unasked));
     }
     let both = files.user.clone().merged(files.workspace.clone());
-    let (bash, sandbox_notes) = sandbox::bash(cli, &both, env)?;
+    // Only the user's own file names key variables (`api_key_env`): a repository's
+    // neither adds names nor, redeclaring a provider, takes the user's away.
+    let keys = files.user.key_variables();
+    let (bash, sandbox_notes) = sandbox::bash(cli, &both, keys.clone(), env)?;
     let models = providers::models(cli, files, env)?;
     let mut config = RuntimeConfig::new(workspace, models.default_provider());
     config.approver = approver;
@@ -59,7 +62,7 @@ pub(super) async fn prepare(
     config.saver = Some(saver);
     config.mcp = servers.servers;
     config.mcp_limit = mcp::start_limit(env);
-    config.key_variables = both.key_variables();
+    config.key_variables = keys;
     let mut notes = notes;
     notes.extend(rule_notes);
     notes.extend(defined.warnings);

@@ -212,7 +212,11 @@ impl Handle {
             text: prompt.to_owned(),
             steer: false,
         };
-        self.start_with(child, spec, Some(queued)).await?;
+        if let Err(e) = self.start_with(child, spec, Some(queued)).await {
+            // Nothing started: a cancel has nobody to stop.
+            guard.child = None;
+            return Err(e);
+        }
         Ok((child, events, Prompt::Sent(seq)))
     }
 

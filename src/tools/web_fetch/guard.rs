@@ -2,7 +2,9 @@
 //! `fe80::/10`, and their IPv4-mapped forms) or a cloud metadata name, where an
 //! instance's credentials are served, whether the URL names the address or a DNS
 //! name resolves to it (checked on the addresses the connection will use); and a
-//! redirect is followed only within its site.
+//! redirect is followed only within its site. Through a proxy from the
+//! environment (`HTTP(S)_PROXY`, `ALL_PROXY`) only the URL itself is checked: the
+//! proxy resolves the name.
 
 use std::net::{IpAddr, SocketAddr};
 
