@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::cli::{command_on, run_on, text};
+use crate::cli::{command_on, run_on, text, wrapped};
 use crate::support::harness::{DEADLINE, TEST_KEY};
 use crate::support::mock_llm::{End, Gate, MockLlm, Reply};
 
@@ -94,21 +94,7 @@ async fn read_the_key_from_a_bash_call(workspace: &Path, wrap: Option<&[&str]>) 
     let env = [("OPENAI_API_KEY", TEST_KEY)];
     let mut command = command_on(&mock, workspace, &args, &env);
     if let Some(wrap) = wrap {
-        let direct = command.as_std();
-        let mut wrapped = tokio::process::Command::new(wrap[0]);
-        wrapped
-            .args(&wrap[1..])
-            .arg(direct.get_program())
-            .args(direct.get_args())
-            .kill_on_drop(true)
-            .stdin(Stdio::null());
-        for (name, value) in direct.get_envs() {
-            match value {
-                Some(value) => wrapped.env(name, value),
-                None => wrapped.env_remove(name),
-            };
-        }
-        command = wrapped;
+        command = wrapped(&command, wrap[0], &wrap[1..]);
     }
     let child = command
         .stdout(Stdio::piped())
