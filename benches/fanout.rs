@@ -1,8 +1,8 @@
 //! Fan-out scaling: N concurrent sessions (N = 100, 1000, 2000), each three turns
-//! (two tool turns, then the answer) against the mock LLM with 50 ms to first token
-//! and then 20 chunks 5 ms apart, so one turn ideally takes 150 ms and a session
-//! 450 ms. Prints wall time over that ideal, and the peak RSS of the process that
-//! ran the sessions.
+//! by default (two tool turns, then the answer; `FANOUT_SESSION_TURNS`) against the
+//! mock LLM with 50 ms to first token and then 20 chunks 5 ms apart, so one turn
+//! ideally takes 150 ms and a session 450 ms. Prints wall time over that ideal, and
+//! the peak RSS and CPU of the process that ran the sessions.
 //!
 //! Run with `cargo bench --bench fanout` (optionally `-- 100 1000` to pick sizes).
 //!
@@ -260,6 +260,9 @@ async fn bare_agent(
         let body =
             json!({"model": "mock-model", "messages": messages, "stream": true, "tools": [probe]});
         post_and_read(http, endpoint, &body).await;
+        if turn + 1 == turns {
+            break;
+        }
         let args = json!({"path": format!("src/module_{turn}.rs"), "pattern": "fn main"});
         let call = json!({"id": format!("call_{turn}"), "type": "function", "function": {"name": "probe", "arguments": args.to_string()}});
         messages.push(json!({"role": "assistant", "content": null, "tool_calls": [call]}));
@@ -508,7 +511,8 @@ fn agent(i: usize) -> SessionSpec {
     spec
 }
 
-/// A runner child: N sessions through one Runtime; prints wall ms and peak RSS KiB.
+/// A runner child: N sessions through one Runtime; prints wall ms, peak RSS KiB and
+/// CPU ms.
 fn run_sessions(url: &str, n: usize) {
     let workspace = workspace();
     let (wall, cpu) = runtime(threads("FANOUT_RUNNER_THREADS")).block_on(async {
@@ -566,7 +570,7 @@ fn run_idle(n: usize) {
             .unwrap();
         // One session first, so that what every session shares (the runtime's
         // threads, the journal writer, code pages) is in the baseline.
-        let warm = SessionSpec::new("warm", "mock-model", "You are a benchmark agent.");
+        let warm = SessionSpec::new("warm", "mock-model", AGENT);
         orchestrator.start_session(warm).await.unwrap();
         let before = rss_kib();
         let start = Instant::now();
@@ -696,8 +700,8 @@ fn lead_reply(body: &Value) -> Reply {
 
 /// A Task fan-out child: one lead whose single turn issues `n` Task calls (all
 /// allowed to run at once), each worker running two turns; every event goes through
-/// the progress board and is rendered to a hidden draw target, as the CLI does on
-/// a terminal. Prints wall ms and peak RSS KiB.
+/// the progress board and is rendered to a hidden draw target a frame at a time, as
+/// the CLI takes its events on a terminal. Prints wall ms, peak RSS KiB and CPU ms.
 fn run_tasks(url: &str, n: usize) {
     use std::sync::RwLock;
 
@@ -741,6 +745,7 @@ fn run_tasks(url: &str, n: usize) {
         let mut events = orchestrator.subscribe();
         let mut lead_events = orchestrator.subscribe_session_lifecycle(lead);
         let mut frame = tokio::time::interval(Duration::from_millis(50));
+        frame.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let multi =
             indicatif::MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden());
         let mut bars = Vec::new();
