@@ -239,8 +239,10 @@ impl Actor for OrchestratorActor {
                 prompt,
                 reply,
             } => {
-                if start(&myself, state, id, spec, Origin::New, reply).await
-                    && let Some(prompt) = prompt
+                start(&myself, state, id, spec, Origin::New, reply).await;
+                // Queued for it once started (a session that failed to spawn is gone).
+                if let Some(prompt) = prompt
+                    && state.sessions.contains_key(&id)
                 {
                     route(state, id, Routed::Prompt(prompt));
                 }
@@ -351,7 +353,7 @@ impl Actor for OrchestratorActor {
 
 /// Starts a session (new, or from its journal); the session itself answers `ready`
 /// once it has started, so the Orchestrator never waits on a session's start-up.
-/// False when it could not be spawned.
+/// One that cannot be spawned is forgotten.
 async fn start(
     myself: &ActorRef<OrchestratorMsg>,
     state: &mut OrchestratorState,
@@ -359,7 +361,7 @@ async fn start(
     spec: Box<SessionSpec>,
     origin: Origin,
     ready: RpcReplyPort<Result<SessionId, SessionError>>,
-) -> bool {
+) {
     let run = spec
         .parent
         .and_then(|parent| state.sessions.get(&parent))
@@ -385,9 +387,7 @@ async fn start(
     if let Err(e) = spawn_session(myself, state, id, Some(ready), from_journal).await {
         tracing::warn!(session = %id, error = %e, "session did not start");
         state.sessions.remove(&id);
-        return false;
     }
-    true
 }
 
 /// Spawns the actor of session `id`: a new one (`ready` answered once it has

@@ -247,13 +247,6 @@ impl Actor for SessionActor {
         if matches!(msg, SessionMsg::StopRun) && !state.queue.lock().take_stop() {
             return Ok(());
         }
-        // A stream that has answered is done: holding its reference would keep its
-        // mailboxes (kilobytes) alive through the tool calls that follow.
-        if let SessionMsg::TurnFinished { stream_id, .. } = &msg
-            && state.stream.as_ref().is_some_and(|(s, _)| s == stream_id)
-        {
-            state.stream = None;
-        }
         Box::pin(state.drive(&myself, msg.into())).await;
         Ok(())
     }
@@ -319,6 +312,13 @@ impl SessionState {
     /// actor's task holds the largest of its handlers' futures for as long as it
     /// lives, and an idle session should hold a pointer, not three kilobytes.
     async fn drive(&mut self, myself: &ActorRef<SessionMsg>, input: Input) {
+        // A stream that has answered is done: holding its reference would keep its
+        // mailboxes (kilobytes) alive through the tool calls that follow.
+        if let Input::TurnFinished { stream, .. } = &input
+            && self.stream.as_ref().is_some_and(|(s, _)| s == stream)
+        {
+            self.stream = None;
+        }
         let mut inputs = VecDeque::from([input]);
         while let Some(input) = inputs.pop_front() {
             for effect in self.machine.handle(Instant::now(), input) {

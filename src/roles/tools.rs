@@ -23,20 +23,6 @@ pub(super) struct Entries {
     pub(super) warnings: Vec<String>,
 }
 
-/// Tools whose calls a rule's pattern can match: Bash by command, WebFetch by
-/// domain, the file tools by path.
-const PATTERNED: [&str; 9] = [
-    "Bash",
-    "WebFetch",
-    "Read",
-    "Edit",
-    "Write",
-    "MultiEdit",
-    "Glob",
-    "Grep",
-    "Ls",
-];
-
 /// Whether a list allows the tools it names (`tools:`) or refuses them
 /// (`disallowedTools:`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -84,7 +70,7 @@ pub(super) fn entries(names: &[String], list: List, key: &str, path: &str, line:
             continue;
         };
         if list == List::Deny && rule.pattern.is_some() {
-            if PATTERNED.contains(known) {
+            if crate::tools::rules::takes_a_pattern(known) {
                 out.deny_rules.push(Rule {
                     tool: (*known).to_owned(),
                     pattern: rule.pattern,

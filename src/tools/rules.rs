@@ -346,6 +346,25 @@ fn normalized(path: &std::path::Path) -> std::path::PathBuf {
 /// Whether a rule written for `rule_tool` applies to a call of `tool`: `Edit`
 /// rules cover every tool that edits files, `Read` rules every tool that reads
 /// them; `mcp__server` covers that server's tools.
+/// Whether a rule's pattern can match a call of `tool`: Bash's by its command
+/// line, WebFetch's by domain, the file tools' by the path they name (the inputs
+/// `path_matches` reads).
+pub fn takes_a_pattern(tool: &str) -> bool {
+    matches!(
+        tool,
+        "Bash"
+            | "WebFetch"
+            | "Read"
+            | "Edit"
+            | "Write"
+            | "MultiEdit"
+            | "NotebookEdit"
+            | "Glob"
+            | "Grep"
+            | "Ls"
+    )
+}
+
 fn applies_to(rule_tool: &str, tool: &str) -> bool {
     rule_tool == tool
         || (rule_tool == "Edit" && matches!(tool, "Write" | "MultiEdit" | "NotebookEdit"))
