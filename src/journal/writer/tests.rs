@@ -108,11 +108,11 @@ async fn appended_records_are_readable_after_sync() {
     );
 }
 
-#[tokio::test]
-async fn a_failed_write_reaches_its_own_files_next_sync_and_no_other() {
+/// A writer with one record appended to a journal whose folder is a file (the
+/// write cannot be made) and one to a journal that can be written.
+fn a_failing_and_a_good_journal() -> (tempfile::TempDir, Journal, PathBuf, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let journal = Journal::start().unwrap();
-    // Its folder is a file: the write cannot be made.
     std::fs::write(dir.path().join("blocked"), "").unwrap();
     let bad = dir.path().join("blocked").join("s.jsonl");
     let good = journal_path(dir.path(), SessionId::new());
@@ -121,6 +121,12 @@ async fn a_failed_write_reaches_its_own_files_next_sync_and_no_other() {
     };
     journal.append(&bad, &record).unwrap();
     journal.append(&good, &record).unwrap();
+    (dir, journal, bad, good)
+}
+
+#[tokio::test]
+async fn a_failed_write_reaches_its_own_files_next_sync_and_no_other() {
+    let (_dir, journal, bad, good) = a_failing_and_a_good_journal();
     // The same batch: another file's failure is not this one's.
     journal.sync_file(&good).await.unwrap();
     let error = journal.sync_file(&bad).await.unwrap_err();
@@ -183,14 +189,7 @@ async fn a_held_sync_is_served_by_its_deadline_or_when_the_writer_closes() {
 
 #[tokio::test]
 async fn every_sync_waiting_on_a_failed_file_hears_its_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let journal = Journal::start().unwrap();
-    std::fs::write(dir.path().join("blocked"), "").unwrap();
-    let bad = dir.path().join("blocked").join("s.jsonl");
-    let record = Record::Message {
-        message: Message::user("x"),
-    };
-    journal.append(&bad, &record).unwrap();
+    let (_dir, journal, bad, _) = a_failing_and_a_good_journal();
     let mut held = journal.sync_file_within(&bad, Duration::from_secs(3600));
     let now = served(journal.sync_file(&bad)).await;
     assert!(now.unwrap_err().contains("blocked"));
@@ -200,16 +199,7 @@ async fn every_sync_waiting_on_a_failed_file_hears_its_error() {
 
 #[tokio::test]
 async fn a_failure_no_request_heard_is_told_to_the_files_next_sync() {
-    let dir = tempfile::tempdir().unwrap();
-    let journal = Journal::start().unwrap();
-    std::fs::write(dir.path().join("blocked"), "").unwrap();
-    let bad = dir.path().join("blocked").join("s.jsonl");
-    let good = journal_path(dir.path(), SessionId::new());
-    let record = Record::Message {
-        message: Message::user("x"),
-    };
-    journal.append(&bad, &record).unwrap();
-    journal.append(&good, &record).unwrap();
+    let (_dir, journal, bad, good) = a_failing_and_a_good_journal();
     // Due at once and not waited for: its batch is done once a later sync is.
     drop(journal.sync_file_within(&bad, Duration::ZERO));
     served(journal.sync_file(&good)).await.unwrap();
