@@ -36,28 +36,86 @@ pub fn plan(calls: &[Concurrency]) -> Vec<Batch> {
     batches
 }
 
+/// Whether a call counts against its batch's cap: every call of a batch of one
+/// unsafe call does, and in a parallel group every call whose tool does not bound
+/// its own parallelism (Task).
+pub fn counts_against_cap(parallel: bool, bounds_itself: bool) -> bool {
+    !(parallel && bounds_itself)
+}
+
+/// The calls of a batch that are running, kept as they start and finish, and how
+/// many of them count against the cap: a turn of ten thousand Task calls is not
+/// counted again each time one finishes.
+#[derive(Clone, Debug, Default)]
+pub struct Running {
+    /// By call position: running, and whether it counts against the cap.
+    calls: Vec<Option<bool>>,
+    len: usize,
+    counted: usize,
+}
+
+impl Running {
+    /// None of a turn's `calls` calls running.
+    pub fn new(calls: usize) -> Self {
+        Self {
+            calls: vec![None; calls],
+            len: 0,
+            counted: 0,
+        }
+    }
+
+    /// The call at `index` started.
+    pub fn start(&mut self, index: usize, counts: bool) {
+        if let Some(slot @ None) = self.calls.get_mut(index) {
+            *slot = Some(counts);
+            self.len += 1;
+            self.counted += usize::from(counts);
+        }
+    }
+
+    /// The call at `index` finished (nothing, if it was not running).
+    pub fn finish(&mut self, index: usize) {
+        if let Some(slot) = self.calls.get_mut(index)
+            && let Some(counts) = slot.take()
+        {
+            self.len -= 1;
+            self.counted -= usize::from(counts);
+        }
+    }
+
+    /// No call is running.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Running calls that count against the cap.
+    pub fn counted(&self) -> usize {
+        self.counted
+    }
+}
+
 /// Takes from the front of the current batch's `waiting` calls those that may
 /// start now, in order. A parallel group runs at most `limit` calls at once, a
 /// batch of one unsafe call one; calls whose tool bounds its own parallelism
-/// (`bounds_itself[i]`, Task) are not counted in a parallel group. `running` are
-/// the batch's calls already running.
+/// (`bounds_itself[i]`, Task) are not counted in a parallel group. `counted` are
+/// the batch's running calls that count ([`Running::counted`]).
 pub fn admit(
     waiting: &mut std::collections::VecDeque<usize>,
-    running: impl IntoIterator<Item = usize>,
+    counted: usize,
     bounds_itself: &[bool],
     parallel: bool,
     limit: usize,
 ) -> Vec<usize> {
     let cap = if parallel { limit.max(1) } else { 1 };
-    let free = |i: usize| parallel && bounds_itself[i];
-    let mut counted = running.into_iter().filter(|&i| !free(i)).count();
+    let mut counted = counted;
     let mut starting = Vec::new();
     while let Some(&index) = waiting.front() {
-        if !free(index) && counted >= cap {
+        let counts = counts_against_cap(parallel, bounds_itself[index]);
+        if counts && counted >= cap {
             break;
         }
         waiting.pop_front();
-        counted += usize::from(!free(index));
+        counted += usize::from(counts);
         starting.push(index);
     }
     starting
@@ -72,21 +130,51 @@ mod tests {
         // Calls 0-4: 1 and 3 are Task calls; 0 is already running; cap 2.
         let bounds = [false, true, false, true, false];
         let mut waiting: VecDeque<usize> = [1, 2, 3, 4].into();
-        let started = super::admit(&mut waiting, [0], &bounds, true, 2);
+        let mut running = Running::new(bounds.len());
+        running.start(0, counts_against_cap(true, bounds[0]));
+        let started = super::admit(&mut waiting, running.counted(), &bounds, true, 2);
         assert_eq!(started, [1, 2, 3]);
         assert_eq!(waiting, [4]);
-        // Nothing more until one finishes.
-        assert!(super::admit(&mut waiting, [0, 1, 2, 3], &bounds, true, 2).is_empty());
-        assert_eq!(super::admit(&mut waiting, [1, 2, 3], &bounds, true, 2), [4]);
+        for i in started {
+            running.start(i, counts_against_cap(true, bounds[i]));
+        }
+        // Nothing more until one that counts finishes: a Task call's end frees nothing.
+        assert!(super::admit(&mut waiting, running.counted(), &bounds, true, 2).is_empty());
+        running.finish(1);
+        assert!(super::admit(&mut waiting, running.counted(), &bounds, true, 2).is_empty());
+        running.finish(0);
+        assert_eq!(
+            super::admit(&mut waiting, running.counted(), &bounds, true, 2),
+            [4]
+        );
+    }
+
+    #[test]
+    fn running_calls_are_counted_once_and_a_call_not_running_finishes_nothing() {
+        let mut running = Running::new(3);
+        assert!(running.is_empty());
+        running.start(0, true);
+        running.start(0, true);
+        running.start(1, false);
+        assert_eq!(running.counted(), 1);
+        running.finish(2);
+        running.finish(5);
+        assert_eq!(running.counted(), 1);
+        running.finish(0);
+        running.finish(0);
+        assert_eq!(running.counted(), 0);
+        assert!(!running.is_empty());
+        running.finish(1);
+        assert!(running.is_empty());
     }
 
     #[test]
     fn an_unsafe_batch_runs_one_call_even_a_self_bounded_one() {
         let bounds = [true];
         let mut waiting: VecDeque<usize> = [0].into();
-        assert!(super::admit(&mut waiting, [0], &bounds, false, 10).is_empty());
+        assert!(super::admit(&mut waiting, 1, &bounds, false, 10).is_empty());
         let mut waiting: VecDeque<usize> = [0].into();
-        assert_eq!(super::admit(&mut waiting, [], &bounds, false, 10), [0]);
+        assert_eq!(super::admit(&mut waiting, 0, &bounds, false, 10), [0]);
     }
 
     use super::*;

@@ -23,7 +23,7 @@ use crate::journal::Record;
 use crate::protocol::EventKind;
 use crate::session::repeats;
 use crate::tools::Concurrency;
-use crate::tools::scheduler::{self, Batch, plan};
+use crate::tools::scheduler::{self, Batch, Running, plan};
 
 /// Calls of one model turn that run, at most.
 pub(crate) const MAX_CALLS_PER_TURN: usize = 64;
@@ -92,7 +92,7 @@ pub(super) struct ToolTurn {
     /// Whether the current batch is a parallel group.
     parallel: bool,
     /// Calls started and not finished, by position.
-    pub(super) running: Vec<usize>,
+    pub(super) running: Running,
     /// Results by call position.
     results: Vec<Option<ToolResult>>,
     /// Calls whose tool bounds its own parallelism (Task): not counted against
@@ -155,7 +155,7 @@ impl Machine {
             batches: batches.into(),
             waiting: VecDeque::new(),
             parallel: false,
-            running: Vec::new(),
+            running: Running::new(bounds_itself.len()),
             bounds_itself,
             resumed,
             repeats,
@@ -205,7 +205,7 @@ impl Machine {
             }
             let starting = scheduler::admit(
                 &mut turn.waiting,
-                turn.running.iter().copied(),
+                turn.running.counted(),
                 &turn.bounds_itself,
                 turn.parallel,
                 limit,
@@ -268,7 +268,9 @@ impl Machine {
             let seq = turn.seq;
             let resumed = turn.resumed[index];
             if ready.is_ok() {
-                turn.running.push(index);
+                let counts =
+                    scheduler::counts_against_cap(turn.parallel, turn.bounds_itself[index]);
+                turn.running.start(index, counts);
             }
             self.publish(EventKind::ToolStarted {
                 call_id: call.id.clone(),
@@ -305,7 +307,7 @@ impl Machine {
         let Some(turn) = self.tool_turn() else {
             return;
         };
-        turn.running.retain(|i| *i != index);
+        turn.running.finish(index);
         let repeated = turn.repeats[index];
         if (repeats::NOTE_AT..repeats::STOP_AT).contains(&repeated) {
             result.content.push_str(&repeats::note(repeated));
