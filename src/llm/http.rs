@@ -3,6 +3,8 @@
 //! cancel that always gets through, non-streaming reads with a fixed timeout and a
 //! size cap, and typed, key-free errors.
 
+mod quiet;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -17,6 +19,8 @@ use crate::llm::cassette::{Capture, Exchange, MAX_RECORDED_BYTES, Recorder, Sent
 use crate::llm::governor::{self, Governor, Wait};
 use crate::llm::sse::{SplitError, Step, TurnDecoder, split_events_within};
 use crate::llm::{ChatRequest, DeltaSink, StreamDelta, retry};
+
+use self::quiet::Quiet;
 
 /// Reads `(code, message)` out of a provider's JSON error body.
 pub(crate) type ErrorBody = fn(&Value) -> (Option<String>, String);
@@ -360,28 +364,34 @@ impl HttpApi {
             }
         });
         let mut events = split_events_within(Box::pin(bytes), self.max_answer_bytes).eventsource();
+        // One cancellation waiter and one idle timer for the whole stream, not a
+        // new pair for every event.
+        let cancel_wait = cancel.cancelled();
+        tokio::pin!(cancel_wait);
+        let mut quiet = Quiet::new(idle);
         loop {
             let next = tokio::select! {
                 biased;
-                () = cancel.cancelled() => return Err(cancelled(decoder.snapshot())),
-                next = tokio::time::timeout(idle, events.next()) => next,
+                () = &mut cancel_wait => return Err(cancelled(decoder.snapshot())),
+                next = events.next() => next,
+                () = quiet.expired() => return Err(StreamError::IdleTimeout(idle).into()),
             };
+            quiet.heard();
             let event = match next {
-                Err(_) => return Err(StreamError::IdleTimeout(idle).into()),
-                Ok(None) => break,
-                Ok(Some(Err(EventStreamError::Transport(SplitError::Inner(e))))) => {
+                None => break,
+                Some(Err(EventStreamError::Transport(SplitError::Inner(e)))) => {
                     return Err(StreamError::Disconnected(excerpt(
                         &self.transport_error(&e).to_string(),
                     ))
                     .into());
                 }
-                Ok(Some(Err(EventStreamError::Transport(SplitError::TooLarge { limit })))) => {
+                Some(Err(EventStreamError::Transport(SplitError::TooLarge { limit }))) => {
                     return Err(StreamError::TooLarge { limit }.into());
                 }
-                Ok(Some(Err(e))) => {
+                Some(Err(e)) => {
                     return Err(StreamError::Malformed(excerpt(&e.to_string())).into());
                 }
-                Ok(Some(Ok(event))) => event,
+                Some(Ok(event)) => event,
             };
             match decoder.on_event(&event.data, Some(sink))? {
                 Step::Continue => {}
