@@ -5,6 +5,8 @@
 //! the peak RSS and CPU of the process that ran the sessions.
 //!
 //! Run with `cargo bench --bench fanout` (optionally `-- 100 1000` to pick sizes).
+//! `FANOUT_TOOLS=standard` gives the session fan-out's agents the standard tools
+//! besides Probe, so every request carries their specs, as a real agent's does.
 //!
 //! The mock server runs in a child process of its own and each N runs in a fresh
 //! child, so the RSS measured is the orchestrator's alone and never a previous
@@ -242,13 +244,30 @@ fn probe_spec() -> Value {
     json!({"type": "function", "function": {"name": Probe.name(), "description": Probe.description(), "parameters": Probe.input_schema()}})
 }
 
+/// The tools of the session fan-out's agents: Probe, and with
+/// `FANOUT_TOOLS=standard` the standard tools before it (their specs are about
+/// 14 KB of JSON in every request, as a real agent's are).
+fn agent_tools() -> ToolRegistry {
+    match std::env::var("FANOUT_TOOLS").as_deref() {
+        Ok("standard") => ToolRegistry::standard().with(Probe),
+        _ => ToolRegistry::new().with(Probe),
+    }
+}
+
+/// The specs of `tools` as orchestrate sends them.
+fn tools_json(tools: &ToolRegistry) -> Value {
+    (tools.specs().iter())
+        .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
+        .collect()
+}
+
 /// A bare agent's `turns` requests, with the bodies orchestrate sends, built by
-/// hand: its system prompt, its prompt and Probe's spec, each request after the
-/// first with the tool call the mock made and Probe's result.
+/// hand: its system prompt, its prompt and its `tools` (an array of specs), each
+/// request after the first with the tool call the mock made and Probe's result.
 async fn bare_agent(
     http: &reqwest::Client,
     endpoint: &str,
-    probe: &Value,
+    tools: &Value,
     (system, prompt): (&str, String),
     turns: u32,
 ) {
@@ -258,7 +277,7 @@ async fn bare_agent(
     ];
     for turn in 0..turns {
         let body =
-            json!({"model": "mock-model", "messages": messages, "stream": true, "tools": [probe]});
+            json!({"model": "mock-model", "messages": messages, "stream": true, "tools": tools});
         post_and_read(http, endpoint, &body).await;
         if turn + 1 == turns {
             break;
@@ -277,15 +296,15 @@ fn run_bare(url: &str, n: usize) {
     let (wall, cpu) = runtime(threads("FANOUT_RUNNER_THREADS")).block_on(async {
         let http = reqwest::Client::new();
         let endpoint = format!("{url}/chat/completions");
-        let probe = probe_spec();
+        let tools = tools_json(&agent_tools());
         let cpu = cpu_ms();
         let start = Instant::now();
         let tasks: Vec<_> = (0..n)
             .map(|_| {
-                let (http, endpoint, probe) = (http.clone(), endpoint.clone(), probe.clone());
+                let (http, endpoint, tools) = (http.clone(), endpoint.clone(), tools.clone());
                 tokio::spawn(async move {
                     let agent = (AGENT, "inspect the modules".to_owned());
-                    bare_agent(&http, &endpoint, &probe, agent, session_turns()).await;
+                    bare_agent(&http, &endpoint, &tools, agent, session_turns()).await;
                 })
             })
             .collect();
@@ -322,10 +341,10 @@ fn run_bare_tasks(url: &str, n: usize) {
         post_and_read(&http, &endpoint, &lead(&messages)).await;
         let workers: Vec<_> = (0..n)
             .map(|i| {
-                let (http, endpoint, probe) = (http.clone(), endpoint.clone(), probe.clone());
+                let (http, endpoint, tools) = (http.clone(), endpoint.clone(), json!([probe]));
                 tokio::spawn(async move {
                     let worker = (WORKER, format!("do piece {i}"));
-                    bare_agent(&http, &endpoint, &probe, worker, WORKER_TURNS).await;
+                    bare_agent(&http, &endpoint, &tools, worker, WORKER_TURNS).await;
                 })
             })
             .collect();
@@ -507,7 +526,7 @@ impl Tool for Probe {
 /// The spec of the session fan-out's agent `i`.
 fn agent(i: usize) -> SessionSpec {
     let mut spec = SessionSpec::new(format!("agent{i}"), "mock-model", AGENT);
-    spec.tools = ToolRegistry::new().with(Probe);
+    spec.tools = agent_tools();
     spec
 }
 

@@ -12,6 +12,7 @@ pub mod retry;
 pub mod sse;
 
 use std::fmt::Debug;
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -27,8 +28,9 @@ pub struct ChatRequest {
     pub model: String,
     /// The transcript, system prompt first.
     pub messages: Vec<Message>,
-    /// The tools the model may call.
-    pub tools: Vec<ToolSpec>,
+    /// The tools the model may call: shared, since each request of a session, and
+    /// each session offering the same tools, carries the same list.
+    pub tools: Arc<[ToolSpec]>,
     /// An upper bound on generated tokens, when the caller wants one.
     pub max_tokens: Option<u32>,
     /// Where the request comes from: the session's place in the agent tree and the

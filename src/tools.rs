@@ -13,6 +13,7 @@ pub mod read;
 pub mod rules;
 pub mod sandbox;
 pub mod scheduler;
+mod shared_specs;
 pub mod todo_write;
 pub(crate) mod walk;
 pub mod web_fetch;
@@ -304,8 +305,9 @@ impl ToolRegistry {
     }
 
     /// What the model is told about each tool, a built-in one winning over a
-    /// source's of the same name.
-    pub fn specs(&self) -> Vec<ToolSpec> {
+    /// source's of the same name: one copy of the list for every session that
+    /// offers the same tools.
+    pub fn specs(&self) -> Arc<[ToolSpec]> {
         let mut specs: Vec<ToolSpec> = self
             .tools
             .iter()
@@ -322,7 +324,7 @@ impl ToolRegistry {
                 }
             }
         }
-        specs
+        shared_specs::shared(specs)
     }
 
     /// True when no tool is offered, nor ever can be.
@@ -471,6 +473,17 @@ pub(crate) fn with_diff(summary: String, diff: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sessions_offering_the_same_tools_share_one_list_of_specs() {
+        let (one, other) = (ToolRegistry::standard(), ToolRegistry::standard());
+        let (first, second) = (one.specs(), other.specs());
+        assert!(Arc::ptr_eq(&first, &second));
+        assert!(first.iter().any(|spec| spec.name == "Read"));
+        let fewer = ToolRegistry::standard().only(&["Read"]).specs();
+        assert!(!Arc::ptr_eq(&first, &fewer));
+        assert_eq!(fewer.len(), 1);
+    }
 
     /// Two files of distinct lines in a shuffled order: nearly every line is in
     /// both, in an order a shortest diff takes minutes to untangle.

@@ -39,7 +39,7 @@ fn request() -> ChatRequest {
     ChatRequest {
         model: "claude-test".into(),
         messages: vec![Message::system("Be brief."), Message::user("hi")],
-        tools: vec![],
+        tools: Default::default(),
         max_tokens: None,
         place: String::new(),
     }

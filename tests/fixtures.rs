@@ -100,7 +100,7 @@ fn request() -> ChatRequest {
     ChatRequest {
         model: "m".into(),
         messages: vec![Message::user("hi")],
-        tools: vec![],
+        tools: Default::default(),
         max_tokens: None,
         place: String::new(),
     }

@@ -336,7 +336,7 @@ mod tests {
         ChatRequest {
             model: "m".into(),
             messages: vec![Message::user("hi")],
-            tools: vec![],
+            tools: Default::default(),
             max_tokens: None,
             place: place.into(),
         }

@@ -132,7 +132,7 @@ pub(crate) fn summary_request(
             ),
             Message::user(format!("The conversation so far:\n\n{text}")),
         ],
-        tools: Vec::new(),
+        tools: std::sync::Arc::default(),
         max_tokens: None,
         place: format!("{place}/compaction"),
     })

@@ -117,7 +117,7 @@ mod tests {
         ChatRequest {
             model: "claude".into(),
             messages: vec![Message::user("Search the web.")],
-            tools: vec![],
+            tools: Default::default(),
             max_tokens: None,
             place: "lead/turn 1".into(),
         }

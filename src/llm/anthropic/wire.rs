@@ -191,7 +191,8 @@ mod tests {
                 name: "lookup".into(),
                 description: "Looks up.".into(),
                 parameters: json!({"type": "object"}),
-            }],
+            }]
+            .into(),
             max_tokens: None,
             place: String::new(),
         };
@@ -249,7 +250,7 @@ mod tests {
                 }),
                 Message::user(""),
             ],
-            tools: vec![],
+            tools: Default::default(),
             max_tokens: Some(100),
             place: String::new(),
         };
