@@ -149,7 +149,7 @@ impl AnthropicClient {
         let body = wire::request_body(request, self.options, true);
         let decoder = MessagesStreamDecoder::new(self.api.max_answer_bytes);
         self.api
-            .stream(self.api.call(request, body), decoder, sink, cancel)
+            .stream(self.api.call(request, &body), decoder, sink, cancel)
             .await
     }
 
@@ -159,7 +159,7 @@ impl AnthropicClient {
         loop {
             let current = again.as_ref().unwrap_or(request);
             let body = wire::request_body(current, self.options, false);
-            let bytes = self.api.complete(self.api.call(current, body)).await?;
+            let bytes = self.api.complete(self.api.call(current, &body)).await?;
             match continuation.next(request, message_turn(&bytes)?)? {
                 Next::Done(turn) => return Ok(turn),
                 Next::Again(next) => again = Some(next),

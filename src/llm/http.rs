@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use eventsource_stream::{EventStreamError, Eventsource};
 use futures::StreamExt;
+use serde::Serialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -213,15 +214,15 @@ impl HttpApi {
 
     /// The request for `body`, sent on `request`'s behalf (its place is what a
     /// recording files it under).
-    pub(crate) fn call<'a>(&self, request: &'a ChatRequest, body: Value) -> Call<'a> {
+    pub(crate) fn call<'a>(&self, request: &'a ChatRequest, body: &impl Serialize) -> Call<'a> {
         let sending = self
             .http
             .post(self.endpoint.clone())
             .headers(self.headers.clone())
-            .json(&body);
+            .json(body);
         let recording = self.recorder.is_some();
         Call {
-            body: recording.then_some(body),
+            body: recording.then(|| serde_json::to_value(body).ok()).flatten(),
             place: &request.place,
             sent: recording.then(|| Sent::of(request)),
             request: Some(sending),

@@ -2,6 +2,7 @@
 //! Mistral, vLLM, Ollama, llama.cpp's server): streaming with an idle timeout, and
 //! non-streaming with a fixed one. One request per call; retrying is the session's job.
 
+mod body;
 pub mod decoder;
 pub(crate) mod wire;
 
@@ -102,17 +103,17 @@ impl OpenAiClient {
         sink: DeltaSink<'_>,
         cancel: &CancellationToken,
     ) -> Result<AssistantTurn, LlmError> {
-        let body = wire::request_body(request, true);
+        let body = body::Body::of(request, true);
         let decoder =
             ChatStreamDecoder::new(self.api.max_answer_bytes).with_place(&request.call_id_seed());
         self.api
-            .stream(self.api.call(request, body), decoder, sink, cancel)
+            .stream(self.api.call(request, &body), decoder, sink, cancel)
             .await
     }
 
     async fn complete_impl(&self, request: &ChatRequest) -> Result<AssistantTurn, LlmError> {
-        let body = wire::request_body(request, false);
-        let bytes = self.api.complete(self.api.call(request, body)).await?;
+        let body = body::Body::of(request, false);
+        let bytes = self.api.complete(self.api.call(request, &body)).await?;
         completion_turn(&bytes, &request.call_id_seed())
     }
 }

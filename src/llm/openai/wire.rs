@@ -4,11 +4,10 @@
 use std::borrow::Cow;
 
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::conversation::{Message, Usage};
+use crate::conversation::Usage;
 use crate::error::{ProviderError, excerpt};
-use crate::llm::ChatRequest;
 
 /// One `chat.completion.chunk` (or an in-band error object).
 #[derive(Debug, Default, Deserialize)]
@@ -170,69 +169,10 @@ pub(crate) fn error_fields(error: &Value) -> (Option<String>, Option<String>, St
     )
 }
 
-/// Builds the JSON body of a request.
-pub(crate) fn request_body(request: &ChatRequest, stream: bool) -> Value {
-    let messages: Vec<Value> = request.messages.iter().map(message_json).collect();
-    let mut body = json!({
-        "model": request.model,
-        "messages": messages,
-        "stream": stream,
-    });
-    if stream {
-        body["stream_options"] = json!({ "include_usage": true });
-    }
-    if !request.tools.is_empty() {
-        body["tools"] = request
-            .tools
-            .iter()
-            .map(|t| {
-                json!({
-                    "type": "function",
-                    "function": { "name": t.name, "description": t.description, "parameters": t.parameters },
-                })
-            })
-            .collect();
-    }
-    if let Some(max) = request.max_tokens {
-        body["max_tokens"] = json!(max);
-    }
-    body
-}
-
-fn message_json(message: &Message) -> Value {
-    match message {
-        Message::System { content } => json!({ "role": "system", "content": content }),
-        Message::User { content } => json!({ "role": "user", "content": content }),
-        Message::Assistant(a) => {
-            let mut m = json!({ "role": "assistant" });
-            m["content"] = if a.text.is_empty() && !a.tool_calls.is_empty() {
-                Value::Null
-            } else {
-                json!(a.text)
-            };
-            if !a.tool_calls.is_empty() {
-                m["tool_calls"] = a
-                    .tool_calls
-                    .iter()
-                    .map(|c| {
-                        json!({
-                            "id": c.id,
-                            "type": "function",
-                            "function": { "name": c.name, "arguments": c.arguments },
-                        })
-                    })
-                    .collect();
-            }
-            m
-        }
-        Message::Tool(r) => {
-            json!({ "role": "tool", "tool_call_id": r.tool_call_id, "content": r.content })
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
