@@ -36,7 +36,11 @@ impl Quiet {
     pub(super) async fn expired(&mut self) {
         loop {
             self.timer.as_mut().await;
-            let due = self.last + self.idle;
+            let Some(due) = self.last.checked_add(self.idle) else {
+                // Further away than the clock goes (`--idle-timeout` of u64::MAX
+                // seconds, say): never.
+                return std::future::pending().await;
+            };
             if Instant::now() >= due {
                 return;
             }
@@ -69,6 +73,15 @@ mod tests {
         );
         quiet.expired().await;
         assert_eq!(start.elapsed(), Duration::from_millis(160));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timeout_past_the_end_of_time_never_runs_out() {
+        let mut quiet = Quiet::new(Duration::MAX);
+        quiet.heard();
+        // Past tokio's far future (thirty years), where a plain sleep of it wakes.
+        tokio::time::advance(Duration::from_secs(40 * 365 * 24 * 3600)).await;
+        assert_eq!(futures::poll!(pin!(quiet.expired())), Poll::Pending);
     }
 
     #[tokio::test(start_paused = true)]
