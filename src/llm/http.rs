@@ -222,7 +222,13 @@ impl HttpApi {
             .json(body);
         let recording = self.recorder.is_some();
         Call {
-            body: recording.then(|| serde_json::to_value(body).ok()).flatten(),
+            body: recording
+                .then(|| {
+                    (serde_json::to_value(body))
+                        .map_err(|e| tracing::error!(error = %e, "cannot record a request's body"))
+                        .ok()
+                })
+                .flatten(),
             place: &request.place,
             sent: recording.then(|| Sent::of(request)),
             request: Some(sending),

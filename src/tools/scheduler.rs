@@ -46,7 +46,7 @@ pub fn counts_against_cap(parallel: bool, bounds_itself: bool) -> bool {
 /// The calls of a batch that are running, kept as they start and finish, and how
 /// many of them count against the cap: a turn of ten thousand Task calls is not
 /// counted again each time one finishes.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Running {
     /// By call position: running, and whether it counts against the cap.
     calls: Vec<Option<bool>>,

@@ -19,14 +19,18 @@ type Lists = HashMap<u64, Vec<Weak<[ToolSpec]>>>;
 /// kept for the next caller.
 pub(crate) fn shared(specs: Vec<ToolSpec>) -> Arc<[ToolSpec]> {
     static LISTS: OnceLock<Mutex<Lists>> = OnceLock::new();
-    let mut lists = LISTS
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    share(&mut lists, specs)
+    let lists = LISTS.get_or_init(Mutex::default);
+    let (list, unused) = share(
+        &mut lists.lock().unwrap_or_else(PoisonError::into_inner),
+        specs,
+    );
+    // Freed once the lock is let go: every session's turn takes it.
+    drop(unused);
+    list
 }
 
-fn share(lists: &mut Lists, specs: Vec<ToolSpec>) -> Arc<[ToolSpec]> {
+/// The shared list equal to `specs`, and `specs` when a live one was found.
+fn share(lists: &mut Lists, specs: Vec<ToolSpec>) -> (Arc<[ToolSpec]>, Option<Vec<ToolSpec>>) {
     let key = key(&specs);
     if let Some(live) = lists
         .get(&key)
@@ -35,7 +39,7 @@ fn share(lists: &mut Lists, specs: Vec<ToolSpec>) -> Arc<[ToolSpec]> {
         .filter_map(Weak::upgrade)
         .find(|live| **live == *specs)
     {
-        return live;
+        return (live, Some(specs));
     }
     // A new list: the lists nobody holds any more go first.
     lists.retain(|_, bucket| {
@@ -44,7 +48,7 @@ fn share(lists: &mut Lists, specs: Vec<ToolSpec>) -> Arc<[ToolSpec]> {
     });
     let list: Arc<[ToolSpec]> = specs.into();
     lists.entry(key).or_default().push(Arc::downgrade(&list));
-    list
+    (list, None)
 }
 
 fn key(specs: &[ToolSpec]) -> u64 {
@@ -73,17 +77,17 @@ mod tests {
     #[test]
     fn equal_lists_are_one_copy_and_a_different_schema_is_another() {
         let mut lists = Lists::new();
-        let first = share(
-            &mut lists,
-            vec![spec("Read", "path"), spec("Bash", "command")],
-        );
-        let again = share(
-            &mut lists,
-            vec![spec("Read", "path"), spec("Bash", "command")],
-        );
+        let both = || vec![spec("Read", "path"), spec("Bash", "command")];
+        let (first, unused) = share(&mut lists, both());
+        assert!(unused.is_none(), "a new list is kept");
+        let (again, unused) = share(&mut lists, both());
         assert!(Arc::ptr_eq(&first, &again));
+        assert!(
+            unused.is_some(),
+            "an equal list is handed back, to be freed"
+        );
         // Same names and descriptions, another schema: not the same list.
-        let other = share(
+        let (other, _) = share(
             &mut lists,
             vec![spec("Read", "file"), spec("Bash", "command")],
         );
@@ -94,14 +98,14 @@ mod tests {
     #[test]
     fn a_list_nobody_holds_is_let_go() {
         let mut lists = Lists::new();
-        drop(share(&mut lists, vec![spec("Read", "path")]));
-        let next = share(&mut lists, vec![spec("Grep", "pattern")]);
+        drop(share(&mut lists, vec![spec("Read", "path")]).0);
+        let (next, _) = share(&mut lists, vec![spec("Grep", "pattern")]);
         assert_eq!(
             lists.values().flatten().count(),
             1,
             "the dropped list is forgotten"
         );
-        let fresh = share(&mut lists, vec![spec("Read", "path")]);
+        let (fresh, _) = share(&mut lists, vec![spec("Read", "path")]);
         assert!(!Arc::ptr_eq(&fresh, &next));
         assert_eq!(fresh[0].name, "Read");
     }

@@ -245,6 +245,7 @@ mod tests {
                     is_error: true,
                 }),
                 assistant("done", vec![]),
+                assistant("", vec![]),
             ],
             tools: tools.into(),
             max_tokens,
