@@ -45,19 +45,25 @@ struct StreamOptions {
     include_usage: bool,
 }
 
+/// Each of `items`, as `wire` puts it.
+fn each<'a, T, W: Serialize, S: serde::Serializer>(
+    items: &'a [T],
+    wire: impl Fn(&'a T) -> W,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_seq(items.iter().map(wire))
+}
+
 fn messages<S: serde::Serializer>(messages: &&[Message], s: S) -> Result<S::Ok, S::Error> {
-    s.collect_seq(messages.iter().map(Wire::of))
+    each(messages, Wire::of, s)
 }
 
 fn tools<S: serde::Serializer>(tools: &&[ToolSpec], s: S) -> Result<S::Ok, S::Error> {
-    s.collect_seq(tools.iter().map(|t| Tool {
-        function: Function {
-            description: &t.description,
-            name: &t.name,
-            parameters: &t.parameters,
-        },
-        kind: "function",
-    }))
+    each(tools, Typed::tool, s)
+}
+
+fn calls<S: serde::Serializer>(calls: &&[ToolCall], s: S) -> Result<S::Ok, S::Error> {
+    each(calls, Typed::call, s)
 }
 
 /// One message as the API takes it.
@@ -97,43 +103,57 @@ impl<'a> Wire<'a> {
     }
 }
 
-fn calls<S: serde::Serializer>(calls: &&[ToolCall], s: S) -> Result<S::Ok, S::Error> {
-    s.collect_seq(calls.iter().map(|c| Call {
-        function: CallFunction {
+/// A tool offered, or a call of one, as the API wraps both:
+/// `{"function": …, "id": …, "type": "function"}`, a tool without the id.
+#[derive(Serialize)]
+struct Typed<'a, F> {
+    function: F,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a str>,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+impl<'a> Typed<'a, ToolFunction<'a>> {
+    fn tool(t: &'a ToolSpec) -> Self {
+        let function = ToolFunction {
+            description: &t.description,
+            name: &t.name,
+            parameters: &t.parameters,
+        };
+        Self {
+            function,
+            id: None,
+            kind: "function",
+        }
+    }
+}
+
+impl<'a> Typed<'a, CallFunction<'a>> {
+    fn call(c: &'a ToolCall) -> Self {
+        let function = CallFunction {
             arguments: &c.arguments,
             name: &c.name,
-        },
-        id: &c.id,
-        kind: "function",
-    }))
+        };
+        Self {
+            function,
+            id: Some(&c.id),
+            kind: "function",
+        }
+    }
 }
 
 #[derive(Serialize)]
-struct Call<'a> {
-    function: CallFunction<'a>,
-    id: &'a str,
-    #[serde(rename = "type")]
-    kind: &'static str,
+struct ToolFunction<'a> {
+    description: &'a str,
+    name: &'a str,
+    parameters: &'a Value,
 }
 
 #[derive(Serialize)]
 struct CallFunction<'a> {
     arguments: &'a str,
     name: &'a str,
-}
-
-#[derive(Serialize)]
-struct Tool<'a> {
-    function: Function<'a>,
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-
-#[derive(Serialize)]
-struct Function<'a> {
-    description: &'a str,
-    name: &'a str,
-    parameters: &'a Value,
 }
 
 #[cfg(test)]
