@@ -20,18 +20,25 @@ type Lists = HashMap<u64, Vec<Weak<[ToolSpec]>>>;
 pub(crate) fn shared(specs: Vec<ToolSpec>) -> Arc<[ToolSpec]> {
     static LISTS: OnceLock<Mutex<Lists>> = OnceLock::new();
     let lists = LISTS.get_or_init(Mutex::default);
+    // Hashed before the lock is taken, and an unused copy freed after: every
+    // session's turn takes it.
+    let key = key(&specs);
     let (list, unused) = share(
         &mut lists.lock().unwrap_or_else(PoisonError::into_inner),
+        key,
         specs,
     );
-    // Freed once the lock is let go: every session's turn takes it.
     drop(unused);
     list
 }
 
-/// The shared list equal to `specs`, and `specs` when a live one was found.
-fn share(lists: &mut Lists, specs: Vec<ToolSpec>) -> (Arc<[ToolSpec]>, Option<Vec<ToolSpec>>) {
-    let key = key(&specs);
+/// The shared list equal to `specs` (whose [`key`] is `key`), and `specs` when a
+/// live one was found.
+fn share(
+    lists: &mut Lists,
+    key: u64,
+    specs: Vec<ToolSpec>,
+) -> (Arc<[ToolSpec]>, Option<Vec<ToolSpec>>) {
     if let Some(live) = lists
         .get(&key)
         .into_iter()
@@ -66,6 +73,13 @@ mod tests {
 
     use super::*;
 
+    fn shared_in(
+        lists: &mut Lists,
+        specs: Vec<ToolSpec>,
+    ) -> (Arc<[ToolSpec]>, Option<Vec<ToolSpec>>) {
+        share(lists, key(&specs), specs)
+    }
+
     fn spec(name: &str, required: &str) -> ToolSpec {
         ToolSpec {
             name: name.into(),
@@ -78,16 +92,16 @@ mod tests {
     fn equal_lists_are_one_copy_and_a_different_schema_is_another() {
         let mut lists = Lists::new();
         let both = || vec![spec("Read", "path"), spec("Bash", "command")];
-        let (first, unused) = share(&mut lists, both());
+        let (first, unused) = shared_in(&mut lists, both());
         assert!(unused.is_none(), "a new list is kept");
-        let (again, unused) = share(&mut lists, both());
+        let (again, unused) = shared_in(&mut lists, both());
         assert!(Arc::ptr_eq(&first, &again));
         assert!(
             unused.is_some(),
             "an equal list is handed back, to be freed"
         );
         // Same names and descriptions, another schema: not the same list.
-        let (other, _) = share(
+        let (other, _) = shared_in(
             &mut lists,
             vec![spec("Read", "file"), spec("Bash", "command")],
         );
@@ -98,14 +112,14 @@ mod tests {
     #[test]
     fn a_list_nobody_holds_is_let_go() {
         let mut lists = Lists::new();
-        drop(share(&mut lists, vec![spec("Read", "path")]).0);
-        let (next, _) = share(&mut lists, vec![spec("Grep", "pattern")]);
+        drop(shared_in(&mut lists, vec![spec("Read", "path")]).0);
+        let (next, _) = shared_in(&mut lists, vec![spec("Grep", "pattern")]);
         assert_eq!(
             lists.values().flatten().count(),
             1,
             "the dropped list is forgotten"
         );
-        let (fresh, _) = share(&mut lists, vec![spec("Read", "path")]);
+        let (fresh, _) = shared_in(&mut lists, vec![spec("Read", "path")]);
         assert!(!Arc::ptr_eq(&fresh, &next));
         assert_eq!(fresh[0].name, "Read");
     }
