@@ -213,19 +213,15 @@ where
     } else {
         progress
     };
-    let mut display = Display::new(mode, colors);
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     // The progress is shown a frame at a time, not event by event: a fan-out's
     // events would each wake this task. `--json` prints each as it comes.
     let mut frame = tokio::time::interval(FRAME);
     frame.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let per_event = cli.json;
-    // Sessions that started and have not ended yet: sub-agents cancelled with the
-    // lead end a moment after it, and their ends are worth showing.
-    let mut open = std::collections::HashSet::new();
     let mut shown = Shown {
-        display: &mut display,
-        open: &mut open,
+        display: Display::new(mode, colors),
+        open: std::collections::HashSet::new(),
         json: cli.json,
         lead: id,
         prompt,
@@ -305,9 +301,11 @@ async fn reloaded(watcher: Option<&mut RoleWatcher>) -> Option<Reload> {
 
 /// Where the run's events are shown: the display, the `--json` lines, and the
 /// sessions still open; and what ends the run: the lead's answer to the prompt.
-struct Shown<'a> {
-    display: &'a mut Display,
-    open: &'a mut std::collections::HashSet<SessionId>,
+struct Shown {
+    display: Display,
+    /// Sessions that started and have not ended yet: sub-agents cancelled with
+    /// the lead end a moment after it, and their ends are worth showing.
+    open: std::collections::HashSet<SessionId>,
     json: bool,
     lead: SessionId,
     prompt: Option<u64>,
@@ -323,14 +321,14 @@ enum Drained {
     Empty,
 }
 
-impl Shown<'_> {
+impl Shown {
     /// Shows `event`; returns the outcome when it ends the run.
     fn show(&mut self, event: &Event, out: &mut dyn Write, err: &mut dyn Write) -> Option<Outcome> {
         if self.json {
             print_json(out, event);
         }
         self.display.show(event, err);
-        track(self.open, event);
+        track(&mut self.open, event);
         (event.session == self.lead)
             .then(|| ends_run(&event.kind, self.prompt).cloned())
             .flatten()
