@@ -117,7 +117,14 @@ impl StreamAssembler {
         let added =
             id.map_or(0, str::len) + name.map_or(0, str::len) + arguments.map_or(0, str::len);
         self.grow(added)?;
-        let pos = match self.calls.iter().position(|c| c.key == key) {
+        // A call's deltas come together, so the last call is nearly always the
+        // one: a turn of ten thousand calls is not searched at each of its deltas.
+        let last = self.calls.len().checked_sub(1);
+        let found = match last.filter(|&i| self.calls[i].key == key) {
+            Some(last) => Some(last),
+            None => self.calls.iter().position(|c| c.key == key),
+        };
+        let pos = match found {
             Some(pos) => pos,
             None => {
                 self.calls.push(PartialCall {
