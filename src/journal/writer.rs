@@ -146,15 +146,7 @@ impl Journal {
     /// Starts the writer thread.
     pub fn start() -> std::io::Result<Self> {
         let shared = Arc::new(Shared::default());
-        let writer = Writer {
-            shared: shared.clone(),
-            files: OpenFiles::new(max_open_files()),
-            batch: 0,
-            grown: HashSet::new(),
-            dirs: HashSet::new(),
-            failed: HashMap::new(),
-            held: Held::default(),
-        };
+        let writer = Writer::new(shared.clone(), max_open_files());
         let watched = shared.clone();
         std::thread::Builder::new()
             .name("orchestrate-journal".into())
@@ -299,6 +291,18 @@ struct Writer {
 }
 
 impl Writer {
+    fn new(shared: Arc<Shared>, max_open: usize) -> Self {
+        Self {
+            shared,
+            files: OpenFiles::new(max_open),
+            batch: 0,
+            grown: HashSet::new(),
+            dirs: HashSet::new(),
+            failed: HashMap::new(),
+            held: Held::default(),
+        }
+    }
+
     fn run(mut self) {
         loop {
             {
@@ -434,17 +438,24 @@ impl Writer {
     }
 
     /// Past the bound on open files, closes the files written longest ago, those
-    /// already synced first; one still to be synced is synced first through its
-    /// own descriptor (kept open if that fails, its error left for its session).
+    /// already synced first; those still to be synced are synced first through
+    /// their own descriptors, together (kept open if that fails, the error left
+    /// for the session).
     fn close_overflow(&mut self) {
-        for path in self.files.overflow() {
-            if self.files.is_dirty(&path)
-                && let Some(Err(e)) = self.files.get(&path).map(File::sync_data)
-            {
-                self.sync_failed(path, &e);
-                continue;
+        let overflow = self.files.overflow();
+        let dirty: Vec<PathBuf> = (overflow.iter())
+            .filter(|path| self.files.is_dirty(path))
+            .cloned()
+            .collect();
+        let mut kept = HashSet::new();
+        for (path, e) in sync_files(&self.files, &dirty) {
+            kept.insert(path.clone());
+            self.sync_failed(path, &e);
+        }
+        for path in overflow {
+            if !kept.contains(&path) {
+                self.files.close(&path);
             }
-            self.files.close(&path);
         }
     }
 }

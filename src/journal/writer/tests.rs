@@ -62,6 +62,30 @@ fn a_large_group_is_synced_across_threads_and_only_the_failures_come_back() {
     assert_eq!(failed[0].0, missing);
 }
 
+#[test]
+fn past_the_bound_synced_files_close_first_then_the_oldest_once_synced() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut writer = Writer::new(Arc::default(), 8);
+    let paths: Vec<PathBuf> = (0..12).map(|i| dir.path().join(format!("{i}"))).collect();
+    for (batch, path) in paths.iter().enumerate() {
+        writer.batch = batch as u64;
+        writer.write(path, b"{}\n").unwrap();
+    }
+    // The first two were synced since: they are closed first, then the oldest
+    // of those still to be synced, down to three quarters of the bound.
+    let synced = Scope::Files(paths[..2].iter().cloned().collect());
+    assert_eq!(writer.sync(synced), None);
+    writer.close_overflow();
+    assert_eq!(writer.files.len(), 6);
+    assert!(writer.failed.is_empty());
+    for path in &paths[..6] {
+        assert!(writer.files.get(path).is_none(), "{} open", path.display());
+    }
+    for path in &paths[6..] {
+        assert!(writer.files.is_dirty(path), "{} not due", path.display());
+    }
+}
+
 #[tokio::test]
 async fn a_file_synced_alone_is_readable_and_a_full_sync_covers_the_rest() {
     let dir = tempfile::tempdir().unwrap();
