@@ -239,9 +239,14 @@ async fn post_and_read(http: &reqwest::Client, endpoint: &str, body: &Value) {
     }
 }
 
+/// A tool's spec as orchestrate sends it.
+fn spec_json(name: &str, description: &str, parameters: &Value) -> Value {
+    json!({"type": "function", "function": {"name": name, "description": description, "parameters": parameters}})
+}
+
 /// Probe's spec as orchestrate sends it.
 fn probe_spec() -> Value {
-    json!({"type": "function", "function": {"name": Probe.name(), "description": Probe.description(), "parameters": Probe.input_schema()}})
+    spec_json(Probe.name(), Probe.description(), &Probe.input_schema())
 }
 
 /// The tools of the session fan-out's agents: Probe, and with
@@ -257,7 +262,7 @@ fn agent_tools() -> ToolRegistry {
 /// The specs of `tools` as orchestrate sends them.
 fn tools_json(tools: &ToolRegistry) -> Value {
     (tools.specs().iter())
-        .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
+        .map(|t| spec_json(&t.name, &t.description, &t.parameters))
         .collect()
 }
 
@@ -330,7 +335,11 @@ fn run_bare_tasks(url: &str, n: usize) {
         // with its tool call and result, the lead's last with every Task call and
         // result.
         let probe = probe_spec();
-        let task = json!({"type": "function", "function": {"name": "Task", "description": "Starts a sub-agent with one of these roles on a task: - worker: Does one piece.", "parameters": schemars::schema_for!(orchestrate::task::TaskInput)}});
+        let task = spec_json(
+            "Task",
+            "Starts a sub-agent with one of these roles on a task: - worker: Does one piece.",
+            &json!(schemars::schema_for!(orchestrate::task::TaskInput)),
+        );
         let cpu = cpu_ms();
         let start = Instant::now();
         let lead = |messages: &[Value]| json!({"model": "mock-model", "messages": messages, "stream": true, "tools": [probe.clone(), task.clone()]});
