@@ -83,16 +83,6 @@ impl Scope {
         Self::Files(waiters.iter().filter_map(|r| r.path.clone()).collect())
     }
 
-    /// Whether a sync of this scope covers a request for `path` (`None`: for
-    /// everything).
-    fn covers(&self, path: Option<&Path>) -> bool {
-        match (self, path) {
-            (Self::Everything, _) => true,
-            (Self::Files(paths), Some(path)) => paths.contains(path),
-            (Self::Files(_), None) | (Self::Nothing, _) => false,
-        }
-    }
-
     /// Takes the files due for a sync out of those written since their last sync;
     /// the others stay due.
     fn take_due(self, files: &mut OpenFiles) -> Vec<PathBuf> {

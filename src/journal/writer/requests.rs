@@ -2,6 +2,8 @@
 //! deadline (a turn boundary's, which waits a little for a sync that covers its
 //! file anyway).
 
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -21,9 +23,17 @@ pub(super) struct SyncRequest {
     pub(super) done: Waiter,
 }
 
-/// The requests waiting for their deadline.
+/// The requests waiting for their deadline, by file: a sync of a file answers all
+/// of its requests, so a file falls due at its earliest request's deadline. A
+/// batch costs what it serves, not what is held (a fan-out holds one request per
+/// sub-agent, ten thousand of them, and its writer runs thousands of batches).
 #[derive(Debug, Default)]
-pub(super) struct Held(Vec<SyncRequest>);
+pub(super) struct Held {
+    /// Each file's held requests (`None`: of everything) and its earliest deadline.
+    files: HashMap<Option<PathBuf>, (Instant, Vec<SyncRequest>)>,
+    /// Each file with held requests, by its earliest deadline.
+    deadlines: BTreeSet<(Instant, Option<PathBuf>)>,
+}
 
 impl Held {
     /// Adds `new` and takes out the batch's requests: those due at `now` (all of
@@ -35,16 +45,34 @@ impl Held {
         now: Instant,
         closing: bool,
     ) -> Vec<SyncRequest> {
-        self.0.extend(new);
-        let (mut due, held): (Vec<_>, Vec<_>) = std::mem::take(&mut self.0)
-            .into_iter()
-            .partition(|r| closing || r.by.is_none_or(|by| by <= now));
-        let synced = Scope::of(&due, closing);
-        for request in held {
-            if synced.covers(request.path.as_deref()) {
-                due.push(request);
-            } else {
-                self.0.push(request);
+        let mut due = Vec::new();
+        for request in new {
+            match request.by {
+                Some(by) if !closing && by > now => self.hold(request, by),
+                _ => due.push(request),
+            }
+        }
+        while let Some((by, _)) = self.deadlines.first()
+            && (closing || *by <= now)
+        {
+            if let Some((_, path)) = self.deadlines.pop_first() {
+                due.extend(self.take(&path));
+            }
+        }
+        match Scope::of(&due, closing) {
+            Scope::Nothing => {}
+            Scope::Everything => {
+                self.deadlines.clear();
+                due.extend(self.files.drain().flat_map(|(_, (_, held))| held));
+            }
+            Scope::Files(paths) => {
+                for path in paths {
+                    let path = Some(path);
+                    if let Some((by, held)) = self.files.remove(&path) {
+                        self.deadlines.remove(&(by, path));
+                        due.extend(held);
+                    }
+                }
             }
         }
         due
@@ -52,7 +80,40 @@ impl Held {
 
     /// When the earliest held request falls due.
     pub(super) fn next_due(&self) -> Option<Instant> {
-        self.0.iter().filter_map(|r| r.by).min()
+        self.deadlines.first().map(|(by, _)| *by)
+    }
+
+    fn hold(&mut self, request: SyncRequest, by: Instant) {
+        let path = request.path.clone();
+        match self.files.entry(path) {
+            Entry::Occupied(mut file) => {
+                let path = file.key().clone();
+                let (earliest, held) = file.get_mut();
+                held.push(request);
+                if by < *earliest {
+                    self.deadlines.remove(&(*earliest, path.clone()));
+                    self.deadlines.insert((by, path));
+                    *earliest = by;
+                }
+            }
+            Entry::Vacant(file) => {
+                self.deadlines.insert((by, file.key().clone()));
+                file.insert((by, vec![request]));
+            }
+        }
+    }
+
+    /// The held requests of `path`, whose deadline entry is already gone.
+    fn take(&mut self, path: &Option<PathBuf>) -> Vec<SyncRequest> {
+        self.files
+            .remove(path)
+            .map(|(_, held)| held)
+            .unwrap_or_default()
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.files.values().map(|(_, held)| held.len()).sum()
     }
 }
 
@@ -141,5 +202,31 @@ mod tests {
 
         held.take_due(vec![request(Some("a"), Some(by))], now, false);
         assert_eq!(paths(&held.take_due(Vec::new(), now, true)), [Some("a")]);
+    }
+
+    #[test]
+    fn a_file_falls_due_at_its_earliest_request_and_all_of_its_requests_go_together() {
+        let now = Instant::now();
+        let at = |ms| Some(now + Duration::from_millis(ms));
+        let mut held = Held::default();
+        let new = vec![
+            request(Some("a"), at(30)),
+            request(Some("b"), at(20)),
+            request(Some("a"), at(10)),
+            request(Some("c"), at(40)),
+        ];
+        assert!(held.take_due(new, now, false).is_empty());
+        assert_eq!(held.next_due(), at(10), "a's second request moved a up");
+        // At 10 ms, a falls due with both its requests; b and c stay.
+        let due = held.take_due(Vec::new(), now + Duration::from_millis(10), false);
+        assert_eq!(paths(&due), [Some("a"), Some("a")]);
+        assert_eq!((held.len(), held.next_due()), (2, at(20)));
+        // A sync of c asked now covers c's held request; b waits for its own.
+        let due = held.take_due(vec![request(Some("c"), None)], now, false);
+        assert_eq!(paths(&due), [Some("c"), Some("c")]);
+        assert_eq!((held.len(), held.next_due()), (1, at(20)));
+        let due = held.take_due(Vec::new(), now + Duration::from_millis(25), false);
+        assert_eq!(paths(&due), [Some("b")]);
+        assert_eq!((held.len(), held.next_due()), (0, None));
     }
 }
