@@ -27,6 +27,9 @@ pub struct StreamAssembler {
     reasoning: String,
     refusal: Option<String>,
     calls: Vec<PartialCall>,
+    /// The highest call key seen: keys come in increasing order, so a key above
+    /// it starts a call without a search.
+    highest_key: Option<u64>,
     finish: Option<FinishReason>,
     usage: Option<Usage>,
     model: Option<String>,
@@ -59,6 +62,7 @@ impl StreamAssembler {
             reasoning: String::new(),
             refusal: None,
             calls: Vec::new(),
+            highest_key: None,
             finish: None,
             usage: None,
             model: None,
@@ -117,13 +121,16 @@ impl StreamAssembler {
         let added =
             id.map_or(0, str::len) + name.map_or(0, str::len) + arguments.map_or(0, str::len);
         self.grow(added)?;
-        // A call's deltas come together, so the last call is nearly always the
+        // A call's deltas come together and the calls in key order, so the last
+        // call is nearly always the one and a key above every other starts a new
         // one: a turn of ten thousand calls is not searched at each of its deltas.
         let last = self.calls.len().checked_sub(1);
         let found = match last.filter(|&i| self.calls[i].key == key) {
             Some(last) => Some(last),
+            None if self.highest_key.is_none_or(|highest| key > highest) => None,
             None => self.calls.iter().position(|c| c.key == key),
         };
+        self.highest_key = self.highest_key.max(Some(key));
         let pos = match found {
             Some(pos) => pos,
             None => {
