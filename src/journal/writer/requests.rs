@@ -2,7 +2,6 @@
 //! deadline (a turn boundary's, which waits a little for a sync that covers its
 //! file anyway).
 
-use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -52,11 +51,11 @@ impl Held {
                 _ => due.push(request),
             }
         }
-        while let Some((by, _)) = self.deadlines.first()
-            && (closing || *by <= now)
-        {
-            if let Some((_, path)) = self.deadlines.pop_first() {
-                due.extend(self.take(&path));
+        while (self.deadlines.first()).is_some_and(|(by, _)| closing || *by <= now) {
+            if let Some((_, path)) = self.deadlines.pop_first()
+                && let Some((_, held)) = self.files.remove(&path)
+            {
+                due.extend(held);
             }
         }
         match Scope::of(&due, closing) {
@@ -83,32 +82,16 @@ impl Held {
         self.deadlines.first().map(|(by, _)| *by)
     }
 
+    /// Holds `request` with its file's others; an earlier deadline moves the file up.
     fn hold(&mut self, request: SyncRequest, by: Instant) {
         let path = request.path.clone();
-        match self.files.entry(path) {
-            Entry::Occupied(mut file) => {
-                let path = file.key().clone();
-                let (earliest, held) = file.get_mut();
-                held.push(request);
-                if by < *earliest {
-                    self.deadlines.remove(&(*earliest, path.clone()));
-                    self.deadlines.insert((by, path));
-                    *earliest = by;
-                }
-            }
-            Entry::Vacant(file) => {
-                self.deadlines.insert((by, file.key().clone()));
-                file.insert((by, vec![request]));
-            }
+        let (earliest, held) = (self.files.entry(path.clone())).or_insert((by, Vec::new()));
+        held.push(request);
+        if held.len() == 1 || by < *earliest {
+            self.deadlines.remove(&(*earliest, path.clone()));
+            self.deadlines.insert((by, path));
+            *earliest = by;
         }
-    }
-
-    /// The held requests of `path`, whose deadline entry is already gone.
-    fn take(&mut self, path: &Option<PathBuf>) -> Vec<SyncRequest> {
-        self.files
-            .remove(path)
-            .map(|(_, held)| held)
-            .unwrap_or_default()
     }
 
     #[cfg(test)]
