@@ -2,8 +2,10 @@
 //! them in groups. Every record that arrived while the previous sync ran is covered
 //! by the next one, so thousands of sessions finishing turns at once cost a handful
 //! of syncs, not thousands, and no fsync ever blocks the async runtime. Appends only
-//! queue (no wake-up, no I/O); a sync request wakes the writer, which writes
-//! everything queued, syncs once and answers every sync that was due. A session's
+//! queue (no wake-up, no I/O); a sync request wakes a waiting writer (one that
+//! can wait for the writer's next look, a turn boundary's, does not), which
+//! writes the lines of the files due, syncs once and answers every sync that was
+//! due; other lines go out within [`IDLE_FLUSH`], each file's in one write. A session's
 //! sync asks for its own file only: a file whose session did not ask stays due
 //! until it does (or until a sync of everything), so a fan-out's journals are
 //! each synced for their own sessions and not at every other session's turn
@@ -13,8 +15,8 @@
 
 mod open_files;
 mod requests;
+mod unwritten;
 
-use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::Write;
@@ -28,10 +30,11 @@ use tokio::sync::oneshot;
 use self::open_files::OpenFiles;
 pub use self::requests::PendingSync;
 use self::requests::{Held, SyncRequest};
+use self::unwritten::Unwritten;
 use super::Record;
 
-/// How long appended records may sit in memory before the writer flushes them to
-/// the files (without a sync) on its own.
+/// How long appended records may sit in memory before the writer writes them to
+/// their file (without a sync) on its own; a sync of the file writes them at once.
 const IDLE_FLUSH: Duration = Duration::from_millis(100);
 
 /// After a wake-up, the writer waits this long for more sync requests before it
@@ -39,8 +42,10 @@ const IDLE_FLUSH: Duration = Duration::from_millis(100);
 /// group sync then covers them all (it halves the groups of a 1000-session run).
 const GATHER: Duration = Duration::from_millis(2);
 
-/// Appends queued past this wake the writer early, bounding memory.
-const WAKE_AT: usize = 4096;
+/// Appended bytes queued past this wake the writer early, bounding memory (a
+/// count of appends did not: four thousand of them held megabytes at a thousand
+/// sessions, between looks of a writer no turn boundary wakes).
+const WAKE_AT: usize = 64 << 10;
 
 /// What an append or a sync hears once the writer is gone.
 const STOPPED: &str = "the journal writer has stopped";
@@ -52,10 +57,17 @@ pub(crate) const SOON: Duration = Duration::from_secs(1);
 #[derive(Default)]
 struct Pending {
     appends: Vec<(PathBuf, Vec<u8>)>,
+    /// When the first of `appends` came.
+    since: Option<Instant>,
+    /// The bytes of `appends`.
+    bytes: usize,
     waiters: Vec<SyncRequest>,
     /// Journals whose sessions have stopped: their files may be closed.
     ended: Vec<PathBuf>,
     closed: bool,
+    /// The writer waits on the condition variable: only then does a request
+    /// need to wake it (a busy writer looks at what is pending before it waits).
+    idle: bool,
     /// The writer thread died (a panic): appends and syncs fail at once.
     dead: bool,
 }
@@ -158,11 +170,11 @@ impl Journal {
         })
     }
 
-    /// Queues one record for `path`. It reaches the file within 100 ms (at once
-    /// if a sync is asked for meanwhile) and is durable after the next sync of its
+    /// Queues one record for `path`. It reaches the file within about 100 ms (at
+    /// once if a sync of its file falls due meanwhile) and is durable after the next sync of its
     /// file or of everything. Appending never blocks on I/O and wakes the writer
-    /// thread only past `WAKE_AT` (4 096) queued appends, so sessions can journal every
-    /// message cheaply.
+    /// thread only past `WAKE_AT` (128 KiB) of queued lines, so sessions can journal
+    /// every message cheaply.
     pub fn append(&self, path: &Path, record: &Record) -> Result<(), String> {
         self.append_all(path, std::slice::from_ref(record))
     }
@@ -175,13 +187,33 @@ impl Journal {
             serde_json::to_writer(&mut lines, record).map_err(|e| e.to_string())?;
             lines.push(b'\n');
         }
+        self.queue(path, lines)
+    }
+
+    /// Queues one line for `path`, serialized from `line` (a record's shape made
+    /// from borrowed parts: an event as the bus published it, not a copy).
+    pub(crate) fn append_line(
+        &self,
+        path: &Path,
+        line: &impl serde::Serialize,
+    ) -> Result<(), String> {
+        let mut lines = serde_json::to_vec(line).map_err(|e| e.to_string())?;
+        lines.push(b'\n');
+        self.queue(path, lines)
+    }
+
+    fn queue(&self, path: &Path, lines: Vec<u8>) -> Result<(), String> {
         let shared = &self.handle.shared;
         let mut pending = shared.lock();
         if pending.dead {
             return Err(STOPPED.to_owned());
         }
+        if pending.appends.is_empty() {
+            pending.since = Some(Instant::now());
+        }
+        pending.bytes += lines.len();
         pending.appends.push((path.to_owned(), lines));
-        if pending.appends.len() >= WAKE_AT {
+        if pending.bytes >= WAKE_AT && pending.idle {
             shared.wake.notify_one();
         }
         Ok(())
@@ -205,7 +237,8 @@ impl Journal {
     /// second) for one that covers the file anyway (its session's next sync that
     /// is waited for, a sync of everything), so a turn boundary followed by a
     /// short turn costs no `fdatasync` of its own. The records still reach the
-    /// file at once; a failure is told to the file's next sync that is waited for.
+    /// file within [`IDLE_FLUSH`]; a failure is told to the file's next sync that
+    /// is waited for.
     pub fn sync_file_soon(&self, path: &Path) {
         drop(self.sync_file_within(path, SOON));
     }
@@ -222,20 +255,33 @@ impl Journal {
         self.handle.shared.lock().ended.push(path.to_owned());
     }
 
-    /// Queues a sync request and wakes the writer; the answer is awaited later.
+    /// Queues a sync request, waking the writer if it must hear of it now; the
+    /// answer is awaited later.
     fn request(&self, path: Option<PathBuf>, by: Option<Instant>) -> PendingSync {
         let (done, answer) = oneshot::channel();
         let shared = &self.handle.shared;
-        {
+        let wake = {
             let mut pending = shared.lock();
             if pending.dead {
                 return PendingSync::Answered(Err(STOPPED.to_owned()));
             }
             pending.waiters.push(SyncRequest { path, by, done });
+            wakes_writer(pending.idle, by, Instant::now())
+        };
+        if wake {
+            shared.wake.notify_one();
         }
-        shared.wake.notify_one();
         PendingSync::Waiting(answer)
     }
+}
+
+/// Whether a sync request due `by` (now, when none) must wake the writer: only
+/// when it waits, and not when the request can wait for its next look at what is
+/// pending, at most [`IDLE_FLUSH`] away (a turn boundary's, due in a second). At
+/// ten thousand sub-agents the wake-ups were two thirds of the process's futex
+/// calls, each a system call and most a switch to the writer's thread.
+fn wakes_writer(idle: bool, by: Option<Instant>, now: Instant) -> bool {
+    idle && by.is_none_or(|by| by < now + IDLE_FLUSH)
 }
 
 /// A quarter of the process's file-descriptor limit, so journals never starve the
@@ -246,23 +292,9 @@ fn max_open_files() -> usize {
     limit.map_or(256, |n| (n / 4).clamp(16, 16_384) as usize)
 }
 
-/// A batch's lines by file, each file's in the order they came.
-fn gather(appends: Vec<(PathBuf, Vec<u8>)>) -> HashMap<PathBuf, Vec<u8>> {
-    let mut by_file: HashMap<PathBuf, Vec<u8>> = HashMap::new();
-    for (path, line) in appends {
-        match by_file.entry(path) {
-            Entry::Occupied(lines) => lines.into_mut().extend_from_slice(&line),
-            Entry::Vacant(slot) => {
-                slot.insert(line);
-            }
-        }
-    }
-    by_file
-}
-
 struct Writer {
     shared: Arc<Shared>,
-    /// Open journals, unbuffered: each batch's lines for a file are gathered and
+    /// Open journals, unbuffered: a file's waiting lines (`unwritten`) are
     /// written at once, so no file needs a buffer of its own (8 KiB each, a
     /// session's worth of memory at a thousand sessions).
     files: OpenFiles,
@@ -278,6 +310,8 @@ struct Writer {
     failed: HashMap<PathBuf, String>,
     /// Sync requests waiting for their deadline or a sync of their file.
     held: Held,
+    /// Lines waiting for their file's sync or for [`IDLE_FLUSH`] to pass.
+    unwritten: Unwritten,
 }
 
 impl Writer {
@@ -290,6 +324,7 @@ impl Writer {
             dirs: HashSet::new(),
             failed: HashMap::new(),
             held: Held::default(),
+            unwritten: Unwritten::default(),
         }
     }
 
@@ -299,47 +334,55 @@ impl Writer {
                 let mut pending = self.shared.lock();
                 while pending.appends.is_empty() && pending.waiters.is_empty() && !pending.closed {
                     let now = Instant::now();
-                    let wait = match self.held.next_due() {
+                    let next = [self.held.next_due(), self.unwritten.next_due(IDLE_FLUSH)];
+                    let wait = match next.into_iter().flatten().min() {
                         Some(by) if by <= now => break,
                         Some(by) => (by - now).min(IDLE_FLUSH),
                         None => IDLE_FLUSH,
                     };
+                    pending.idle = true;
                     pending = match self.shared.wake.wait_timeout(pending, wait) {
                         Ok((guard, _)) => guard,
                         Err(poisoned) => poisoned.into_inner().0,
                     };
+                    pending.idle = false;
                 }
             }
             std::thread::sleep(GATHER);
-            let (appends, waiters, ended, closed) = {
+            let (appends, since, waiters, ended, closed) = {
                 let mut pending = self.shared.lock();
+                pending.bytes = 0;
                 (
                     std::mem::take(&mut pending.appends),
+                    pending.since.take(),
                     std::mem::take(&mut pending.waiters),
                     std::mem::take(&mut pending.ended),
                     pending.closed,
                 )
             };
             self.batch += 1;
-            for (path, lines) in gather(appends) {
+            let now = Instant::now();
+            self.unwritten.add(appends, since.unwrap_or(now));
+            let due = self.held.take_due(waiters, now, closed);
+            let scope = Scope::of(&due, closed);
+            for (path, lines) in self.unwritten.take(&scope, now, IDLE_FLUSH) {
                 if let Err(e) = self.write(&path, &lines) {
                     let e = format!("{}: {e}", path.display());
                     tracing::error!(error = %e, "journal write failed");
                     self.failed.insert(path, e);
                 }
             }
-            let due = self.held.take_due(waiters, Instant::now(), closed);
-            let dir_error = self.sync(Scope::of(&due, closed));
+            let dir_error = self.sync(scope);
             self.answer(due, dir_error.as_ref());
             // A file still to be synced stays open: it is synced through the
             // descriptor that wrote it, whose write-back errors it reports.
             for path in ended {
-                if !self.files.is_dirty(&path) {
+                if !self.files.is_dirty(&path) && !self.unwritten.holds(&path) {
                     self.files.close(&path);
                 }
             }
             self.close_overflow();
-            if closed && self.shared.lock().appends.is_empty() {
+            if closed && self.shared.lock().appends.is_empty() && self.unwritten.is_empty() {
                 return;
             }
         }

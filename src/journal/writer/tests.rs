@@ -47,6 +47,19 @@ fn a_batch_syncs_the_files_asked_for_unless_anyone_asks_for_everything() {
 }
 
 #[test]
+fn only_a_request_due_before_the_writers_next_look_wakes_it_and_only_when_it_waits() {
+    let now = Instant::now();
+    let soon = Some(now + SOON);
+    let nearly = Some(now + IDLE_FLUSH / 2);
+    assert!(wakes_writer(true, None, now));
+    assert!(wakes_writer(true, nearly, now));
+    assert!(!wakes_writer(true, soon, now));
+    for by in [None, nearly, soon] {
+        assert!(!wakes_writer(false, by, now), "a busy writer looks anyway");
+    }
+}
+
+#[test]
 fn a_large_group_is_synced_across_threads_and_only_the_failures_come_back() {
     let dir = tempfile::tempdir().unwrap();
     let mut files = OpenFiles::new(1024);
@@ -182,7 +195,7 @@ fn a_journal_with_a_record() -> (tempfile::TempDir, Journal, PathBuf, Record) {
 async fn a_sync_with_a_window_is_held_until_its_files_next_sync_covers_it() {
     let (_dir, journal, path, _) = a_journal_with_a_record();
     let mut held = journal.sync_file_within(&path, Duration::from_secs(3600));
-    // The request wakes the writer, which writes the record at once.
+    // The record reaches the file on its own, within the writer's idle flush.
     served(async {
         while read_journal(&path).map_or(true, |r| r.is_empty()) {
             tokio::task::yield_now().await;
