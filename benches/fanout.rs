@@ -549,9 +549,9 @@ fn run_sessions(url: &str, n: usize) {
         let orchestrator = Runtime::start(RuntimeConfig::new(workspace.path(), client))
             .await
             .unwrap();
-        // Outcomes only, as the bare client waits for its tasks: text deltas would
-        // wake this thread for nothing.
-        let mut events = orchestrator.subscribe_lifecycle();
+        // Outcomes only, as the bare client waits for its tasks: any other event
+        // would wake this thread for nothing.
+        let mut events = orchestrator.subscribe_terminal();
         let mut ids = Vec::with_capacity(n);
         for i in 0..n {
             ids.push(orchestrator.start_session(agent(i)).await.unwrap());
@@ -771,7 +771,7 @@ fn run_tasks(url: &str, n: usize) {
         let lead = orchestrator.start_session(spec).await.unwrap();
         // As the CLI shows progress: a frame at a time, the lead's end as it comes.
         let mut events = orchestrator.subscribe();
-        let mut lead_events = orchestrator.subscribe_session_lifecycle(lead);
+        let mut lead_events = orchestrator.subscribe_session_terminal(lead);
         let mut frame = tokio::time::interval(Duration::from_millis(50));
         frame.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let multi =

@@ -12,6 +12,13 @@ use crate::protocol::{Event, EventKind, SessionId};
 /// Events a subscriber may have waiting before new progress events are dropped.
 const PROGRESS_BACKLOG: usize = 4096;
 
+/// Where a session's lifecycle events are kept besides the bus (its journal):
+/// given each as it is published, in the order its publisher published them.
+pub(crate) trait Keeper: Send + Sync + std::fmt::Debug {
+    /// Keeps one lifecycle event.
+    fn keep(&self, event: &Event);
+}
+
 /// Publishes events to every subscriber. Cheap to clone.
 #[derive(Clone, Debug, Default)]
 pub struct EventBus {
@@ -37,8 +44,31 @@ struct Subscribers {
 struct Subscriber {
     tx: mpsc::UnboundedSender<Arc<Event>>,
     backlog: Arc<AtomicUsize>,
-    /// Sees lifecycle events only (the journal): progress is never even queued.
-    lifecycle_only: bool,
+    /// Which events are queued for it at all.
+    sees: Sees,
+}
+
+/// The events a subscription is given; the others are never even queued.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Sees {
+    /// Every event (progress dropped past its backlog).
+    All,
+    /// Lifecycle events only (the journal).
+    Lifecycle,
+    /// Terminal events only (waiting for a run's end: each other event would
+    /// wake the waiter for nothing, twenty thousand times for a lead's fan-out
+    /// of ten thousand Task calls).
+    Terminal,
+}
+
+impl Sees {
+    fn takes(self, kind: &EventKind) -> bool {
+        match self {
+            Self::All => true,
+            Self::Lifecycle => !kind.is_progress(),
+            Self::Terminal => matches!(kind, EventKind::Terminal { .. }),
+        }
+    }
 }
 
 impl EventBus {
@@ -49,31 +79,45 @@ impl EventBus {
 
     /// A new subscription; it sees events published from now on.
     pub fn subscribe(&self) -> EventStream {
-        let (subscriber, stream) = Subscriber::new(false);
+        let (subscriber, stream) = Subscriber::new(Sees::All);
         self.lock().all.push(subscriber);
         stream
     }
 
     /// A subscription to every session's lifecycle events, none of its progress.
     pub fn subscribe_lifecycle(&self) -> EventStream {
-        let (subscriber, stream) = Subscriber::new(true);
+        let (subscriber, stream) = Subscriber::new(Sees::Lifecycle);
+        self.lock().all.push(subscriber);
+        stream
+    }
+
+    /// A subscription to every session's terminal events alone (a caller that
+    /// waits for runs' outcomes).
+    pub fn subscribe_terminal(&self) -> EventStream {
+        let (subscriber, stream) = Subscriber::new(Sees::Terminal);
         self.lock().all.push(subscriber);
         stream
     }
 
     /// A subscription to one session's events only.
     pub fn subscribe_session(&self, session: SessionId) -> EventStream {
-        self.watch_session(session, false)
+        self.watch_session(session, Sees::All)
     }
 
-    /// A subscription to one session's lifecycle events, none of its progress (a
-    /// Task call waiting for its sub-agent's answer).
+    /// A subscription to one session's lifecycle events, none of its progress.
     pub fn subscribe_session_lifecycle(&self, session: SessionId) -> EventStream {
-        self.watch_session(session, true)
+        self.watch_session(session, Sees::Lifecycle)
     }
 
-    fn watch_session(&self, session: SessionId, lifecycle_only: bool) -> EventStream {
-        let (subscriber, stream) = Subscriber::new(lifecycle_only);
+    /// A subscription to one session's terminal events alone: the ends of its
+    /// runs (a Task call waiting for its sub-agent's answer, the CLI for its
+    /// lead's).
+    pub fn subscribe_session_terminal(&self, session: SessionId) -> EventStream {
+        self.watch_session(session, Sees::Terminal)
+    }
+
+    fn watch_session(&self, session: SessionId, sees: Sees) -> EventStream {
+        let (subscriber, stream) = Subscriber::new(sees);
         self.lock()
             .by_session
             .entry(session)
@@ -99,11 +143,24 @@ impl EventBus {
         agent: &str,
         kind: EventKind,
     ) {
+        self.deliver(session, parent, agent, kind, false);
+    }
+
+    /// Stamps and delivers one event; returns it when anyone took it or `keep`
+    /// asks for it.
+    fn deliver(
+        &self,
+        session: SessionId,
+        parent: Option<SessionId>,
+        agent: &str,
+        kind: EventKind,
+        keep: bool,
+    ) -> Option<Arc<Event>> {
         let mut subscribers = self.lock();
         let Subscribers { all, by_session } = &mut *subscribers;
         let watchers = by_session.get_mut(&session);
-        if all.is_empty() && watchers.is_none() {
-            return;
+        if all.is_empty() && watchers.is_none() && !keep {
+            return None;
         }
         let event = Arc::new(Event {
             seq: self.inner.seq.fetch_add(1, Ordering::Relaxed),
@@ -119,30 +176,27 @@ impl EventBus {
                 by_session.remove(&session);
             }
         }
+        Some(event)
     }
 }
 
 impl Subscriber {
-    fn new(lifecycle_only: bool) -> (Self, EventStream) {
+    fn new(sees: Sees) -> (Self, EventStream) {
         let (tx, rx) = mpsc::unbounded_channel();
         let backlog = Arc::new(AtomicUsize::new(0));
         let stream = EventStream {
             rx,
             backlog: backlog.clone(),
         };
-        let subscriber = Self {
-            tx,
-            backlog,
-            lifecycle_only,
-        };
+        let subscriber = Self { tx, backlog, sees };
         (subscriber, stream)
     }
 
     /// Delivers one event; false once the subscription is gone.
     fn deliver(&self, event: &Arc<Event>) -> bool {
-        if event.kind.is_progress()
-            && (self.lifecycle_only || self.backlog.load(Ordering::Relaxed) >= PROGRESS_BACKLOG)
-        {
+        let dropped =
+            event.kind.is_progress() && self.backlog.load(Ordering::Relaxed) >= PROGRESS_BACKLOG;
+        if dropped || !self.sees.takes(&event.kind) {
             return !self.tx.is_closed();
         }
         self.backlog.fetch_add(1, Ordering::Relaxed);
@@ -188,6 +242,8 @@ pub struct Publisher {
     session: SessionId,
     parent: Option<SessionId>,
     agent: Arc<str>,
+    /// Keeps the session's lifecycle events as they are published (its journal).
+    keeper: Option<Arc<dyn Keeper>>,
 }
 
 impl Publisher {
@@ -198,13 +254,30 @@ impl Publisher {
             session,
             parent,
             agent: agent.into(),
+            keeper: None,
         }
     }
 
-    /// Publishes one event for this session.
+    /// The same, with `keeper` given every lifecycle event as it is published.
+    pub(crate) fn keeping(mut self, keeper: Arc<dyn Keeper>) -> Self {
+        self.keeper = Some(keeper);
+        self
+    }
+
+    /// Publishes one event for this session (and keeps it, when it is a
+    /// lifecycle event and this publisher has a keeper).
     pub fn publish(&self, kind: EventKind) {
-        self.bus
-            .publish(self.session, self.parent, &self.agent, kind);
+        let keeper = self.keeper.as_ref().filter(|_| !kind.is_progress());
+        let event = (self.bus).deliver(
+            self.session,
+            self.parent,
+            &self.agent,
+            kind,
+            keeper.is_some(),
+        );
+        if let (Some(keeper), Some(event)) = (keeper, event) {
+            keeper.keep(&event);
+        }
     }
 }
 
@@ -268,6 +341,41 @@ mod tests {
                 EventKind::PromptQueued { waiting: 1 },
                 EventKind::PromptQueued { waiting: 2 }
             ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_terminal_subscription_sees_the_ends_of_runs_alone() {
+        let bus = EventBus::new();
+        let (id, other) = (SessionId::new(), SessionId::new());
+        let mut one = bus.subscribe_session_terminal(id);
+        let mut every = bus.subscribe_terminal();
+        let end = |text: &str| EventKind::Terminal {
+            prompts: vec![1],
+            outcome: crate::protocol::Outcome::Cancelled {
+                partial: text.into(),
+                stats: Default::default(),
+            },
+        };
+        for session in [id, other] {
+            bus.publish(
+                session,
+                None,
+                "a",
+                EventKind::TextDelta { text: "x".into() },
+            );
+            bus.publish(session, None, "a", EventKind::PromptQueued { waiting: 1 });
+            bus.publish(session, None, "a", end(&session.to_string()));
+        }
+        let kinds = |stream: &mut EventStream| -> Vec<EventKind> {
+            std::iter::from_fn(|| stream.try_recv())
+                .map(|e| e.kind)
+                .collect()
+        };
+        assert_eq!(kinds(&mut one), [end(&id.to_string())]);
+        assert_eq!(
+            kinds(&mut every),
+            [end(&id.to_string()), end(&other.to_string())]
         );
     }
 }

@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::future::BoxFuture;
 use ractor::{Actor, ActorRef};
-use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::actors::SessionEnv;
@@ -19,7 +18,6 @@ use crate::actors::supervision::Intensity;
 use crate::error::SessionError;
 use crate::events::Publisher;
 use crate::events::{EventBus, EventStream};
-use crate::journal::recorder::record_events;
 use crate::journal::{self, Journal};
 use crate::llm::Provider;
 use crate::llm::retry::RetryPolicy;
@@ -86,9 +84,6 @@ impl RuntimeConfig {
 pub struct Runtime {
     handle: Handle,
     join: tokio::task::JoinHandle<()>,
-    /// The journal's recorder of lifecycle events, and what tells it to finish.
-    recorder: tokio::task::JoinHandle<()>,
-    stop_recorder: oneshot::Sender<()>,
 }
 
 /// A cheap, cloneable handle on a running tree: start sessions, send prompts,
@@ -120,7 +115,6 @@ impl Runtime {
     pub async fn start(config: RuntimeConfig) -> Result<Self, SessionError> {
         let bus = EventBus::new();
         let journal = Journal::start().map_err(|e| SessionError::Journal(e.to_string()))?;
-        let lifecycle = bus.subscribe_lifecycle();
         // Tools resolve paths against a canonical root: a workspace reached through
         // a symlink must not make every path look outside it.
         let workspace = config.workspace.canonicalize().unwrap_or(config.workspace);
@@ -149,13 +143,6 @@ impl Runtime {
             mcp_limit: config.mcp_limit,
             key_variables: config.key_variables,
         };
-        let (stop_recorder, stop) = oneshot::channel();
-        let recorder = tokio::spawn(record_events(
-            lifecycle,
-            journal.clone(),
-            args.env.workspace.clone(),
-            stop,
-        ));
         let args_workspace = args.env.workspace.clone();
         let (orchestrator, join) = Actor::spawn(None, OrchestratorActor, args)
             .await
@@ -169,12 +156,7 @@ impl Runtime {
             closed: CancellationToken::new(),
             mcp,
         };
-        Ok(Self {
-            handle,
-            join,
-            recorder,
-            stop_recorder,
-        })
+        Ok(Self { handle, join })
     }
 
     /// A handle that outlives borrows of the runtime.
@@ -189,9 +171,6 @@ impl Runtime {
         // Whatever an MCP server's actor did not get to stop is killed now.
         self.handle.mcp.shutdown();
         self.handle.closed.cancel();
-        // Nothing publishes any more: the recorder takes what is queued and ends.
-        let _ = self.stop_recorder.send(());
-        let _ = self.recorder.await;
         let _ = self.handle.journal.sync().await;
     }
 }
@@ -209,9 +188,16 @@ impl Handle {
 
     /// Subscribes to every session's lifecycle events from now on (runs, turns,
     /// tool calls, outcomes), none of their progress (text as it streams): for a
-    /// caller that waits for outcomes, which need not be woken for every delta.
+    /// caller that follows what sessions do without being woken for every delta
+    /// (one that only waits for outcomes: [`Handle::subscribe_terminal`]).
     pub fn subscribe_lifecycle(&self) -> EventStream {
         self.bus.subscribe_lifecycle()
+    }
+
+    /// Subscribes to every session's terminal events from now on: the outcomes
+    /// of runs, with nothing in between to wake the caller.
+    pub fn subscribe_terminal(&self) -> EventStream {
+        self.bus.subscribe_terminal()
     }
 
     /// Subscribes to one session's events from now on.
@@ -223,6 +209,13 @@ impl Handle {
     /// progress.
     pub fn subscribe_session_lifecycle(&self, session: SessionId) -> EventStream {
         self.bus.subscribe_session_lifecycle(session)
+    }
+
+    /// Subscribes to one session's terminal events from now on: the ends of its
+    /// runs, and nothing else to wake the caller (a lead's fan-out of ten
+    /// thousand Task calls is twenty thousand lifecycle events of its own).
+    pub fn subscribe_session_terminal(&self, session: SessionId) -> EventStream {
+        self.bus.subscribe_session_terminal(session)
     }
 
     /// Starts a session; it waits for prompts.

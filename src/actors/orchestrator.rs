@@ -23,6 +23,8 @@ use super::session::{SessionActor, SessionArgs, SessionMsg};
 use super::supervision::{Intensity, RestartTracker, RestartType};
 use crate::error::SessionError;
 use crate::events::Publisher;
+use crate::journal::journal_path;
+use crate::journal::recorder::Recorder;
 use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
 use crate::session::SessionSpec;
 use crate::session::queue::{QueuedPrompt, SharedQueue};
@@ -370,8 +372,11 @@ async fn start(
         state.children.insert(parent, call, id);
     }
     let from_journal = matches!(origin, Origin::Journal);
+    let path = journal_path(&state.env.workspace, id);
+    let recorder = Arc::new(Recorder::new(state.env.journal.clone(), path));
     let entry = Entry {
-        publisher: Publisher::new(state.env.bus.clone(), id, spec.parent, &spec.agent),
+        publisher: Publisher::new(state.env.bus.clone(), id, spec.parent, &spec.agent)
+            .keeping(recorder),
         queue: SharedQueue::default(),
         spec: Arc::from(spec),
         run,
@@ -408,6 +413,7 @@ async fn spawn_session(
         spec: entry.spec.clone(),
         env: state.env.clone(),
         queue: entry.queue.clone(),
+        publisher: entry.publisher.clone(),
         ready,
         from_journal,
         stop_when_idle: entry.stop_when_idle,

@@ -106,6 +106,8 @@ pub(crate) struct SessionArgs {
     pub(crate) spec: Arc<SessionSpec>,
     pub(crate) env: Arc<SessionEnv>,
     pub(crate) queue: SharedQueue,
+    /// Its events' publisher, which keeps them in its journal.
+    pub(crate) publisher: Publisher,
     /// Answered once it has started (a new session's header is queued). `None`
     /// for a restart after a crash.
     pub(crate) ready: Option<RpcReplyPort<Result<SessionId, SessionError>>>,
@@ -167,6 +169,7 @@ impl Actor for SessionActor {
             spec,
             env,
             queue,
+            publisher,
             ready,
             from_journal,
             stop_when_idle,
@@ -194,7 +197,7 @@ impl Actor for SessionActor {
         let mut state = SessionState {
             id,
             machine,
-            publisher: Publisher::new(env.bus.clone(), id, spec.parent, &spec.agent),
+            publisher,
             spec,
             env,
             queue,

@@ -199,10 +199,10 @@ where
             None
         }
     };
-    // The lead's own lifecycle is followed as it comes, so the run's end is not a
-    // frame late (taken before the prompt; a resumed run that ended while it
-    // resumed is found by the next frame).
-    let mut lead_events = runtime.subscribe_session_lifecycle(id);
+    // The lead's terminal events are followed as they come, so the run's end is
+    // not a frame late (taken before the prompt; a resumed run that ended while
+    // it resumed is found by the next frame); its other events wait for a frame.
+    let mut lead_events = runtime.subscribe_session_terminal(id);
     // The run's end: the terminal event answering the prompt, or, for a resumed
     // run with no new prompt, the first terminal event of the lead.
     let prompt = prompt.map(|p| runtime.prompt(id, p));

@@ -1,7 +1,15 @@
-//! The journal's consumer of the event bus (DESIGN §4): every lifecycle event of a
-//! session is appended to that session's journal as a [`Record::Event`], so a
-//! journal tells the whole story of a run (tools and their results, retries,
-//! restarts, file changes), not only its transcript.
+//! The journal's keeper of a session's lifecycle events (DESIGN §4): every
+//! lifecycle event a session publishes is appended to its journal as a
+//! [`Record::Event`], so a journal tells the whole story of a run (tools and
+//! their results, retries, restarts, file changes), not only its transcript.
+//!
+//! The event is appended as it is published, by whoever publishes it, so a
+//! session's events land in its journal in the order it published them, among
+//! its own records: a turn's last `turn_finished` before the run's terminal
+//! record, and so under the sync that makes the terminal record durable. (A
+//! recorder subscribed to the bus fell behind at ten thousand sub-agents, wrote
+//! those events after the terminal record's sync, and left every journal to be
+//! synced once more.)
 //!
 //! It does not own durability: the transcript records a resumed session needs are
 //! appended by the session itself and synced at its turn boundaries, where it can
@@ -9,67 +17,123 @@
 //! runtime's sync of everything, at shutdown): they are for the record, and a
 //! resumed session does not need them.
 
-use std::collections::HashSet;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use tokio::sync::oneshot;
+use serde::Serialize;
 
-use super::{Journal, Record, journal_path};
-use crate::events::EventStream;
-use crate::protocol::{Event, EventKind, SessionId};
+use super::Journal;
+use crate::events::Keeper;
+use crate::protocol::{Event, EventKind};
 
-/// Records lifecycle events until `stop` fires, then records what is still queued
-/// and returns.
-pub(crate) async fn record_events(
-    mut events: EventStream,
+/// Appends one session's lifecycle events to its journal, once it has one.
+#[derive(Debug)]
+pub(crate) struct Recorder {
     journal: Journal,
-    workspace: PathBuf,
-    mut stop: oneshot::Receiver<()>,
-) {
-    let mut recorder = Recorder {
-        journal,
-        workspace,
-        sessions: HashSet::new(),
-    };
-    loop {
-        tokio::select! {
-            biased;
-            event = events.recv() => match event {
-                Some(event) => recorder.record(event),
-                None => return,
-            },
-            _ = &mut stop => break,
-        }
-    }
-    while let Some(event) = events.try_recv() {
-        recorder.record(event);
-    }
-}
-
-struct Recorder {
-    journal: Journal,
-    workspace: PathBuf,
-    /// Sessions that started: only they have a journal to add to.
-    sessions: HashSet<SessionId>,
+    path: PathBuf,
+    /// The session started (its journal has its header): a prompt queued before
+    /// it did has no journal to go to.
+    started: AtomicBool,
 }
 
 impl Recorder {
-    fn record(&mut self, event: Event) {
+    /// A recorder of the session whose journal is at `path`.
+    pub(crate) fn new(journal: Journal, path: PathBuf) -> Self {
+        Self {
+            journal,
+            path,
+            started: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Keeper for Recorder {
+    fn keep(&self, event: &Event) {
         match &event.kind {
-            EventKind::SessionStarted { .. } => {
-                self.sessions.insert(event.session);
-            }
+            EventKind::SessionStarted { .. } => self.started.store(true, Ordering::Release),
             // The session journals its own terminal records.
             EventKind::Terminal { .. } => return,
             _ => {}
         }
-        if !self.sessions.contains(&event.session) {
-            // A prompt for a session that never existed, say: no journal to add to.
+        if !self.started.load(Ordering::Acquire) {
             return;
         }
-        let path = journal_path(&self.workspace, event.session);
-        if let Err(e) = self.journal.append(&path, &Record::Event { event }) {
+        if let Err(e) = self.journal.append_line(&self.path, &EventLine { event }) {
             tracing::error!(error = %e, "cannot journal an event");
         }
+    }
+}
+
+/// A [`Record::Event`](super::Record::Event) line, serialized from the event
+/// where it is, not from a copy.
+#[derive(Serialize)]
+#[serde(tag = "record", rename = "event")]
+struct EventLine<'a> {
+    event: &'a Event,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::{Record, journal_path, read_journal};
+    use crate::protocol::SessionId;
+
+    fn event(session: SessionId, seq: u64, kind: EventKind) -> Event {
+        Event {
+            seq,
+            session,
+            parent: None,
+            agent: "a".into(),
+            kind,
+        }
+    }
+
+    #[test]
+    fn an_event_line_is_the_records_line() {
+        let event = event(SessionId::new(), 7, EventKind::PromptQueued { waiting: 2 });
+        let line = serde_json::to_string(&EventLine { event: &event }).unwrap();
+        let record = serde_json::to_string(&Record::Event { event }).unwrap();
+        assert_eq!(line, record);
+    }
+
+    #[tokio::test]
+    async fn events_are_kept_from_the_sessions_start_and_never_its_terminal() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::start().unwrap();
+        let id = SessionId::new();
+        let path = journal_path(dir.path(), id);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let recorder = Recorder::new(journal.clone(), path.clone());
+        let started = EventKind::SessionStarted {
+            model: "m".into(),
+            resumed: false,
+            memory: Vec::new(),
+        };
+        let terminal = EventKind::Terminal {
+            prompts: vec![1],
+            outcome: crate::protocol::Outcome::Cancelled {
+                partial: String::new(),
+                stats: Default::default(),
+            },
+        };
+        for (seq, kind) in [
+            EventKind::PromptQueued { waiting: 1 },
+            started.clone(),
+            EventKind::PromptQueued { waiting: 2 },
+            terminal,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            recorder.keep(&event(id, seq as u64, kind));
+        }
+        journal.sync().await.unwrap();
+        let kept: Vec<EventKind> = (read_journal(&path).unwrap().into_iter())
+            .map(|record| match record {
+                Record::Event { event } => event.kind,
+                other => panic!("not an event: {other:?}"),
+            })
+            .collect();
+        assert_eq!(kept, [started, EventKind::PromptQueued { waiting: 2 }]);
     }
 }

@@ -157,7 +157,7 @@ impl Handle {
                 guard.child = Some(child);
                 // Subscribed before the journal is read: a run that ends after the
                 // read is seen as an event, one that ended before is in the journal.
-                let events = self.bus.subscribe_session_lifecycle(child);
+                let events = self.bus.subscribe_session_terminal(child);
                 self.journal.sync().await.map_err(SessionError::Journal)?;
                 let path = journal_path(&self.workspace, child);
                 let records = read_journal(&path).unwrap_or_default();
@@ -205,7 +205,7 @@ impl Handle {
     ) -> Result<(SessionId, EventStream, Prompt), SessionError> {
         let child = SessionId::new();
         guard.child = Some(child);
-        let events = self.bus.subscribe_session_lifecycle(child);
+        let events = self.bus.subscribe_session_terminal(child);
         let seq = self.stamp();
         let queued = QueuedPrompt {
             seq,
