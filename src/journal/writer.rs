@@ -237,7 +237,7 @@ impl Journal {
     /// second) for one that covers the file anyway (its session's next sync that
     /// is waited for, a sync of everything), so a turn boundary followed by a
     /// short turn costs no `fdatasync` of its own. The records still reach the
-    /// file within [`IDLE_FLUSH`]; a failure is told to the file's next sync that
+    /// file within 100 ms; a failure is told to the file's next sync that
     /// is waited for.
     pub fn sync_file_soon(&self, path: &Path) {
         drop(self.sync_file_within(path, SOON));
