@@ -53,7 +53,7 @@ struct Subscriber {
 enum Sees {
     /// Every event (progress dropped past its backlog).
     All,
-    /// Lifecycle events only (the journal).
+    /// Lifecycle events only.
     Lifecycle,
     /// Terminal events only (waiting for a run's end: each other event would
     /// wake the waiter for nothing, twenty thousand times for a lead's fan-out
@@ -146,8 +146,8 @@ impl EventBus {
         self.deliver(session, parent, agent, kind, false);
     }
 
-    /// Stamps and delivers one event; returns it when anyone took it or `keep`
-    /// asks for it.
+    /// Stamps and delivers one event; returns it when it was made at all (there
+    /// was a subscriber to offer it to, or `keep` asks for it).
     fn deliver(
         &self,
         session: SessionId,
