@@ -102,7 +102,6 @@ mod tests {
         let journal = Journal::start().unwrap();
         let id = SessionId::new();
         let path = journal_path(dir.path(), id);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         let recorder = Recorder::new(journal.clone(), path.clone());
         let started = EventKind::SessionStarted {
             model: "m".into(),

@@ -171,10 +171,10 @@ impl Journal {
     }
 
     /// Queues one record for `path`. It reaches the file within about 100 ms (at
-    /// once if a sync of its file falls due meanwhile) and is durable after the next sync of its
-    /// file or of everything. Appending never blocks on I/O and wakes the writer
-    /// thread only past `WAKE_AT` (128 KiB) of queued lines, so sessions can journal
-    /// every message cheaply.
+    /// once if a sync of its file falls due meanwhile) and is durable after the
+    /// next sync of its file or of everything. Appending never blocks on I/O and
+    /// wakes the writer thread only past `WAKE_AT` (64 KiB) of queued lines, so
+    /// sessions can journal every message cheaply.
     pub fn append(&self, path: &Path, record: &Record) -> Result<(), String> {
         self.append_all(path, std::slice::from_ref(record))
     }
