@@ -101,6 +101,11 @@ pub struct Board {
     files: std::collections::BTreeMap<String, (u64, u64)>,
     index: HashMap<SessionId, usize>,
     instances: HashMap<String, u32>,
+    /// Each parent's last child so far, by row.
+    last_child: HashMap<SessionId, usize>,
+    /// For each row, its parent's last child before it came (whose branch mark
+    /// it changes from `└` to `├`).
+    previous_sibling: Vec<Option<usize>>,
 }
 
 impl Board {
@@ -112,6 +117,25 @@ impl Board {
     /// The rows, in the order the agents started.
     pub fn rows(&self) -> &[Row] {
         &self.rows
+    }
+
+    /// Whether row `index` is its parent's last child so far (a row without a
+    /// parent is not).
+    pub fn is_last_child(&self, index: usize) -> bool {
+        let parent = self.rows[index].parent;
+        parent.is_some_and(|p| self.last_child.get(&p) == Some(&index))
+    }
+
+    /// The rows whose text an event that changed row `index` changed: that row,
+    /// and, when the event added it, the sibling that was last before it (its
+    /// branch mark). No other row's text depends on another's.
+    pub fn changed_by(&self, index: usize, added: bool) -> impl Iterator<Item = usize> + use<> {
+        let sibling = if added {
+            self.previous_sibling.get(index).copied().flatten()
+        } else {
+            None
+        };
+        std::iter::once(index).chain(sibling)
     }
 
     /// The files changed in the run, by path: lines added and removed.
@@ -151,8 +175,13 @@ impl Board {
                     started_ms: now_ms,
                     ended_ms: None,
                 });
-                self.index.insert(event.session, self.rows.len() - 1);
-                self.rows.len() - 1
+                let index = self.rows.len() - 1;
+                self.index.insert(event.session, index);
+                let sibling = event
+                    .parent
+                    .and_then(|parent| self.last_child.insert(parent, index));
+                self.previous_sibling.push(sibling);
+                index
             }
         };
         let row = &mut self.rows[index];
@@ -274,8 +303,60 @@ fn diff_stat(diff: &str) -> (u64, u64) {
 mod tests {
     use std::time::Duration;
 
+    use proptest::prelude::*;
+
     use super::*;
     use crate::protocol::{Event, Outcome, RunStats, SessionId};
+
+    fn started(session: SessionId, parent: Option<SessionId>) -> Event {
+        Event {
+            seq: 0,
+            session,
+            parent,
+            agent: "worker".into(),
+            kind: EventKind::SessionStarted {
+                model: "m".into(),
+                resumed: false,
+                memory: Vec::new(),
+            },
+        }
+    }
+
+    proptest! {
+        /// Whatever order agents start in (each picking an earlier one as its
+        /// parent, or none), a row is its parent's last child exactly when no
+        /// later row has the same parent, and adding a row changes the text of
+        /// that row and of the sibling that was last before it, no other.
+        #[test]
+        fn the_last_child_and_the_rows_an_added_row_changes_are_kept_as_rows_come(
+            parents in proptest::collection::vec(proptest::option::of(0usize..64), 1..64)
+        ) {
+            let mut board = Board::new();
+            let mut sessions = Vec::new();
+            for (i, parent) in parents.iter().enumerate() {
+                let parent = parent.filter(|p| *p < i).map(|p| sessions[p]);
+                let session = SessionId::new();
+                sessions.push(session);
+                let before: Vec<bool> =
+                    (0..i).map(|r| board.is_last_child(r)).collect();
+                let index = board.apply(&started(session, parent), Duration::ZERO).unwrap();
+                prop_assert_eq!(index, i);
+                let changed: Vec<usize> = board.changed_by(index, true).collect();
+                for (r, was_last) in before.iter().enumerate() {
+                    let flipped = *was_last != board.is_last_child(r);
+                    prop_assert_eq!(flipped, changed.contains(&r), "row {}", r);
+                }
+                prop_assert_eq!(changed[0], index);
+                prop_assert_eq!(board.changed_by(index, false).collect::<Vec<_>>(), vec![index]);
+                let rows = board.rows();
+                for r in 0..rows.len() {
+                    let last = rows[r].parent.is_some()
+                        && rows.iter().rposition(|x| x.parent == rows[r].parent) == Some(r);
+                    prop_assert_eq!(board.is_last_child(r), last, "row {}", r);
+                }
+            }
+        }
+    }
 
     #[test]
     fn a_session_that_answers_two_prompts_shows_what_both_cost() {

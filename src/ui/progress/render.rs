@@ -41,10 +41,8 @@ pub fn render_row(board: &Board, index: usize, now_ms: u64) -> String {
     let row = &rows[index];
     let prefix = match row.parent {
         None => "",
-        Some(parent) => {
-            let last = rows.iter().rposition(|r| r.parent == Some(parent)) == Some(index);
-            if last { "└ " } else { "├ " }
-        }
+        Some(_) if board.is_last_child(index) => "└ ",
+        Some(_) => "├ ",
     };
     let elapsed = row
         .ended_ms
