@@ -462,9 +462,11 @@ fn serve_mock() {
 }
 
 /// Turn k of a session is decided by how many assistant messages it already sent.
+/// A lead is known by its prompt, `do N pieces` (the `orchestrate` binary's lead,
+/// with its own system prompt, is one too).
 fn reply_for(body: &Value) -> Reply {
     let system = body["messages"][0]["content"].as_str().unwrap_or("");
-    if system == LEAD {
+    if pieces(body).is_some() {
         return lead_reply(body);
     }
     let turns = if system == WORKER {
@@ -690,16 +692,20 @@ fn threads(var: &str) -> usize {
 
 /// The lead: first every Task call at once (packed into the usual number of chunks,
 /// so its turn takes the usual time), then, once the results are in, the answer.
+/// How many pieces a lead's prompt asks for: `do 200 pieces`.
+fn pieces(body: &Value) -> Option<usize> {
+    let prompt = body["messages"][1]["content"].as_str()?;
+    match prompt.split_whitespace().collect::<Vec<_>>()[..] {
+        ["do", n, "pieces"] => n.parse().ok(),
+        _ => None,
+    }
+}
+
 fn lead_reply(body: &Value) -> Reply {
     let answered = body["messages"]
         .as_array()
         .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
-    // The prompt says how many pieces: `do 200 pieces`.
-    let tasks = body["messages"][1]["content"]
-        .as_str()
-        .and_then(|p| p.split_whitespace().nth(1))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(TASKS);
+    let tasks = pieces(body).unwrap_or(TASKS);
     let mut chunks = vec![ev_role()];
     if answered {
         chunks.extend((0..CHUNKS - 2).map(|i| ev_text(format!("merged{i} "))));
@@ -784,10 +790,14 @@ fn run_tasks(url: &str, n: usize) {
         let mut show = |events: &mut orchestrate::events::EventStream| {
             while let Some(event) = events.try_recv() {
                 if let Some(i) = board.apply(&event, start.elapsed()) {
+                    let added = i >= bars.len();
                     while bars.len() <= i {
                         bars.push(multi.add(indicatif::ProgressBar::new_spinner()));
                     }
-                    bars[i].set_message(render_row(&board, i, start.elapsed().as_millis() as u64));
+                    let now = start.elapsed().as_millis() as u64;
+                    for row in board.changed_by(i, added) {
+                        bars[row].set_message(render_row(&board, row, now));
+                    }
                 }
             }
         };
