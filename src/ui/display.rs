@@ -6,7 +6,6 @@
 //! model's text).
 
 use std::io::Write;
-use std::time::Duration;
 
 use super::escape::{Shown, visible};
 use super::progress;
@@ -33,7 +32,15 @@ pub(crate) struct Display {
     board: progress::Board,
     started: std::time::Instant,
     multi: indicatif::MultiProgress,
+    /// The bars of the first rows, as many as the terminal shows: indicatif draws
+    /// a tree from its top and leaves out what does not fit, so a row below is
+    /// never seen while the run lasts (the final tree shows every row), and a
+    /// bar for it would cost every frame its drawing all the same.
     bars: Vec<indicatif::ProgressBar>,
+    /// Whether each bar is drawn as ended (no spinner).
+    ended: Vec<bool>,
+    /// How many rows the terminal shows, looked up again at every refresh.
+    fits: usize,
 }
 
 impl Display {
@@ -51,6 +58,8 @@ impl Display {
             started: std::time::Instant::now(),
             multi,
             bars: Vec::new(),
+            ended: Vec::new(),
+            fits: terminal_rows(),
         }
     }
 
@@ -62,6 +71,7 @@ impl Display {
         if matches!(self.mode, Progress::Off) {
             return;
         }
+        let rows = self.board.rows().len();
         let Some(index) = self.board.apply(event, self.started.elapsed()) else {
             return;
         };
@@ -73,19 +83,17 @@ impl Display {
                 }
             }
             Progress::Live(_) => {
-                if index < self.bars.len() && event.kind.is_progress() {
-                    // Text and reasoning deltas come often and change only their
-                    // own row; lifecycle events can change others' (a parent's
-                    // count of sub-agents), so they redraw the tree.
-                    self.draw(index, now);
-                    return;
+                // Only the rows the event changed are drawn again: redrawing the
+                // whole tree for each event costs a fan-out of n sub-agents n²
+                // rows. The spinners turn with the refresh, not on a thread of
+                // their own per bar.
+                let added = index >= rows;
+                self.add_bars(now);
+                for i in self.board.changed_by(index, added) {
+                    if i < self.bars.len() {
+                        self.draw(i, now);
+                    }
                 }
-                while self.bars.len() <= index {
-                    let bar = self.multi.add(indicatif::ProgressBar::new_spinner());
-                    bar.enable_steady_tick(Duration::from_millis(120));
-                    self.bars.push(bar);
-                }
-                self.refresh();
             }
             Progress::Off => {}
         }
@@ -108,36 +116,84 @@ impl Display {
         }
     }
 
-    /// Redraws every row (elapsed times and countdowns move on their own).
-    pub(crate) fn refresh(&self) {
+    /// Redraws the rows still running, whose elapsed times and countdowns move
+    /// on their own, and turns their spinners; an ended row's text stays as it
+    /// was drawn.
+    pub(crate) fn refresh(&mut self) {
         let now = self.now_ms();
+        if matches!(self.mode, Progress::Live(_)) {
+            self.fits = terminal_rows();
+            self.add_bars(now);
+        }
         for i in 0..self.bars.len() {
-            self.draw(i, now);
+            if self.board.rows()[i].ended_ms.is_none() {
+                self.draw(i, now);
+                self.bars[i].tick();
+            }
         }
     }
 
-    /// Redraws row `i` as of `now`.
-    fn draw(&self, i: usize, now: u64) {
+    /// Adds bars for the rows that have none and fit on the terminal, each
+    /// drawn at once.
+    fn add_bars(&mut self, now: u64) {
+        let wanted = self.board.rows().len().min(self.fits);
+        while self.bars.len() < wanted {
+            let bar = self.multi.add(indicatif::ProgressBar::new_spinner());
+            self.bars.push(bar);
+            self.ended.push(false);
+            self.draw(self.bars.len() - 1, now);
+        }
+    }
+
+    /// Row `i` as drawn at `now`: the model's text made visible, in its role's
+    /// color.
+    fn row_text(&self, i: usize, now: u64) -> String {
+        let row = visible(&progress::render_row(&self.board, i, now), Shown::Line).into_owned();
+        match self.colors.get(&self.board.rows()[i].role) {
+            Some(color) => progress::paint(&row, color),
+            None => row,
+        }
+    }
+
+    /// Redraws row `i` as of `now`. An ended row loses its spinner; its bar is
+    /// not finished, which would draw the whole tree at once (every ended row of a
+    /// fan-out of n: n² rows), but only told its last text, drawn with the next
+    /// frame.
+    fn draw(&mut self, i: usize, now: u64) {
         // Rows are drawn on the terminal directly, not through the CLI's writers.
-        let mut row = visible(&progress::render_row(&self.board, i, now), Shown::Line).into_owned();
-        if let Some(color) = self.colors.get(&self.board.rows()[i].role) {
-            row = progress::paint(&row, color);
+        let row = self.row_text(i, now);
+        let ended = self.board.rows()[i].ended_ms.is_some();
+        if ended != self.ended[i] {
+            let style = if ended {
+                ended_style()
+            } else {
+                indicatif::ProgressStyle::default_spinner()
+            };
+            self.bars[i].set_style(style);
+            self.ended[i] = ended;
         }
-        if self.board.rows()[i].ended_ms.is_some() {
-            self.bars[i].finish_with_message(row);
-        } else {
-            self.bars[i].set_message(row);
-        }
+        self.bars[i].set_message(row);
     }
 
     /// Leaves the final tree, then the summary table when there were sub-agents.
-    pub(crate) fn finish(&self, err: &mut dyn Write) {
+    pub(crate) fn finish(&mut self, err: &mut dyn Write) {
         if matches!(self.mode, Progress::Off) {
             return;
         }
-        self.refresh();
-        for bar in &self.bars {
-            bar.finish();
+        if matches!(self.mode, Progress::Live(_)) {
+            // Finishing the bars one by one would draw the tree once for each:
+            // it is cleared, its bars finished out of sight, and the final tree
+            // written once, every row as its bar showed it.
+            let _ = self.multi.clear();
+            self.multi
+                .set_draw_target(indicatif::ProgressDrawTarget::hidden());
+            for bar in &self.bars {
+                bar.finish();
+            }
+            let now = self.now_ms();
+            for i in 0..self.board.rows().len() {
+                let _ = writeln!(err, "  {}", self.row_text(i, now));
+            }
         }
         // On a terminal the finished live tree stays on screen: the table would
         // only repeat it.
@@ -148,5 +204,151 @@ impl Display {
         if !files.is_empty() {
             let _ = write!(err, "\n{files}");
         }
+    }
+}
+
+/// How many rows the terminal on stderr shows, less one for the line after the
+/// tree; 50 when it cannot tell.
+fn terminal_rows() -> usize {
+    let size = rustix::termios::tcgetwinsize(std::io::stderr()).ok();
+    match size.map(|s| usize::from(s.ws_row)) {
+        Some(rows) if rows > 1 => rows - 1,
+        _ => 50,
+    }
+}
+
+/// An ended row's style: its text where the spinner was, as a finished spinner
+/// shows it.
+fn ended_style() -> indicatif::ProgressStyle {
+    indicatif::ProgressStyle::with_template("  {msg}")
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::protocol::{EventKind, SessionId};
+
+    fn started(session: SessionId, parent: Option<SessionId>, agent: &str) -> Event {
+        Event {
+            seq: 0,
+            session,
+            parent,
+            agent: agent.into(),
+            kind: EventKind::SessionStarted {
+                model: "m".into(),
+                resumed: false,
+                memory: Vec::new(),
+            },
+        }
+    }
+
+    /// Each event draws only the rows it changed, yet every row ends up as a
+    /// redraw of the whole tree would show it: the branch marks of two parents'
+    /// children, started interleaved, included.
+    #[test]
+    fn drawing_only_the_changed_rows_leaves_the_tree_as_a_full_redraw_would() {
+        let hidden = indicatif::ProgressDrawTarget::hidden;
+        let multi = indicatif::MultiProgress::with_draw_target(hidden());
+        let mut display = Display::new(Progress::Live(multi), HashMap::new());
+        let (lead, helper) = (SessionId::new(), SessionId::new());
+        let mut sink = Vec::new();
+        display.show(&started(lead, None, "orchestrator"), &mut sink);
+        display.show(&started(SessionId::new(), Some(lead), "worker"), &mut sink);
+        display.show(&started(helper, Some(lead), "helper"), &mut sink);
+        for parent in [lead, helper, lead, helper] {
+            display.show(
+                &started(SessionId::new(), Some(parent), "worker"),
+                &mut sink,
+            );
+        }
+        let rows = display.board.rows();
+        assert_eq!(rows.len(), 7);
+        let now = display.now_ms();
+        for (i, bar) in display.bars.iter().enumerate() {
+            let full = progress::render_row(&display.board, i, now);
+            let label = |row: &str| row.chars().take(16).collect::<String>();
+            assert_eq!(label(&bar.message()), label(&full), "row {i}");
+        }
+        let marks: String = (display.bars.iter())
+            .map(|bar| bar.message().chars().next().unwrap_or(' '))
+            .collect();
+        assert_eq!(marks, "o├├├├└└");
+        assert!(sink.is_empty(), "the rows are drawn, not written");
+        // The end writes the final tree once, each row as its bar showed it.
+        let shown: Vec<String> = display.bars.iter().map(|b| b.message()).collect();
+        display.finish(&mut sink);
+        let tree = String::from_utf8(sink).unwrap();
+        let lines: Vec<&str> = tree.lines().take(7).collect();
+        let label = |row: &str| row.chars().take(16).collect::<String>();
+        for (line, shown) in lines.iter().zip(&shown) {
+            assert_eq!(label(line.strip_prefix("  ").unwrap()), label(shown));
+        }
+        assert_eq!(lines.len(), 7);
+        assert!(display.bars.iter().all(indicatif::ProgressBar::is_finished));
+    }
+
+    /// Only the rows the terminal shows get bars, however many agents start; the
+    /// final tree still lists every one of them.
+    #[test]
+    fn a_fan_out_taller_than_the_terminal_draws_only_the_rows_that_fit() {
+        let hidden = indicatif::ProgressDrawTarget::hidden;
+        let multi = indicatif::MultiProgress::with_draw_target(hidden());
+        let mut display = Display::new(Progress::Live(multi), HashMap::new());
+        display.fits = 3;
+        let lead = SessionId::new();
+        let mut sink = Vec::new();
+        display.show(&started(lead, None, "orchestrator"), &mut sink);
+        for _ in 0..9 {
+            display.show(&started(SessionId::new(), Some(lead), "worker"), &mut sink);
+        }
+        assert_eq!(display.bars.len(), 3);
+        assert!(display.bars[2].message().starts_with("├ worker#2"));
+        display.fits = 5;
+        display.add_bars(display.now_ms());
+        assert_eq!(display.bars.len(), 5);
+        assert!(display.bars[4].message().starts_with("├ worker#4"));
+        display.finish(&mut sink);
+        let tree = String::from_utf8(sink).unwrap();
+        assert_eq!(tree.lines().count(), 10, "{tree}");
+        assert!(tree.lines().last().unwrap().starts_with("  └ worker#9"));
+    }
+
+    /// An ended row is drawn without its spinner and no longer turns; a row that
+    /// starts again gets it back.
+    #[test]
+    fn an_ended_row_loses_its_spinner_until_it_runs_again() {
+        let hidden = indicatif::ProgressDrawTarget::hidden;
+        let multi = indicatif::MultiProgress::with_draw_target(hidden());
+        let mut display = Display::new(Progress::Live(multi), HashMap::new());
+        let lead = SessionId::new();
+        let mut sink = Vec::new();
+        display.show(&started(lead, None, "orchestrator"), &mut sink);
+        assert_eq!(display.ended, [false]);
+        let ended = Event {
+            kind: EventKind::Terminal {
+                prompts: vec![1],
+                outcome: crate::protocol::Outcome::Cancelled {
+                    partial: String::new(),
+                    stats: Default::default(),
+                },
+            },
+            ..started(lead, None, "orchestrator")
+        };
+        display.show(&ended, &mut sink);
+        assert_eq!(display.ended, [true]);
+        assert!(display.bars[0].message().contains("cancelled"));
+        let turn = Event {
+            kind: EventKind::TurnStarted {
+                turn: 2,
+                attempt: 1,
+            },
+            ..started(lead, None, "orchestrator")
+        };
+        display.show(&turn, &mut sink);
+        assert_eq!(display.ended, [false]);
+        assert!(display.bars[0].message().contains("thinking"));
     }
 }
