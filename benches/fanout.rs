@@ -5,6 +5,8 @@
 //! the peak RSS and CPU of the process that ran the sessions.
 //!
 //! Run with `cargo bench --bench fanout` (optionally `-- 100 1000` to pick sizes).
+//! `FANOUT_CASES=cli` runs the `orchestrate` binary itself on a pseudo-terminal
+//! (`script`), drawing its live tree, for the Task fan-out of `FANOUT_CLI` sizes.
 //! `FANOUT_TOOLS=standard` gives the session fan-out's agents the standard tools
 //! besides Probe, so every request carries their specs, as a real agent's does.
 //!
@@ -86,6 +88,7 @@ fn main() {
         Some("base") => run_bare(&args[1], args[2].parse().unwrap()),
         Some("base-tasks") => run_bare_tasks(&args[1], args[2].parse().unwrap()),
         Some("tasks") => run_tasks(&args[1], args[2].parse().unwrap()),
+        Some("cli") => run_cli(&args[1], args[2].parse().unwrap()),
         Some("idle") => run_idle(args.get(1).map_or(IDLE, |n| n.parse().unwrap())),
         _ => drive(&args),
     }
@@ -166,6 +169,26 @@ fn drive(sizes: &[String]) {
             }
         }
     }
+    if case("cli") {
+        // `FANOUT_CLI=500,2000`: the Task fan-out's sizes for the binary.
+        let sizes: Vec<usize> = std::env::var("FANOUT_CLI")
+            .unwrap_or_else(|_| "500,2000".into())
+            .split(',')
+            .map(|n| n.parse().unwrap())
+            .collect();
+        println!(
+            "\nthe orchestrate binary on a terminal (50 rows), the same Task fan-out; ideal {ideal:?}"
+        );
+        println!(
+            "{:>6} {:<12} {:>10} {:>8} {:>12} {:>9}",
+            "N", "client", "wall", "ratio", "to terminal", "CPU"
+        );
+        for _ in 0..rounds {
+            for n in &sizes {
+                failures += u32::from(!child.cli_row(*n, ideal));
+            }
+        }
+    }
     let _ = mock.kill();
     let _ = mock.wait();
     if case("idle") {
@@ -227,6 +250,86 @@ impl Child<'_> {
         );
         true
     }
+}
+
+impl Child<'_> {
+    /// Runs the binary's fan-out of `n` under a child and prints its row; false
+    /// if it failed.
+    fn cli_row(&self, n: usize, ideal: Duration) -> bool {
+        let out = Command::new(self.me)
+            .envs(self.env.iter().cloned())
+            .args(["cli", self.url, &n.to_string()])
+            .output()
+            .unwrap();
+        let line = String::from_utf8_lossy(&out.stdout);
+        let parts: Vec<f64> = (line.split_whitespace())
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        let [wall_ms, bytes, cpu] = parts[..] else {
+            let err = String::from_utf8_lossy(&out.stderr);
+            eprintln!("N={n} orchestrate on a terminal failed: {line}{err}");
+            return false;
+        };
+        println!(
+            "{n:>6} {:<12} {wall_ms:>8.0}ms {:>8.3} {:>9.1} MB {cpu:>7.0}ms",
+            "binary",
+            wall_ms / ideal.as_secs_f64() / 1000.0,
+            bytes / 1e6,
+        );
+        true
+    }
+}
+
+/// The `orchestrate` binary on a terminal: `script` gives it a pseudo-terminal of
+/// 50 rows, so it draws its live tree, and its lead's prompt asks the mock for `n`
+/// Task calls. Prints the wall ms from the start of the process to its exit, the
+/// bytes it wrote to the terminal, and the CPU ms of the binary (and of `script`,
+/// which copies those bytes).
+fn run_cli(url: &str, n: usize) {
+    let workspace = workspace();
+    let agents = workspace.path().join("agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    std::fs::write(
+        agents.join("worker.md"),
+        format!("---\nname: worker\ndescription: Does one piece.\n---\n{WORKER}\n"),
+    )
+    .unwrap();
+    let command = format!(
+        "stty rows 50 cols 160; exec {} --base-url {url} --model mock-model --max-parallel {n} --permission-mode bypassPermissions 'do {n} pieces'",
+        env!("CARGO_BIN_EXE_orchestrate")
+    );
+    let cpu = children_cpu_ms();
+    let start = Instant::now();
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(workspace.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let wall = start.elapsed();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && shown.contains("merged0"),
+        "the run did not answer: {}",
+        shown.chars().rev().take(2000).collect::<String>()
+    );
+    println!(
+        "{:.1} {} {}",
+        wall.as_secs_f64() * 1000.0,
+        out.stdout.len(),
+        children_cpu_ms() - cpu
+    );
+}
+
+/// The CPU time of the children this process waited for (user and system), in
+/// ms, from `/proc/self/stat`.
+fn children_cpu_ms() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    // Fields 16 and 17 (cutime, cstime); the 3rd is the first after the name.
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
+    (ticks(13).unwrap_or(0.0) + ticks(14).unwrap_or(0.0)) * 10.0
 }
 
 /// The bare client's request: posts `body` and reads the streamed answer to its
@@ -469,7 +572,8 @@ fn reply_for(body: &Value) -> Reply {
     if pieces(body).is_some() {
         return lead_reply(body);
     }
-    let turns = if system == WORKER {
+    let prompt = body["messages"][1]["content"].as_str().unwrap_or("");
+    let turns = if system == WORKER || prompt.starts_with("do piece ") {
         WORKER_TURNS
     } else {
         session_turns()
@@ -690,8 +794,6 @@ fn threads(var: &str) -> usize {
         .unwrap_or(2)
 }
 
-/// The lead: first every Task call at once (packed into the usual number of chunks,
-/// so its turn takes the usual time), then, once the results are in, the answer.
 /// How many pieces a lead's prompt asks for: `do 200 pieces`.
 fn pieces(body: &Value) -> Option<usize> {
     let prompt = body["messages"][1]["content"].as_str()?;
@@ -701,6 +803,8 @@ fn pieces(body: &Value) -> Option<usize> {
     }
 }
 
+/// The lead: first every Task call at once (packed into the usual number of chunks,
+/// so its turn takes the usual time), then, once the results are in, the answer.
 fn lead_reply(body: &Value) -> Reply {
     let answered = body["messages"]
         .as_array()
