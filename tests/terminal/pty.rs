@@ -285,3 +285,64 @@ async fn a_workspaces_mcp_servers_are_asked_about_once_showing_their_commands() 
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "two\n");
 }
+
+/// A lead fanning out to more sub-agents than the terminal has rows: the run ends
+/// (the live tree drew every row for every event, and the whole tree for every
+/// ended row: minutes at a few hundred), and its final tree lists every one of
+/// them, those that never fit on the screen too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_out_taller_than_the_terminal_ends_with_every_sub_agent_in_its_final_tree() {
+    const PIECES: usize = 300;
+    let mock = MockLlm::start_with(|request, _| {
+        let messages = request.body["messages"].as_array().unwrap();
+        let prompt = (messages.iter())
+            .find(|m| m["role"] == "user")
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or("");
+        if prompt.starts_with("piece ") {
+            return Reply::text(format!("{prompt} done"));
+        }
+        if messages.iter().any(|m| m["role"] == "tool") {
+            return Reply::text("merged");
+        }
+        let calls: Vec<(String, serde_json::Value)> = (1..=PIECES)
+            .map(|i| {
+                let args = json!({"description": format!("piece {i}"), "prompt": format!("piece {i}"), "subagent_type": "worker"});
+                (format!("t{i}"), args)
+            })
+            .collect();
+        let calls: Vec<(&str, &str, serde_json::Value)> = (calls.iter())
+            .map(|(id, args)| (id.as_str(), "Task", args.clone()))
+            .collect();
+        Reply::tool_calls(&calls)
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let agents = dir.path().join("agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    std::fs::write(
+        agents.join("worker.md"),
+        "---\nname: worker\ndescription: Does one piece.\n---\nDo the piece.\n",
+    )
+    .unwrap();
+    let max = PIECES.to_string();
+    let args = [
+        "--permission-mode",
+        "bypassPermissions",
+        "--max-parallel",
+        &max,
+        "fan out",
+    ];
+    let (terminal, child) = start(&mock, dir.path(), &args, 20);
+    let out = exited(child).await;
+    let screen = terminal.screen.borrow().clone();
+    assert_eq!(out.status.code(), Some(0), "{screen}");
+    assert_eq!(text(&out.stdout), "merged\n");
+    for i in 1..=PIECES {
+        let row = if i == PIECES { "└" } else { "├" };
+        assert!(
+            screen.contains(&format!("  {row} worker#{i} ")),
+            "worker#{i} is not in the final tree:\n{screen}"
+        );
+    }
+}
