@@ -145,14 +145,9 @@ impl Display {
         }
     }
 
-    /// Row `i` as drawn at `now`: the model's text made visible, in its role's
-    /// color.
+    /// Row `i` as of `now`, the model's text in it made visible.
     fn row_text(&self, i: usize, now: u64) -> String {
-        let row = visible(&progress::render_row(&self.board, i, now), Shown::Line).into_owned();
-        match self.colors.get(&self.board.rows()[i].role) {
-            Some(color) => progress::paint(&row, color),
-            None => row,
-        }
+        visible(&progress::render_row(&self.board, i, now), Shown::Line).into_owned()
     }
 
     /// Redraws row `i` as of `now`. An ended row loses its spinner; its bar is
@@ -160,8 +155,12 @@ impl Display {
     /// fan-out of n: n² rows), but only told its last text, drawn with the next
     /// frame.
     fn draw(&mut self, i: usize, now: u64) {
-        // Rows are drawn on the terminal directly, not through the CLI's writers.
-        let row = self.row_text(i, now);
+        // Rows are drawn on the terminal directly, not through the CLI's writers,
+        // in their role's color.
+        let mut row = self.row_text(i, now);
+        if let Some(color) = self.colors.get(&self.board.rows()[i].role) {
+            row = progress::paint(&row, color);
+        }
         let ended = self.board.rows()[i].ended_ms.is_some();
         if ended != self.ended[i] {
             let style = if ended {
@@ -183,7 +182,9 @@ impl Display {
         if matches!(self.mode, Progress::Live(_)) {
             // Finishing the bars one by one would draw the tree once for each:
             // it is cleared, its bars finished out of sight, and the final tree
-            // written once, every row as its bar showed it.
+            // written once, every row as its bar showed it (through the CLI's
+            // writer, which shows every escape sequence as text: without the
+            // roles' colors).
             let _ = self.multi.clear();
             self.multi
                 .set_draw_target(indicatif::ProgressDrawTarget::hidden());
@@ -288,6 +289,30 @@ mod tests {
         }
         assert_eq!(lines.len(), 7);
         assert!(display.bars.iter().all(indicatif::ProgressBar::is_finished));
+    }
+
+    /// A role's color is drawn in its live row, but the final tree goes through
+    /// the CLI's writer, which would show the color's escape as text: it is
+    /// written plain.
+    #[test]
+    fn the_final_tree_is_written_without_the_roles_colors() {
+        let hidden = indicatif::ProgressDrawTarget::hidden;
+        let multi = indicatif::MultiProgress::with_draw_target(hidden());
+        let colors = HashMap::from([("orchestrator".to_owned(), "purple".to_owned())]);
+        let mut display = Display::new(Progress::Live(multi), colors);
+        let mut sink = Vec::new();
+        display.show(&started(SessionId::new(), None, "orchestrator"), &mut sink);
+        assert!(
+            display.bars[0]
+                .message()
+                .starts_with("\x1b[35morchestrator")
+        );
+        display.finish(&mut sink);
+        assert!(
+            String::from_utf8(sink)
+                .unwrap()
+                .starts_with("  orchestrator ")
+        );
     }
 
     /// Only the rows the terminal shows get bars, however many agents start; the

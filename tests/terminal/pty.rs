@@ -338,6 +338,9 @@ async fn a_fan_out_taller_than_the_terminal_ends_with_every_sub_agent_in_its_fin
     let screen = terminal.screen.borrow().clone();
     assert_eq!(out.status.code(), Some(0), "{screen}");
     assert_eq!(text(&out.stdout), "merged\n");
+    // The lead's row is written plain, its live color not shown as text.
+    assert!(screen.contains("  orchestrator "), "{screen}");
+    assert!(!screen.contains(r"\u{1b}"), "{screen}");
     for i in 1..=PIECES {
         let row = if i == PIECES { "└" } else { "├" };
         assert!(
