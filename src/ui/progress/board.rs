@@ -126,9 +126,9 @@ impl Board {
         parent.is_some_and(|p| self.last_child.get(&p) == Some(&index))
     }
 
-    /// The rows whose text an event that changed row `index` changed: that row,
-    /// and, when the event added it, the sibling that was last before it (its
-    /// branch mark). No other row's text depends on another's.
+    /// The rows to draw again after an event changed row `index`: that row, and
+    /// when the event added it, the sibling that was last before it (whose branch
+    /// mark turns from `└` to `├`). No other row's text depends on another row.
     pub fn changed_by(&self, index: usize, added: bool) -> impl Iterator<Item = usize> + use<> {
         let sibling = if added {
             self.previous_sibling.get(index).copied().flatten()
