@@ -287,13 +287,7 @@ impl Child<'_> {
 /// which copies those bytes).
 fn run_cli(url: &str, n: usize) {
     let workspace = workspace();
-    let agents = workspace.path().join("agents");
-    std::fs::create_dir_all(&agents).unwrap();
-    std::fs::write(
-        agents.join("worker.md"),
-        format!("---\nname: worker\ndescription: Does one piece.\n---\n{WORKER}\n"),
-    )
-    .unwrap();
+    write_worker_role(&workspace.path().join("agents"));
     let command = format!(
         "stty rows 50 cols 160; exec {} --base-url {url} --model mock-model --max-parallel {n} --permission-mode bypassPermissions 'do {n} pieces'",
         env!("CARGO_BIN_EXE_orchestrate")
@@ -319,6 +313,16 @@ fn run_cli(url: &str, n: usize) {
         out.stdout.len(),
         children_cpu_ms() - cpu
     );
+}
+
+/// Writes the Task fan-out's `worker` role into `dir`.
+fn write_worker_role(dir: &std::path::Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(
+        dir.join("worker.md"),
+        format!("---\nname: worker\ndescription: Does one piece.\n---\n{WORKER}\n"),
+    )
+    .unwrap();
 }
 
 /// The CPU time of the children this process waited for (user and system), in
@@ -850,12 +854,7 @@ fn run_tasks(url: &str, n: usize) {
 
     let workspace = workspace();
     let roles = workspace.path().join("roles");
-    std::fs::create_dir_all(&roles).unwrap();
-    std::fs::write(
-        roles.join("worker.md"),
-        format!("---\nname: worker\ndescription: Does one piece.\n---\n{WORKER}\n"),
-    )
-    .unwrap();
+    write_worker_role(&roles);
     let (wall, cpu) = runtime(threads("FANOUT_RUNNER_THREADS")).block_on(async {
         let client =
             Arc::new(OpenAiClient::new(OpenAiConfig::new(url, Some("sk-bench".into()))).unwrap());
