@@ -2,7 +2,7 @@
 //! them in groups. Every record that arrived while the previous sync ran is covered
 //! by the next one, so thousands of sessions finishing turns at once cost a handful
 //! of syncs, not thousands, and no fsync ever blocks the async runtime. Appends only
-//! queue (no wake-up, no I/O); a sync request wakes a waiting writer (one that
+//! queue (no I/O; they wake the writer only past `WAKE_AT` queued); a sync request wakes a waiting writer (one that
 //! can wait for the writer's next look, a turn boundary's, does not), which
 //! writes the lines of the files due, syncs once and answers every sync that was
 //! due; other lines go out within [`IDLE_FLUSH`], each file's in one write. A session's

@@ -196,8 +196,8 @@ impl Display {
                 let _ = writeln!(err, "  {}", self.row_text(i, now));
             }
         }
-        // On a terminal the finished live tree stays on screen: the table would
-        // only repeat it.
+        // On a terminal the final tree written above says it all: the table
+        // would only repeat it.
         if self.board.rows().len() > 1 && matches!(self.mode, Progress::Plain) {
             let _ = write!(err, "\n{}", progress::summary(&self.board, self.now_ms()));
         }
