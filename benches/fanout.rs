@@ -225,11 +225,7 @@ struct Child<'a> {
 impl Child<'_> {
     /// Runs the child `mode` at size `n` and prints its row; false if it failed.
     fn row(&self, mode: &str, label: &str, n: usize, ideal: Duration) -> bool {
-        let out = Command::new(self.me)
-            .envs(self.env.iter().cloned())
-            .args([mode, self.url, &n.to_string()])
-            .output()
-            .unwrap();
+        let out = self.run(mode, n);
         if !out.status.success() {
             eprintln!(
                 "N={n} {label} failed: {}",
@@ -250,17 +246,11 @@ impl Child<'_> {
         );
         true
     }
-}
 
-impl Child<'_> {
     /// Runs the binary's fan-out of `n` under a child and prints its row; false
     /// if it failed.
     fn cli_row(&self, n: usize, ideal: Duration) -> bool {
-        let out = Command::new(self.me)
-            .envs(self.env.iter().cloned())
-            .args(["cli", self.url, &n.to_string()])
-            .output()
-            .unwrap();
+        let out = self.run("cli", n);
         let line = String::from_utf8_lossy(&out.stdout);
         let parts: Vec<f64> = (line.split_whitespace())
             .filter_map(|p| p.parse().ok())
@@ -278,6 +268,15 @@ impl Child<'_> {
         );
         true
     }
+
+    /// The child `mode` at size `n`, run to its end.
+    fn run(&self, mode: &str, n: usize) -> std::process::Output {
+        Command::new(self.me)
+            .envs(self.env.iter().cloned())
+            .args([mode, self.url, &n.to_string()])
+            .output()
+            .unwrap()
+    }
 }
 
 /// The `orchestrate` binary on a terminal: `script` gives it a pseudo-terminal of
@@ -292,7 +291,7 @@ fn run_cli(url: &str, n: usize) {
         "stty rows 50 cols 160; exec {} --base-url {url} --model mock-model --max-parallel {n} --permission-mode bypassPermissions 'do {n} pieces'",
         env!("CARGO_BIN_EXE_orchestrate")
     );
-    let cpu = children_cpu_ms();
+    let cpu = stat_ms(13);
     let start = Instant::now();
     let out = Command::new("script")
         .args(["-qec", &command, "/dev/null"])
@@ -311,7 +310,7 @@ fn run_cli(url: &str, n: usize) {
         "{:.1} {} {}",
         wall.as_secs_f64() * 1000.0,
         out.stdout.len(),
-        children_cpu_ms() - cpu
+        stat_ms(13) - cpu
     );
 }
 
@@ -323,17 +322,6 @@ fn write_worker_role(dir: &std::path::Path) {
         format!("---\nname: worker\ndescription: Does one piece.\n---\n{WORKER}\n"),
     )
     .unwrap();
-}
-
-/// The CPU time of the children this process waited for (user and system), in
-/// ms, from `/proc/self/stat`.
-fn children_cpu_ms() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    // Fields 16 and 17 (cutime, cstime); the 3rd is the first after the name.
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
-    (ticks(13).unwrap_or(0.0) + ticks(14).unwrap_or(0.0)) * 10.0
 }
 
 /// The bare client's request: posts `body` and reads the streamed answer to its
@@ -766,12 +754,17 @@ fn report(wall: Duration, cpu_at_start: f64) {
     );
 }
 
-/// The CPU time this process used so far (user and system), in ms, from
-/// `/proc/self/stat` (in clock ticks of 10 ms).
+/// The CPU time this process used so far (user and system), in ms.
 fn cpu_ms() -> f64 {
+    stat_ms(11)
+}
+
+/// Two adjacent clock-tick fields of `/proc/self/stat` from `first` (counted
+/// from the 3rd field, the first after the name), summed, in ms (a tick is 10 ms):
+/// 11 is the process's user and system time, 13 its waited-for children's.
+fn stat_ms(first: usize) -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    // Fields 14 and 15 (utime, stime); the 3rd is the first after the name.
     let fields: Vec<&str> = after_name.split_whitespace().collect();
     let ticks = |i: usize| {
         fields
@@ -779,7 +772,7 @@ fn cpu_ms() -> f64 {
             .and_then(|f| f.parse::<f64>().ok())
             .unwrap_or(0.0)
     };
-    (ticks(11) + ticks(12)) * 10.0
+    (ticks(first) + ticks(first + 1)) * 10.0
 }
 
 fn peak_rss_kib() -> u64 {
