@@ -834,16 +834,18 @@ fn lead_reply(body: &Value) -> Reply {
 }
 
 /// A Task fan-out child: one lead whose single turn issues `n` Task calls (all
-/// allowed to run at once), each worker running two turns; every event goes through
-/// the progress board and is rendered to a hidden draw target a frame at a time, as
-/// the CLI takes its events on a terminal. Prints wall ms, peak RSS KiB and CPU ms.
+/// allowed to run at once), each worker running two turns; every event goes
+/// through the CLI's own live display, drawn to a hidden target, a frame at a time
+/// with its 200 ms refresh, as the CLI takes its events on a terminal of 50 rows
+/// (the display's height when stderr is not a terminal). Prints wall ms, peak RSS
+/// KiB and CPU ms.
 fn run_tasks(url: &str, n: usize) {
     use std::sync::RwLock;
 
     use orchestrate::roles::catalog::Catalog;
     use orchestrate::task::{Caller, Task, TaskEnv};
     use orchestrate::tools::permissions::PermissionMode;
-    use orchestrate::ui::progress::{Board, render_row};
+    use orchestrate::ui::display::{Display, Progress};
 
     let workspace = workspace();
     let roles = workspace.path().join("roles");
@@ -876,30 +878,22 @@ fn run_tasks(url: &str, n: usize) {
         let mut lead_events = orchestrator.subscribe_session_terminal(lead);
         let mut frame = tokio::time::interval(Duration::from_millis(50));
         frame.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let multi =
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        let hidden =
             indicatif::MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden());
-        let mut bars = Vec::new();
-        let mut board = Board::new();
+        let mut display = Display::new(Progress::Live(hidden), Default::default());
         let cpu = cpu_ms();
         let start = Instant::now();
         let prompt = orchestrator.prompt(lead, format!("do {n} pieces"));
-        let mut show = |events: &mut orchestrate::events::EventStream| {
+        let show = |display: &mut Display, events: &mut orchestrate::events::EventStream| {
             while let Some(event) = events.try_recv() {
-                if let Some(i) = board.apply(&event, start.elapsed()) {
-                    let added = i >= bars.len();
-                    while bars.len() <= i {
-                        bars.push(multi.add(indicatif::ProgressBar::new_spinner()));
-                    }
-                    let now = start.elapsed().as_millis() as u64;
-                    for row in board.changed_by(i, added) {
-                        bars[row].set_message(render_row(&board, row, now));
-                    }
-                }
+                display.show(&event, &mut std::io::sink());
             }
         };
         loop {
             tokio::select! {
-                _ = frame.tick() => show(&mut events),
+                _ = frame.tick() => show(&mut display, &mut events),
+                _ = tick.tick() => display.refresh(),
                 event = lead_events.recv() => {
                     let event = event.unwrap();
                     if let Some(outcome) = event.kind.answer_to(prompt) {
@@ -911,10 +905,11 @@ fn run_tasks(url: &str, n: usize) {
                 }
             }
         }
-        show(&mut events);
+        show(&mut display, &mut events);
         let wall = start.elapsed();
-        assert_eq!(board.rows().len(), n + 1, "every worker ran");
+        assert_eq!(display.board().rows().len(), n + 1, "every worker ran");
         orchestrator.shutdown().await;
+        display.finish(&mut std::io::sink());
         (wall, cpu)
     });
     report(wall, cpu);

@@ -24,8 +24,10 @@ pub enum Progress {
     Off,
 }
 
-/// The progress display of one run: the board and its rendering.
-pub(crate) struct Display {
+/// The progress display of one run: the board and its rendering. The CLI feeds
+/// it a run's events; the fan-out bench drives the same code.
+#[derive(Debug)]
+pub struct Display {
     mode: Progress,
     /// Role colors for the live tree; empty when colors are off (NO_COLOR).
     colors: std::collections::HashMap<String, String>,
@@ -44,7 +46,9 @@ pub(crate) struct Display {
 }
 
 impl Display {
-    pub(crate) fn new(mode: Progress, colors: std::collections::HashMap<String, String>) -> Self {
+    /// A display in `mode`, rows painted in their role's color from `colors`
+    /// (empty: no colors).
+    pub fn new(mode: Progress, colors: std::collections::HashMap<String, String>) -> Self {
         let multi = match &mode {
             Progress::Live(multi) => multi.clone(),
             Progress::Plain | Progress::Off => {
@@ -63,11 +67,18 @@ impl Display {
         }
     }
 
+    /// The board the events built.
+    pub fn board(&self) -> &progress::Board {
+        &self.board
+    }
+
     fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
     }
 
-    pub(crate) fn show(&mut self, event: &Event, err: &mut dyn Write) {
+    /// Takes `event` into the board and shows what it changed: the rows it
+    /// touched on the live tree, or its plain line on `err`.
+    pub fn show(&mut self, event: &Event, err: &mut dyn Write) {
         if matches!(self.mode, Progress::Off) {
             return;
         }
@@ -119,7 +130,7 @@ impl Display {
     /// Redraws the rows still running, whose elapsed times and countdowns move
     /// on their own, and turns their spinners; an ended row's text stays as it
     /// was drawn.
-    pub(crate) fn refresh(&mut self) {
+    pub fn refresh(&mut self) {
         let now = self.now_ms();
         if matches!(self.mode, Progress::Live(_)) {
             self.fits = terminal_rows();
@@ -175,7 +186,7 @@ impl Display {
     }
 
     /// Leaves the final tree, then the summary table when there were sub-agents.
-    pub(crate) fn finish(&mut self, err: &mut dyn Write) {
+    pub fn finish(&mut self, err: &mut dyn Write) {
         if matches!(self.mode, Progress::Off) {
             return;
         }
