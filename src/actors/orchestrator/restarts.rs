@@ -59,13 +59,12 @@ pub(super) async fn restart(
 ) {
     // The crashed session's last records may still be queued in the writer: make
     // them reach the file before the new incarnation reads it.
-    let synced = state
-        .env
-        .journal
-        .sync()
-        .await
-        .map_err(SessionError::Journal);
-    if let Err(e) = synced.and(spawn_session(myself, state, id, None, true).await) {
+    let rebuilt = match state.env.journal.sync().await {
+        Ok(()) => spawn_session(myself, state, id, None, true).await,
+        // Not rebuilt at all: a session given up on must not run on.
+        Err(e) => Err(SessionError::Journal(e)),
+    };
+    if let Err(e) = rebuilt {
         // Rebuilding failed (an unreadable journal, say): that is final.
         escalate(state, id, &e).await;
     }
