@@ -242,20 +242,7 @@ mod tests {
 
     use super::*;
     use crate::protocol::{EventKind, SessionId};
-
-    fn started(session: SessionId, parent: Option<SessionId>, agent: &str) -> Event {
-        Event {
-            seq: 0,
-            session,
-            parent,
-            agent: agent.into(),
-            kind: EventKind::SessionStarted {
-                model: "m".into(),
-                resumed: false,
-                memory: Vec::new(),
-            },
-        }
-    }
+    use crate::ui::progress::test_events::started;
 
     /// Each event draws only the rows it changed, yet every row ends up as a
     /// redraw of the whole tree would show it: the branch marks of two parents'
@@ -279,9 +266,9 @@ mod tests {
         let rows = display.board.rows();
         assert_eq!(rows.len(), 7);
         let now = display.now_ms();
+        let label = |row: &str| row.chars().take(16).collect::<String>();
         for (i, bar) in display.bars.iter().enumerate() {
             let full = progress::render_row(&display.board, i, now);
-            let label = |row: &str| row.chars().take(16).collect::<String>();
             assert_eq!(label(&bar.message()), label(&full), "row {i}");
         }
         let marks: String = (display.bars.iter())
@@ -294,7 +281,6 @@ mod tests {
         display.finish(&mut sink);
         let tree = String::from_utf8(sink).unwrap();
         let lines: Vec<&str> = tree.lines().take(7).collect();
-        let label = |row: &str| row.chars().take(16).collect::<String>();
         for (line, shown) in lines.iter().zip(&shown) {
             assert_eq!(label(line.strip_prefix("  ").unwrap()), label(shown));
         }

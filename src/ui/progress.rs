@@ -8,6 +8,8 @@
 
 mod board;
 mod render;
+#[cfg(test)]
+pub(crate) mod test_events;
 mod text;
 
 pub use self::board::{Board, Row, State};

@@ -307,20 +307,7 @@ mod tests {
 
     use super::*;
     use crate::protocol::{Event, Outcome, RunStats, SessionId};
-
-    fn started(session: SessionId, parent: Option<SessionId>) -> Event {
-        Event {
-            seq: 0,
-            session,
-            parent,
-            agent: "worker".into(),
-            kind: EventKind::SessionStarted {
-                model: "m".into(),
-                resumed: false,
-                memory: Vec::new(),
-            },
-        }
-    }
+    use crate::ui::progress::test_events::started;
 
     proptest! {
         /// Whatever order agents start in (each picking an earlier one as its
@@ -339,7 +326,7 @@ mod tests {
                 sessions.push(session);
                 let before: Vec<bool> =
                     (0..i).map(|r| board.is_last_child(r)).collect();
-                let index = board.apply(&started(session, parent), Duration::ZERO).unwrap();
+                let index = board.apply(&started(session, parent, "worker"), Duration::ZERO).unwrap();
                 prop_assert_eq!(index, i);
                 let changed: Vec<usize> = board.changed_by(index, true).collect();
                 for (r, was_last) in before.iter().enumerate() {

@@ -5,16 +5,7 @@ use std::time::Duration;
 use super::*;
 use crate::conversation::Usage;
 use crate::protocol::{RunStats, SessionId};
-
-fn event(session: SessionId, parent: Option<SessionId>, agent: &str, kind: EventKind) -> Event {
-    Event {
-        seq: 0,
-        session,
-        parent,
-        agent: agent.into(),
-        kind,
-    }
-}
+use crate::ui::progress::test_events::event;
 
 /// A lead with three sub-agents, each left in a different state.
 fn fan_out() -> (Board, Vec<String>) {
