@@ -41,7 +41,8 @@ pub struct Display {
     bars: Vec<indicatif::ProgressBar>,
     /// Whether each bar is drawn as ended (no spinner).
     ended: Vec<bool>,
-    /// How many rows the terminal shows, looked up again at every refresh.
+    /// How many rows the terminal shows, looked up again at every refresh (none
+    /// when the tree is not live).
     fits: usize,
 }
 
@@ -49,10 +50,12 @@ impl Display {
     /// A display in `mode`, rows painted in their role's color from `colors`
     /// (empty: no colors).
     pub fn new(mode: Progress, colors: std::collections::HashMap<String, String>) -> Self {
-        let multi = match &mode {
-            Progress::Live(multi) => multi.clone(),
+        // Only a live tree has bars, and so a terminal's height to ask for.
+        let (multi, fits) = match &mode {
+            Progress::Live(multi) => (multi.clone(), terminal_rows()),
             Progress::Plain | Progress::Off => {
-                indicatif::MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden())
+                let hidden = indicatif::ProgressDrawTarget::hidden();
+                (indicatif::MultiProgress::with_draw_target(hidden), 0)
             }
         };
         Self {
@@ -63,7 +66,7 @@ impl Display {
             multi,
             bars: Vec::new(),
             ended: Vec::new(),
-            fits: terminal_rows(),
+            fits,
         }
     }
 
