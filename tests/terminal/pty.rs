@@ -305,14 +305,14 @@ async fn a_fan_out_taller_than_the_terminal_ends_with_every_sub_agent_in_its_fin
         if messages.iter().any(|m| m["role"] == "tool") {
             return Reply::text("merged");
         }
-        let calls: Vec<(String, serde_json::Value)> = (1..=PIECES)
-            .map(|i| {
-                let args = json!({"description": format!("piece {i}"), "prompt": format!("piece {i}"), "subagent_type": "worker"});
-                (format!("t{i}"), args)
+        let ids: Vec<String> = (1..=PIECES).map(|i| format!("t{i}")).collect();
+        let calls: Vec<(&str, &str, serde_json::Value)> = (ids.iter().zip(1..))
+            .map(|(id, i)| {
+                let piece = format!("piece {i}");
+                let args =
+                    json!({"description": piece, "prompt": piece, "subagent_type": "worker"});
+                (id.as_str(), "Task", args)
             })
-            .collect();
-        let calls: Vec<(&str, &str, serde_json::Value)> = (calls.iter())
-            .map(|(id, args)| (id.as_str(), "Task", args.clone()))
             .collect();
         Reply::tool_calls(&calls)
     })
