@@ -2,10 +2,11 @@
 //! them in groups. Every record that arrived while the previous sync ran is covered
 //! by the next one, so thousands of sessions finishing turns at once cost a handful
 //! of syncs, not thousands, and no fsync ever blocks the async runtime. Appends only
-//! queue (no I/O; they wake the writer only past `WAKE_AT` queued); a sync request wakes a waiting writer (one that
-//! can wait for the writer's next look, a turn boundary's, does not), which
-//! writes the lines of the files due, syncs once and answers every sync that was
-//! due; other lines go out within [`IDLE_FLUSH`], each file's in one write. A session's
+//! queue (no I/O; they wake the writer only past `WAKE_AT` queued); a sync request
+//! wakes a waiting writer (one that can wait for the writer's next look, a turn
+//! boundary's, does not), which writes the lines of the files due, syncs once and
+//! answers every sync that was due; other lines go out within [`IDLE_FLUSH`], each
+//! file's in one write. A session's
 //! sync asks for its own file only: a file whose session did not ask stays due
 //! until it does (or until a sync of everything), so a fan-out's journals are
 //! each synced for their own sessions and not at every other session's turn

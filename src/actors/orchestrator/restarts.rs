@@ -65,7 +65,8 @@ pub(super) async fn restart(
         Err(e) => Err(SessionError::Journal(e)),
     };
     if let Err(e) = rebuilt {
-        // Rebuilding failed (an unreadable journal, say): that is final.
+        // Its journal could not be synced, or rebuilding failed (an unreadable
+        // journal, say): that is final.
         escalate(state, id, &e).await;
     }
 }
