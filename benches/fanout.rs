@@ -296,6 +296,8 @@ fn run_cli(url: &str, n: usize) {
     let out = Command::new("script")
         .args(["-qec", &command, "/dev/null"])
         .current_dir(workspace.path())
+        // Its journals go with the workspace, not into the machine's state folder.
+        .env("XDG_STATE_HOME", workspace.path().join("state"))
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -644,7 +646,7 @@ fn run_sessions(url: &str, n: usize) {
     let (wall, cpu) = runtime(threads("FANOUT_RUNNER_THREADS")).block_on(async {
         let client =
             Arc::new(OpenAiClient::new(OpenAiConfig::new(url, Some("sk-bench".into()))).unwrap());
-        let orchestrator = Runtime::start(RuntimeConfig::new(workspace.path(), client))
+        let orchestrator = Runtime::start(config(workspace.path(), client))
             .await
             .unwrap();
         // Outcomes only, as the bare client waits for its tasks: any other event
@@ -691,7 +693,7 @@ fn run_idle(n: usize) {
             ))
             .unwrap(),
         );
-        let orchestrator = Runtime::start(RuntimeConfig::new(workspace.path(), client))
+        let orchestrator = Runtime::start(config(workspace.path(), client))
             .await
             .unwrap();
         // One session first, so that what every session shares (the runtime's
@@ -853,7 +855,7 @@ fn run_tasks(url: &str, n: usize) {
     let (wall, cpu) = runtime(threads("FANOUT_RUNNER_THREADS")).block_on(async {
         let client =
             Arc::new(OpenAiClient::new(OpenAiConfig::new(url, Some("sk-bench".into()))).unwrap());
-        let orchestrator = Runtime::start(RuntimeConfig::new(workspace.path(), client))
+        let orchestrator = Runtime::start(config(workspace.path(), client))
             .await
             .unwrap();
         let env = Arc::new(TaskEnv::new(
@@ -913,4 +915,15 @@ fn run_tasks(url: &str, n: usize) {
         (wall, cpu)
     });
     report(wall, cpu);
+}
+
+/// The runtime's configuration for a bench in `workspace`: its state kept in the
+/// workspace's temporary folder, not the machine's XDG folders.
+fn config(workspace: &std::path::Path, client: Arc<OpenAiClient>) -> RuntimeConfig {
+    let mut config = RuntimeConfig::new(workspace, client);
+    config.state = Some(orchestrate::state::StateDir::at(
+        &workspace.join("state"),
+        workspace,
+    ));
+    config
 }

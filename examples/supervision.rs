@@ -127,7 +127,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "the tool ran {} time(s); the journal is in {}",
         calls.load(Ordering::SeqCst),
-        workspace.join(".orchestrate/sessions").display()
+        runtime.state().sessions().display()
     );
     runtime.shutdown().await;
     Ok(())

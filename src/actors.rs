@@ -37,6 +37,11 @@ use crate::tools::permissions::{Approver, Remembered};
 pub(crate) struct SessionEnv {
     pub(crate) provider: Arc<dyn Provider>,
     pub(crate) workspace: PathBuf,
+    /// Where the journals are.
+    pub(crate) state: crate::state::StateDir,
+    /// The places no tool may reach (the state root, the runtime folder),
+    /// canonical.
+    pub(crate) private: Arc<[PathBuf]>,
     pub(crate) bus: EventBus,
     pub(crate) journal: Journal,
     pub(crate) retry: RetryPolicy,

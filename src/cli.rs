@@ -69,9 +69,9 @@ where
     let op = match &cli.command {
         Some(Command::Agents { action }) => return agents::run(&cli, action, &env, out, err),
         Some(Command::Sessions { action }) => {
-            return sessions::run(&cli, action.as_ref(), out, err);
+            return sessions::run(&cli, action.as_ref(), &env, out, err);
         }
-        Some(Command::Ps) => return control::ps(&cli, out, err).await,
+        Some(Command::Ps) => return control::ps(&cli, &env, out, err).await,
         Some(Command::Mcp { action }) => {
             return mcp::run(&cli, action, &env, approver, out, err).await;
         }
@@ -88,7 +88,7 @@ where
         Some(Command::Resume { .. }) | None => None,
     };
     if let Some(op) = op {
-        return control::send(&cli, op, out, err).await;
+        return control::send(&cli, &env, op, out, err).await;
     }
     let io = Io {
         approver,

@@ -1,6 +1,7 @@
 //! Control of a live run from another terminal. The process running a run listens
-//! on a Unix socket, `.orchestrate/runs/<run id>.sock` (mode 0600, removed when the
-//! run ends; one left by a process that died is found stale and removed), and
+//! on a Unix socket ([`crate::state::StateDir::socket`]: in the runtime folder or
+//! the state root, both hidden from sandboxed commands; mode 0600, removed when
+//! the run ends; one left by a process that died is found stale and removed), and
 //! answers one request per connection, one JSON line each way:
 //!
 //! - `{"op":"ps"}`: the live tree, one line per agent, as the progress rows show it;
@@ -13,8 +14,13 @@
 //! An agent is named as its row names it (`explorer#2`) or by a prefix of its
 //! session id. The answer is `{"ok":true,"text":…}` or `{"ok":false,"text":why}`.
 //! Every request has a deadline.
+//!
+//! The socket serves the person, not the run's own agents: a peer of another
+//! user, or one that descends from the process serving the run (a Bash command,
+//! an MCP server, whatever they started: the process is their child subreaper,
+//! so a double fork still ends under it), is refused before a byte is read
+//! ([`descends_from`]). A `steer` that is answered came from outside the run.
 
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -24,8 +30,8 @@ use tokio::net::{UnixListener, UnixStream};
 
 use crate::events::EventStream;
 use crate::protocol::SessionId;
-use crate::runs::lock::runs_dir;
 use crate::runtime::Handle;
+use crate::state::{Reachable, SocketPath, StateDir};
 use crate::ui::progress::{Board, Row, clock, state_text, tokens};
 
 /// How long a request may take, end to end.
@@ -77,22 +83,25 @@ pub struct Reply {
     pub text: String,
 }
 
-/// The control socket of run `run`.
-pub fn socket_path(workspace: &Path, run: SessionId) -> PathBuf {
-    runs_dir(workspace).join(format!("{run}.sock"))
-}
-
 /// A live run's control socket; removed when dropped.
 #[derive(Debug)]
 pub struct Control {
-    path: PathBuf,
+    socket: Reachable,
     _task: crate::actors::AbortOnDrop,
 }
 
 impl Drop for Control {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        let _ = std::fs::remove_file(&self.socket.path);
     }
+}
+
+/// Whether the file at `path` is a socket of this user's (what a control socket
+/// must be before it is replaced or connected to); `None` when nothing is there.
+fn is_own_socket(path: &std::path::Path) -> Option<bool> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    Some(meta.file_type().is_socket() && meta.uid() == rustix::process::geteuid().as_raw())
 }
 
 impl Control {
@@ -100,20 +109,32 @@ impl Control {
     /// subscription taken before the run started), catching up four times a
     /// second and before each answer, so its names match the progress rows'.
     pub fn serve(
-        workspace: &Path,
+        state: &StateDir,
         run: SessionId,
         handle: Handle,
         mut events: EventStream,
     ) -> std::io::Result<Self> {
-        // The directory is the owner's alone, so the socket is never reachable by
+        // The folder is the owner's alone, so the socket is never reachable by
         // others, even before its own mode is set.
-        crate::runs::lock::make_runs_dir(workspace)?;
-        let path = socket_path(workspace, run);
+        state.prepare().map_err(std::io::Error::other)?;
+        let socket = state.socket(run).open()?;
         // The run's lock is ours, so a socket already there was left by a process
-        // that died.
-        let _ = std::fs::remove_file(&path);
-        let listener = UnixListener::bind(&path)?;
-        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        // that died; anything else there is not ours to remove.
+        match is_own_socket(&socket.path) {
+            Some(true) => std::fs::remove_file(&socket.path)?,
+            Some(false) => {
+                return Err(std::io::Error::other(format!(
+                    "{}: not a socket of this user's",
+                    state.socket(run).path().display()
+                )));
+            }
+            None => {}
+        }
+        let listener = UnixListener::bind(&socket.path)?;
+        std::fs::set_permissions(
+            &socket.path,
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )?;
         let board = Arc::new(Mutex::new(Board::new()));
         let began = Instant::now();
         let follower = board.clone();
@@ -133,7 +154,9 @@ impl Control {
                     _ = catch_up.tick() => follow(&mut events),
                     accepted = listener.accept() => {
                         follow(&mut events);
-                        if let Ok((stream, _)) = accepted {
+                        if let Ok((stream, _)) = accepted
+                            && from_outside(&stream)
+                        {
                             let (handle, board) = (handle.clone(), follower.clone());
                             tokio::spawn(async move {
                                 let _ = tokio::time::timeout(DEADLINE, answer(stream, &handle, &board, began)).await;
@@ -144,10 +167,45 @@ impl Control {
             }
         });
         Ok(Self {
-            path,
+            socket,
             _task: crate::actors::AbortOnDrop(task),
         })
     }
+}
+
+/// Whether the peer of `stream` may control the run: a process of this user's
+/// that does not descend from this one (this process itself may: a program
+/// embedding the runtime). A refused peer's connection is closed unanswered.
+fn from_outside(stream: &UnixStream) -> bool {
+    let Ok(peer) = stream.peer_cred() else {
+        return false;
+    };
+    if peer.uid() != rustix::process::geteuid().as_raw() {
+        return false;
+    }
+    // A peer in another process namespace shows no process id here.
+    let Some(pid) = peer.pid().filter(|pid| *pid > 0) else {
+        return false;
+    };
+    let me = std::process::id() as i32;
+    pid == me || !descends_from(pid, me, crate::procfs::parent_of)
+}
+
+/// Whether `pid` descends from `ancestor` (is its child, or a child's, …), as
+/// `parent_of` tells each process's parent. A process whose parent cannot be
+/// told counts as a descendant: it may be one that has just died.
+pub fn descends_from(pid: i32, ancestor: i32, parent_of: impl Fn(i32) -> Option<i32>) -> bool {
+    let mut at = pid;
+    // Bounded, so that a loop in what `parent_of` tells ends.
+    for _ in 0..4096 {
+        match parent_of(at) {
+            Some(parent) if parent == ancestor => return true,
+            Some(parent) if parent <= 1 => return false,
+            Some(parent) => at = parent,
+            None => return true,
+        }
+    }
+    true
 }
 
 async fn answer(
@@ -225,49 +283,73 @@ fn carry_out(op: Op, handle: &Handle, board: &Board, now: Duration) -> Reply {
     Reply { ok: true, text }
 }
 
-/// The control sockets of the workspace's live runs. A socket whose process has
-/// died is removed.
-pub async fn live_sockets(workspace: &Path) -> Vec<PathBuf> {
+/// The control sockets of the workspace's live runs: each run whose lock a live
+/// process holds. A run whose process has died has its lock and socket removed.
+pub async fn live_sockets(state: &StateDir) -> Vec<(SessionId, SocketPath)> {
     let mut live = Vec::new();
-    let Ok(entries) = std::fs::read_dir(runs_dir(workspace)) else {
+    let Ok(entries) = std::fs::read_dir(state.runs()) else {
         return live;
     };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.extension().is_none_or(|e| e != "sock") {
+    let mut runs: Vec<SessionId> = entries
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name();
+            let run = name.to_str()?.strip_suffix(".lock")?;
+            run.parse().ok()
+        })
+        .collect();
+    runs.sort();
+    for run in runs {
+        let socket = state.socket(run);
+        if crate::runs::lock::holder(state, run).is_some() {
+            live.push((run, socket));
             continue;
         }
-        match tokio::time::timeout(DEADLINE, UnixStream::connect(&path)).await {
-            Ok(Ok(_)) => live.push(path),
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                // Nobody listens: the process that made it has died.
-                let _ = std::fs::remove_file(&path);
-            }
-            Ok(Err(_)) | Err(_) => {}
+        // Nobody holds it: the process that made it has died.
+        if let Ok(reachable) = socket.open()
+            && is_own_socket(&reachable.path) == Some(true)
+        {
+            let _ = std::fs::remove_file(&reachable.path);
         }
+        let _ = std::fs::remove_file(state.lock(run));
     }
-    live.sort();
     live
 }
 
-/// Sends `op` to the run listening on `path` and waits (at most [`DEADLINE`]) for
-/// the answer.
-pub async fn request(path: &Path, op: &Op) -> Result<Reply, String> {
+/// Sends `op` to the run listening on `socket` and waits (at most [`DEADLINE`])
+/// for the answer.
+pub async fn request(socket: &SocketPath, op: &Op) -> Result<Reply, String> {
     let exchange = async {
-        let stream = UnixStream::connect(path).await.map_err(|e| e.to_string())?;
+        let shown = socket.path();
+        let reachable = socket
+            .open()
+            .map_err(|e| format!("{}: {e}", shown.display()))?;
+        if is_own_socket(&reachable.path) != Some(true) {
+            return Err(format!("{}: not a socket of this user's", shown.display()));
+        }
+        let stream = UnixStream::connect(&reachable.path)
+            .await
+            .map_err(|e| e.to_string())?;
         let (read, mut write) = stream.into_split();
         let mut line = serde_json::to_string(op).map_err(|e| e.to_string())?;
         line.push('\n');
-        write
-            .write_all(line.as_bytes())
-            .await
-            .map_err(|e| e.to_string())?;
+        // A refused peer's connection is closed before it is read: the request
+        // cannot be written, or its answer is empty.
+        let unanswered = || {
+            "the run closed the connection unanswered (it takes requests only from outside it)"
+                .to_owned()
+        };
+        let closed = |e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => unanswered(),
+            _ => e.to_string(),
+        };
+        write.write_all(line.as_bytes()).await.map_err(closed)?;
         let mut answer = String::new();
         let mut limited = BufReader::new(tokio::io::AsyncReadExt::take(read, 4 * 1024 * 1024));
-        limited
-            .read_line(&mut answer)
-            .await
-            .map_err(|e| e.to_string())?;
+        limited.read_line(&mut answer).await.map_err(closed)?;
+        if answer.is_empty() {
+            return Err(unanswered());
+        }
         serde_json::from_str::<Reply>(&answer).map_err(|e| format!("a garbled answer: {e}"))
     };
     match tokio::time::timeout(DEADLINE, exchange).await {
@@ -321,5 +403,37 @@ fn find<'a>(board: &'a Board, agent: &str) -> Result<&'a Row, String> {
             "{agent:?} names {} agents; give more of the id",
             several.len()
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_descends_from_another_through_any_chain_of_parents() {
+        // 40 -> 30 -> 20 -> 10 (the server) -> 1; 50 -> 1; 60's parent is gone.
+        let parents = |pid: i32| match pid {
+            40 => Some(30),
+            30 => Some(20),
+            20 => Some(10),
+            10 | 50 => Some(1),
+            1 => Some(0),
+            _ => None,
+        };
+        assert!(descends_from(40, 10, parents));
+        assert!(descends_from(20, 10, parents));
+        assert!(!descends_from(50, 10, parents));
+        assert!(!descends_from(10, 10, parents));
+        assert!(
+            descends_from(60, 10, parents),
+            "one that cannot be told is refused"
+        );
+        // A loop in what is told ends.
+        assert!(descends_from(7, 10, |pid| Some(if pid == 7 {
+            8
+        } else {
+            7
+        })));
     }
 }

@@ -1,7 +1,7 @@
-//! Session journals (DESIGN §5): `.orchestrate/sessions/<id>.jsonl`, one JSON record a
-//! line: the record format, where journals live, and reading them back. Writing is
-//! `writer`'s: appends are queued; a session's sync makes everything appended to
-//! its journal before it durable.
+//! Session journals: `sessions/<id>.jsonl` in the workspace's state folder
+//! ([`crate::state::StateDir::journal`]), one JSON record a line: the record
+//! format and reading them back. Writing is `writer`'s: appends are queued; a
+//! session's sync makes everything appended to its journal before it durable.
 
 pub(crate) mod recorder;
 mod writer;
@@ -103,54 +103,71 @@ pub enum JournalError {
     },
 }
 
-/// The directory of orchestrate's files in a workspace.
-pub fn state_dir(workspace: &Path) -> PathBuf {
-    workspace.join(".orchestrate")
-}
+/// The longest journal line read back: far above any record a session writes
+/// (a compacted transcript, a tool result within its cap), far below what would
+/// hurt. A longer line is damage.
+pub const MAX_LINE: u64 = 256 * 1024 * 1024;
 
-/// The journal directory of a workspace.
-pub fn sessions_dir(workspace: &Path) -> PathBuf {
-    state_dir(workspace).join("sessions")
-}
-
-/// Makes the journal directory of a workspace, refusing one reached through a
-/// symlink (a repository could point it anywhere). A new `.orchestrate/` gets a
-/// `.gitignore` of `*`, so journals never end up in a commit.
-pub fn prepare_dir(workspace: &Path) -> Result<PathBuf, String> {
-    let state = state_dir(workspace);
-    let sessions = sessions_dir(workspace);
-    let runs = state.join("runs");
-    for dir in [&state, &sessions, &runs] {
-        if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(format!(
-                "{} is a symbolic link; refusing to write journals through it (remove it, and orchestrate makes a real directory)",
-                dir.display()
-            ));
-        }
-    }
-    let failed = |dir: &Path, e: std::io::Error| format!("{}: {e}", dir.display());
-    if !state.exists() {
-        std::fs::create_dir_all(&state).map_err(|e| failed(&state, e))?;
-        let ignore = state.join(".gitignore");
-        std::fs::write(&ignore, "*\n").map_err(|e| failed(&ignore, e))?;
-    }
-    std::fs::create_dir_all(&sessions).map_err(|e| failed(&sessions, e))?;
-    Ok(sessions)
-}
-
-/// The journal file of one session.
-pub fn journal_path(workspace: &Path, session: SessionId) -> PathBuf {
-    sessions_dir(workspace).join(format!("{session}.jsonl"))
-}
-
-/// Reads a journal. A torn last line (a crash mid-write) is ignored; anything else
-/// that does not parse is an error naming the line.
+/// Reads a journal, line by line: the file is opened safely
+/// ([`crate::small_file::open`]: no symbolic link, FIFO or device, only this
+/// user's regular file), and no line is read past [`MAX_LINE`]. A torn last line
+/// (a crash mid-write) is ignored; anything else that does not parse is an error
+/// naming the line.
 pub fn read_journal(path: &Path) -> Result<Vec<Record>, JournalError> {
-    let text = std::fs::read_to_string(path).map_err(|source| JournalError::Io {
+    let io = |source: std::io::Error| JournalError::Io {
         path: path.to_owned(),
         source,
-    })?;
-    parse_journal(path, &text)
+    };
+    let file =
+        crate::small_file::open(path, crate::small_file::Access::Read).map_err(|e| io(e.into()))?;
+    let mut reader = std::io::BufReader::new(file);
+    let mut records = Vec::new();
+    let mut line = Vec::new();
+    let mut number = 0;
+    loop {
+        line.clear();
+        number += 1;
+        let read = std::io::BufRead::read_until(
+            &mut std::io::Read::take(&mut reader, MAX_LINE + 1),
+            b'\n',
+            &mut line,
+        )
+        .map_err(io)?;
+        if read == 0 {
+            return Ok(records);
+        }
+        let complete = line.last() == Some(&b'\n');
+        if !complete && line.len() as u64 > MAX_LINE {
+            return Err(JournalError::Corrupt {
+                path: path.to_owned(),
+                line: number,
+                reason: format!("a line longer than {MAX_LINE} bytes"),
+            });
+        }
+        match parse_line(&line) {
+            Ok(Some(record)) => records.push(record),
+            Ok(None) => {}
+            // Torn: the last line, cut before its end.
+            Err(_) if !complete => return Ok(records),
+            Err(reason) => {
+                return Err(JournalError::Corrupt {
+                    path: path.to_owned(),
+                    line: number,
+                    reason,
+                });
+            }
+        }
+    }
+}
+
+/// One line's record; `None` for a blank line.
+fn parse_line(line: &[u8]) -> Result<Option<Record>, String> {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    serde_json::from_slice(line)
+        .map(Some)
+        .map_err(|e| e.to_string())
 }
 
 /// The records of a journal's text, read from `path` (named in errors). A torn
@@ -160,17 +177,15 @@ pub fn parse_journal(path: &Path, text: &str) -> Result<Vec<Record>, JournalErro
     let lines: Vec<&str> = text.lines().collect();
     let mut records = Vec::with_capacity(lines.len());
     for (i, line) in lines.iter().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str(line) {
-            Ok(record) => records.push(record),
+        match parse_line(line.as_bytes()) {
+            Ok(Some(record)) => records.push(record),
+            Ok(None) => {}
             Err(_) if i + 1 == lines.len() && !complete => break,
-            Err(e) => {
+            Err(reason) => {
                 return Err(JournalError::Corrupt {
                     path: path.to_owned(),
                     line: i + 1,
-                    reason: e.to_string(),
+                    reason,
                 });
             }
         }
@@ -195,6 +210,36 @@ mod tests {
         std::fs::write(&path, format!("{good}\n{{oops\n{good}\n")).unwrap();
         let err = read_journal(&path).unwrap_err().to_string();
         assert!(err.contains("s.jsonl:2:"), "{err}");
+    }
+
+    #[test]
+    fn a_journal_that_is_a_link_a_fifo_or_a_device_is_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let zero = dir.path().join("zero.jsonl");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let fifo = dir.path().join("fifo.jsonl");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        for path in [&zero, &fifo] {
+            let err = read_journal(path).unwrap_err().to_string();
+            assert!(err.starts_with(&path.display().to_string()), "{err}");
+        }
+        // A torn multi-byte character on the last line is a torn line.
+        let path = dir.path().join("s.jsonl");
+        let good = serde_json::to_string(&Record::Message {
+            message: Message::user("é"),
+        })
+        .unwrap();
+        let mut bytes = format!("{good}\n{good}").into_bytes();
+        bytes.truncate(bytes.len() - 4);
+        std::fs::write(&path, bytes).unwrap();
+        assert_eq!(read_journal(&path).unwrap().len(), 1);
     }
 
     mod properties {

@@ -14,8 +14,9 @@
 //! A session streams each model turn from a [`Provider`] (any OpenAI-compatible server
 //! through [`OpenAiClient`]), runs the tool calls (safe ones in parallel, unsafe ones
 //! alone, results in call order), loops until the model is done, retries what the
-//! [error taxonomy](error) calls retryable, journals every message under
-//! `.orchestrate/sessions/`, and comes back from a crash by replaying its journal.
+//! [error taxonomy](error) calls retryable, journals every message in the
+//! workspace's [state folder](state) (out of the workspace), and comes back from a
+//! crash by replaying its journal.
 //! What a session decides is a pure state machine ([`session`]); its actor only
 //! carries the decisions out. Everything that happens is an [`Event`]; the library
 //! never prints. `docs/ARCHITECTURE.md` describes the whole.
@@ -38,12 +39,14 @@ pub mod mcp;
 pub mod memory;
 pub mod model_info;
 pub mod models;
+pub mod procfs;
 pub mod protocol;
 pub mod roles;
 pub mod runs;
 pub mod runtime;
 pub mod session;
 pub mod small_file;
+pub mod state;
 pub mod task;
 pub mod tools;
 pub mod ui;

@@ -59,6 +59,10 @@ fn main() -> ExitCode {
         }
     };
     launcher::enable();
+    // A child subreaper: whatever an agent's command or an MCP server starts, even
+    // through a double fork, stays a descendant of this process, which is how the
+    // control socket tells the run's own processes from the person's.
+    let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -6,12 +6,12 @@
 pub mod lock;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use crate::conversation::Message;
-use crate::journal::{Record, read_journal, sessions_dir};
+use crate::journal::{Record, read_journal};
 use crate::protocol::{EventKind, Outcome, RunStats, SessionId, add_costs};
+use crate::state::StateDir;
 
 /// How a run stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,8 +113,8 @@ impl Run {
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// The workspace has no runs.
-    #[error("no runs in {0} yet")]
-    None(String),
+    #[error("no runs in this workspace yet")]
+    None,
     /// No run's id starts with the prefix.
     #[error("no run {0:?} here (see `orchestrate sessions`)")]
     Unknown(String),
@@ -128,11 +128,11 @@ pub enum RunError {
     },
 }
 
-/// Every run of the workspace, newest first. Journals that cannot be read are
-/// skipped (each is named in the log).
-pub fn list(workspace: &Path) -> Vec<Run> {
+/// Every run of the workspace whose state is `state`, newest first. Journals
+/// that cannot be read are skipped (each is named in the log).
+pub fn list(state: &StateDir) -> Vec<Run> {
     let mut sessions: Vec<(SessionId, Vec<Record>)> = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(sessions_dir(workspace)) {
+    if let Ok(entries) = std::fs::read_dir(state.sessions()) {
         for entry in entries.flatten() {
             let path = entry.path();
             if path.extension().is_none_or(|e| e != "jsonl") {
@@ -150,7 +150,7 @@ pub fn list(workspace: &Path) -> Vec<Run> {
     }
     let mut runs = assemble(&sessions);
     for run in &mut runs {
-        if lock::holder(workspace, run.id).is_some() {
+        if lock::holder(state, run.id).is_some() {
             run.status = RunStatus::Running;
         }
     }
@@ -158,13 +158,10 @@ pub fn list(workspace: &Path) -> Vec<Run> {
 }
 
 /// The run named by `prefix` (a unique prefix of its id), or the newest run.
-pub fn find(workspace: &Path, prefix: Option<&str>) -> Result<Run, RunError> {
-    let runs = list(workspace);
+pub fn find(state: &StateDir, prefix: Option<&str>) -> Result<Run, RunError> {
+    let runs = list(state);
     let Some(prefix) = prefix else {
-        return runs
-            .into_iter()
-            .next()
-            .ok_or_else(|| RunError::None(workspace.display().to_string()));
+        return runs.into_iter().next().ok_or(RunError::None);
     };
     let mut matching: Vec<Run> = runs
         .into_iter()

@@ -18,12 +18,13 @@ use crate::actors::supervision::Intensity;
 use crate::error::SessionError;
 use crate::events::Publisher;
 use crate::events::{EventBus, EventStream};
-use crate::journal::{self, Journal};
+use crate::journal::Journal;
 use crate::llm::Provider;
 use crate::llm::retry::RetryPolicy;
 use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
 use crate::session::SessionSpec;
 use crate::session::queue::QueuedPrompt;
+use crate::state::StateDir;
 use crate::task::Launcher;
 use crate::tools::permissions::{Approver, DenyAll, Remembered};
 use crate::tools::scheduler::DEFAULT_MAX_PARALLEL;
@@ -31,8 +32,12 @@ use crate::tools::scheduler::DEFAULT_MAX_PARALLEL;
 /// Process-wide settings.
 #[derive(Debug)]
 pub struct RuntimeConfig {
-    /// The workspace: journals go under `.orchestrate/` here and tools work here.
+    /// The workspace: the tools work here.
     pub workspace: PathBuf,
+    /// Where the run's journals, locks and sockets go; `None`: the workspace's
+    /// folder under the XDG folders of this process's environment
+    /// ([`crate::state`]).
+    pub state: Option<StateDir>,
     /// The model provider every session talks to.
     pub provider: Arc<dyn Provider>,
     /// How failed model turns are retried.
@@ -64,6 +69,7 @@ impl RuntimeConfig {
     pub fn new(workspace: impl Into<PathBuf>, provider: Arc<dyn Provider>) -> Self {
         Self {
             workspace: workspace.into(),
+            state: None,
             provider,
             retry: RetryPolicy::default(),
             restart: Intensity::default(),
@@ -94,8 +100,8 @@ pub struct Handle {
     bus: EventBus,
     journal: Journal,
     seq: Arc<AtomicU64>,
-    /// The workspace, canonical: its journals are under `.orchestrate/`.
-    workspace: Arc<PathBuf>,
+    /// Where the run's journals are.
+    state: Arc<StateDir>,
     /// Cancelled once the runtime has shut down: nothing waits on it after that.
     closed: CancellationToken,
     /// The run's MCP servers.
@@ -118,13 +124,26 @@ impl Runtime {
         // Tools resolve paths against a canonical root: a workspace reached through
         // a symlink must not make every path look outside it.
         let workspace = config.workspace.canonicalize().unwrap_or(config.workspace);
-        // Made now so that a workspace that cannot hold journals is refused here,
-        // before any session is started.
-        journal::prepare_dir(&workspace).map_err(SessionError::Journal)?;
+        // Made now so that state that cannot be kept is refused here, before any
+        // session is started.
+        let state = match config.state {
+            Some(state) => state,
+            None => StateDir::for_workspace(&workspace)
+                .map_err(|e| SessionError::Journal(e.to_string()))?,
+        };
+        state
+            .prepare()
+            .map_err(|e| SessionError::Journal(e.to_string()))?;
         let stamps = Arc::new(AtomicU64::new(1));
         let env = Arc::new(SessionEnv {
             provider: config.provider,
             workspace,
+            private: state
+                .private()
+                .into_iter()
+                .map(|place| place.canonicalize().unwrap_or(place))
+                .collect(),
+            state: state.clone(),
             bus: bus.clone(),
             journal: journal.clone(),
             retry: config.retry,
@@ -143,7 +162,6 @@ impl Runtime {
             mcp_limit: config.mcp_limit,
             key_variables: config.key_variables,
         };
-        let args_workspace = args.env.workspace.clone();
         let (orchestrator, join) = Actor::spawn(None, OrchestratorActor, args)
             .await
             .map_err(|e| SessionError::Spawn(e.to_string()))?;
@@ -152,7 +170,7 @@ impl Runtime {
             bus,
             journal,
             seq: stamps,
-            workspace: Arc::new(args_workspace),
+            state: Arc::new(state),
             closed: CancellationToken::new(),
             mcp,
         };
@@ -176,6 +194,11 @@ impl Runtime {
 }
 
 impl Handle {
+    /// Where the run's journals, locks and sockets are.
+    pub fn state(&self) -> &StateDir {
+        &self.state
+    }
+
     /// The run's MCP servers: their state, and the tools a role may use.
     pub fn mcp(&self) -> Arc<crate::mcp::McpHub> {
         self.mcp.clone()

@@ -1,12 +1,24 @@
-//! Reading the small text files a person or a repository writes for us:
-//! configuration (`orchestrate.toml`), role files, memory files (`CLAUDE.md`,
-//! `AGENTS.md`), ignore files. A cloned repository may hold any of them, so a read
-//! is bounded: a file that is not a regular file (a FIFO, which would block the
-//! read forever; a symlink to `/dev/zero`, which never ends) is refused without
-//! reading it, and so is one over the caller's size limit. It does not decide what
+//! Opening the files the runtime itself reads and writes, and reading the small
+//! text files a person or a repository writes for us: configuration
+//! (`orchestrate.toml`), settings, role files, memory files (`CLAUDE.md`,
+//! `AGENTS.md`), ignore files; journals, locks and cassettes are opened through
+//! [`open`] too.
+//!
+//! A cloned repository may hold any of them, and a sandboxed command may have
+//! planted one, so every open is made safe the same way: a final symbolic link is
+//! not followed (`O_NOFOLLOW`; a link to `~/.bashrc` is not written through, one
+//! to `/dev/zero` not read), nothing is opened in a way that can block (a FIFO
+//! would wait for a writer forever: `O_NONBLOCK`), and the open file is checked
+//! (`fstat`) to be a regular file owned by this user before a byte is read or
+//! written. A read is bounded by the caller's size limit. It does not decide what
 //! a caller does with a refusal (fail, skip with a warning).
+//!
+//! The user's own files (in their home, outside the workspace) may be symbolic
+//! links they made (a dotfiles folder): [`read_own`] follows those to their end
+//! and then opens the end as strictly.
 
 use std::fmt;
+use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -14,7 +26,7 @@ use std::path::{Path, PathBuf};
 /// or memory file, far below what would hurt.
 pub const MAX_BYTES: u64 = 1024 * 1024;
 
-/// A file that was not read, and why.
+/// A file that was not opened or read, and why.
 #[derive(Debug)]
 pub struct ReadError {
     /// The file, as the caller named it.
@@ -23,11 +35,18 @@ pub struct ReadError {
     pub problem: Problem,
 }
 
-/// Why a file was not read.
+/// Why a file was not opened or read.
 #[derive(Debug)]
 pub enum Problem {
-    /// A directory, FIFO, socket or device (also through a symlink).
+    /// A symbolic link, which is not followed.
+    Symlink,
+    /// A directory, FIFO, socket or device.
     NotRegular,
+    /// Another user's file.
+    NotOwned {
+        /// Its owner's id.
+        owner: u32,
+    },
     /// Longer than the limit.
     TooLarge {
         /// Its length (at least this many bytes, when it grew while being read).
@@ -46,12 +65,26 @@ impl ReadError {
     pub fn is_not_found(&self) -> bool {
         matches!(&self.problem, Problem::Io(e) if e.kind() == std::io::ErrorKind::NotFound)
     }
+
+    /// True when the file exists but is not one this process opens (a symbolic
+    /// link, a FIFO, a device, a folder, another user's): a caller skips it,
+    /// saying so.
+    pub fn is_refused(&self) -> bool {
+        matches!(
+            self.problem,
+            Problem::Symlink | Problem::NotRegular | Problem::NotOwned { .. }
+        )
+    }
 }
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::Symlink => write!(f, "a symbolic link, which is not followed"),
             Self::NotRegular => write!(f, "not a regular file"),
+            Self::NotOwned { owner } => {
+                write!(f, "owned by user {owner}, not by this user")
+            }
             Self::TooLarge { size, limit } => {
                 write!(f, "too large ({size} bytes; the limit is {limit})")
             }
@@ -69,35 +102,77 @@ impl fmt::Display for ReadError {
 
 impl std::error::Error for ReadError {}
 
-/// The bytes of the regular file at `path` (symlinks followed), at most `limit`.
+impl From<ReadError> for std::io::Error {
+    fn from(e: ReadError) -> Self {
+        match e.problem {
+            Problem::Io(io) => {
+                std::io::Error::new(io.kind(), format!("{}: {io}", e.path.display()))
+            }
+            _ => std::io::Error::other(e.to_string()),
+        }
+    }
+}
+
+/// How a file is opened by [`open`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Read only; the file must exist.
+    Read,
+    /// Appended to, made (mode 0600) when missing.
+    Append,
+    /// Read and written, made (mode 0600) when missing, kept as it is.
+    ReadWrite,
+    /// Written from the start: made (mode 0600) when missing, emptied otherwise
+    /// (only once it is known to be a regular file of this user's).
+    Replace,
+}
+
+/// Opens the file at `path` safely: a final symbolic link is not followed,
+/// nothing blocks, and the open file must be a regular file of this user's.
+pub fn open(path: &Path, access: Access) -> Result<File, ReadError> {
+    use rustix::fs::{Mode, OFlags};
+    let fail = |problem| ReadError {
+        path: path.to_owned(),
+        problem,
+    };
+    let base = OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let flags = match access {
+        Access::Read => OFlags::RDONLY,
+        Access::Append => OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE,
+        Access::ReadWrite | Access::Replace => OFlags::RDWR | OFlags::CREATE,
+    };
+    let fd = rustix::fs::open(path, base | flags, Mode::from_raw_mode(0o600)).map_err(|e| {
+        fail(match e {
+            rustix::io::Errno::LOOP => Problem::Symlink,
+            // A FIFO opened for writing with no reader, or a device without one.
+            rustix::io::Errno::NXIO | rustix::io::Errno::ISDIR => Problem::NotRegular,
+            e => Problem::Io(e.into()),
+        })
+    })?;
+    let stat = rustix::fs::fstat(&fd).map_err(|e| fail(Problem::Io(e.into())))?;
+    if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(fail(Problem::NotRegular));
+    }
+    if stat.st_uid != rustix::process::geteuid().as_raw() {
+        return Err(fail(Problem::NotOwned { owner: stat.st_uid }));
+    }
+    let file = File::from(fd);
+    if access == Access::Replace {
+        file.set_len(0).map_err(|e| fail(Problem::Io(e)))?;
+    }
+    Ok(file)
+}
+
+/// The bytes of the regular file at `path` (opened by [`open`]), at most `limit`.
 pub fn read(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
     let fail = |problem| ReadError {
         path: path.to_owned(),
         problem,
     };
-    // Looked at before it is opened: opening a FIFO waits for a writer, and
-    // opening a device can have effects of its own.
-    let meta = std::fs::metadata(path).map_err(|e| fail(Problem::Io(e)))?;
-    if !meta.is_file() {
-        return Err(fail(Problem::NotRegular));
-    }
-    if meta.len() > limit {
-        return Err(fail(Problem::TooLarge {
-            size: meta.len(),
-            limit,
-        }));
-    }
-    // Non-blocking, and checked again once open: the path may have been swapped
-    // for a FIFO since.
-    use rustix::fs::{Mode, OFlags};
-    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
-    let file = std::fs::File::from(
-        rustix::fs::open(path, flags, Mode::empty())
-            .map_err(|e| fail(Problem::Io(std::io::Error::from(e))))?,
-    );
-    let meta = file.metadata().map_err(|e| fail(Problem::Io(e)))?;
-    if !meta.is_file() {
-        return Err(fail(Problem::NotRegular));
+    let file = open(path, Access::Read)?;
+    let size = file.metadata().map_err(|e| fail(Problem::Io(e)))?.len();
+    if size > limit {
+        return Err(fail(Problem::TooLarge { size, limit }));
     }
     let mut bytes = Vec::new();
     file.take(limit.saturating_add(1))
@@ -112,7 +187,26 @@ pub fn read(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
 
 /// The text of the regular file at `path`, at most `limit` bytes of UTF-8.
 pub fn read_to_string(path: &Path, limit: u64) -> Result<String, ReadError> {
-    String::from_utf8(read(path, limit)?).map_err(|_| ReadError {
+    text(path, read(path, limit)?)
+}
+
+/// The text of one of the user's own files (in their home): symbolic links they
+/// made are followed to their end, which is then read as [`read_to_string`]
+/// reads (a regular file of this user's, at most `limit` bytes).
+pub fn read_own(path: &Path, limit: u64) -> Result<String, ReadError> {
+    let end = std::fs::canonicalize(path).map_err(|e| ReadError {
+        path: path.to_owned(),
+        problem: Problem::Io(e),
+    })?;
+    let bytes = read(&end, limit).map_err(|e| ReadError {
+        path: path.to_owned(),
+        problem: e.problem,
+    })?;
+    text(path, bytes)
+}
+
+fn text(path: &Path, bytes: Vec<u8>) -> Result<String, ReadError> {
+    String::from_utf8(bytes).map_err(|_| ReadError {
         path: path.to_owned(),
         problem: Problem::NotText,
     })
@@ -151,27 +245,82 @@ mod tests {
         .unwrap();
         let zero = dir.path().join("zero");
         std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
-        for path in [&fifo, &zero, &dir.path().to_owned()] {
+        for path in [&fifo, &dir.path().to_owned()] {
             let err = read(path, MAX_BYTES).unwrap_err();
             assert_eq!(
                 err.to_string(),
                 format!("{}: not a regular file", path.display())
             );
         }
+        assert!(matches!(
+            read(&zero, MAX_BYTES).unwrap_err().problem,
+            Problem::Symlink
+        ));
+        assert!(matches!(
+            read(Path::new("/dev/zero"), MAX_BYTES).unwrap_err().problem,
+            Problem::NotRegular
+        ));
     }
 
     #[test]
-    fn a_symlink_to_a_regular_file_is_followed_and_binary_text_refused() {
+    fn a_symlink_is_followed_only_to_the_users_own_file_and_binary_text_refused() {
         let dir = tempfile::tempdir().unwrap();
         let target = dir.path().join("target");
         std::fs::write(&target, b"\xff\xfe").unwrap();
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&target, &link).unwrap();
-        assert_eq!(read(&link, 10).unwrap(), b"\xff\xfe");
-        let err = read_to_string(&link, 10).unwrap_err();
+        let err = read(&link, 10).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("{}: a symbolic link, which is not followed", link.display())
+        );
+        assert!(err.is_refused());
+        assert_eq!(read(&target, 10).unwrap(), b"\xff\xfe");
+        let err = read_own(&link, 10).unwrap_err();
         assert_eq!(
             err.to_string(),
             format!("{}: not UTF-8 text", link.display())
         );
+        std::fs::write(&target, "mine").unwrap();
+        assert_eq!(read_own(&link, 10).unwrap(), "mine");
+    }
+
+    #[test]
+    fn nothing_is_written_through_a_symlink_a_fifo_or_a_device() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("bashrc");
+        std::fs::write(&victim, "export KEEP=1\n").unwrap();
+        let link = dir.path().join("run.lock");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let fifo = dir.path().join("fifo");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        for access in [
+            Access::Read,
+            Access::Append,
+            Access::ReadWrite,
+            Access::Replace,
+        ] {
+            assert!(open(&link, access).unwrap_err().is_refused(), "{access:?}");
+            assert!(open(&fifo, access).unwrap_err().is_refused(), "{access:?}");
+            assert!(
+                open(Path::new("/dev/null"), access)
+                    .unwrap_err()
+                    .is_refused()
+            );
+        }
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "export KEEP=1\n");
+        // A new file is made, the owner's alone.
+        use std::os::unix::fs::PermissionsExt;
+        let fresh = dir.path().join("fresh");
+        open(&fresh, Access::Append).unwrap();
+        let mode = std::fs::metadata(&fresh).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
     }
 }

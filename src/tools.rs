@@ -49,6 +49,10 @@ pub enum Concurrency {
 pub struct ToolContext {
     /// The workspace root every path is resolved against.
     pub workspace: PathBuf,
+    /// Places no tool may touch, even inside the workspace (canonical): the run's
+    /// own state ([`crate::state::StateDir::private`]), which a workspace that is
+    /// `$HOME` contains.
+    pub private: Arc<[PathBuf]>,
     /// The calling session.
     pub session: SessionId,
     /// The id of the call being run.
@@ -156,6 +160,7 @@ impl ToolContext {
     pub fn new(workspace: PathBuf, session: SessionId) -> Self {
         Self {
             workspace,
+            private: Arc::from([]),
             session,
             call_id: String::new(),
             cancel: CancellationToken::new(),
@@ -166,9 +171,12 @@ impl ToolContext {
         }
     }
 
-    /// Resolves a path the model gave against the workspace; refuses one outside it.
+    /// Resolves a path the model gave against the workspace; refuses one outside
+    /// it, and one in a private place.
     pub fn resolve(&self, path: &str) -> Result<PathBuf, ToolError> {
-        sandbox::resolve(&self.workspace, path)
+        let resolved = sandbox::resolve(&self.workspace, path)?;
+        sandbox::refuse_private(&resolved, &self.private, path)?;
+        Ok(resolved)
     }
 
     /// How a path is shown to the model: relative to the workspace when inside it.

@@ -158,6 +158,7 @@ async fn anthropic_run(
         dir.path(),
         harness::anthropic_client(mock, harness::DEADLINE),
     );
+    config.state = Some(harness::state(dir.path()));
     config.retry.base_delay = Duration::from_millis(10);
     let runtime = orchestrate::Runtime::start(config).await.unwrap();
     let session = runtime.start_session(harness::spec(tools)).await.unwrap();

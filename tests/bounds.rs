@@ -53,8 +53,8 @@ async fn glob_and_grep_answer_past_a_gitignore_to_dev_zero_and_a_fifo_ignore() {
 
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "searched\n");
-    let warnings = "[warning: .gitignore: not a regular file; its ignore rules were not \
-                    applied]\n[warning: .ignore: not a regular file; its ignore rules were not \
+    let warnings = "[warning: .gitignore: a symbolic link, which is not followed; its ignore \
+                    rules were not applied]\n[warning: .ignore: not a regular file; its ignore rules were not \
                     applied]";
     assert_eq!(
         harness::tool_results(&mock.requests()[1]),
@@ -100,7 +100,13 @@ async fn an_oversize_or_endless_orchestrate_toml_is_refused() {
     std::os::unix::fs::symlink("/dev/zero", &config).unwrap();
     let out = orchestrate(dir.path(), &args, &[]).await;
     assert_eq!(out.status.code(), Some(2));
-    assert_eq!(text(&out.stderr), not_regular);
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "orchestrate: {}: a symbolic link, which is not followed\n",
+            canonical(&dir).join("orchestrate.toml").display()
+        )
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -121,7 +127,7 @@ async fn an_oversize_role_file_and_one_that_never_ends_are_problems() {
     assert_eq!(
         text(&out.stdout),
         format!(
-            "{}: too large ({} bytes; the limit is 1048576)\n{}: not a regular file\n\
+            "{}: too large ({} bytes; the limit is 1048576)\n{}: a symbolic link, which is not followed\n\
              2 problems in the role files\n",
             ws.join("agents/huge.md").display(),
             huge.len(),

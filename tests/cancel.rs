@@ -2,7 +2,7 @@
 //! `Cancelled` terminal event carrying the partial text, and leaves the journal
 //! holding everything up to it.
 
-use orchestrate::journal::{Record, journal_path, read_journal};
+use orchestrate::journal::{Record, read_journal};
 use orchestrate::{AssistantMessage, EventKind, Message, Outcome, ToolRegistry};
 
 use crate::support::harness;
@@ -50,7 +50,8 @@ async fn cancel_mid_stream_drops_the_request_and_keeps_the_partial_text() {
     assert_eq!(mock.request_count(), 1);
     runtime.shutdown().await;
 
-    let records = read_journal(&journal_path(dir.path(), session)).unwrap();
+    let records =
+        read_journal(&crate::support::harness::state(dir.path()).journal(session)).unwrap();
     // The transcript records, without the lifecycle events recorded beside them.
     let tail: Vec<Record> = records
         .into_iter()

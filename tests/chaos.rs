@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use orchestrate::conversation::enforce_protocol;
-use orchestrate::journal::{Record, read_journal, sessions_dir};
+use orchestrate::journal::{Record, read_journal};
 use orchestrate::roles::catalog::Catalog;
 use orchestrate::task::{Caller, Task, TaskEnv};
 use orchestrate::tools::permissions::PermissionMode;
@@ -160,7 +160,7 @@ async fn a_hundred_sub_agents_under_mixed_faults_all_finish_and_lose_nothing() {
     // From the journals: each session's tool results, each call's exactly once,
     // and its conversation needing no repair.
     let mut workers = 0;
-    for entry in std::fs::read_dir(sessions_dir(dir.path())).unwrap() {
+    for entry in std::fs::read_dir(crate::support::harness::state(dir.path()).sessions()).unwrap() {
         let records = read_journal(&entry.unwrap().path()).unwrap();
         let transcript: Vec<Message> = records
             .iter()

@@ -29,8 +29,12 @@ pub(crate) fn command(
         cmd.env_remove(var);
     }
     // Roles are also looked up in $HOME: a workspace of its own keeps the machine's
-    // own role files out of the test.
+    // own role files out of the test, and its state (no XDG folder of the
+    // machine's) in the workspace.
     cmd.env("HOME", workspace);
+    for var in ["XDG_STATE_HOME", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME"] {
+        cmd.env_remove(var);
+    }
     cmd.envs(env.iter().copied());
     cmd.stdin(std::process::Stdio::null());
     cmd
@@ -130,7 +134,7 @@ async fn it_prints_the_final_answer_and_exits_zero() {
     assert_eq!(request.body["model"], "mock-model");
     assert_eq!(request.body["messages"][1]["content"], "say hello");
 
-    let journals: Vec<_> = std::fs::read_dir(dir.path().join(".orchestrate/sessions"))
+    let journals: Vec<_> = std::fs::read_dir(crate::support::harness::state(dir.path()).sessions())
         .unwrap()
         .collect();
     assert_eq!(journals.len(), 1);
@@ -783,35 +787,48 @@ async fn a_role_file_that_breaks_mid_run_is_reported_on_stderr() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn journals_stay_private_and_out_of_git_and_a_symlinked_state_dir_is_refused() {
+async fn journals_stay_private_in_the_state_folder_and_a_symlinked_one_is_refused() {
     use std::os::unix::fs::PermissionsExt;
 
     let mock = MockLlm::start(vec![Reply::text("hi")]).await;
     let dir = tempfile::tempdir().unwrap();
     let out = run_on(&mock, dir.path(), &["hello"], &[]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let state = dir.path().join(".orchestrate");
-    assert_eq!(
-        std::fs::read_to_string(state.join(".gitignore")).unwrap(),
-        "*\n"
-    );
-    for journal in std::fs::read_dir(state.join("sessions")).unwrap() {
+    let state = crate::support::harness::state(dir.path());
+    for folder in [state.root(), state.dir(), &state.sessions(), &state.runs()] {
+        let mode = std::fs::metadata(folder).unwrap().permissions().mode();
+        assert_eq!(
+            mode & 0o777,
+            0o700,
+            "{} is the owner's alone",
+            folder.display()
+        );
+    }
+    for journal in std::fs::read_dir(state.sessions()).unwrap() {
         let mode = journal.unwrap().metadata().unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600, "journals are the owner's alone");
     }
+    assert!(!dir.path().join(".orchestrate").exists());
 
-    // A repository that points .orchestrate elsewhere gets nothing written there.
+    // A state folder that leads elsewhere gets nothing written there.
     let elsewhere = tempfile::tempdir().unwrap();
-    let repo = tempfile::tempdir().unwrap();
-    let repo_path = repo.path().canonicalize().unwrap();
-    std::os::unix::fs::symlink(elsewhere.path(), repo_path.join(".orchestrate")).unwrap();
-    let out = run_on(&mock, &repo_path, &["hello"], &[]).await;
+    let home = tempfile::tempdir().unwrap();
+    let root = home.path().join(".local/state/orchestrate");
+    std::fs::create_dir_all(root.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), &root).unwrap();
+    let out = run_on(
+        &mock,
+        dir.path(),
+        &["hello"],
+        &[("HOME", home.path().to_str().unwrap())],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         text(&out.stderr),
         format!(
-            "orchestrate: journal: {}/.orchestrate is a symbolic link; refusing to write journals through it (remove it, and orchestrate makes a real directory)\n",
-            repo_path.display()
+            "orchestrate: journal: {}: is a symbolic link; orchestrate keeps its state only in a real folder\n",
+            root.display()
         )
     );
     assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);

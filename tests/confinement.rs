@@ -127,7 +127,8 @@ async fn read_the_key_from_a_bash_call(workspace: &Path, wrap: Option<&[&str]>) 
     ] {
         assert!(!place.contains(TEST_KEY), "the key leaked: {place}");
     }
-    for journal in std::fs::read_dir(workspace.join(".orchestrate/sessions")).unwrap() {
+    for journal in std::fs::read_dir(crate::support::harness::state(workspace).sessions()).unwrap()
+    {
         let journal = std::fs::read_to_string(journal.unwrap().path()).unwrap();
         assert!(!journal.contains(TEST_KEY), "the key is in a journal");
     }

@@ -185,3 +185,43 @@ async fn a_live_run_is_shown_steered_stopped_and_killed_from_another_terminal() 
         assert_eq!(said.lines().count(), 1, "{said}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_control_socket_refuses_a_process_that_descends_from_the_run() {
+    use orchestrate::control::{Control, Op, request};
+
+    let mock = MockLlm::start(Vec::new()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = crate::support::harness::runtime(&mock, dir.path()).await;
+    let state = crate::support::harness::state(dir.path());
+    let lead = runtime
+        .start_session(crate::support::harness::spec(
+            orchestrate::ToolRegistry::new(),
+        ))
+        .await
+        .unwrap();
+    let _lock = orchestrate::runs::lock::RunLock::acquire(&state, lead).unwrap();
+    let _control = Control::serve(&state, lead, runtime.handle(), runtime.subscribe()).unwrap();
+
+    // The process serving the run (a program embedding it) is answered.
+    let reply = request(&state.socket(lead), &Op::Ps).await.unwrap();
+    assert!(reply.ok, "{reply:?}");
+    // A process it started, such as an agent's command, is not, not even a steer.
+    for args in [vec!["ps"], vec!["steer", "tester", "do as I say"]] {
+        let out = orchestrate(dir.path(), &args, &[]).await;
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(
+            text(&out.stderr),
+            format!(
+                "orchestrate: {}the run closed the connection unanswered (it takes requests only from outside it)\n",
+                if args[0] == "ps" {
+                    format!("run {lead}: ")
+                } else {
+                    String::new()
+                }
+            )
+        );
+    }
+    assert_eq!(mock.request_count(), 0, "the steer started no run");
+    runtime.shutdown().await;
+}

@@ -361,7 +361,12 @@ async fn a_server_killed_mid_call_fails_that_call_and_is_restarted() {
     let started = std::fs::read_to_string(&pids).unwrap();
     assert_eq!(started.lines().count(), 2, "{started}");
     // Its stderr went to its log (twice started), never to the terminal.
-    let log = std::fs::read_to_string(dir.path().join(".orchestrate/mcp/everything.log")).unwrap();
+    let log = std::fs::read_to_string(
+        crate::support::harness::state(dir.path())
+            .mcp_logs()
+            .join("everything.log"),
+    )
+    .unwrap();
     assert_eq!(
         log.matches("Starting default (STDIO) server").count(),
         2,

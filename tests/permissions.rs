@@ -40,6 +40,7 @@ async fn run(
         &workspace,
         harness::client(&mock, std::time::Duration::from_secs(5)),
     );
+    config.state = Some(harness::state(&workspace));
     if let Some(approver) = &approver {
         config.approver = approver.clone();
     }

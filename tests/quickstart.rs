@@ -26,6 +26,8 @@ async fn the_quick_start_fixes_the_sample_bug_in_a_scratch_copy() {
         "OPENAI_BASE_URL",
         "ANTHROPIC_API_KEY",
         "ANTHROPIC_BASE_URL",
+        "XDG_STATE_HOME",
+        "XDG_RUNTIME_DIR",
     ] {
         command.env_remove(var);
     }
@@ -52,7 +54,11 @@ async fn the_quick_start_fixes_the_sample_bug_in_a_scratch_copy() {
     );
     // The agents' own test runs were real: the tester saw the failure, the coder
     // saw it pass (their tool results, in the scratch copy's journals).
-    let journals: String = std::fs::read_dir(scratch.join(".orchestrate/sessions"))
+    let state = orchestrate::state::StateDir::at(
+        &home.path().join(".local/state/orchestrate"),
+        &scratch.canonicalize().unwrap(),
+    );
+    let journals: String = std::fs::read_dir(state.sessions())
         .unwrap()
         .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
         .collect();

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 
 use crate::cli::{command_on, run_on, text};
-use crate::support::harness::{DEADLINE, wait_until};
+use crate::support::harness::{DEADLINE, state, wait_until};
 use crate::support::mock_llm::{End, Gate, MockLlm, Recorded, Reply};
 
 const WORKER: &str = "You are a worker.";
@@ -85,7 +85,7 @@ fn merged(request: &Recorded) -> Reply {
 
 /// The run's agents whose run finished.
 fn finished_workers(workspace: &Path) -> usize {
-    runs::list(workspace).first().map_or(0, |run| {
+    runs::list(&state(workspace)).first().map_or(0, |run| {
         run.agents[1..]
             .iter()
             .filter(|a| a.outcome.is_some())
@@ -137,10 +137,10 @@ async fn a_fan_out_killed_mid_run_resumes_without_asking_again_what_was_answered
     .await;
     child.start_kill().unwrap();
     child.wait().await.unwrap();
-    let run = &runs::list(dir.path())[0];
+    let run = &runs::list(&state(dir.path()))[0];
     assert_eq!(run.status, RunStatus::Interrupted);
     // The dead process's control socket is found stale and removed.
-    let socket = orchestrate::control::socket_path(dir.path(), run.id);
+    let socket = state(dir.path()).socket(run.id).path();
     assert!(socket.exists());
     let ps = run_on(&mock, dir.path(), &["ps"], &[]).await;
     assert_eq!(ps.status.code(), Some(1));
@@ -170,7 +170,10 @@ async fn a_fan_out_killed_mid_run_resumes_without_asking_again_what_was_answered
     );
     let lead_turns = requests.iter().filter(|r| system(r) != WORKER).count();
     assert_eq!(lead_turns, 2, "the lead's answered turn is not asked again");
-    assert_eq!(runs::list(dir.path())[0].status, RunStatus::Finished);
+    assert_eq!(
+        runs::list(&state(dir.path()))[0].status,
+        RunStatus::Finished
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -260,7 +263,7 @@ async fn a_finished_run_continues_with_a_follow_up_in_the_same_conversation() {
     assert_eq!(text(&again.stdout), "answer 0 to first question\n");
     assert_eq!(mock.request_count(), 1);
 
-    let id = runs::list(dir.path())[0].id.to_string();
+    let id = runs::list(&state(dir.path()))[0].id.to_string();
     let follow = run_on(
         &mock,
         dir.path(),
@@ -296,7 +299,7 @@ async fn a_finished_run_continues_with_a_follow_up_in_the_same_conversation() {
             pair("user", "third question"),
         ]
     );
-    let runs = runs::list(dir.path());
+    let runs = runs::list(&state(dir.path()));
     assert_eq!(runs.len(), 1, "a follow-up is the same run");
 }
 
@@ -334,7 +337,7 @@ async fn sessions_lists_the_runs_and_shows_one_as_a_tree() {
             "pieces"
         ]
     );
-    let run = &runs::list(dir.path())[0];
+    let run = &runs::list(&state(dir.path()))[0];
     assert!(run.id.to_string().starts_with(id));
 
     let show = run_on(&mock, dir.path(), &["sessions", "show", id], &[]).await;
@@ -383,7 +386,7 @@ async fn a_run_another_process_runs_is_not_resumed() {
         .spawn()
         .unwrap();
     wait_until("the run is live", || {
-        runs::list(dir.path())
+        runs::list(&state(dir.path()))
             .first()
             .is_some_and(|r| r.status == RunStatus::Running)
     })
@@ -435,7 +438,7 @@ async fn a_lead_that_crashes_while_its_sub_agents_run_gets_their_results() {
             == 3
     })
     .await;
-    let socket = orchestrate::control::live_sockets(dir.path())
+    let (_, socket) = orchestrate::control::live_sockets(&state(dir.path()))
         .await
         .remove(0);
     let crash = orchestrate::control::Op::Crash {
@@ -549,7 +552,7 @@ async fn a_kill_two_levels_down_resumes_at_every_depth() {
         .filter(|r| ![LEAF, MIDDLE].contains(&system(r)))
         .count();
     assert_eq!(lead, 2);
-    let run = &runs::list(dir.path())[0];
+    let run = &runs::list(&state(dir.path()))[0];
     assert_eq!(run.agents.len(), 3, "no sub-agent was started twice");
 }
 
@@ -559,7 +562,7 @@ async fn a_run_whose_task_was_never_saved_asks_for_a_prompt() {
     let dir = workspace();
     // The process died right after writing the header, before the task.
     let id = orchestrate::SessionId::new();
-    let sessions = dir.path().join(".orchestrate/sessions");
+    let sessions = state(dir.path()).sessions();
     std::fs::create_dir_all(&sessions).unwrap();
     let header = json!({"record": "header", "session": id, "agent": "orchestrator", "model": "m", "run": id});
     std::fs::write(sessions.join(format!("{id}.jsonl")), format!("{header}\n")).unwrap();

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use orchestrate::journal::{Record, journal_path, read_journal};
+use orchestrate::journal::{Record, read_journal};
 use orchestrate::{EventKind, FaultPlan, FaultPoint, Message, Outcome, ToolRegistry};
 use serde_json::json;
 
@@ -12,7 +12,7 @@ use crate::support::mock_llm::{Gate, MockLlm, Reply};
 
 /// A session's journal without the lifecycle events recorded beside its transcript.
 fn transcript_records(workspace: &std::path::Path, session: orchestrate::SessionId) -> Vec<Record> {
-    read_journal(&journal_path(workspace, session))
+    read_journal(&harness::state(workspace).journal(session))
         .unwrap()
         .into_iter()
         .filter(|r| !matches!(r, Record::Event { .. }))
@@ -285,6 +285,7 @@ async fn a_panicking_provider_fails_the_run_instead_of_hanging_it() {
     let dir = tempfile::tempdir().unwrap();
     let mut config =
         orchestrate::RuntimeConfig::new(dir.path(), std::sync::Arc::new(PanickingProvider));
+    config.state = Some(harness::state(dir.path()));
     config.retry.base_delay = Duration::from_millis(1);
     config.retry.max_attempts = 3;
     let runtime = orchestrate::Runtime::start(config).await.unwrap();
@@ -312,18 +313,21 @@ async fn a_panicking_provider_fails_the_run_instead_of_hanging_it() {
 }
 
 #[tokio::test]
-async fn a_workspace_that_cannot_hold_journals_is_refused_at_start() {
+async fn a_state_folder_that_cannot_hold_journals_is_refused_at_start() {
     let mock = MockLlm::start(Vec::new()).await;
     let dir = tempfile::tempdir().unwrap();
-    // `.orchestrate` is a file, so the journal directory cannot be made under it.
-    std::fs::write(dir.path().join(".orchestrate"), "not a directory").unwrap();
-    let config =
+    let state = harness::state(dir.path());
+    // The workspace's folder is a file, so the journal folder cannot be made in it.
+    std::fs::create_dir_all(state.root()).unwrap();
+    std::fs::write(state.dir(), "not a directory").unwrap();
+    let mut config =
         orchestrate::RuntimeConfig::new(dir.path(), harness::client(&mock, harness::DEADLINE));
+    config.state = Some(state.clone());
     let error = orchestrate::Runtime::start(config).await.err().unwrap();
     let message = error.to_string();
     assert!(
-        message.contains(".orchestrate/sessions"),
-        "the error names the directory: {message}"
+        message.contains(&state.dir().display().to_string()),
+        "the error names the folder: {message}"
     );
 }
 
@@ -388,14 +392,15 @@ async fn the_journal_records_each_lifecycle_event_a_restart_included() {
     assert_eq!(harness::finished_text(&outcome), "Oslo is at 12°C.");
     runtime.shutdown().await;
 
-    let journaled: Vec<orchestrate::Event> = read_journal(&journal_path(dir.path(), session))
-        .unwrap()
-        .into_iter()
-        .filter_map(|r| match r {
-            Record::Event { event } => Some(event),
-            _ => None,
-        })
-        .collect();
+    let journaled: Vec<orchestrate::Event> =
+        read_journal(&harness::state(dir.path()).journal(session))
+            .unwrap()
+            .into_iter()
+            .filter_map(|r| match r {
+                Record::Event { event } => Some(event),
+                _ => None,
+            })
+            .collect();
     // Every lifecycle event the bus carried, in order, except the terminal one
     // (the journal's own terminal record holds it).
     let published: Vec<orchestrate::Event> = events
@@ -439,7 +444,7 @@ async fn a_session_whose_journal_cannot_be_read_does_not_start_and_is_forgotten(
     let dir = tempfile::tempdir().unwrap();
     let runtime = harness::runtime(&mock, dir.path()).await;
     let session = orchestrate::SessionId::new();
-    let path = journal_path(dir.path(), session);
+    let path = harness::state(dir.path()).journal(session);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     // Damage before the last line is not a torn write: the journal is refused.
     let header =

@@ -23,7 +23,6 @@ use super::session::{SessionActor, SessionArgs, SessionMsg};
 use super::supervision::{Intensity, RestartTracker, RestartType};
 use crate::error::SessionError;
 use crate::events::Publisher;
-use crate::journal::journal_path;
 use crate::journal::recorder::Recorder;
 use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
 use crate::session::SessionSpec;
@@ -189,7 +188,7 @@ impl Actor for OrchestratorActor {
         _myself: ActorRef<Self::Msg>,
         args: OrchestratorArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let children = Children::new(&args.env.workspace);
+        let children = Children::new(args.env.state.sessions());
         Ok(OrchestratorState {
             env: args.env,
             restart: args.restart,
@@ -372,7 +371,7 @@ async fn start(
         state.children.insert(parent, call, id);
     }
     let from_journal = matches!(origin, Origin::Journal);
-    let path = journal_path(&state.env.workspace, id);
+    let path = state.env.state.journal(id);
     let recorder = Arc::new(Recorder::new(state.env.journal.clone(), path));
     let entry = Entry {
         publisher: Publisher::new(state.env.bus.clone(), id, spec.parent, &spec.agent)

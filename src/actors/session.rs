@@ -26,7 +26,7 @@ use super::SessionEnv;
 use crate::conversation::AssistantTurn;
 use crate::error::{LlmError, SessionError};
 use crate::events::Publisher;
-use crate::journal::{Record, journal_path, read_journal};
+use crate::journal::{Record, read_journal};
 use crate::protocol::SessionId;
 use crate::session::SessionSpec;
 use crate::session::machine::{Input, Machine, MachineArgs, ToolDone};
@@ -174,7 +174,7 @@ impl Actor for SessionActor {
             from_journal,
             stop_when_idle,
         } = args;
-        let journal_path = journal_path(&env.workspace, id);
+        let journal_path = env.state.journal(id);
         let records = match from_journal {
             true => Some(read_journal(&journal_path)?),
             false => None,

@@ -10,15 +10,21 @@ use super::flags::Cli;
 use super::setup;
 pub(super) use crate::control::Op;
 use crate::control::{live_sockets, request};
+use crate::protocol::SessionId;
+use crate::state::SocketPath;
 
 /// Prints the live tree of every live run of the workspace.
-pub(super) async fn ps(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
-    let Some(sockets) = sockets(cli, err).await else {
+pub(super) async fn ps(
+    cli: &Cli,
+    env: &impl Fn(&str) -> Option<String>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> ExitCode {
+    let Some(sockets) = sockets(cli, env, err).await else {
         return ExitCode::from(exit::FAILED);
     };
     let mut code = exit::DONE;
-    for socket in &sockets {
-        let run = run_of(socket);
+    for (run, socket) in &sockets {
         match request(socket, &Op::Ps).await {
             Ok(reply) if reply.ok => {
                 let _ = write!(out, "run {run}\n{}", reply.text);
@@ -37,16 +43,22 @@ pub(super) async fn ps(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> E
 }
 
 /// Sends `op` to the live run that has the agent it names.
-pub(super) async fn send(cli: &Cli, op: Op, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
-    let Some(sockets) = sockets(cli, err).await else {
+pub(super) async fn send(
+    cli: &Cli,
+    env: &impl Fn(&str) -> Option<String>,
+    op: Op,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> ExitCode {
+    let Some(sockets) = sockets(cli, env, err).await else {
         return ExitCode::from(exit::FAILED);
     };
     let mut why = Vec::new();
-    for socket in &sockets {
+    for (run, socket) in &sockets {
         // With several live runs, each refusal says which run it is from.
         let run = match sockets.len() {
             1 => String::new(),
-            _ => format!("run {}: ", run_of(socket)),
+            _ => format!("run {run}: "),
         };
         match request(socket, &op).await {
             Ok(reply) if reply.ok => {
@@ -63,15 +75,19 @@ pub(super) async fn send(cli: &Cli, op: Op, out: &mut dyn Write, err: &mut dyn W
 
 /// The control sockets of the workspace's live runs, or `None` (said) when there
 /// is none.
-async fn sockets(cli: &Cli, err: &mut dyn Write) -> Option<Vec<std::path::PathBuf>> {
-    let workspace = match setup::workspace(cli) {
-        Ok(workspace) => workspace,
+async fn sockets(
+    cli: &Cli,
+    env: &impl Fn(&str) -> Option<String>,
+    err: &mut dyn Write,
+) -> Option<Vec<(SessionId, SocketPath)>> {
+    let (workspace, state) = match setup::state(cli, env) {
+        Ok(found) => found,
         Err(e) => {
             let _ = writeln!(err, "orchestrate: {e}");
             return None;
         }
     };
-    let sockets = live_sockets(&workspace).await;
+    let sockets = live_sockets(&state).await;
     if sockets.is_empty() {
         let _ = writeln!(
             err,
@@ -81,11 +97,4 @@ async fn sockets(cli: &Cli, err: &mut dyn Write) -> Option<Vec<std::path::PathBu
         return None;
     }
     Some(sockets)
-}
-
-fn run_of(socket: &std::path::Path) -> String {
-    socket
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default()
 }

@@ -23,15 +23,18 @@ where
     I: FnMut() -> futures::future::BoxFuture<'static, ()>,
 {
     let err = &mut *io.err;
-    let workspace = match setup::workspace(&cli) {
-        Ok(workspace) => workspace,
+    let state = match setup::state(&cli, &io.env) {
+        Ok((workspace, state)) => {
+            setup::warn_of_old_state(&workspace, err);
+            state
+        }
         Err(e) => {
             let _ = writeln!(err, "orchestrate: {e}");
             return ExitCode::from(exit::USAGE);
         }
     };
     let (prefix, prompt) = run_and_prompt(id, prompt);
-    let run = match runs::find(&workspace, prefix.as_deref()) {
+    let run = match runs::find(&state, prefix.as_deref()) {
         Ok(run) => run,
         Err(e) => {
             let _ = writeln!(err, "orchestrate: {e}");
@@ -39,7 +42,7 @@ where
         }
     };
     if run.status == RunStatus::Running
-        && let Some(holder) = runs::lock::holder(&workspace, run.id)
+        && let Some(holder) = runs::lock::holder(&state, run.id)
     {
         let _ = writeln!(
             err,

@@ -103,16 +103,19 @@ where
     {
         let _ = writeln!(err, "orchestrate: warning: {note}");
     }
-    let workspace = config.workspace.clone();
-    // Before anything is written under `.orchestrate/` (the run's lock), it is
-    // checked: a symlinked one is refused.
-    if let Err(e) = crate::journal::prepare_dir(&workspace) {
+    if !matches!(lead, Lead::Resume { .. }) {
+        super::setup::warn_of_old_state(&config.workspace, err);
+    }
+    let state = plan.state.clone();
+    // Before anything is written there (the run's lock), the state folder is
+    // made and checked: one that is a symlink or another user's is refused.
+    if let Err(e) = state.prepare() {
         let _ = writeln!(err, "orchestrate: journal: {e}");
         return ExitCode::from(exit::FAILED);
     }
     // A resumed run is refused before anything starts if another process runs it.
     let mut lock = match &lead {
-        Lead::Resume { run, .. } => match RunLock::acquire(&workspace, *run) {
+        Lead::Resume { run, .. } => match RunLock::acquire(&state, *run) {
             Ok(lock) => Some(lock),
             Err(e) => {
                 let _ = writeln!(err, "orchestrate: {e}");
@@ -186,13 +189,13 @@ where
         }
     };
     if lock.is_none() {
-        match RunLock::acquire(&workspace, id) {
+        match RunLock::acquire(&state, id) {
             Ok(taken) => lock = Some(taken),
             Err(e) => tracing::warn!(error = %e, "the run is not locked"),
         }
     }
     // `orchestrate ps | steer | stop | kill` from another terminal reach it here.
-    let control = match Control::serve(&workspace, id, runtime.handle(), control_events) {
+    let control = match Control::serve(&state, id, runtime.handle(), control_events) {
         Ok(control) => Some(control),
         Err(e) => {
             tracing::warn!(error = %e, "the run cannot be controlled from another terminal");

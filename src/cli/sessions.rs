@@ -18,22 +18,24 @@ use crate::ui::progress::{clock, dollars, tokens};
 pub(super) fn run(
     cli: &Cli,
     action: Option<&SessionsAction>,
+    env: &impl Fn(&str) -> Option<String>,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> ExitCode {
-    let workspace = match setup::workspace(cli) {
-        Ok(workspace) => workspace,
+    let (workspace, state) = match setup::state(cli, env) {
+        Ok(found) => found,
         Err(e) => {
             let _ = writeln!(err, "orchestrate: {e}");
             return ExitCode::from(exit::USAGE);
         }
     };
+    setup::warn_of_old_state(&workspace, err);
     match action {
         None | Some(SessionsAction::List) => {
-            let _ = write!(out, "{}", list(&runs::list(&workspace)));
+            let _ = write!(out, "{}", list(&runs::list(&state)));
             ExitCode::from(exit::DONE)
         }
-        Some(SessionsAction::Show { id }) => match runs::find(&workspace, Some(id)) {
+        Some(SessionsAction::Show { id }) => match runs::find(&state, Some(id)) {
             Ok(run) => {
                 let _ = write!(out, "{}", show(&run));
                 ExitCode::from(exit::DONE)

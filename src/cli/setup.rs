@@ -16,6 +16,7 @@ use crate::memory::Memory;
 use crate::models::Models;
 use crate::roles::catalog::{self, Catalog};
 use crate::runtime::RuntimeConfig;
+use crate::state::{Roots, StateDir};
 use crate::tools::ToolRegistry;
 use crate::tools::permissions::Approver;
 use crate::tools::permissions::RuleSaver;
@@ -28,7 +29,7 @@ pub(super) async fn prepare(
     env: &impl Fn(&str) -> Option<String>,
     approver: Arc<dyn Approver>,
 ) -> Result<(RuntimeConfig, Plan), ConfigError> {
-    let workspace = workspace(cli)?;
+    let (workspace, state) = state(cli, env)?;
     let files = providers::read(&workspace, env)?;
     // A replay sends nothing anywhere: no address needs trust.
     let notes = match &cli.replay {
@@ -56,6 +57,7 @@ pub(super) async fn prepare(
     let (bash, sandbox_notes) = sandbox::bash(cli, &both, keys.clone(), env)?;
     let models = providers::models(cli, files, env)?;
     let mut config = RuntimeConfig::new(workspace, models.default_provider());
+    config.state = Some(state.clone());
     config.approver = approver;
     let (rules, saver, rule_notes) = rules;
     config.rules = Arc::new(rules);
@@ -80,6 +82,7 @@ pub(super) async fn prepare(
     Ok((
         config,
         Plan {
+            state,
             models: Arc::new(models),
             catalog,
             dirs,
@@ -145,6 +148,8 @@ pub(super) fn memory(workspace: &Path, env: &impl Fn(&str) -> Option<String>) ->
 
 /// What the run needs once the runtime is up.
 pub(super) struct Plan {
+    /// Where the run's journals, lock and control socket go.
+    pub(super) state: StateDir,
     pub(super) models: Arc<Models>,
     pub(super) catalog: Catalog,
     /// Where the roles came from, watched for changes during the run.
@@ -188,6 +193,31 @@ pub(super) fn workspace(cli: &Cli) -> Result<PathBuf, ConfigError> {
         });
     }
     Ok(dir)
+}
+
+/// The workspace (as [`workspace`] finds it) and its state folder under the XDG
+/// folders `env` names.
+pub(super) fn state(
+    cli: &Cli,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<(PathBuf, StateDir), ConfigError> {
+    let workspace = workspace(cli)?;
+    let roots = Roots::from_env(env).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+    let state = roots.workspace(&workspace);
+    Ok((workspace, state))
+}
+
+/// Says, in one line, that a `.orchestrate` folder in the workspace (shipped by
+/// a repository, or left by an older orchestrate) is neither read nor written.
+pub(super) fn warn_of_old_state(workspace: &Path, err: &mut dyn std::io::Write) {
+    let old = workspace.join(".orchestrate");
+    if std::fs::symlink_metadata(&old).is_ok() {
+        let _ = writeln!(
+            err,
+            "orchestrate: warning: {} is ignored: runs are kept in the state folder, out of the workspace",
+            old.display()
+        );
+    }
 }
 
 /// The role folders searched for `workspace` (with `--agents-dir` and `$HOME`),

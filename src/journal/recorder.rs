@@ -75,7 +75,7 @@ struct EventLine<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::journal::{Record, journal_path, read_journal};
+    use crate::journal::{Record, read_journal};
     use crate::protocol::SessionId;
 
     fn event(session: SessionId, seq: u64, kind: EventKind) -> Event {
@@ -101,7 +101,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::start().unwrap();
         let id = SessionId::new();
-        let path = journal_path(dir.path(), id);
+        let path = crate::state::StateDir::at(dir.path(), std::path::Path::new("/w")).journal(id);
         let recorder = Recorder::new(journal.clone(), path.clone());
         let started = EventKind::SessionStarted {
             model: "m".into(),

@@ -2,8 +2,9 @@
 //! process group of its own, or a streamable-HTTP endpoint), initialized within a
 //! time limit, its tools listed, then watched until it ends (the program exits,
 //! the transport closes, or it is told to stop), relisting its tools whenever it
-//! says they changed. A program's stderr goes to `.orchestrate/mcp/NAME.log` and
-//! the trace, never to the terminal; its last lines explain a failure.
+//! says they changed. A program's stderr goes to `mcp/NAME.log` in the
+//! workspace's state folder and the trace, never to the terminal; its last lines
+//! explain a failure.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -442,16 +443,10 @@ async fn read_stderr(
     }
 }
 
-/// Opens a server's log for appending; never through a symlink.
+/// Opens a server's log for appending; never through a symlink, into a FIFO or
+/// a device.
 fn open_log(path: &Path) -> Option<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(path)
-        .ok()
+    crate::small_file::open(path, crate::small_file::Access::Append).ok()
 }
 
 /// The streamable-HTTP transport to `url`, with `headers`; redirects are not
@@ -480,15 +475,13 @@ fn http_transport(
     ))
 }
 
-/// The directory a workspace's server logs go to, created if need be; `None`
-/// when it cannot be (or is a symlink): the stderr then goes to the trace only.
-pub fn log_dir(workspace: &Path) -> Option<PathBuf> {
-    let dir = workspace.join(".orchestrate").join("mcp");
-    match std::fs::symlink_metadata(&dir) {
-        Ok(meta) if meta.is_dir() => Some(dir),
-        Ok(_) => None,
-        Err(_) => std::fs::create_dir_all(&dir).ok().map(|()| dir),
-    }
+/// The folder the servers' logs go to (made with the run's state folder);
+/// `None` when it is not a real folder: the stderr then goes to the trace only.
+pub fn log_dir(state: &crate::state::StateDir) -> Option<PathBuf> {
+    let dir = state.mcp_logs();
+    std::fs::symlink_metadata(&dir)
+        .is_ok_and(|meta| meta.is_dir())
+        .then_some(dir)
 }
 
 #[cfg(test)]

@@ -230,7 +230,10 @@ mod tests {
                     huge.len(),
                     small_file::MAX_BYTES
                 ),
-                format!("{}: not a regular file", local.join("zero.md").display()),
+                format!(
+                    "{}: a symbolic link, which is not followed",
+                    local.join("zero.md").display()
+                ),
             ]
         );
         assert_eq!(catalog.get("fine").unwrap().description, "still loaded");

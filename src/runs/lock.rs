@@ -1,27 +1,19 @@
-//! The lock of a live run: `.orchestrate/runs/<run id>.lock`, held (`flock`) by
-//! the process running the run, with that process's id inside. The kernel lets it
-//! go when the process dies, however it dies, so a lock is never stale; a second
-//! process that would run the same run is refused, naming the first.
+//! The lock of a live run: `runs/<run id>.lock` in the workspace's state folder,
+//! held (`flock`) by the process running the run, with that process's id inside.
+//! The kernel lets it go when the process dies, however it dies, so a lock is
+//! never stale; a second process that would run the same run is refused, naming
+//! the first. Lock files are opened as [`crate::small_file::open`] opens: never
+//! through a link, never a FIFO or a device.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use rustix::fs::{FlockOperation, flock};
 
-use crate::journal::state_dir;
 use crate::protocol::SessionId;
-
-/// Where a workspace's live runs keep their locks and control sockets.
-pub fn runs_dir(workspace: &Path) -> PathBuf {
-    state_dir(workspace).join("runs")
-}
-
-/// The lock file of one run.
-pub fn lock_path(workspace: &Path, run: SessionId) -> PathBuf {
-    runs_dir(workspace).join(format!("{run}.lock"))
-}
+use crate::small_file::{self, Access};
+use crate::state::StateDir;
 
 /// The process that holds a run's lock.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,21 +67,15 @@ pub enum LockError {
 
 impl RunLock {
     /// Takes the lock of run `run` for this process.
-    pub fn acquire(workspace: &Path, run: SessionId) -> Result<Self, LockError> {
-        let path = lock_path(workspace, run);
+    pub fn acquire(state: &StateDir, run: SessionId) -> Result<Self, LockError> {
+        let path = state.lock(run);
         let failed = |e: std::io::Error| LockError::Io(format!("{}: {e}", path.display()));
-        make_runs_dir(workspace).map_err(failed)?;
+        state.prepare().map_err(|e| LockError::Io(e.to_string()))?;
         // A few tries: `holder` takes a shared lock for a moment to look, and a
         // lock file unlinked by the process that held it must not be kept.
         for _ in 0..20 {
-            let mut file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .mode(0o600)
-                .open(&path)
-                .map_err(failed)?;
+            let mut file = small_file::open(&path, Access::ReadWrite)
+                .map_err(|e| LockError::Io(e.to_string()))?;
             if flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
                 if let Some(holder) = holder_of(&mut file) {
                     return Err(LockError::Held { run, holder });
@@ -98,7 +84,7 @@ impl RunLock {
                 continue;
             }
             // Locked the file that is at `path` now, not one unlinked meanwhile.
-            let same = match (file.metadata(), std::fs::metadata(&path)) {
+            let same = match (file.metadata(), std::fs::symlink_metadata(&path)) {
                 (Ok(open), Ok(named)) => {
                     std::os::unix::fs::MetadataExt::ino(&open)
                         == std::os::unix::fs::MetadataExt::ino(&named)
@@ -121,23 +107,9 @@ impl RunLock {
     }
 }
 
-/// Makes `.orchestrate/runs/`, the owner's alone (its control sockets are made
-/// inside it), refusing one reached through a symlink.
-pub(crate) fn make_runs_dir(workspace: &Path) -> std::io::Result<()> {
-    let dir = runs_dir(workspace);
-    if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.file_type().is_symlink()) {
-        return Err(std::io::Error::other(format!(
-            "{} is a symbolic link; refusing to use it",
-            dir.display()
-        )));
-    }
-    std::fs::create_dir_all(&dir)?;
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
-}
-
 /// The live process that holds run `run`'s lock, if one does.
-pub fn holder(workspace: &Path, run: SessionId) -> Option<Holder> {
-    let mut file = File::open(lock_path(workspace, run)).ok()?;
+pub fn holder(state: &StateDir, run: SessionId) -> Option<Holder> {
+    let mut file = small_file::open(&state.lock(run), Access::Read).ok()?;
     if flock(&file, FlockOperation::NonBlockingLockShared).is_ok() {
         // Nobody holds it: the process that wrote it has died.
         return None;
@@ -148,7 +120,8 @@ pub fn holder(workspace: &Path, run: SessionId) -> Option<Holder> {
 /// Who the lock file says holds it; `None` until the holder has written itself in.
 fn holder_of(file: &mut File) -> Option<Holder> {
     let mut text = String::new();
-    file.read_to_string(&mut text).ok()?;
+    // A process id is a few digits.
+    file.take(32).read_to_string(&mut text).ok()?;
     let pid: u32 = text.trim().parse().ok().filter(|pid| *pid > 0)?;
     let command = std::fs::read(format!("/proc/{pid}/cmdline"))
         .map(|raw| {
@@ -169,20 +142,46 @@ mod tests {
     #[test]
     fn a_run_is_locked_once_and_named_by_its_holder() {
         let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::at(dir.path(), std::path::Path::new("/w"));
         let run = SessionId::new();
-        assert_eq!(holder(dir.path(), run), None);
-        let lock = RunLock::acquire(dir.path(), run).unwrap();
-        let held = holder(dir.path(), run).expect("held");
+        assert_eq!(holder(&state, run), None);
+        let lock = RunLock::acquire(&state, run).unwrap();
+        let held = holder(&state, run).expect("held");
         assert_eq!(held.pid, std::process::id());
         // flock locks belong to the open file, so a second open in this process
         // conflicts like another process would.
-        let again = RunLock::acquire(dir.path(), run).unwrap_err().to_string();
+        let again = RunLock::acquire(&state, run).unwrap_err().to_string();
         assert!(
             again.contains(&format!("process {}", std::process::id())),
             "{again}"
         );
         drop(lock);
-        assert_eq!(holder(dir.path(), run), None);
-        assert!(!lock_path(dir.path(), run).exists());
+        assert_eq!(holder(&state, run), None);
+        assert!(!state.lock(run).exists());
+    }
+
+    #[test]
+    fn a_lock_planted_as_a_link_or_a_fifo_is_neither_written_through_nor_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::at(&dir.path().join("state"), std::path::Path::new("/w"));
+        state.prepare().unwrap();
+        let bashrc = dir.path().join("bashrc");
+        std::fs::write(&bashrc, "alias ls=ls\n").unwrap();
+        let (linked, fifo) = (SessionId::new(), SessionId::new());
+        std::os::unix::fs::symlink(&bashrc, state.lock(linked)).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            state.lock(fifo),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        for run in [linked, fifo] {
+            assert_eq!(holder(&state, run), None);
+            let refused = RunLock::acquire(&state, run).unwrap_err().to_string();
+            assert!(refused.contains(&format!("{run}.lock")), "{refused}");
+        }
+        assert_eq!(std::fs::read_to_string(&bashrc).unwrap(), "alias ls=ls\n");
     }
 }

@@ -15,7 +15,7 @@ use crate::actors::orchestrator::{OrchestratorMsg, Whereabouts};
 use crate::conversation::Message;
 use crate::error::SessionError;
 use crate::events::EventStream;
-use crate::journal::{Record, journal_path, read_journal};
+use crate::journal::{Record, read_journal};
 use crate::protocol::{EventKind, Outcome, SessionId};
 use crate::session::SessionSpec;
 use crate::session::queue::QueuedPrompt;
@@ -159,7 +159,7 @@ impl Handle {
                 // read is seen as an event, one that ended before is in the journal.
                 let events = self.bus.subscribe_session_terminal(child);
                 self.journal.sync().await.map_err(SessionError::Journal)?;
-                let path = journal_path(&self.workspace, child);
+                let path = self.state.journal(child);
                 let records = read_journal(&path).unwrap_or_default();
                 match (recorded(&records, prompt), whereabouts) {
                     (Recorded::Ended(outcome), whereabouts) => {

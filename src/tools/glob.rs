@@ -98,9 +98,9 @@ impl Tool for Glob {
                     format!("{shown}: no such directory")
                 }));
             }
-            let cancel = ctx.cancel.clone();
+            let (cancel, private) = (ctx.cancel.clone(), ctx.private.clone());
             let walked = super::blocking(move || {
-                Walk::new(&dir).files(&cancel, |path| {
+                Walk::new(&dir, private).files(&cancel, |path| {
                     matcher.is_match(path.strip_prefix(&dir).unwrap_or(path))
                 })
             })
@@ -224,8 +224,8 @@ mod tests {
         assert_eq!(
             out,
             "target/out.rs\nsub/kept.rs\nsrc/main.rs\n\
-             [warning: .git/info/exclude: not a regular file; its ignore rules were not applied]\n\
-             [warning: .gitignore: not a regular file; its ignore rules were not applied]\n\
+             [warning: .git/info/exclude: a symbolic link, which is not followed; its ignore rules were not applied]\n\
+             [warning: .gitignore: a symbolic link, which is not followed; its ignore rules were not applied]\n\
              [warning: .ignore: not a regular file; its ignore rules were not applied]\n\
              [warning: sub/.gitignore: not a regular file; its ignore rules were not applied]"
         );

@@ -304,7 +304,7 @@ mod tests {
             out,
             "src/lib.rs:1:pub fn hello() {}\nsrc/main.py:1:print('hello')\n\
              target/gen.rs:1:fn hello() {}\n\
-             [warning: .gitignore: not a regular file; its ignore rules were not applied]\n\
+             [warning: .gitignore: a symbolic link, which is not followed; its ignore rules were not applied]\n\
              [warning: .ignore: not a regular file; its ignore rules were not applied]"
         );
     }

@@ -82,6 +82,18 @@ pub fn resolve(root: &Path, input: &str) -> Result<PathBuf, ToolError> {
     Ok(out)
 }
 
+/// Refuses `path` (resolved from `input`) when it is one of `private` or inside
+/// one: the run's own state is nobody's to read or change, even when the
+/// workspace contains it.
+pub fn refuse_private(path: &Path, private: &[PathBuf], input: &str) -> Result<(), ToolError> {
+    if private.iter().any(|place| path.starts_with(place)) {
+        return Err(ToolError::Failed(format!(
+            "{input}: orchestrate's own state; no tool may read or change it"
+        )));
+    }
+    Ok(())
+}
+
 /// The path as the model should see it: relative to the root when inside it.
 pub fn display(root: &Path, path: &Path) -> String {
     path.strip_prefix(root)

@@ -24,8 +24,9 @@ use crate::small_file::{self, ReadError};
 use crate::tools::ToolContext;
 
 /// Names no search descends into (unless asked to search inside one): version-control
-/// internals (`.git` may also be a file, in a worktree), and the session journals,
-/// which would otherwise match whatever the model has just searched for.
+/// internals (`.git` may also be a file, in a worktree), and the folder older
+/// versions of orchestrate kept their journals in, which would otherwise match
+/// whatever the model has just searched for.
 const SKIPPED_DIRS: [&str; 2] = [".git", ".orchestrate"];
 
 /// Skipped ignore files named one by one at most; the rest are counted.
@@ -35,13 +36,15 @@ const MAX_WARNINGS: usize = 10;
 /// not those of the directories above the root: a dotfiles repository in `$HOME`
 /// must not hide the workspace's files), includes hidden files, never follows
 /// symlinks (their targets may lie outside the workspace), and skips
-/// [`SKIPPED_DIRS`]. The user's global git excludes are not read: what a search sees
+/// [`SKIPPED_DIRS`] and the run's private places (its state, in a workspace that
+/// holds it). The user's global git excludes are not read: what a search sees
 /// depends on the workspace alone.
 #[derive(Debug)]
 pub(crate) struct Walk {
     builder: WalkBuilder,
     root: PathBuf,
     overrides: Option<Override>,
+    private: Arc<[PathBuf]>,
 }
 
 /// What a walk found.
@@ -69,8 +72,8 @@ struct Rules {
 struct DirRules([Gitignore; 3]);
 
 impl Walk {
-    /// A walk of `root`.
-    pub(crate) fn new(root: &Path) -> Self {
+    /// A walk of `root` that never enters `private` ([`ToolContext::private`]).
+    pub(crate) fn new(root: &Path, private: Arc<[PathBuf]>) -> Self {
         let mut builder = WalkBuilder::new(root);
         builder
             .hidden(false)
@@ -85,6 +88,7 @@ impl Walk {
             builder,
             root: root.to_owned(),
             overrides: None,
+            private,
         }
     }
 
@@ -112,8 +116,10 @@ impl Walk {
             skipped: Mutex::new(Vec::new()),
         });
         let filter = rules.clone();
+        let private = self.private;
         self.builder.filter_entry(move |entry| {
-            let skipped_dir = SKIPPED_DIRS.iter().any(|d| entry.file_name() == *d);
+            let skipped_dir = SKIPPED_DIRS.iter().any(|d| entry.file_name() == *d)
+                || private.iter().any(|place| entry.path() == place);
             let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
             !skipped_dir && !filter.ignored(entry.path(), is_dir)
         });

@@ -23,6 +23,14 @@ pub const DEADLINE: Duration = Duration::from_secs(30);
 /// The key tests send; it must never show up anywhere but the Authorization header.
 pub const TEST_KEY: &str = "sk-test-0123456789-secret";
 
+/// The state folder of `workspace` when it is also `$HOME` (as the tests that run
+/// the binary make it) with no XDG variable set: the runtimes the tests start
+/// keep their journals there too.
+pub fn state(workspace: &Path) -> orchestrate::state::StateDir {
+    let workspace = workspace.canonicalize().unwrap();
+    orchestrate::state::StateDir::at(&workspace.join(".local/state/orchestrate"), &workspace)
+}
+
 /// A client for the mock with a short idle timeout.
 pub fn client(mock: &MockLlm, idle: Duration) -> Arc<OpenAiClient> {
     let mut config = OpenAiConfig::new(mock.base_url(), Some(TEST_KEY.to_owned()));
@@ -47,6 +55,7 @@ pub async fn runtime(mock: &MockLlm, workspace: &Path) -> Runtime {
 /// A runtime on the mock with the given idle timeout.
 pub async fn runtime_with(mock: &MockLlm, workspace: &Path, idle: Duration) -> Runtime {
     let mut config = RuntimeConfig::new(workspace, client(mock, idle));
+    config.state = Some(state(workspace));
     config.retry.base_delay = Duration::from_millis(10);
     config.restart.backoff_base = Duration::from_millis(10);
     Runtime::start(config).await.unwrap()

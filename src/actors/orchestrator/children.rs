@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
-use crate::journal::{Record, sessions_dir};
+use crate::journal::Record;
 use crate::protocol::SessionId;
 
 /// Sub-agents by (parent session, call id).
@@ -19,10 +19,10 @@ pub(super) struct Children {
 }
 
 impl Children {
-    pub(super) fn new(workspace: &Path) -> Self {
+    pub(super) fn new(sessions: PathBuf) -> Self {
         Self {
             by_call: HashMap::new(),
-            unread: Some(sessions_dir(workspace)),
+            unread: Some(sessions),
         }
     }
 
@@ -70,11 +70,13 @@ fn read_headers(dir: &Path) -> HashMap<(SessionId, String), SessionId> {
         if path.extension().is_none_or(|e| e != "jsonl") {
             continue;
         }
-        let Ok(file) = std::fs::File::open(&path) else {
+        let Ok(file) = crate::small_file::open(&path, crate::small_file::Access::Read) else {
             continue;
         };
+        // A header is one short line.
         let mut first = String::new();
-        if std::io::BufReader::new(file).read_line(&mut first).is_err() {
+        let mut head = std::io::BufReader::new(std::io::Read::take(file, 64 * 1024));
+        if head.read_line(&mut first).is_err() {
             continue;
         }
         if let Ok(Record::Header {

@@ -186,7 +186,7 @@ pub(super) async fn spawn(
         name: name.clone(),
         hub: state.mcp.clone(),
         workspace: state.env.workspace.clone(),
-        logs: crate::mcp::connection::log_dir(&state.env.workspace),
+        logs: crate::mcp::connection::log_dir(&state.env.state),
         limit: state.mcp_limit,
         key_variables: state.key_variables.clone(),
         restarted,

@@ -12,7 +12,7 @@ use super::{Entry, OrchestratorMsg, OrchestratorState, Routed, route, spawn_sess
 use crate::actors::session::SessionMsg;
 use crate::actors::supervision::{Decision, Exit};
 use crate::error::SessionError;
-use crate::journal::{Record, journal_path};
+use crate::journal::Record;
 use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
 
 pub(super) async fn on_session_crash(
@@ -99,7 +99,7 @@ async fn escalate(state: &mut OrchestratorState, id: SessionId, error: &SessionE
     let publisher = entry.publisher.clone();
     let outcome = failed(error);
     abandon_queued(&entry, &outcome);
-    let path = journal_path(&state.env.workspace, id);
+    let path = state.env.state.journal(id);
     let terminal = Record::Terminal {
         outcome: outcome.clone(),
     };

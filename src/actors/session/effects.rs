@@ -148,6 +148,7 @@ impl SessionState {
             tool: spec.tools.get(&call.name),
             ctx: ToolContext {
                 workspace: self.env.workspace.clone(),
+                private: self.env.private.clone(),
                 session: self.id,
                 call_id: call.id.clone(),
                 cancel,

@@ -5,8 +5,7 @@
 //! every live journal be reopened at its next write.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
 pub(super) struct OpenFiles {
@@ -42,12 +41,9 @@ impl OpenFiles {
     pub(super) fn open(&mut self, path: &Path, batch: u64) -> std::io::Result<(&mut File, bool)> {
         let mut created = false;
         if !self.files.contains_key(path) {
-            // Journals hold whole conversations: readable by their owner only.
-            let file = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .mode(0o600)
-                .open(path)?;
+            // Journals hold whole conversations: readable by their owner only, and
+            // never written through a link or into a FIFO or a device.
+            let file = crate::small_file::open(path, crate::small_file::Access::Append)?;
             created = file.metadata()?.len() == 0;
             let open = Open {
                 file,

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::conversation::Message;
-use crate::journal::{journal_path, read_journal};
+use crate::journal::read_journal;
 use crate::protocol::SessionId;
 
 #[test]
@@ -104,8 +104,10 @@ async fn a_file_synced_alone_is_readable_and_a_full_sync_covers_the_rest() {
     let dir = tempfile::tempdir().unwrap();
     let journal = Journal::start().unwrap();
     let (a, b) = (
-        journal_path(dir.path(), SessionId::new()),
-        journal_path(dir.path(), SessionId::new()),
+        crate::state::StateDir::at(dir.path(), std::path::Path::new("/w"))
+            .journal(SessionId::new()),
+        crate::state::StateDir::at(dir.path(), std::path::Path::new("/w"))
+            .journal(SessionId::new()),
     );
     let record = Record::Message {
         message: Message::user("x"),
@@ -123,7 +125,7 @@ async fn appended_records_are_readable_after_sync() {
     let dir = tempfile::tempdir().unwrap();
     let journal = Journal::start().unwrap();
     let id = SessionId::new();
-    let path = journal_path(dir.path(), id);
+    let path = crate::state::StateDir::at(dir.path(), std::path::Path::new("/w")).journal(id);
     for i in 0..100 {
         journal
             .append(
@@ -152,7 +154,8 @@ fn a_failing_and_a_good_journal() -> (tempfile::TempDir, Journal, PathBuf, PathB
     let journal = Journal::start().unwrap();
     std::fs::write(dir.path().join("blocked"), "").unwrap();
     let bad = dir.path().join("blocked").join("s.jsonl");
-    let good = journal_path(dir.path(), SessionId::new());
+    let good = crate::state::StateDir::at(dir.path(), std::path::Path::new("/w"))
+        .journal(SessionId::new());
     let record = Record::Message {
         message: Message::user("x"),
     };
@@ -183,7 +186,8 @@ async fn served<T>(future: impl std::future::Future<Output = T>) -> T {
 fn a_journal_with_a_record() -> (tempfile::TempDir, Journal, PathBuf, Record) {
     let dir = tempfile::tempdir().unwrap();
     let journal = Journal::start().unwrap();
-    let path = journal_path(dir.path(), SessionId::new());
+    let path = crate::state::StateDir::at(dir.path(), std::path::Path::new("/w"))
+        .journal(SessionId::new());
     let record = Record::Message {
         message: Message::user("x"),
     };

@@ -58,10 +58,22 @@ pub struct Launch {
 }
 
 impl Launch {
-    /// The launcher's instructions for `command` run in `workspace`.
-    pub(super) fn spec(&self, command: &str, workspace: &Path) -> Spec {
+    /// The launcher's instructions for `command` run in `workspace`, with
+    /// `private` hidden from it (in a user namespace only: without one, a mount
+    /// namespace cannot be had).
+    pub(super) fn spec(&self, command: &str, workspace: &Path, private: &[PathBuf]) -> Spec {
+        let hidden = match self.user_namespace {
+            // Never a place that holds the workspace: the command works there.
+            true => private
+                .iter()
+                .filter(|place| !workspace.starts_with(place))
+                .cloned()
+                .collect(),
+            false => Vec::new(),
+        };
         Spec {
             user_namespace: self.user_namespace,
+            hidden,
             writable: self.writable.as_ref().map(|paths| {
                 std::iter::once(workspace.to_path_buf())
                     .chain(paths.iter().cloned())
@@ -112,7 +124,7 @@ impl Launch {
         let mut notes = Vec::new();
         if userns != "ok" {
             notes.push(format!(
-                "user namespaces are not available here ({userns}): Bash commands run in orchestrate's own, and as root could read its memory, keys included"
+                "user namespaces are not available here ({userns}): Bash commands run in orchestrate's own, can see orchestrate's state folder, and as root could read its memory, keys included"
             ));
         }
         let confined = mode == SandboxMode::WorkspaceWrite;
@@ -190,7 +202,7 @@ mod tests {
         assert_eq!(
             notes,
             [
-                "user namespaces are not available here (Operation not permitted (os error 1)): Bash commands run in orchestrate's own, and as root could read its memory, keys included",
+                "user namespaces are not available here (Operation not permitted (os error 1)): Bash commands run in orchestrate's own, can see orchestrate's state folder, and as root could read its memory, keys included",
                 "this kernel has no Landlock: Bash commands run unconfined and can write outside the workspace",
             ]
         );
@@ -218,11 +230,30 @@ mod tests {
             user_namespace: false,
             writable: Some(vec!["/tmp".into()]),
         };
-        let spec = launch.spec("make", Path::new("/w"));
+        let private = [PathBuf::from("/h/.local/state/orchestrate"), "/w/s".into()];
+        let spec = launch.spec("make", Path::new("/w"), &private);
         assert_eq!(spec.writable, Some(vec!["/w".into(), "/tmp".into()]));
         assert_eq!(spec.command, "make");
-        let unconfined = Launch::default().spec("make", Path::new("/w"));
+        // Without a user namespace nothing can be hidden.
+        assert!(spec.hidden.is_empty());
+        let unconfined = Launch::default().spec("make", Path::new("/w"), &private);
         assert_eq!(unconfined.writable, None);
+        let namespaced = Launch {
+            user_namespace: true,
+            writable: None,
+        };
+        assert_eq!(
+            namespaced.spec("make", Path::new("/w"), &private).hidden,
+            private
+        );
+        // A place that holds the workspace is not hidden from it.
+        let around = [PathBuf::from("/"), "/w".into()];
+        assert!(
+            namespaced
+                .spec("make", Path::new("/w/x"), &around)
+                .hidden
+                .is_empty()
+        );
     }
 
     #[test]

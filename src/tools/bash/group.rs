@@ -25,6 +25,7 @@ use tokio::process::{Child, Command};
 use super::confine::Confinement;
 use super::launcher::SELF_EXE;
 use crate::keys::{HANDOFF_FD_VAR, is_key_variable};
+use crate::tools::ToolContext;
 
 /// The child's environment: `parent` without provider keys (the built-in ones and
 /// `configured`) or the handoff's variable, plus `GIT_TERMINAL_PROMPT=0`.
@@ -43,14 +44,16 @@ pub fn child_env(
         .collect()
 }
 
-/// Starts `command` in `workspace` as `confinement` says, stdout and stderr both on
-/// `out`, in a process group of its own.
+/// Starts `command` in the call's workspace as `confinement` says (the call's
+/// private places hidden from it), stdout and stderr both on `out`, in a process
+/// group of its own.
 pub(super) fn start(
     confinement: &Confinement,
     command: &str,
-    workspace: &Path,
+    ctx: &ToolContext,
     out: &PipeWriter,
 ) -> std::io::Result<ShellGroup> {
+    let workspace = &ctx.workspace;
     let env = child_env(std::env::vars_os(), &confinement.key_variables);
     let Some(launch) = &confinement.launch else {
         let child = match spawn("bash", command, workspace, out, &env) {
@@ -64,7 +67,7 @@ pub(super) fn start(
     let (lifeline_end, lifeline) = std::io::pipe()?;
     // Never killed on drop: the launcher must live to kill what the command left.
     let child = Command::new(SELF_EXE)
-        .args(launch.spec(command, workspace).args("run"))
+        .args(launch.spec(command, workspace, &ctx.private).args("run"))
         .current_dir(workspace)
         .env_clear()
         .envs(env)

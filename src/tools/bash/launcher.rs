@@ -19,9 +19,11 @@
 //!   with `setsid`), until it has no child left, and exits as the shell did.
 //! - `confine` unshares its user namespace (a process in a child namespace has no
 //!   capability over the orchestrator, so even root cannot read its
-//!   `/proc/<pid>/environ` or memory), waits for the maps, applies Landlock (reads
-//!   everywhere; writes only under the paths it was given and to a few devices),
-//!   and execs `bash -c COMMAND` (`sh` where bash is missing).
+//!   `/proc/<pid>/environ` or memory) and, when it has places to hide, a mount
+//!   namespace; waits for the maps; mounts an empty, read-only tmpfs over each
+//!   place to hide (orchestrate's state: its journals and control sockets); applies
+//!   Landlock (reads everywhere; writes only under the paths it was given and to a
+//!   few devices), and execs `bash -c COMMAND` (`sh` where bash is missing).
 //! - `probe` says what this kernel allows: the orchestrator runs it once at start.
 //!
 //! It does not decide the policy (`confine`) nor read the command's output
@@ -89,6 +91,9 @@ pub enum Launched {
 pub(super) struct Spec {
     /// Start the shell in a user namespace of its own.
     pub(super) user_namespace: bool,
+    /// Places the shell must not see: each is covered by an empty tmpfs in a
+    /// mount namespace of its own (needs the user namespace).
+    pub(super) hidden: Vec<PathBuf>,
     /// Apply Landlock, with writes allowed under these paths.
     pub(super) writable: Option<Vec<PathBuf>>,
     /// The shell command.
@@ -101,6 +106,10 @@ impl Spec {
         let mut args = vec![OsString::from(MARK), OsString::from(stage)];
         if self.user_namespace {
             args.push("--userns".into());
+        }
+        for path in &self.hidden {
+            args.push("--hide".into());
+            args.push(path.clone().into_os_string());
         }
         if let Some(writable) = &self.writable {
             args.push("--landlock".into());
@@ -121,6 +130,10 @@ impl Spec {
             match arg.to_str() {
                 Some("--userns") => spec.user_namespace = true,
                 Some("--landlock") => spec.writable = Some(spec.writable.unwrap_or_default()),
+                Some("--hide") => {
+                    let path = args.next().ok_or("launcher: --hide needs a path")?;
+                    spec.hidden.push(PathBuf::from(path));
+                }
                 Some("--write") => {
                     let path = args.next().ok_or("launcher: --write needs a path")?;
                     spec.writable
@@ -295,11 +308,7 @@ fn children_of(parent: Pid) -> Vec<Pid> {
         .flatten()
         .filter_map(|entry| {
             let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
-            // After the command name in parentheses: state, then the parent's pid.
-            let (_, after) = stat.rsplit_once(')')?;
-            let ppid: i32 = after.split_whitespace().nth(1)?.parse().ok()?;
-            (ppid == parent.as_raw_pid())
+            (crate::procfs::parent_of(pid)? == parent.as_raw_pid())
                 .then(|| Pid::from_raw(pid))
                 .flatten()
         })
@@ -321,8 +330,9 @@ fn exit_as(status: std::process::ExitStatus) -> ExitCode {
 
 /// Stage `confine`: its own user namespace, the maps, Landlock, then the shell.
 fn confine(spec: &Spec) -> Result<ExitCode, String> {
+    let hiding = spec.user_namespace && !spec.hidden.is_empty();
     if spec.user_namespace {
-        unshare_user_namespace().map_err(|e| format!("cannot start a user namespace: {e}"))?;
+        unshare_namespaces(hiding).map_err(|e| format!("cannot start a user namespace: {e}"))?;
     }
     let mut ready = std::io::stdout();
     if ready.write_all(b"r").and_then(|()| ready.flush()).is_err() {
@@ -332,6 +342,10 @@ fn confine(spec: &Spec) -> Result<ExitCode, String> {
     if !matches!(std::io::stdin().read(&mut go), Ok(1)) {
         // The launcher gave up (and said why).
         return Ok(ExitCode::from(125));
+    }
+    if hiding {
+        hide(&spec.hidden)
+            .map_err(|e| format!("the sandbox could not hide orchestrate's state: {e}"))?;
     }
     if let Some(writable) = &spec.writable {
         match landlock(writable) {
@@ -363,16 +377,52 @@ fn confine(spec: &Spec) -> Result<ExitCode, String> {
     Err("cannot start the shell: neither bash nor sh is on PATH".into())
 }
 
-/// `unshare(CLONE_NEWUSER)`. rustix deprecated its safe `unshare` because
-/// `CLONE_FILES` can leave other threads holding descriptors of a table they no
-/// longer share, which breaks Rust's ownership of descriptors; a user namespace
-/// touches no descriptor and no memory, and this process has no other thread.
+/// `unshare(CLONE_NEWUSER)`.
+fn unshare_user_namespace() -> rustix::io::Result<()> {
+    unshare_namespaces(false)
+}
+
+/// `unshare(CLONE_NEWUSER)`, with `CLONE_NEWNS` when `mounts` (the mount
+/// namespace is then the new user namespace's, where this process may mount).
+/// rustix deprecated its safe `unshare` because `CLONE_FILES` can leave other
+/// threads holding descriptors of a table they no longer share, which breaks
+/// Rust's ownership of descriptors; a user or mount namespace touches no
+/// descriptor and no memory, and this process has no other thread.
 #[expect(
     deprecated,
-    reason = "sound for NEWUSER alone: the unsoundness that got it deprecated is CLONE_FILES"
+    reason = "sound for NEWUSER and NEWNS: the unsoundness that got it deprecated is CLONE_FILES"
 )]
-fn unshare_user_namespace() -> rustix::io::Result<()> {
-    rustix::thread::unshare(rustix::thread::UnshareFlags::NEWUSER)
+fn unshare_namespaces(mounts: bool) -> rustix::io::Result<()> {
+    use rustix::thread::UnshareFlags;
+    let flags = match mounts {
+        true => UnshareFlags::NEWUSER | UnshareFlags::NEWNS,
+        false => UnshareFlags::NEWUSER,
+    };
+    rustix::thread::unshare(flags)
+}
+
+/// Covers each of `places` with an empty, read-only tmpfs, in this process's own
+/// mount namespace (made private first, so nothing mounted here is seen
+/// elsewhere). A place that does not exist has nothing to hide.
+fn hide(places: &[PathBuf]) -> rustix::io::Result<()> {
+    use rustix::mount::{MountFlags, MountPropagationFlags, mount, mount_change};
+    mount_change(
+        "/",
+        MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
+    )?;
+    for place in places {
+        if !place.is_dir() {
+            continue;
+        }
+        mount(
+            "orchestrate-hidden",
+            place,
+            "tmpfs",
+            MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+            Some(c"size=4k,mode=000"),
+        )?;
+    }
+    Ok(())
 }
 
 /// Restricts this process (and what it execs) with Landlock: reads and execution
@@ -419,6 +469,10 @@ mod tests {
     fn a_spec_survives_its_arguments() {
         let spec = Spec {
             user_namespace: true,
+            hidden: vec![
+                "/h/.local/state/orchestrate".into(),
+                "/run/user/0/orchestrate".into(),
+            ],
             writable: Some(vec!["/w s".into(), "/tmp".into()]),
             command: "echo -- --write x".into(),
         };
