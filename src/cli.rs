@@ -1,10 +1,9 @@
 //! The command line: flags, configuration, one session, and the exit code. Output
 //! goes to writers the caller passes (main passes stdout and stderr).
 //!
-//! `flags` holds what the command line accepts, `setup` and `providers` what the
-//! flags and the configuration files become (`trust`: whether a workspace's file
-//! may send model requests where it says), `run` the running of a task (new or
-//! resumed), `resume` which run to resume, `sessions` the runs on record, `control`
+//! `flags` holds what the command line accepts, `setup` what the flags and every
+//! configuration source become (through [`crate::setup`]; `trust` asks the person
+//! what only they may allow), `run` the running of a task (new or resumed), `resume` which run to resume, `sessions` the runs on record, `control`
 //! the commands to a live run (`ps`, `steer`, `stop`, `kill`), `agents` the `agents`
 //! subcommand, `descriptors` the process's limit on open files, and [`exit`] the
 //! exit codes. This file only dispatches, through
@@ -20,17 +19,13 @@ pub use crate::ui::display::Progress;
 use crate::ui::escape::Escaped;
 
 mod agents;
-mod claude_settings;
 mod control;
 mod descriptors;
 pub mod exit;
 mod flags;
 mod mcp;
-mod mcp_servers;
-mod providers;
 mod resume;
 mod run;
-mod sandbox;
 mod sessions;
 mod setup;
 mod trust;

@@ -120,30 +120,23 @@ pub fn read_journal(path: &Path) -> Result<Vec<Record>, JournalError> {
     };
     let file =
         crate::small_file::open(path, crate::small_file::Access::Read).map_err(|e| io(e.into()))?;
-    let mut reader = std::io::BufReader::new(file);
+    let mut lines = crate::small_file::Lines::new(file, MAX_LINE);
     let mut records = Vec::new();
     let mut line = Vec::new();
-    let mut number = 0;
     loop {
-        line.clear();
-        number += 1;
-        let read = std::io::BufRead::read_until(
-            &mut std::io::Read::take(&mut reader, MAX_LINE + 1),
-            b'\n',
-            &mut line,
-        )
-        .map_err(io)?;
-        if read == 0 {
-            return Ok(records);
-        }
+        let number = match lines.next_into(&mut line) {
+            Ok(Some(number)) => number,
+            Ok(None) => return Ok(records),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                return Err(JournalError::Corrupt {
+                    path: path.to_owned(),
+                    line: lines.number(),
+                    reason: e.to_string(),
+                });
+            }
+            Err(e) => return Err(io(e)),
+        };
         let complete = line.last() == Some(&b'\n');
-        if !complete && line.len() as u64 > MAX_LINE {
-            return Err(JournalError::Corrupt {
-                path: path.to_owned(),
-                line: number,
-                reason: format!("a line longer than {MAX_LINE} bytes"),
-            });
-        }
         match parse_line(&line) {
             Ok(Some(record)) => records.push(record),
             Ok(None) => {}

@@ -58,7 +58,7 @@ pub fn configured_names(home: Option<&Path>) -> Vec<String> {
         return Vec::new();
     };
     let path = home.join(".config/orchestrate/config.toml");
-    let Ok(text) = crate::small_file::read_to_string(&path, crate::small_file::MAX_BYTES) else {
+    let Ok(text) = crate::small_file::read_own(&path, crate::small_file::MAX_BYTES) else {
         return Vec::new();
     };
     ConfigFile::parse(&path.display().to_string(), &text)

@@ -45,6 +45,7 @@ pub mod roles;
 pub mod runs;
 pub mod runtime;
 pub mod session;
+pub mod setup;
 pub mod small_file;
 pub mod state;
 pub mod task;

@@ -2,7 +2,7 @@
 //! `~/.claude/CLAUDE.md`, then, from the repository's root down to the workspace,
 //! each folder's `CLAUDE.md`, `.claude/CLAUDE.md` and `AGENTS.md` (the nearest
 //! last, so it has the last word). Their text goes into the system prompt of the
-//! lead and of every sub-agent. Files are read bounded (`small_file`), and the
+//! lead and of every sub-agent. Files are read safely and bounded (`small_file`), and the
 //! memory as a whole is cut at [`MAX_CHARS`] with a warning.
 
 use std::path::{Path, PathBuf};
@@ -64,7 +64,7 @@ fn repository_root(workspace: &Path) -> &Path {
 
 /// Reads the memory of `workspace`. A repository's file that leads outside the
 /// repository (a symlink to `~/.aws/credentials`, say) is not read: its text
-/// would reach every model request and journal.
+/// would reach every model request and journal (`small_file::read_within`).
 pub fn load(workspace: &Path, home: Option<&Path>) -> Memory {
     let mut memory = Memory::default();
     let mut sections = Vec::new();
@@ -77,18 +77,13 @@ pub fn load(workspace: &Path, home: Option<&Path>) -> Memory {
         .map(|path| (path, true))
         .chain(repository.iter().map(|path| (path, false)));
     for (path, own) in files {
-        if !own
-            && let Ok(real) = std::fs::canonicalize(path)
-            && !real.starts_with(&root)
-        {
-            memory.warnings.push(format!(
-                "{} leads outside the repository (to {}); it is not loaded as memory",
-                path.display(),
-                real.display()
-            ));
-            continue;
-        }
-        match small_file::read_to_string(path, small_file::MAX_BYTES) {
+        // The user's file may be a link of theirs; a repository's may link within
+        // the repository only.
+        let read = match own {
+            true => small_file::read_own(path, small_file::MAX_BYTES),
+            false => small_file::read_within(&root, path, small_file::MAX_BYTES),
+        };
+        match read {
             Ok(text) if text.trim().is_empty() => {}
             Ok(text) => {
                 sections.push(format!("## {}\n\n{}", path.display(), text.trim()));
@@ -215,7 +210,8 @@ mod tests {
         assert!(memory.files.is_empty());
         assert!(!memory.text.contains("AWS_SECRET"));
         assert!(
-            memory.warnings[0].contains("leads outside the repository"),
+            memory.warnings[0]
+                .contains(&format!("CLAUDE.md: leads outside {}", ws.path().display())),
             "{:?}",
             memory.warnings
         );

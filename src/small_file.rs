@@ -15,7 +15,9 @@
 //!
 //! The user's own files (in their home, outside the workspace) may be symbolic
 //! links they made (a dotfiles folder): [`read_own`] follows those to their end
-//! and then opens the end as strictly.
+//! and then opens the end as strictly. A repository's files may link to each
+//! other (`CLAUDE.md` to `AGENTS.md`): [`read_within`] follows links only while
+//! they stay in the repository.
 
 use std::fmt;
 use std::fs::File;
@@ -47,6 +49,13 @@ pub enum Problem {
         /// Its owner's id.
         owner: u32,
     },
+    /// A repository's file whose links lead out of the repository.
+    Outside {
+        /// The folder it had to stay in.
+        root: PathBuf,
+        /// Where it leads.
+        to: PathBuf,
+    },
     /// Longer than the limit.
     TooLarge {
         /// Its length (at least this many bytes, when it grew while being read).
@@ -72,7 +81,10 @@ impl ReadError {
     pub fn is_refused(&self) -> bool {
         matches!(
             self.problem,
-            Problem::Symlink | Problem::NotRegular | Problem::NotOwned { .. }
+            Problem::Symlink
+                | Problem::NotRegular
+                | Problem::NotOwned { .. }
+                | Problem::Outside { .. }
         )
     }
 }
@@ -84,6 +96,9 @@ impl fmt::Display for Problem {
             Self::NotRegular => write!(f, "not a regular file"),
             Self::NotOwned { owner } => {
                 write!(f, "owned by user {owner}, not by this user")
+            }
+            Self::Outside { root, to } => {
+                write!(f, "leads outside {} (to {})", root.display(), to.display())
             }
             Self::TooLarge { size, limit } => {
                 write!(f, "too large ({size} bytes; the limit is {limit})")
@@ -205,6 +220,72 @@ pub fn read_own(path: &Path, limit: u64) -> Result<String, ReadError> {
     text(path, bytes)
 }
 
+/// The lines of an open file, read one at a time, none longer than a bound: a
+/// file with no line break, or one endless line, holds no more than the bound in
+/// memory.
+#[derive(Debug)]
+pub struct Lines {
+    reader: std::io::BufReader<File>,
+    max: u64,
+    number: usize,
+}
+
+impl Lines {
+    /// The lines of `file`, each at most `max` bytes.
+    pub fn new(file: File, max: u64) -> Self {
+        Self {
+            reader: std::io::BufReader::new(file),
+            max,
+            number: 0,
+        }
+    }
+
+    /// The number of the line read last (from 1; 0 before the first).
+    pub fn number(&self) -> usize {
+        self.number
+    }
+
+    /// Reads the next line into `line` (cleared first; its `\n` kept when it has
+    /// one) and returns its number from 1, or `None` at the end of the file. A
+    /// line longer than the bound is an `InvalidData` error naming its number.
+    pub fn next_into(&mut self, line: &mut Vec<u8>) -> std::io::Result<Option<usize>> {
+        line.clear();
+        let read =
+            std::io::BufRead::read_until(&mut (&mut self.reader).take(self.max + 1), b'\n', line)?;
+        if read == 0 {
+            return Ok(None);
+        }
+        self.number += 1;
+        if line.last() != Some(&b'\n') && line.len() as u64 > self.max {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("line {} is longer than {} bytes", self.number, self.max),
+            ));
+        }
+        Ok(Some(self.number))
+    }
+}
+
+/// The text of a repository's file under `root` (canonical): symbolic links are
+/// followed only while they stay under `root`, then the end is read as
+/// [`read_to_string`] reads; one that leads out is refused
+/// ([`Problem::Outside`]) unread.
+pub fn read_within(root: &Path, path: &Path, limit: u64) -> Result<String, ReadError> {
+    let fail = |problem| ReadError {
+        path: path.to_owned(),
+        problem,
+    };
+    let end = std::fs::canonicalize(path).map_err(|e| fail(Problem::Io(e)))?;
+    if !end.starts_with(root) {
+        return Err(fail(Problem::Outside {
+            root: root.to_owned(),
+            to: end,
+        }));
+    }
+    let bytes = read(&end, limit).map_err(|e| fail(e.problem))?;
+    text(path, bytes)
+}
+
 fn text(path: &Path, bytes: Vec<u8>) -> Result<String, ReadError> {
     String::from_utf8(bytes).map_err(|_| ReadError {
         path: path.to_owned(),
@@ -283,6 +364,64 @@ mod tests {
         );
         std::fs::write(&target, "mine").unwrap();
         assert_eq!(read_own(&link, 10).unwrap(), "mine");
+    }
+
+    #[test]
+    fn a_repositorys_links_are_followed_only_while_they_stay_in_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap().join("repo");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("AGENTS.md"), "be brief").unwrap();
+        std::os::unix::fs::symlink("AGENTS.md", root.join("CLAUDE.md")).unwrap();
+        assert_eq!(
+            read_within(&root, &root.join("CLAUDE.md"), 100).unwrap(),
+            "be brief"
+        );
+        let secret = dir.path().join("credentials");
+        std::fs::write(&secret, "key").unwrap();
+        std::os::unix::fs::symlink(&secret, root.join("leak.md")).unwrap();
+        let err = read_within(&root, &root.join("leak.md"), 100).unwrap_err();
+        assert!(err.is_refused());
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{}: leads outside {} (to {})",
+                root.join("leak.md").display(),
+                root.display(),
+                secret.canonicalize().unwrap().display()
+            )
+        );
+        std::os::unix::fs::symlink("/dev/zero", root.join("zero.md")).unwrap();
+        assert!(
+            read_within(&root, &root.join("zero.md"), 100)
+                .unwrap_err()
+                .is_refused()
+        );
+        assert!(
+            read_within(&root, &root.join("missing.md"), 100)
+                .unwrap_err()
+                .is_not_found()
+        );
+    }
+
+    #[test]
+    fn lines_are_read_one_at_a_time_and_none_past_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lines");
+        std::fs::write(&path, "one\ntwo\nthree, too long\nfour").unwrap();
+        let mut lines = Lines::new(open(&path, Access::Read).unwrap(), 8);
+        let mut line = Vec::new();
+        assert_eq!(lines.next_into(&mut line).unwrap(), Some(1));
+        assert_eq!(line, b"one\n");
+        assert_eq!(lines.next_into(&mut line).unwrap(), Some(2));
+        let err = lines.next_into(&mut line).unwrap_err();
+        assert_eq!(err.to_string(), "line 3 is longer than 8 bytes");
+        let mut lines = Lines::new(open(&path, Access::Read).unwrap(), 100);
+        let mut all = Vec::new();
+        while let Some(n) = lines.next_into(&mut line).unwrap() {
+            all.push((n, String::from_utf8(line.clone()).unwrap()));
+        }
+        assert_eq!(all.last().unwrap(), &(4, "four".to_owned()));
     }
 
     #[test]

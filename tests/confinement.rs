@@ -314,7 +314,14 @@ async fn a_repository_cannot_loosen_the_sandbox() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         text(&out.stderr),
-        "orchestrate: [sandbox] is honoured only in ~/.config/orchestrate/config.toml (a repository's orchestrate.toml must not loosen the sandbox)\n"
+        format!(
+            "orchestrate: {}: [sandbox] is honoured only in ~/.config/orchestrate/config.toml (a repository's orchestrate.toml must not loosen the sandbox)\n",
+            dir.path()
+                .canonicalize()
+                .unwrap()
+                .join("orchestrate.toml")
+                .display()
+        )
     );
     assert_eq!(mock.request_count(), 0);
 }

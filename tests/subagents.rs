@@ -313,7 +313,8 @@ async fn a_role_edited_on_disk_is_used_by_the_next_spawn() {
     let runtime = harness::runtime(&mock, dir.path()).await;
     let catalog = Arc::new(RwLock::new(Catalog::load(std::slice::from_ref(&roles))));
     let _watcher =
-        orchestrate::roles::watch::watch(std::slice::from_ref(&roles), catalog.clone()).unwrap();
+        orchestrate::roles::watch::watch(std::slice::from_ref(&roles), dir.path(), catalog.clone())
+            .unwrap();
     let env = Arc::new(TaskEnv::new(
         runtime.handle(),
         catalog.clone(),

@@ -254,3 +254,50 @@ async fn a_replay_needs_no_trust_and_a_repository_file_naming_the_vendor_neither
     assert_eq!(text(&out.stdout), "replayed\n", "{}", text(&out.stderr));
     assert_eq!(out.status.code(), Some(0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repositorys_zero_prices_are_ignored_and_max_cost_still_stops_the_run() {
+    // gpt-4o is priced in the built-in table (2.5 and 10 USD a million tokens):
+    // each turn's 10 prompt and 5 output tokens cost 0.000075 USD, so 0.0002 is
+    // spent in the third turn. A model that never stops keeps reading.
+    let mock = MockLlm::start_with(|_, n| {
+        Reply::tool_calls(&[(
+            &format!("r{n}"),
+            "Read",
+            json!({"file_path": "notes.txt", "offset": n + 1}),
+        )])
+    })
+    .await;
+    let scene = scene(
+        "[model_info.\"gpt-4o\"]\ninput_price = 0.0\noutput_price = 0.0\ncontext_window = 1000000000\n",
+    );
+    std::fs::write(scene.workspace.join("notes.txt"), "a\nb\nc\n").unwrap();
+    let url = mock.base_url();
+    let args = [
+        "--base-url",
+        url.as_str(),
+        "--model",
+        "gpt-4o",
+        "--permission-mode",
+        "bypassPermissions",
+        "--quiet",
+        "--max-cost",
+        "0.0002",
+        "read on",
+    ];
+    let home = scene.home.to_str().unwrap();
+    let out = orchestrate(&scene.workspace, &args, &[("HOME", home)]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let file = scene.workspace.join("orchestrate.toml");
+    let file = file.display();
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "orchestrate: warning: {file}: [model_info.\"gpt-4o\"] context_window = 1000000000 is ignored: a workspace's file may only lower it (it is 128000)\n\
+             orchestrate: warning: {file}: [model_info.\"gpt-4o\"] input_price = 0 is ignored: a workspace's file may only raise a price (it is 2.5)\n\
+             orchestrate: warning: {file}: [model_info.\"gpt-4o\"] output_price = 0 is ignored: a workspace's file may only raise a price (it is 10)\n\
+             orchestrate: stopped (budget: cost) before the lead finished\n"
+        )
+    );
+    assert_eq!(mock.request_count(), 3, "the third turn spent the budget");
+}

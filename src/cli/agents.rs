@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use super::exit;
 use super::flags::{AgentsAction, Cli};
-use super::setup::{roles, workspace};
+use super::setup::workspace;
 use crate::ui::progress::count;
 
 /// `orchestrate agents list | show NAME | check`.
@@ -24,7 +24,8 @@ pub(super) fn run(
             return ExitCode::from(exit::USAGE);
         }
     };
-    let (_, catalog) = roles(cli, &workspace, env);
+    let home = env("HOME").map(std::path::PathBuf::from);
+    let (_, catalog) = crate::setup::roles(&workspace, home.as_deref(), cli.agents_dir.as_deref());
     match action {
         AgentsAction::List => {
             for role in catalog.roles() {
@@ -52,7 +53,7 @@ pub(super) fn run(
         }
         AgentsAction::Show { name } => match catalog.get(name) {
             Some(role) => {
-                let memory = super::setup::memory(&workspace, env);
+                let memory = crate::memory::load(&workspace, home.as_deref());
                 let _ = write!(out, "{}", crate::ui::role_card(role, &memory.names()));
                 ExitCode::from(exit::DONE)
             }

@@ -7,10 +7,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use super::flags::{Cli, McpAction};
-use super::mcp_servers::{define, start_limit, trust};
-use super::{exit, providers, setup};
-use crate::error::ConfigError;
+use super::{exit, setup, trust};
 use crate::mcp::connection;
+use crate::setup::{Prepared, Question};
 use crate::tools::permissions::Approver;
 use crate::ui;
 
@@ -26,46 +25,44 @@ pub(super) async fn run(
 ) -> ExitCode {
     let McpAction::List = action;
     let prepared = (|| {
-        let workspace = setup::workspace(cli)?;
-        let files = providers::read(&workspace, env)?;
-        let (_, catalog) = setup::roles(cli, &workspace, env);
-        let defined = define(&workspace, &catalog, env)?;
-        Ok::<_, ConfigError>((workspace, files, defined))
+        let (workspace, state) = setup::state(cli, env)?;
+        crate::setup::prepare(&workspace, state, setup::options(cli), env)
     })();
-    let (workspace, files, defined) = match prepared {
+    let mut prepared: Prepared = match prepared {
         Ok(prepared) => prepared,
         Err(e) => {
             let _ = writeln!(err, "orchestrate: {e}");
             return ExitCode::from(exit::USAGE);
         }
     };
-    for warning in &defined.warnings {
-        let _ = writeln!(err, "orchestrate: warning: {warning}");
+    // Only the servers are asked about: nothing here sends a model request.
+    let servers: Vec<Question> = prepared
+        .questions()
+        .iter()
+        .filter(|q| matches!(q, Question::Servers(_)))
+        .cloned()
+        .collect();
+    let answer = trust::ask(&servers, approver.as_ref())
+        .await
+        .first()
+        .copied()
+        .flatten();
+    let (all, starting) = prepared.servers_answered(answer);
+    for note in prepared.notes() {
+        let _ = writeln!(err, "orchestrate: warning: {note}");
     }
-    if defined.servers.is_empty() {
+    if all.is_empty() {
         let _ = writeln!(
             out,
             "No MCP servers: define them in .mcp.json or ~/.config/orchestrate/mcp.json."
         );
         return ExitCode::SUCCESS;
     }
-    let all = defined.servers.clone();
-    let trusted = trust(
-        cli.trust_workspace,
-        &workspace,
-        defined.servers,
-        &files,
-        approver.as_ref(),
-    )
-    .await;
-    for warning in &trusted.warnings {
-        let _ = writeln!(err, "orchestrate: warning: {warning}");
-    }
-    let limit = start_limit(env);
+    let limit = Prepared::mcp_limit(env);
     // The user's own file alone names key variables, as for a run.
-    let keys = files.user.key_variables();
-    let starts = trusted
-        .servers
+    let keys = prepared.key_variables();
+    let workspace = prepared.workspace().to_owned();
+    let starts = starting
         .iter()
         .map(|s| connection::connect(s, &workspace, None, limit, &keys));
     let started = futures::future::join_all(starts).await;
@@ -77,7 +74,7 @@ pub(super) async fn run(
             server.origin.path(),
             server.written
         );
-        let index = trusted.servers.iter().position(|s| s.name == server.name);
+        let index = starting.iter().position(|s| s.name == server.name);
         match index.map(|i| &started[i]) {
             None => {
                 let _ = writeln!(

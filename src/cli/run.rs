@@ -10,7 +10,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use super::flags::Cli;
-use super::setup::{self, Plan};
+use super::setup;
 use super::{Io, exit};
 use crate::control::Control;
 use crate::events::EventStream;
@@ -22,6 +22,7 @@ use crate::runs::lock::RunLock;
 use crate::runtime::{Handle, Runtime};
 use crate::session::SessionSpec;
 use crate::session::budget::{Budget, RunMeter};
+use crate::setup::Setup;
 use crate::task::{Caller, Task, TaskEnv};
 use crate::ui::display::{Display, Progress};
 
@@ -372,7 +373,7 @@ fn track(open: &mut std::collections::HashSet<SessionId>, event: &Event) {
 fn lead_spec(
     cli: &Cli,
     role: &str,
-    plan: Plan,
+    plan: Setup,
     handle: Handle,
 ) -> Result<(SessionSpec, Option<RoleWatcher>), String> {
     let Some(role) = plan.catalog.get(role).cloned() else {
@@ -413,7 +414,7 @@ fn lead_spec(
     if cli.max_depth > 0 && allowed.contains(&"Task") {
         let catalog = Arc::new(RwLock::new(plan.catalog));
         // A role edited during the run is used by its next spawn.
-        match watch::watch(&plan.dirs, catalog.clone()) {
+        match watch::watch(&plan.role_dirs, &plan.workspace, catalog.clone()) {
             Ok(w) => watcher = Some(w),
             Err(e) => tracing::warn!(error = %e, "roles will not be reloaded during this run"),
         }

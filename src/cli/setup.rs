@@ -1,167 +1,54 @@
-//! What the flags and the configuration files set up before a run: the workspace,
-//! the role catalog and the folders it came from, the models (built in
-//! `providers`, once `trust` lets the workspace's file send requests where it
-//! says), the tools (Bash's confinement from `sandbox`), the MCP servers (those a
-//! repository defines once `mcp` has the person's trust), and the runtime's
-//! configuration. It starts nothing and sends nothing.
+//! What the flags set up before a run: the workspace and its state folder, then
+//! the run's setup from every source ([`crate::setup`]), asking the person what
+//! only they may allow (`trust`). It starts nothing and sends nothing.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::flags::Cli;
-use super::{claude_settings, mcp_servers as mcp, providers, sandbox, trust};
+use super::trust;
 use crate::error::ConfigError;
-use crate::memory::Memory;
-use crate::models::Models;
-use crate::roles::catalog::{self, Catalog};
 use crate::runtime::RuntimeConfig;
+use crate::setup::{self, Options, Setup};
 use crate::state::{Roots, StateDir};
-use crate::tools::ToolRegistry;
 use crate::tools::permissions::Approver;
-use crate::tools::permissions::RuleSaver;
-use crate::tools::rules::Rules;
 
-/// The runtime's configuration and the run's plan, from the flags and the files;
-/// asks whether to trust the workspace when its file sends requests elsewhere.
+/// The runtime's configuration and the run's setup, from the flags and every
+/// source; asks the person what needs their yes.
 pub(super) async fn prepare(
     cli: &Cli,
     env: &impl Fn(&str) -> Option<String>,
     approver: Arc<dyn Approver>,
-) -> Result<(RuntimeConfig, Plan), ConfigError> {
+) -> Result<(RuntimeConfig, Setup), ConfigError> {
     let (workspace, state) = state(cli, env)?;
-    let files = providers::read(&workspace, env)?;
-    // A replay sends nothing anywhere: no address needs trust.
-    let notes = match &cli.replay {
-        Some(_) => Vec::new(),
-        None => trust::check(cli.trust_workspace, &workspace, &files, approver.as_ref()).await?,
-    };
-    let rules = permission_rules(cli, &workspace, &files, env)?;
-    let (dirs, catalog) = roles(cli, &workspace, env);
-    let defined = mcp::define(&workspace, &catalog, env)?;
-    let servers = mcp::trust(
-        cli.trust_workspace,
-        &workspace,
-        defined.servers,
-        &files,
-        approver.as_ref(),
-    )
-    .await;
-    if !servers.unasked.is_empty() {
-        return Err(mcp::refusal(&servers.unasked));
-    }
-    let both = files.user.clone().merged(files.workspace.clone());
-    // Only the user's own file names key variables (`api_key_env`): a repository's
-    // neither adds names nor, redeclaring a provider, takes the user's away.
-    let keys = files.user.key_variables();
-    let (bash, sandbox_notes) = sandbox::bash(cli, &both, keys.clone(), env)?;
-    let models = providers::models(cli, files, env)?;
-    let mut config = RuntimeConfig::new(workspace, models.default_provider());
-    config.state = Some(state.clone());
-    config.approver = approver;
-    let (rules, saver, rule_notes) = rules;
-    config.rules = Arc::new(rules);
-    config.saver = Some(saver);
-    config.mcp = servers.servers;
-    config.mcp_limit = mcp::start_limit(env);
-    config.key_variables = keys;
-    let mut notes = notes;
-    notes.extend(rule_notes);
-    notes.extend(defined.warnings);
-    notes.extend(servers.warnings);
-    config.retry.max_attempts = cli.max_attempts.max(1);
-    config.retry.base_delay = Duration::from_millis(cli.retry_base_ms);
-    // A role naming an alias nobody declared would fail at its first spawn.
-    if let Some(error) = catalog
-        .roles()
-        .find_map(|role| models.for_role(role, &models.lead()).err())
-    {
-        return Err(error);
-    }
-    let memory = memory(&config.workspace, env);
-    Ok((
-        config,
-        Plan {
-            state,
-            models: Arc::new(models),
-            catalog,
-            dirs,
-            notes,
-            tools: ToolRegistry::standard().with(bash),
-            sandbox_notes,
-            memory: Arc::new(memory),
-        },
-    ))
+    let prepared = setup::prepare(&workspace, state, options(cli), env)?;
+    let answers = trust::ask(prepared.questions(), approver.as_ref()).await;
+    let setup = prepared.finish(&answers, env)?;
+    let config = setup.runtime_config(approver);
+    Ok((config, setup))
 }
 
-/// The run's permission rules: Claude Code's settings files (the workspace's
-/// allow rules only in a trusted workspace) and the command line's; the saver of
-/// "always" answers (a rule in `.claude/settings.local.json`, and the workspace
-/// trusted in the user's file so that the next run honours it); warnings.
-fn permission_rules(
-    cli: &Cli,
-    workspace: &Path,
-    files: &providers::Files,
-    env: &impl Fn(&str) -> Option<String>,
-) -> Result<(Rules, RuleSaver, Vec<String>), ConfigError> {
-    let home = env("HOME").map(PathBuf::from);
-    let key = workspace.display().to_string();
-    // A repository's allow rules count when the person says so for this run, or
-    // one by one when they approved it ("always", pinned in their own file).
-    let pinned = files
-        .user
-        .trust
-        .get(&key)
-        .map(|t| t.rules.clone())
-        .unwrap_or_default();
-    let settings = claude_settings::read(workspace, home.as_deref(), cli.trust_workspace, &pinned)?;
-    let mut rules = settings.rules;
-    for (list, into) in [
-        (&cli.allowed_tools, &mut rules.allow),
-        (&cli.disallowed_tools, &mut rules.deny),
-    ] {
-        let (parsed, bad) = crate::tools::rules::parse_list(list);
-        if let Some(bad) = bad.first() {
-            return Err(ConfigError::Invalid(format!(
-                "{bad:?} is not a permission rule (write Tool or Tool(pattern), e.g. Bash(npm test:*))"
-            )));
-        }
-        into.extend(parsed);
+/// What of the flags the setup needs.
+pub(super) fn options(cli: &Cli) -> Options {
+    Options {
+        trust_workspace: cli.trust_workspace,
+        agents_dir: cli.agents_dir.clone(),
+        provider: cli.provider.clone(),
+        base_url: cli.base_url.clone(),
+        model: cli.model.clone(),
+        record: cli.record.clone(),
+        replay: cli.replay.clone(),
+        replay_lenient: cli.replay_lenient,
+        allowed_tools: cli.allowed_tools.clone(),
+        disallowed_tools: cli.disallowed_tools.clone(),
+        sandbox: cli.sandbox,
+        idle_timeout: Duration::from_secs(cli.idle_timeout.max(1)),
+        max_parallel: cli.max_parallel,
+        max_depth: cli.max_depth,
+        max_attempts: cli.max_attempts,
+        retry_base: Duration::from_millis(cli.retry_base_ms),
     }
-    let local = claude_settings::local_file(workspace);
-    let user_file = files.user_path.clone();
-    let saver = RuleSaver(Arc::new(move |rule: &str| {
-        claude_settings::save_allow_rule(&local, rule)?;
-        match &user_file {
-            Some(path) => super::trust::pin_rule(path, &key, rule),
-            None => Ok(()),
-        }
-    }));
-    Ok((rules, saver, settings.warnings))
-}
-
-/// The project memory of `workspace` (with `$HOME`'s).
-pub(super) fn memory(workspace: &Path, env: &impl Fn(&str) -> Option<String>) -> Memory {
-    let home = env("HOME").map(PathBuf::from);
-    crate::memory::load(workspace, home.as_deref())
-}
-
-/// What the run needs once the runtime is up.
-pub(super) struct Plan {
-    /// Where the run's journals, lock and control socket go.
-    pub(super) state: StateDir,
-    pub(super) models: Arc<Models>,
-    pub(super) catalog: Catalog,
-    /// Where the roles came from, watched for changes during the run.
-    pub(super) dirs: Vec<PathBuf>,
-    /// Warnings to show before the run starts.
-    pub(super) notes: Vec<String>,
-    /// The built-in tools, Bash confined as the flags and the user's file say.
-    pub(super) tools: ToolRegistry,
-    /// What this kernel does not allow of that confinement, said once at start.
-    pub(super) sandbox_notes: Vec<String>,
-    /// `CLAUDE.md`, `AGENTS.md` and the like, for every agent's system prompt.
-    pub(super) memory: Arc<Memory>,
 }
 
 /// The workspace (`-C DIR`, else the current directory), made canonical; a bad
@@ -220,15 +107,145 @@ pub(super) fn warn_of_old_state(workspace: &Path, err: &mut dyn std::io::Write) 
     }
 }
 
-/// The role folders searched for `workspace` (with `--agents-dir` and `$HOME`),
-/// and the roles found in them.
-pub(super) fn roles(
-    cli: &Cli,
-    workspace: &Path,
-    env: &impl Fn(&str) -> Option<String>,
-) -> (Vec<PathBuf>, Catalog) {
-    let home = env("HOME").map(PathBuf::from);
-    let dirs = catalog::search_dirs(workspace, home.as_deref(), cli.agents_dir.as_deref());
-    let catalog = Catalog::load(&dirs);
-    (dirs, catalog)
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::super::trust::person::Person;
+    use super::*;
+    use crate::config::ConfigFile;
+    use crate::ui;
+
+    /// A workspace whose file sends requests to its own address and starts an
+    /// MCP server, and a home folder of its own.
+    fn places() -> (tempfile::TempDir, tempfile::TempDir, PathBuf) {
+        let home = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let ws_path = ws.path().canonicalize().unwrap();
+        std::fs::write(
+            ws_path.join("orchestrate.toml"),
+            "[providers.openai]\nbase_url = \"http://127.0.0.1:9/v1\"\n",
+        )
+        .unwrap();
+        std::fs::write(
+            ws_path.join(".mcp.json"),
+            r#"{"mcpServers": {"repo": {"command": "srv", "args": ["-x"]}}}"#,
+        )
+        .unwrap();
+        (home, ws, ws_path)
+    }
+
+    async fn run(
+        home: &Path,
+        ws: &Path,
+        flags: &[&str],
+        person: &Person,
+    ) -> Result<Setup, ConfigError> {
+        let home_text = home.display().to_string();
+        let env = move |k: &str| match k {
+            "HOME" => Some(home_text.clone()),
+            "OPENAI_API_KEY" => Some("k".into()),
+            _ => None,
+        };
+        let mut args = vec!["orchestrate", "-C", ws.to_str().unwrap(), "--model", "m"];
+        args.extend_from_slice(flags);
+        args.push("task");
+        let cli = Cli::parse_from(args);
+        let (workspace, state) = state(&cli, &env)?;
+        let prepared = setup::prepare(&workspace, state, options(&cli), &env)?;
+        let answers = trust::ask(prepared.questions(), person).await;
+        prepared.finish(&answers, &env)
+    }
+
+    fn user_file(home: &Path) -> ConfigFile {
+        let text = std::fs::read_to_string(home.join(".config/orchestrate/config.toml"))
+            .unwrap_or_default();
+        ConfigFile::parse("config.toml", &text).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_yes_is_remembered_a_no_is_not_and_nobody_to_ask_ends_the_run() {
+        let (home, _ws, ws) = places();
+        let key = ws.display().to_string();
+        // Nobody to ask: refused, naming the flag; nothing remembered.
+        let nobody = Person::new(None);
+        let refused = run(home.path(), &ws, &[], &nobody).await.unwrap_err();
+        assert!(matches!(
+            refused,
+            ConfigError::Untrusted {
+                declined: false,
+                ..
+            }
+        ));
+        assert!(
+            refused.to_string().contains("--trust-workspace"),
+            "{refused}"
+        );
+        // A no to the address: refused; the address was shown, nothing after it asked.
+        let no = Person::new(Some(false));
+        let refused = run(home.path(), &ws, &[], &no).await.unwrap_err();
+        assert!(matches!(
+            refused,
+            ConfigError::Untrusted { declined: true, .. }
+        ));
+        let shown = no.shown.lock().unwrap().clone();
+        assert_eq!(shown.len(), 1);
+        assert!(shown[0].contains("http://127.0.0.1:9/v1"), "{}", shown[0]);
+        assert!(!home.path().join(".config/orchestrate/config.toml").exists());
+        // A yes: both remembered; the next run asks nothing.
+        let yes = Person::new(Some(true));
+        let setup = run(home.path(), &ws, &[], &yes).await.unwrap();
+        assert_eq!(setup.servers.len(), 1);
+        assert_eq!(yes.shown.lock().unwrap().len(), 2);
+        let user = user_file(home.path());
+        assert!(user.trusts(&key, "http://127.0.0.1:9/v1"));
+        assert!(user.trusts_mcp(&key, "repo: srv -x"));
+        let again = Person::new(None);
+        let setup = run(home.path(), &ws, &[], &again).await.unwrap();
+        assert_eq!(setup.servers.len(), 1);
+        assert!(again.shown.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_no_to_a_server_leaves_it_out_and_the_flag_trusts_without_asking() {
+        let (home, _ws, ws) = places();
+        let key = ws.display().to_string();
+        std::fs::create_dir_all(home.path().join(".config/orchestrate")).unwrap();
+        std::fs::write(
+            home.path().join(".config/orchestrate/config.toml"),
+            crate::config::remember("", &key, &["http://127.0.0.1:9/v1"]).unwrap(),
+        )
+        .unwrap();
+        let no = Person::new(Some(false));
+        let setup = run(home.path(), &ws, &[], &no).await.unwrap();
+        assert!(setup.servers.is_empty());
+        assert_eq!(
+            setup.notes,
+            ["MCP servers repo are not started: this workspace is not trusted to start them"]
+        );
+        let questions = no.shown.lock().unwrap().clone();
+        let servers = setup::prepare(
+            &ws,
+            StateDir::at(home.path(), &ws),
+            Options::default(),
+            &|k: &str| (k == "HOME").then(|| home.path().display().to_string()),
+        )
+        .unwrap()
+        .servers()
+        .1
+        .unwrap()
+        .to_vec();
+        assert_eq!(questions, [ui::trust::mcp_question(&servers)]);
+        // The flag: trusted, asked nothing, remembered.
+        let other = tempfile::tempdir().unwrap();
+        let unasked = Person::new(None);
+        let setup = run(other.path(), &ws, &["--trust-workspace"], &unasked)
+            .await
+            .unwrap();
+        assert_eq!(setup.servers.len(), 1);
+        assert!(unasked.shown.lock().unwrap().is_empty());
+        let user = user_file(other.path());
+        assert!(user.trusts(&key, "http://127.0.0.1:9/v1"));
+        assert!(user.trusts_mcp(&key, "repo: srv -x"));
+    }
 }

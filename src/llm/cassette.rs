@@ -15,7 +15,7 @@
 //! [`ChatRequest::place`]: crate::llm::ChatRequest::place
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -140,17 +140,27 @@ impl Sent {
     }
 }
 
-/// Reads a cassette; errors name the file and line.
+/// The longest cassette line read: a recorded response is kept to 16 MiB, and
+/// its request and what was sent beside it.
+const MAX_LINE: u64 = 64 * 1024 * 1024;
+
+/// Reads a cassette, opened safely ([`crate::small_file::open`]) and line by
+/// line, each line bounded; errors name the file and line.
 pub fn read(path: &Path) -> Result<Vec<Exchange>, String> {
-    let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let file = crate::small_file::open(path, crate::small_file::Access::Read)
+        .map_err(|e| e.to_string())?;
+    let mut lines = crate::small_file::Lines::new(file, MAX_LINE);
     let mut exchanges = Vec::new();
-    for (n, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|e| format!("{}:{}: {e}", path.display(), n + 1))?;
-        if line.trim().is_empty() {
+    let mut line = Vec::new();
+    while let Some(n) = lines
+        .next_into(&mut line)
+        .map_err(|e| format!("{}: {e}", path.display()))?
+    {
+        if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let exchange = serde_json::from_str(&line)
-            .map_err(|e| format!("{}:{}: {e}", path.display(), n + 1))?;
+        let exchange =
+            serde_json::from_slice(&line).map_err(|e| format!("{}:{n}: {e}", path.display()))?;
         exchanges.push(exchange);
     }
     Ok(exchanges)
@@ -165,9 +175,11 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Creates (or truncates) the cassette at `path`.
+    /// Creates (or empties) the cassette at `path`: never through a link, nor
+    /// into a FIFO or a device ([`crate::small_file::open`]).
     pub fn create(path: &Path) -> Result<Self, String> {
-        let file = File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let file = crate::small_file::open(path, crate::small_file::Access::Replace)
+            .map_err(|e| e.to_string())?;
         Ok(Self {
             path: path.to_owned(),
             file: Mutex::new(file),

@@ -51,8 +51,16 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// The built-in roles, then the roles in `dirs` (missing directories are fine).
+    /// The built-in roles, then the roles in `dirs` (missing directories are
+    /// fine), every file read as the person's own (their links followed).
     pub fn load(dirs: &[PathBuf]) -> Self {
+        Self::load_in(dirs, None)
+    }
+
+    /// [`Catalog::load`], but a file under `workspace` (canonical) is the
+    /// repository's: its links are followed only while they stay in the
+    /// workspace.
+    pub fn load_in(dirs: &[PathBuf], workspace: Option<&Path>) -> Self {
         let mut catalog = Self::default();
         for (file, text) in BUILT_IN {
             catalog.add(parse(&format!("built-in:{file}"), text));
@@ -85,7 +93,11 @@ impl Catalog {
             files.sort();
             for file in files {
                 let shown = file.display().to_string();
-                match small_file::read_to_string(&file, small_file::MAX_BYTES) {
+                let read = match workspace.filter(|ws| file.starts_with(ws)) {
+                    Some(ws) => small_file::read_within(ws, &file, small_file::MAX_BYTES),
+                    None => small_file::read_own(&file, small_file::MAX_BYTES),
+                };
+                match read {
                     Ok(text) => catalog.add(parse(&shown, &text)),
                     Err(e) => catalog.problems.push(RoleError {
                         path: shown,
@@ -230,10 +242,7 @@ mod tests {
                     huge.len(),
                     small_file::MAX_BYTES
                 ),
-                format!(
-                    "{}: a symbolic link, which is not followed",
-                    local.join("zero.md").display()
-                ),
+                format!("{}: not a regular file", local.join("zero.md").display()),
             ]
         );
         assert_eq!(catalog.get("fine").unwrap().description, "still loaded");

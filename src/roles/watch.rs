@@ -49,12 +49,17 @@ pub struct Reload {
 /// Watches the directories of `dirs` that exist and reloads `catalog` from all of
 /// `dirs` whenever one of them changes. Each reload that finds new problems or
 /// warnings reports them to [`RoleWatcher::reloaded`].
-pub fn watch(dirs: &[PathBuf], catalog: Arc<RwLock<Catalog>>) -> Result<RoleWatcher, String> {
+pub fn watch(
+    dirs: &[PathBuf],
+    workspace: &std::path::Path,
+    catalog: Arc<RwLock<Catalog>>,
+) -> Result<RoleWatcher, String> {
     let reload_dirs = dirs.to_vec();
+    let workspace = workspace.to_owned();
     let (report, reports) = unbounded_channel();
     let mut debouncer = new_debouncer(SETTLE, move |result: DebounceEventResult| {
         if result.is_ok() {
-            let fresh = Catalog::load(&reload_dirs);
+            let fresh = Catalog::load_in(&reload_dirs, Some(&workspace));
             let mut current = catalog
                 .write()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -113,7 +118,7 @@ mod tests {
         std::fs::write(&file, "---\nname: helper\ndescription: first\n---\nOne.\n").unwrap();
         let dirs = vec![dir.path().to_owned()];
         let catalog = Arc::new(RwLock::new(Catalog::load(&dirs)));
-        let _watcher = watch(&dirs, catalog.clone()).unwrap();
+        let _watcher = watch(&dirs, std::path::Path::new("/"), catalog.clone()).unwrap();
         std::fs::write(&file, "---\nname: helper\ndescription: second\n---\nTwo.\n").unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
@@ -152,7 +157,7 @@ mod tests {
         std::fs::write(&file, "---\nname: helper\ndescription: one\n---\nOne.\n").unwrap();
         let dirs = vec![dir.path().to_owned()];
         let catalog = Arc::new(RwLock::new(Catalog::load(&dirs)));
-        let mut watcher = watch(&dirs, catalog.clone()).unwrap();
+        let mut watcher = watch(&dirs, std::path::Path::new("/"), catalog.clone()).unwrap();
 
         std::fs::write(&file, "---\nname: helper\n---\nOne.\n").unwrap();
         let broken = next(&mut watcher);

@@ -1,20 +1,19 @@
-//! The run's MCP servers: read from the user's `~/.config/orchestrate/mcp.json`,
-//! the workspace's `.mcp.json` (a later definition of the same name wins, as in
-//! Claude Code) and the roles' own `mcpServers`; the workspace's and a repository
-//! role's started only in a workspace the person trusts with them (asked once on
-//! a terminal, showing each command; remembered in their file).
+//! The run's MCP servers: from the user's `~/.config/orchestrate/mcp.json`, the
+//! workspace's `.mcp.json` (a later definition of the same name wins, as in
+//! Claude Code) and the roles' own `mcpServers`. As the trust rule says, the
+//! workspace's and a repository role's start only in a workspace the person
+//! trusts with them (asked once, showing each command; remembered in their
+//! file).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use super::providers::Files;
-use crate::config;
+use super::rule::{self as trust_rule, Setting, Verdict};
+use super::sources::Sources;
+use crate::config::ConfigFile;
 use crate::error::ConfigError;
 use crate::mcp::connection::DEFAULT_START_TIMEOUT;
 use crate::mcp::{Origin, ServerConfig};
-use crate::roles::catalog::Catalog;
-use crate::tools::permissions::Approver;
-use crate::ui;
 
 /// The servers defined for a run, before trust.
 #[derive(Debug, Default)]
@@ -25,41 +24,28 @@ pub(super) struct Defined {
     pub(super) warnings: Vec<String>,
 }
 
-/// Reads every server definition: the user's file, the workspace's, then the
-/// roles' (`trusted` when a role comes from outside `workspace`).
+/// Every server definition of `sources`: the user's file, the workspace's, then
+/// the roles' (`trusted` when a role comes from outside the workspace).
 pub(super) fn define(
-    workspace: &Path,
-    catalog: &Catalog,
+    sources: &Sources,
     env: &impl Fn(&str) -> Option<String>,
 ) -> Result<Defined, ConfigError> {
     let mut defined = Defined::default();
-    let home = env("HOME").map(PathBuf::from);
-    let files = [
-        home.map(|h| Origin::User(h.join(".config/orchestrate/mcp.json").display().to_string())),
-        Some(Origin::Workspace(
-            workspace.join(".mcp.json").display().to_string(),
-        )),
-    ];
-    for origin in files.into_iter().flatten() {
-        let path = Path::new(origin.path());
-        let text = match crate::small_file::read_to_string(path, crate::small_file::MAX_BYTES) {
-            Ok(text) => text,
-            Err(e) if e.is_not_found() => continue,
-            Err(e) => {
-                return Err(ConfigError::File {
-                    path: origin.path().to_owned(),
-                    line: 0,
-                    message: e.problem.to_string(),
-                });
-            }
+    let (workspace, catalog) = (&sources.workspace, &sources.catalog);
+    for file in &sources.mcp {
+        let shown = file.path.display().to_string();
+        let origin = match file.origin {
+            trust_rule::Origin::Workspace => Origin::Workspace(shown),
+            _ => Origin::User(shown),
         };
-        let read = crate::mcp::config::parse(&text, &origin, env).map_err(|(line, message)| {
-            ConfigError::File {
-                path: origin.path().to_owned(),
-                line,
-                message,
-            }
-        })?;
+        let read =
+            crate::mcp::config::parse(&file.text, &origin, env).map_err(|(line, message)| {
+                ConfigError::File {
+                    path: origin.path().to_owned(),
+                    line,
+                    message,
+                }
+            })?;
         defined.warnings.extend(read.warnings);
         for server in read.servers {
             defined.servers.retain(|s| s.name != server.name);
@@ -107,67 +93,33 @@ pub(super) fn define(
     Ok(defined)
 }
 
-/// What the person said about the servers that need the workspace's trust.
-#[derive(Debug)]
-pub(super) struct Trusted {
-    /// The servers that may start.
-    pub(super) servers: Vec<ServerConfig>,
-    /// Servers left out (declined, or nobody to ask), and a trust that could not
-    /// be remembered, one line each.
-    pub(super) warnings: Vec<String>,
-    /// Servers that need a trust nobody could give (no terminal, no flag).
-    pub(super) unasked: Vec<ServerConfig>,
-}
-
-/// Which of `defined` may start in `workspace`: the user's own and those the
-/// user's file trusts; the rest when `flag` (`--trust-workspace`) says so or the
-/// person says yes on the terminal (remembered). A no leaves them out, with a
-/// warning; with nobody to ask they are returned as `unasked`.
-pub(super) async fn trust(
+/// Splits `defined` into the servers that may start in `workspace` (the user's
+/// own, and those the user's file trusts, or all of them when `flag`:
+/// `--trust-workspace`) and those that need the person's yes.
+pub(super) fn partition(
     flag: bool,
     workspace: &Path,
     defined: Vec<ServerConfig>,
-    files: &Files,
-    approver: &dyn Approver,
-) -> Trusted {
+    user: &ConfigFile,
+) -> (Vec<ServerConfig>, Vec<ServerConfig>) {
     let key = workspace.display().to_string();
-    let (untrusted, mut servers): (Vec<ServerConfig>, Vec<ServerConfig>) = defined
-        .into_iter()
-        .partition(|s| s.origin.needs_trust() && !files.user.trusts_mcp(&key, &s.trust_key()));
-    let mut trusted = Trusted {
-        servers: Vec::new(),
-        warnings: Vec::new(),
-        unasked: Vec::new(),
-    };
-    if untrusted.is_empty() {
-        trusted.servers = servers;
-        return trusted;
-    }
-    let answer = match flag {
-        true => Some(true),
-        false => approver.confirm(&ui::trust::mcp_question(&untrusted)).await,
-    };
-    match answer {
-        Some(true) => {
-            let keys: Vec<String> = untrusted.iter().map(ServerConfig::trust_key).collect();
-            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-            trusted.warnings.extend(super::trust::remembered(
-                files.user_path.as_deref(),
-                |text| config::trust_mcp(text, &key, &keys),
-            ));
-            servers.extend(untrusted);
-        }
-        Some(false) => {
-            let names: Vec<&str> = untrusted.iter().map(|s| s.name.as_str()).collect();
-            trusted.warnings.push(format!(
-                "MCP servers {} are not started: this workspace is not trusted to start them",
-                names.join(", ")
-            ));
-        }
-        None => trusted.unasked = untrusted,
-    }
-    trusted.servers = servers;
-    trusted
+    defined.into_iter().partition(|s| {
+        let origin = match s.origin.needs_trust() {
+            true => trust_rule::Origin::Workspace,
+            false => trust_rule::Origin::User,
+        };
+        let trusted = flag || user.trusts_mcp(&key, &s.trust_key());
+        trust_rule::verdict(Setting::McpServer, origin, trusted) == Verdict::Use
+    })
+}
+
+/// The warning for servers the person declined.
+pub(super) fn declined(servers: &[ServerConfig]) -> String {
+    let names: Vec<&str> = servers.iter().map(|s| s.name.as_str()).collect();
+    format!(
+        "MCP servers {} are not started: this workspace is not trusted to start them",
+        names.join(", ")
+    )
 }
 
 /// The refusal of a run whose workspace starts servers nobody could trust.
@@ -193,20 +145,7 @@ pub(super) fn start_limit(env: &impl Fn(&str) -> Option<String>) -> Duration {
 
 #[cfg(test)]
 mod tests {
-    use super::super::trust::person::Person;
     use super::*;
-    use crate::config::ConfigFile;
-
-    fn files(home: &Path) -> Files {
-        let path = home.join(".config/orchestrate/config.toml");
-        let text = std::fs::read_to_string(&path).unwrap_or_default();
-        Files {
-            user: ConfigFile::parse("config.toml", &text).unwrap().trusted(),
-            user_path: Some(path),
-            workspace: ConfigFile::default(),
-            workspace_path: "/w/orchestrate.toml".into(),
-        }
-    }
 
     fn servers() -> Vec<ServerConfig> {
         let text = r#"{"mcpServers": {"repo": {"command": "srv", "args": ["-x"]}}}"#;
@@ -229,48 +168,33 @@ mod tests {
         names
     }
 
-    #[tokio::test]
-    async fn a_repositorys_servers_are_asked_about_once_and_the_users_never() {
-        let home = tempfile::tempdir().unwrap();
+    #[test]
+    fn a_repositorys_servers_need_trust_and_the_users_never() {
         let ws = Path::new("/w");
-        // Nobody to ask: the user's server starts, the repository's waits for a flag.
-        let nobody = Person::new(None);
-        let got = trust(false, ws, servers(), &files(home.path()), &nobody).await;
-        assert_eq!(names(&got.servers), ["mine"]);
-        assert_eq!(names(&got.unasked), ["repo"]);
-        assert!(
-            refusal(&got.unasked)
-                .to_string()
-                .contains("--trust-workspace")
-        );
-        // A no: left out with a warning, not remembered; only the repository's shown.
-        let no = Person::new(Some(false));
-        let got = trust(false, ws, servers(), &files(home.path()), &no).await;
-        assert_eq!(names(&got.servers), ["mine"]);
-        assert!(got.unasked.is_empty());
+        let nobody = ConfigFile::default();
+        let (ready, asked) = partition(false, ws, servers(), &nobody);
+        assert_eq!((names(&ready), names(&asked)), (vec!["mine"], vec!["repo"]));
+        assert!(refusal(&asked).to_string().contains("--trust-workspace"));
         assert_eq!(
-            got.warnings,
-            ["MCP servers repo are not started: this workspace is not trusted to start them"]
+            declined(&asked),
+            "MCP servers repo are not started: this workspace is not trusted to start them"
         );
-        assert_eq!(
-            *no.shown.lock().unwrap(),
-            [ui::trust::mcp_question(&servers()[..1])]
-        );
-        assert!(!home.path().join(".config/orchestrate/config.toml").exists());
-        // A yes: started and remembered; the next run asks nothing.
-        let yes = Person::new(Some(true));
-        let got = trust(false, ws, servers(), &files(home.path()), &yes).await;
-        assert_eq!(names(&got.servers), ["mine", "repo"]);
-        let again = Person::new(None);
-        let got = trust(false, ws, servers(), &files(home.path()), &again).await;
-        assert_eq!(names(&got.servers), ["mine", "repo"]);
-        assert!(again.shown.lock().unwrap().is_empty());
-        let remembered =
-            std::fs::read_to_string(home.path().join(".config/orchestrate/config.toml")).unwrap();
-        assert_eq!(
-            remembered,
-            "[trust.\"/w\"]\nmcp_servers = [\"repo: srv -x\"]\n"
-        );
+        let (ready, asked) = partition(true, ws, servers(), &nobody);
+        assert_eq!((names(&ready), asked.len()), (vec!["mine", "repo"], 0));
+        let trusting = ConfigFile::parse(
+            "config.toml",
+            "[trust.\"/w\"]\nmcp_servers = [\"repo: srv -x\"]\n",
+        )
+        .unwrap();
+        let (ready, asked) = partition(false, ws, servers(), &trusting);
+        assert_eq!((names(&ready), asked.len()), (vec!["mine", "repo"], 0));
+        // Trusting one command is not trusting another under the same name.
+        let other = ConfigFile::parse(
+            "config.toml",
+            "[trust.\"/w\"]\nmcp_servers = [\"repo: srv -y\"]\n",
+        )
+        .unwrap();
+        assert_eq!(partition(false, ws, servers(), &other).1.len(), 1);
     }
 
     #[test]
@@ -294,10 +218,10 @@ mod tests {
             &ws_path.join("agents/helper.md"),
             "---\nname: helper\ndescription: d\nmcpServers:\n  - nowhere\n  - docs:\n      command: again\n  - own:\n      command: own\n---\n",
         );
-        let catalog = Catalog::load(&[ws_path.join("agents")]);
         let home_dir = home.path().display().to_string();
         let env = move |k: &str| (k == "HOME").then(|| home_dir.clone());
-        let defined = define(&ws_path, &catalog, &env).unwrap();
+        let sources = Sources::read(&ws_path, None, &env).unwrap();
+        let defined = define(&sources, &env).unwrap();
         let shown: Vec<String> = defined
             .servers
             .iter()

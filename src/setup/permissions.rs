@@ -1,18 +1,19 @@
 //! Claude Code's settings files, for their permission rules:
 //! `~/.claude/settings.json`, then the workspace's `.claude/settings.json` and
 //! `.claude/settings.local.json`, each `{"permissions": {"allow": [...], "deny":
-//! [...], "ask": [...]}}`. Deny and ask rules from any of them are honoured (they
-//! only narrow); allow rules from the workspace's files only when the person
-//! trusts the workspace, since a repository could otherwise approve its own
-//! commands. Saving an "always" answer adds an allow rule to
+//! [...], "ask": [...]}}`. As the trust rule says, deny and ask rules from any of
+//! them are honoured (they only narrow); a workspace's allow rules only when the
+//! person trusts the workspace, or that rule, since a repository could otherwise
+//! approve its own commands. Saving an "always" answer adds an allow rule to
 //! `.claude/settings.local.json`.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
+use super::rule::{Setting, Verdict, verdict};
+use super::sources::Text;
 use crate::error::ConfigError;
-use crate::small_file;
 use crate::tools::rules::{Rule, Rules};
 
 /// The rules of the settings files, and what a person should know about them.
@@ -29,13 +30,14 @@ pub(super) fn local_file(workspace: &Path) -> PathBuf {
     workspace.join(".claude/settings.local.json")
 }
 
-/// Reads the settings files of `workspace` (and `home`'s); `trusted`: the
-/// workspace's allow rules count; `pinned`: those of them that count anyway (the
-/// person approved them). A file that is not JSON of the expected shape is an
-/// error naming it.
+/// The rules of the settings files `files` (as read, in order) for `workspace`;
+/// `trusted`: the workspace's allow rules count; `pinned`: those of them that
+/// count anyway (the person approved them). A file that is not JSON of the
+/// expected shape is an error naming it.
 pub(super) fn read(
     workspace: &Path,
     home: Option<&Path>,
+    files: &[Text],
     trusted: bool,
     pinned: &[String],
 ) -> Result<Settings, ConfigError> {
@@ -47,20 +49,10 @@ pub(super) fn read(
         },
         warnings: Vec::new(),
     };
-    let mut files: Vec<(PathBuf, bool)> = Vec::new();
-    if let Some(home) = home {
-        files.push((home.join(".claude/settings.json"), true));
-    }
-    files.push((workspace.join(".claude/settings.json"), false));
-    files.push((local_file(workspace), false));
-    for (path, own) in files {
-        let text = match small_file::read_to_string(&path, small_file::MAX_BYTES) {
-            Ok(text) => text,
-            Err(e) if e.is_not_found() => continue,
-            Err(e) => return Err(invalid(&path, &e.problem.to_string())),
-        };
-        let value: Value =
-            serde_json::from_str(&text).map_err(|e| invalid(&path, &format!("not JSON: {e}")))?;
+    for file in files {
+        let path = &file.path;
+        let value: Value = serde_json::from_str(&file.text)
+            .map_err(|e| invalid(path, &format!("not JSON: {e}")))?;
         let permissions = &value["permissions"];
         let mut list = |key: &str| -> Result<Vec<Rule>, ConfigError> {
             let items = match &permissions[key] {
@@ -68,7 +60,7 @@ pub(super) fn read(
                 Value::Array(items) => items,
                 other => {
                     return Err(invalid(
-                        &path,
+                        path,
                         &format!("permissions.{key} must be a list, not {other}"),
                     ));
                 }
@@ -86,11 +78,16 @@ pub(super) fn read(
             Ok(rules)
         };
         let (allow, deny, ask) = (list("allow")?, list("deny")?, list("ask")?);
-        settings.rules.deny.extend(deny);
-        settings.rules.ask.extend(ask);
-        let (honoured, ignored): (Vec<Rule>, Vec<Rule>) = allow
-            .into_iter()
-            .partition(|r| own || trusted || pinned.contains(&r.to_string()));
+        // A deny or an ask rule only narrows: it is always the stricter.
+        let narrowing = verdict(Setting::NarrowingRule, file.origin, false);
+        if matches!(narrowing, Verdict::Use | Verdict::IfStricter) {
+            settings.rules.deny.extend(deny);
+            settings.rules.ask.extend(ask);
+        }
+        let (honoured, ignored): (Vec<Rule>, Vec<Rule>) = allow.into_iter().partition(|r| {
+            let trusted = trusted || pinned.contains(&r.to_string());
+            verdict(Setting::AllowRule, file.origin, trusted) == Verdict::Use
+        });
         settings.rules.allow.extend(honoured);
         if !ignored.is_empty() {
             let texts: Vec<String> = ignored.iter().map(ToString::to_string).collect();
@@ -145,7 +142,7 @@ pub(super) fn save_allow_rule(path: &Path, rule: &str) -> Result<(), String> {
             path.display()
         ));
     }
-    let text = with_allow_rule(&super::trust::read_or_empty(path)?, rule)?;
+    let text = with_allow_rule(&super::remember::read_or_empty(path)?, rule)?;
     crate::tools::files::write_atomic(path, format!("{text}\n").as_bytes())
         .map_err(|e| e.to_string())
 }
@@ -157,6 +154,25 @@ mod tests {
     fn write(path: &Path, text: &str) {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, text).unwrap();
+    }
+
+    /// The settings files of `ws` and `home` as the run reads them.
+    fn files(ws: &Path, home: Option<&Path>) -> Vec<Text> {
+        let home = home.map(|h| h.display().to_string());
+        let env = move |k: &str| if k == "HOME" { home.clone() } else { None };
+        let ws = ws.canonicalize().unwrap();
+        super::super::Sources::read(&ws, None, &env)
+            .unwrap()
+            .settings
+    }
+
+    fn read(
+        ws: &Path,
+        home: Option<&Path>,
+        trusted: bool,
+        pinned: &[String],
+    ) -> Result<Settings, ConfigError> {
+        super::read(ws, home, &files(ws, home), trusted, pinned)
     }
 
     #[test]

@@ -1,13 +1,10 @@
-//! The run's providers: configuration files read, settings resolved, one client per
-//! provider built, each recording to the cassette under `--record`, or every one
-//! replaced by the cassette under `--replay`. Whether the workspace's file may send
-//! requests where it says is `trust`'s to decide, between reading and resolving.
+//! The run's providers: settings resolved from the configuration (as the trust
+//! rule left it), one client per provider built, each recording to the cassette
+//! under `--record`, or every one replaced by the cassette under `--replay`.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
-use super::flags::Cli;
+use super::Options;
 use crate::config::{self, ConfigFile, Flags, ProviderKind, ProviderSettings};
 use crate::error::ConfigError;
 use crate::llm::Provider;
@@ -16,68 +13,15 @@ use crate::llm::cassette::{self, Recorder};
 use crate::llm::openai::{OpenAiClient, OpenAiConfig};
 use crate::llm::replay::ReplayProvider;
 use crate::models::Models;
-use crate::small_file;
 
-/// The configuration files as read.
-#[derive(Debug)]
-pub(super) struct Files {
-    /// The user's own file (empty when there is none).
-    pub(super) user: ConfigFile,
-    /// Where the user's file is, or would be (`None` without `$HOME`).
-    pub(super) user_path: Option<PathBuf>,
-    /// The workspace's `orchestrate.toml` (empty when there is none).
-    pub(super) workspace: ConfigFile,
-    /// Where the workspace's file is.
-    pub(super) workspace_path: PathBuf,
-}
-
-/// Reads the user's file and the workspace's. A workspace's file that declares
-/// trust is refused: only the user's own may.
-pub(super) fn read(
-    workspace: &Path,
-    env: &impl Fn(&str) -> Option<String>,
-) -> Result<Files, ConfigError> {
-    let user_path =
-        env("HOME").map(|home| Path::new(&home).join(".config/orchestrate/config.toml"));
-    let user = match &user_path {
-        Some(path) => read_one(path)?.trusted(),
-        None => ConfigFile::default(),
-    };
-    let workspace_path = workspace.join("orchestrate.toml");
-    let ours = read_one(&workspace_path)?;
-    if !ours.trust.is_empty() {
-        return Err(ConfigError::Invalid(format!(
-            "{}: [trust] is honoured only in ~/.config/orchestrate/config.toml (a repository cannot trust itself)",
-            workspace_path.display()
-        )));
-    }
-    Ok(Files {
-        user,
-        user_path,
-        workspace: ours,
-        workspace_path,
-    })
-}
-
-/// One file, or an empty one when it does not exist. Bounded: a repository's file
-/// may be a FIFO or a symlink to /dev/zero.
-fn read_one(path: &Path) -> Result<ConfigFile, ConfigError> {
-    match small_file::read_to_string(path, small_file::MAX_BYTES) {
-        Ok(text) => ConfigFile::parse(&path.display().to_string(), &text),
-        Err(e) if e.is_not_found() => Ok(ConfigFile::default()),
-        Err(e) => Err(ConfigError::Invalid(e.to_string())),
-    }
-}
-
-/// Resolves the settings (the workspace's file over the user's) and builds every
-/// provider they name.
+/// Resolves the settings of `file` (the workspace's over the user's, as the
+/// trust rule left them) and builds every provider they name.
 pub(super) fn models(
-    cli: &Cli,
-    files: Files,
+    options: &Options,
+    file: &ConfigFile,
     env: &impl Fn(&str) -> Option<String>,
 ) -> Result<Models, ConfigError> {
-    let file = files.user.merged(files.workspace);
-    let replay = match (cli.provider.as_deref(), &cli.replay) {
+    let replay = match (options.provider.as_deref(), &options.replay) {
         (Some("replay"), None) => {
             return Err(ConfigError::Invalid(
                 "--provider replay needs --replay FILE".into(),
@@ -91,19 +35,19 @@ pub(super) fn models(
         }
         (_, None) => None,
     };
-    if replay.is_some() && cli.record.is_some() {
+    if replay.is_some() && options.record.is_some() {
         return Err(ConfigError::Invalid(
             "--record and --replay cannot be combined".into(),
         ));
     }
     let mut flags = Flags {
-        provider: cli.provider.clone(),
-        base_url: cli.base_url.clone(),
-        model: cli.model.clone(),
+        provider: options.provider.clone(),
+        base_url: options.base_url.clone(),
+        model: options.model.clone(),
     };
     let Some(path) = replay else {
-        let settings = config::resolve(&flags, &file, env)?;
-        let recorder = match &cli.record {
+        let settings = config::resolve(&flags, file, env)?;
+        let recorder = match &options.record {
             Some(path) => {
                 Some(Arc::new(Recorder::create(path).map_err(|e| {
                     ConfigError::Invalid(format!("--record {e}"))
@@ -111,11 +55,16 @@ pub(super) fn models(
             }
             None => None,
         };
-        let idle = Duration::from_secs(cli.idle_timeout.max(1));
+        let idle = options.idle_timeout;
         // Requests in flight to one endpoint are at most as many as agents may
         // run at once: --max-parallel on each level, and the lead.
-        let levels = cli.max_depth.max(1) as usize;
-        crate::llm::governor::set_cap(cli.max_parallel.saturating_mul(levels).saturating_add(1));
+        let levels = options.max_depth.max(1) as usize;
+        crate::llm::governor::set_cap(
+            options
+                .max_parallel
+                .saturating_mul(levels)
+                .saturating_add(1),
+        );
         return Models::new(settings, |p| client(p, idle, recorder.as_ref()));
     };
     let exchanges =
@@ -124,11 +73,11 @@ pub(super) fn models(
     flags.provider = Some(file.provider.clone().unwrap_or_else(|| "openai".into()));
     let model = flags.model.clone();
     flags.model = model.or_else(|| Some("replay".into()));
-    let mut settings = config::resolve(&flags, &file, |_: &str| None)?;
+    let mut settings = config::resolve(&flags, file, |_: &str| None)?;
     // The cassette serves every provider: Claude Code's aliases need no key here.
     settings.inherited_aliases.clear();
     let replay = ReplayProvider::new(exchanges);
-    let replay = if cli.replay_lenient {
+    let replay = if options.replay_lenient {
         replay.lenient()
     } else {
         replay
@@ -139,7 +88,7 @@ pub(super) fn models(
 
 fn client(
     settings: &ProviderSettings,
-    idle: Duration,
+    idle: std::time::Duration,
     recorder: Option<&Arc<Recorder>>,
 ) -> Result<Arc<dyn Provider>, ConfigError> {
     let key = settings.api_key.clone();

@@ -1,29 +1,25 @@
 //! The Bash tool's confinement, from `--sandbox` and the `[sandbox]` table of the
-//! user's own configuration (a repository's `orchestrate.toml` may not loosen it),
-//! with the notes to show at start about what this kernel does not allow.
+//! user's own configuration (a repository's `orchestrate.toml` may not set it:
+//! the trust rule refuses it before this), with the notes to show at start about
+//! what this kernel does not allow.
 
 use std::path::{Path, PathBuf};
 
-use super::flags::Cli;
 use crate::config::ConfigFile;
 use crate::error::ConfigError;
 use crate::tools::bash::{Bash, Confinement, SandboxMode};
 
-/// The Bash tool the run offers, and what to tell the person about its confinement;
-/// `keys`: the variables that hold provider keys, kept out of its commands.
+/// The Bash tool the run offers, and what to tell the person about its confinement:
+/// `flag` is `--sandbox`, `user` the person's own file; `keys`: the variables that
+/// hold provider keys, kept out of its commands.
 pub(super) fn bash(
-    cli: &Cli,
-    file: &ConfigFile,
+    flag: Option<SandboxMode>,
+    user: &ConfigFile,
     keys: Vec<String>,
     env: &impl Fn(&str) -> Option<String>,
 ) -> Result<(Bash, Vec<String>), ConfigError> {
-    let entry = file.sandbox.clone().unwrap_or_default();
-    if file.sandbox.is_some() && !entry.trusted {
-        return Err(ConfigError::Invalid(
-            "[sandbox] is honoured only in ~/.config/orchestrate/config.toml (a repository's orchestrate.toml must not loosen the sandbox)".into(),
-        ));
-    }
-    let mode = match (cli.sandbox, &entry.mode) {
+    let entry = user.sandbox.clone().unwrap_or_default();
+    let mode = match (flag, &entry.mode) {
         (Some(mode), _) => mode,
         (None, Some(name)) => name
             .parse::<SandboxMode>()
