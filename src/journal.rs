@@ -211,14 +211,7 @@ mod tests {
         let zero = dir.path().join("zero.jsonl");
         std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
         let fifo = dir.path().join("fifo.jsonl");
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &fifo,
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o600),
-            0,
-        )
-        .unwrap();
+        crate::small_file::fifo(&fifo);
         for path in [&zero, &fifo] {
             let err = read_journal(path).unwrap_err().to_string();
             assert!(err.starts_with(&path.display().to_string()), "{err}");

@@ -6,7 +6,7 @@
 //!
 //! Every file is read once ([`Sources`]), each keeps whose it is ([`Origin`]), and
 //! one trust rule ([`rule::verdict`]) decides what a workspace's files may set:
-//! freely, only to be stricter ([`limits`]: prices, windows, compaction; deny and
+//! freely, only to be stricter (`limits`: prices, windows, compaction; deny and
 //! ask rules), only once the person trusts the workspace with it (addresses,
 //! allow rules, MCP servers), or never (`[trust]`, `[sandbox]`, `api_key_env`).
 //!

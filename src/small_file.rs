@@ -293,6 +293,20 @@ fn text(path: &Path, bytes: Vec<u8>) -> Result<String, ReadError> {
     })
 }
 
+/// Makes a FIFO at `path`, for the tests of hostile input: opening it to read
+/// waits for a writer that never comes.
+#[cfg(test)]
+pub(crate) fn fifo(path: &std::path::Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -316,14 +330,7 @@ mod tests {
     fn a_fifo_a_device_and_a_directory_are_refused_without_blocking() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("fifo");
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &fifo,
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o644),
-            0,
-        )
-        .unwrap();
+        super::fifo(&fifo);
         let zero = dir.path().join("zero");
         std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
         for path in [&fifo, &dir.path().to_owned()] {
@@ -432,14 +439,7 @@ mod tests {
         let link = dir.path().join("run.lock");
         std::os::unix::fs::symlink(&victim, &link).unwrap();
         let fifo = dir.path().join("fifo");
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &fifo,
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o644),
-            0,
-        )
-        .unwrap();
+        super::fifo(&fifo);
         for access in [
             Access::Read,
             Access::Append,

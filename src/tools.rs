@@ -386,20 +386,6 @@ pub(crate) fn test_context() -> (tempfile::TempDir, ToolContext) {
     (dir, ToolContext::new(workspace, SessionId::new()))
 }
 
-/// Makes a FIFO at `path`, for the tests of hostile input: opening it to read
-/// waits for a writer that never comes.
-#[cfg(test)]
-pub(crate) fn fifo(path: &std::path::Path) {
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        path,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o644),
-        0,
-    )
-    .unwrap();
-}
-
 /// A write-like call is unsafe on the path it names.
 pub(crate) fn unsafe_on_path(input: &Value) -> Concurrency {
     let path = input

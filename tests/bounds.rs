@@ -3,25 +3,11 @@
 //! files, a file of one 50 MB line, a turn of a hundred tool calls, an SSE event past
 //! the cap, and a recording of a response that goes on and on.
 
-use std::path::Path;
-
 use serde_json::json;
 
 use crate::cli::{orchestrate, run_on, text};
-use crate::support::harness::{self, DEADLINE};
+use crate::support::harness::{self, DEADLINE, fifo};
 use crate::support::mock_llm::{End, Gate, MockLlm, Reply, ev_finish, ev_role, ev_text, ev_usage};
-
-/// Makes a FIFO at `path`: opening it to read waits for a writer that never comes.
-fn fifo(path: &Path) {
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        path,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o644),
-        0,
-    )
-    .unwrap();
-}
 
 /// The workspace as the binary names it (`-C` resolves symlinks such as /tmp's).
 fn canonical(dir: &tempfile::TempDir) -> std::path::PathBuf {

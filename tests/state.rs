@@ -10,7 +10,7 @@ use std::process::Stdio;
 use serde_json::json;
 
 use crate::cli::{command_on, orchestrate, run_on, text};
-use crate::support::harness::{self, DEADLINE, tool_results, wait_until};
+use crate::support::harness::{self, DEADLINE, fifo, tool_results, wait_until};
 use crate::support::mock_llm::{End, Gate, MockLlm, Reply};
 
 const BYPASS: [&str; 2] = ["--permission-mode", "bypassPermissions"];
@@ -22,17 +22,6 @@ fn sha16(text: &str) -> String {
         .output()
         .unwrap();
     String::from_utf8(out.stdout).unwrap()[..16].to_owned()
-}
-
-fn fifo(path: &Path) {
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        path,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .unwrap();
 }
 
 /// A journal of a finished run answered `answer`.
@@ -182,7 +171,8 @@ async fn the_state_folder_is_refused_to_the_tools_in_a_workspace_that_is_home() 
             json!({"command": format!(
                 "ls -A {root} | wc -l; cat {journal_text} || echo unreadable; \
                  touch {root}/planted || echo unwritable; \
-                 {me} -C {ws} sessions; {me} -C {ws} -c 'forged follow-up' 2>&1; true",
+                 {me} -C {ws} sessions; {me} -C {ws} -c 'forged follow-up' 2>&1; \
+                 {me} -C {ws} ps 2>&1; {me} -C {ws} steer orchestrator 'forged steer' 2>&1; true",
                 ws = ws.display()
             )}),
         )]),
@@ -216,6 +206,20 @@ async fn the_state_folder_is_refused_to_the_tools_in_a_workspace_that_is_home() 
         "{bash}"
     );
     assert!(bash.contains("no runs in this workspace yet"), "{bash}");
+    // The live run's control socket is out of its sight too.
+    assert_eq!(
+        bash.matches("orchestrate: no live run in ").count(),
+        2,
+        "{bash}"
+    );
+    let steered = mock.requests().iter().any(|r| {
+        r.body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["role"] == "user" && m["content"].to_string().contains("forged steer"))
+    });
+    assert!(!steered, "a steer reached the lead");
     assert!(!bash.contains("first answer"), "{bash}");
     assert_eq!(std::fs::read(&journal).unwrap(), before);
     assert!(!state.root().join("planted").exists());
@@ -243,34 +247,11 @@ async fn state_and_socket_sit_at_their_pinned_paths_however_long() {
     std::fs::create_dir_all(&home).unwrap();
     std::fs::create_dir_all(&ws).unwrap();
     assert_eq!((home.as_os_str().len(), ws.as_os_str().len()), (100, 200));
-    let gate = Gate::new();
-    let mock = MockLlm::start(vec![
-        Reply::text("held answer").with_end(End::HoldAfter(0, gate.clone())),
-    ])
-    .await;
     let home_env = [("HOME", home.to_str().unwrap())];
-    let child = command_on(&mock, &ws, &["hold on"], &home_env)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let held = Held::start(&ws, &home_env).await;
     let state = home.join(".local/state/orchestrate");
     let folder = state.join(sha16(ws.to_str().unwrap()));
-    wait_until("the lead's journal is written", || {
-        std::fs::read_dir(folder.join("sessions")).is_ok_and(|mut d| d.next().is_some())
-    })
-    .await;
-    let journals: Vec<PathBuf> = std::fs::read_dir(folder.join("sessions"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert_eq!(journals.len(), 1);
-    let run = journals[0]
-        .file_stem()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let run = lead_run(&folder.join("sessions")).await;
     assert!(folder.join(format!("runs/{run}.lock")).exists());
     let socket = state.join(format!("s/{}.sock", sha16(&run)));
     assert!(socket.as_os_str().len() > 107);
@@ -287,12 +268,7 @@ async fn state_and_socket_sit_at_their_pinned_paths_however_long() {
     assert_eq!(ps.status.code(), Some(0), "{}", text(&ps.stderr));
     assert!(text(&ps.stdout).starts_with(&format!("run {run}\norchestrator")));
 
-    gate.open();
-    let out = tokio::time::timeout(DEADLINE, child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    held.finish().await;
     assert!(!socket.exists(), "the socket goes with the run");
     assert!(!folder.join(format!("runs/{run}.lock")).exists());
 }
@@ -300,50 +276,87 @@ async fn state_and_socket_sit_at_their_pinned_paths_however_long() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn xdg_folders_are_followed_and_the_socket_goes_in_the_runtime_folder() {
     // Outside the temporary directory, which a runtime folder may not be in.
-    let xdg = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let outside_tmp = [env!("CARGO_TARGET_TMPDIR"), "/dev/shm"]
+        .into_iter()
+        .find(|dir| !dir.starts_with("/tmp") && !dir.starts_with("/var/tmp"))
+        .unwrap();
+    let xdg = tempfile::tempdir_in(outside_tmp).unwrap();
     let xdg_path = xdg.path().canonicalize().unwrap();
     let (state_home, runtime) = (xdg_path.join("state"), xdg_path.join("run"));
     std::fs::create_dir_all(&runtime).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().canonicalize().unwrap();
-    let gate = Gate::new();
-    let mock = MockLlm::start(vec![
-        Reply::text("held answer").with_end(End::HoldAfter(0, gate.clone())),
-    ])
-    .await;
     let env = [
         ("XDG_STATE_HOME", state_home.to_str().unwrap()),
         ("XDG_RUNTIME_DIR", runtime.to_str().unwrap()),
     ];
-    let child = command_on(&mock, &ws, &["hold on"], &env)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let held = Held::start(&ws, &env).await;
     let sessions = state_home.join(format!(
         "orchestrate/{}/sessions",
         sha16(ws.to_str().unwrap())
     ));
-    wait_until("the lead's journal is written", || {
-        std::fs::read_dir(&sessions).is_ok_and(|mut d| d.next().is_some())
-    })
-    .await;
-    let journal = std::fs::read_dir(&sessions)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let run = journal.file_stem().unwrap().to_str().unwrap().to_owned();
+    let run = lead_run(&sessions).await;
     let socket = runtime.join(format!("orchestrate/{}.sock", sha16(&run)));
     assert!(socket.exists(), "{}", socket.display());
     let ps = orchestrate(&ws, &["ps"], &env).await;
     assert_eq!(ps.status.code(), Some(0), "{}", text(&ps.stderr));
-    gate.open();
-    let out = tokio::time::timeout(DEADLINE, child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    held.finish().await;
     assert!(!ws.join(".local").exists() && !ws.join(".orchestrate").exists());
+}
+
+/// A run of the binary in `ws` whose lead's answer is held until [`Held::finish`].
+struct Held {
+    gate: Gate,
+    _mock: MockLlm,
+    child: tokio::process::Child,
+}
+
+impl Held {
+    async fn start(ws: &Path, env: &[(&str, &str)]) -> Self {
+        let gate = Gate::new();
+        let mock = MockLlm::start(vec![
+            Reply::text("held answer").with_end(End::HoldAfter(0, gate.clone())),
+        ])
+        .await;
+        let child = command_on(&mock, ws, &["hold on"], env)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        Self {
+            gate,
+            _mock: mock,
+            child,
+        }
+    }
+
+    /// Lets the lead answer; the run ends well.
+    async fn finish(self) {
+        self.gate.open();
+        let out = tokio::time::timeout(DEADLINE, self.child.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    }
+}
+
+/// The run whose lead journals in `sessions`, once its journal is there: the
+/// only journal.
+async fn lead_run(sessions: &Path) -> String {
+    wait_until("the lead's journal is written", || {
+        std::fs::read_dir(sessions).is_ok_and(|mut d| d.next().is_some())
+    })
+    .await;
+    let journals: Vec<PathBuf> = std::fs::read_dir(sessions)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(journals.len(), 1);
+    journals[0]
+        .file_stem()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned()
 }

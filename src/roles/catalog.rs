@@ -224,7 +224,7 @@ mod tests {
         let mut huge = role("huge", "too much");
         huge.push_str(&"x".repeat(small_file::MAX_BYTES as usize));
         std::fs::write(local.join("huge.md"), &huge).unwrap();
-        crate::tools::fifo(&local.join("fifo.md"));
+        crate::small_file::fifo(&local.join("fifo.md"));
         std::os::unix::fs::symlink("/dev/zero", local.join("zero.md")).unwrap();
         std::fs::write(local.join("fine.md"), role("fine", "still loaded")).unwrap();
 

@@ -169,14 +169,7 @@ mod tests {
         std::fs::write(&bashrc, "alias ls=ls\n").unwrap();
         let (linked, fifo) = (SessionId::new(), SessionId::new());
         std::os::unix::fs::symlink(&bashrc, state.lock(linked)).unwrap();
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            state.lock(fifo),
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o600),
-            0,
-        )
-        .unwrap();
+        crate::small_file::fifo(&state.lock(fifo));
         for run in [linked, fifo] {
             assert_eq!(holder(&state, run), None);
             let refused = RunLock::acquire(&state, run).unwrap_err().to_string();

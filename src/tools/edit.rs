@@ -429,7 +429,7 @@ mod tests {
     #[tokio::test]
     async fn a_fifo_is_refused_without_being_read() {
         let (_dir, ctx) = test_context();
-        crate::tools::fifo(&ctx.workspace.join("pipe"));
+        crate::small_file::fifo(&ctx.workspace.join("pipe"));
         let input = json!({"file_path": "pipe", "old_string": "a", "new_string": "b"});
         let refused = tokio::time::timeout(std::time::Duration::from_secs(30), edit(&ctx, input))
             .await

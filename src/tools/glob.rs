@@ -212,8 +212,8 @@ mod tests {
             &["src/main.rs", "sub/kept.rs", "sub/gone.rs", "target/out.rs"],
         );
         std::os::unix::fs::symlink("/dev/zero", ctx.workspace.join(".gitignore")).unwrap();
-        crate::tools::fifo(&ctx.workspace.join(".ignore"));
-        crate::tools::fifo(&ctx.workspace.join("sub/.gitignore"));
+        crate::small_file::fifo(&ctx.workspace.join(".ignore"));
+        crate::small_file::fifo(&ctx.workspace.join("sub/.gitignore"));
         std::fs::create_dir_all(ctx.workspace.join(".git/info")).unwrap();
         std::os::unix::fs::symlink("/dev/zero", ctx.workspace.join(".git/info/exclude")).unwrap();
         // A readable ignore file beside them still counts.

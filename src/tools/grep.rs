@@ -296,7 +296,7 @@ mod tests {
         let (_d, ctx) = fixture();
         std::fs::remove_file(ctx.workspace.join(".gitignore")).unwrap();
         std::os::unix::fs::symlink("/dev/zero", ctx.workspace.join(".gitignore")).unwrap();
-        crate::tools::fifo(&ctx.workspace.join(".ignore"));
+        crate::small_file::fifo(&ctx.workspace.join(".ignore"));
         let input = json!({"pattern": "hello", "output_mode": "content"});
         let out = grep(&ctx, input).await.unwrap();
         // target/ is no longer ignored: its .gitignore was not read.

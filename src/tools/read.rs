@@ -314,7 +314,7 @@ mod tests {
     #[tokio::test]
     async fn a_fifo_is_refused_at_once() {
         let (_dir, ctx) = test_context();
-        crate::tools::fifo(&ctx.workspace.join("pipe"));
+        crate::small_file::fifo(&ctx.workspace.join("pipe"));
         let err = Read
             .call(serde_json::json!({"file_path": "pipe"}), &ctx)
             .await

@@ -31,6 +31,18 @@ pub fn state(workspace: &Path) -> orchestrate::state::StateDir {
     orchestrate::state::StateDir::at(&workspace.join(".local/state/orchestrate"), &workspace)
 }
 
+/// Makes a FIFO at `path`: opening it to read waits for a writer that never comes.
+pub fn fifo(path: &Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+}
+
 /// A client for the mock with a short idle timeout.
 pub fn client(mock: &MockLlm, idle: Duration) -> Arc<OpenAiClient> {
     let mut config = OpenAiConfig::new(mock.base_url(), Some(TEST_KEY.to_owned()));
