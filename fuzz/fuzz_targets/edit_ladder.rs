@@ -15,13 +15,13 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     for replace_all in [false, true] {
-        match replace(file, old, new, replace_all) {
+        match replace(file, old, new, replace_all, usize::MAX) {
             Ok(edited) => {
                 assert!(edited.count >= 1);
                 assert!(std::str::from_utf8(&edited.bytes).is_ok(), "an edit made text that is not UTF-8");
             }
             Err(Refusal::Ambiguous(n)) => assert!(!replace_all && n > 1),
-            Err(Refusal::Binary | Refusal::NotText | Refusal::NotFound { .. }) => {}
+            Err(Refusal::Binary | Refusal::NotText | Refusal::NotFound { .. } | Refusal::TooLarge { .. }) => {}
         }
     }
 });

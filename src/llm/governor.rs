@@ -21,6 +21,10 @@ use tokio::time::Instant;
 /// The cooldown after a rate limit that says nothing about when to come back.
 pub const DEFAULT_COOLDOWN: Duration = Duration::from_secs(1);
 
+/// The longest cooldown a server may impose: as long as one session would wait
+/// for a retry (`RetryPolicy::max_server_delay`).
+pub const MAX_COOLDOWN: Duration = Duration::from_secs(300);
+
 /// The cap of every endpoint's ceiling; unbounded (`usize::MAX`) unless set.
 static CAP: AtomicUsize = AtomicUsize::new(usize::MAX);
 
@@ -138,12 +142,13 @@ impl Governor {
     }
 
     /// The endpoint said it is overloaded (429, 529): every request waits out
-    /// `retry_after` (or [`DEFAULT_COOLDOWN`]), and the ceiling halves, unless a
-    /// cooldown was already running (the same burst said so already).
+    /// `retry_after` (or [`DEFAULT_COOLDOWN`]; at most [`MAX_COOLDOWN`]), and the
+    /// ceiling halves, unless a cooldown was already running (the same burst said
+    /// so already).
     pub fn rate_limited(&self, retry_after: Option<Duration>) {
         let mut state = self.lock();
         let now = Instant::now();
-        let until = now + retry_after.unwrap_or(DEFAULT_COOLDOWN);
+        let until = now + retry_after.unwrap_or(DEFAULT_COOLDOWN).min(MAX_COOLDOWN);
         let cooling = state.cooldown_until.is_some_and(|u| u > now);
         state.cooldown_until = Some(state.cooldown_until.map_or(until, |u| u.max(until)));
         if !cooling {
@@ -169,6 +174,15 @@ impl Governor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cooldown_is_never_longer_than_five_minutes_whatever_the_server_says() {
+        let governor = Governor::new(4);
+        let before = Instant::now();
+        governor.rate_limited(Some(Duration::MAX));
+        let until = governor.lock().cooldown_until.unwrap();
+        assert_eq!(until - before, MAX_COOLDOWN);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_rate_limit_holds_every_request_until_the_cooldown_is_over() {

@@ -15,7 +15,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::conversation::AssistantTurn;
-use crate::error::{ConfigError, LlmError, ProviderError, StreamError, excerpt};
+use crate::error::{ConfigError, ErrorClass, LlmError, ProviderError, StreamError, excerpt};
 use crate::llm::cassette::{Capture, Exchange, MAX_RECORDED_BYTES, Recorder, Sent};
 use crate::llm::governor::{self, Governor, Wait};
 use crate::llm::sse::{SplitError, Step, TurnDecoder, split_events_within};
@@ -283,6 +283,11 @@ impl HttpApi {
             code,
             retry_after,
         };
+        // An overloaded endpoint makes every session of it wait; an error that
+        // no wait can mend (a spent quota, say) does not.
+        if matches!(status, 429 | 529) && matches!(error.class(), ErrorClass::Retryable { .. }) {
+            self.governor.rate_limited(retry_after);
+        }
         (error, body)
     }
 
@@ -463,17 +468,12 @@ impl HttpApi {
 }
 
 impl HttpApi {
-    /// Tells the endpoint's governor what a response's status says: a rate limit
-    /// (429, or Anthropic's 529 overloaded) starts a shared cooldown; a success
-    /// lets one more request in flight.
+    /// Tells the endpoint's governor of a success: one more request may be in
+    /// flight. (A rate limit is told once its body says whether waiting helps:
+    /// `status_error`.)
     fn judged_by(&self, response: &reqwest::Response) {
-        match response.status().as_u16() {
-            429 | 529 => {
-                let after = retry::retry_after(response.headers(), SystemTime::now());
-                self.governor.rate_limited(after);
-            }
-            200..=299 => self.governor.succeeded(),
-            _ => {}
+        if response.status().is_success() {
+            self.governor.succeeded();
         }
     }
 }

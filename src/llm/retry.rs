@@ -86,15 +86,20 @@ pub fn retry_after(headers: &reqwest::header::HeaderMap, now: SystemTime) -> Opt
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
     };
+    // Any number a server sends is taken without overflow: past what a
+    // `Duration` holds is as long as it holds (callers clamp it).
+    let seconds = |secs: f64| {
+        (secs.is_finite() && secs >= 0.0)
+            .then(|| Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
+    };
     if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
-        && ms.is_finite()
-        && ms >= 0.0
+        && let Some(after) = seconds(ms / 1000.0)
     {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
+        return Some(after);
     }
     let value = get("retry-after")?;
     if let Ok(secs) = value.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+        return seconds(secs);
     }
     let at = httpdate::parse_http_date(value).ok()?;
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
@@ -186,6 +191,15 @@ mod tests {
             Some(Duration::from_millis(1500))
         );
         assert_eq!(retry_after(&headers(&[("retry-after", "soon")]), now), None);
+        // Past what a duration holds: as long as it holds, no panic.
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "1e20")]), now),
+            Some(Duration::MAX)
+        );
+        assert_eq!(
+            retry_after(&headers(&[("retry-after-ms", "1e300")]), now),
+            Some(Duration::MAX)
+        );
         assert_eq!(retry_after(&HeaderMap::new(), now), None);
     }
 

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 mod ladder;
 
-pub use self::ladder::{Edited, Refusal, replace};
+pub use self::ladder::{Edited, Refusal, replace, size_limit};
 use super::files;
 use crate::error::ToolError;
 use crate::tools::{Concurrency, Tool, ToolContext};
@@ -109,6 +109,9 @@ pub(super) fn refused(refusal: Refusal, shown: &str) -> ToolError {
         Refusal::Ambiguous(n) => fail(format!(
             "old_string occurs {n} times in {shown}: add surrounding lines to make it unique, or set replace_all to replace every one"
         )),
+        Refusal::TooLarge { size, limit } => fail(format!(
+            "the edit would make {shown} about {size} bytes, over the limit of {limit} (64 MiB, or 16 times the file, whichever is larger)"
+        )),
     }
 }
 
@@ -141,6 +144,7 @@ fn edit(
         &input.old_string,
         &input.new_string,
         input.replace_all,
+        ladder::size_limit(bytes.len()),
     );
     // A file of the wrong kind is said so before whether it was read.
     if !matches!(edited, Err(Refusal::Binary | Refusal::NotText)) {

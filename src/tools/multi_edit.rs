@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::edit::{Refusal, creates_new, existing_bytes, refused, replace};
+use super::edit::{Refusal, creates_new, existing_bytes, refused, replace, size_limit};
 use super::files;
 use crate::error::ToolError;
 use crate::tools::{Concurrency, Tool, ToolContext};
@@ -127,6 +127,9 @@ fn apply(
         String::new()
     };
     let mut count = 0;
+    // Bounded by the file as it was: edits one after another grow no further
+    // than one edit may.
+    let limit = size_limit(bytes.len());
     for (i, edit) in edits.iter().enumerate().skip(usize::from(creating)) {
         if edit.old_string == edit.new_string {
             let same = ToolError::InvalidInput("old_string and new_string are identical".into());
@@ -138,7 +141,13 @@ fn apply(
             );
             return Err(numbered(i, empty));
         }
-        let edited = replace(&bytes, &edit.old_string, &edit.new_string, edit.replace_all);
+        let edited = replace(
+            &bytes,
+            &edit.old_string,
+            &edit.new_string,
+            edit.replace_all,
+            limit,
+        );
         // An existing file is checked fresh once, after its first edit says
         // whether it is text at all (as Edit says a binary file is one before
         // whether it was read); a new one (its first edit skipped) was never read.
@@ -177,6 +186,34 @@ mod tests {
     use super::*;
     use crate::tools::read::Read;
     use crate::tools::test_context;
+
+    #[tokio::test]
+    async fn edits_that_double_a_file_forty_times_are_refused_before_they_grow_it() {
+        let (_dir, ctx) = test_context();
+        let file = ctx.workspace.join("grow.txt");
+        std::fs::write(&file, "x".repeat(64)).unwrap();
+        Read.call(json!({"file_path": "grow.txt"}), &ctx)
+            .await
+            .unwrap();
+        // Each edit doubles every x: 2^40 of them would be a terabyte.
+        let edits: Vec<_> = (0..40)
+            .map(|i| {
+                let (old, new) = if i % 2 == 0 { ("x", "yy") } else { ("y", "xx") };
+                json!({"old_string": old, "new_string": new, "replace_all": true})
+            })
+            .collect();
+        let refused = MultiEdit
+            .call(json!({"file_path": "grow.txt", "edits": edits}), &ctx)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("over the limit of 67108864 (64 MiB, or 16 times the file")
+                && refused.contains("(no edit was made)"),
+            "{refused}"
+        );
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "x".repeat(64));
+    }
 
     #[tokio::test]
     async fn every_edit_applies_in_order_or_none_does() {

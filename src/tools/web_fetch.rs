@@ -86,7 +86,7 @@ impl Tool for WebFetch {
             }
             if link_local(&url) {
                 return Err(ToolError::InvalidInput(format!(
-                    "{url} is a link-local address (cloud instance metadata lives there); it is not fetched"
+                    "{url} is a link-local or cloud metadata address (instance credentials are served there); it is not fetched"
                 )));
             }
             let (url, content_type, bytes, cut) = match fetch(url).await? {
@@ -111,7 +111,8 @@ impl Tool for WebFetch {
             let html = content_type.contains("html")
                 || (content_type.is_empty() && text.trim_start().starts_with('<'));
             let body = if html {
-                markdown(&text)
+                let page = text.into_owned();
+                super::blocking(move || Ok(markdown(&page))).await?
             } else {
                 text.into_owned()
             };
@@ -230,12 +231,100 @@ async fn fetch(mut url: reqwest::Url) -> Result<Fetched, ToolError> {
     )))
 }
 
-/// HTML as markdown, scripts and styles left out.
+/// The deepest nesting of elements converted to markdown; a page nested deeper
+/// is shown as its text alone (the converter walks the tree recursively, and a
+/// page of thousands of nested `<div>`s would overflow a thread's stack).
+const MAX_NESTING: usize = 512;
+
+/// The stack of the thread that converts a page: room for [`MAX_NESTING`]
+/// levels of the converter's recursion, many times over.
+const CONVERTER_STACK: usize = 64 * 1024 * 1024;
+
+/// HTML as markdown, scripts and styles left out; a page nested past
+/// [`MAX_NESTING`] (or one the converter fails on) as its text without tags.
+/// The conversion runs on a thread of its own, with a stack to spare.
 fn markdown(html: &str) -> String {
-    let converter = htmd::HtmlToMarkdown::builder()
-        .skip_tags(vec!["script", "style", "noscript", "head"])
-        .build();
-    converter.convert(html).unwrap_or_else(|_| html.to_owned())
+    if nesting(html) > MAX_NESTING {
+        return without_tags(html);
+    }
+    let page = html.to_owned();
+    let converted = std::thread::Builder::new()
+        .name("html-to-markdown".into())
+        .stack_size(CONVERTER_STACK)
+        .spawn(move || {
+            let converter = htmd::HtmlToMarkdown::builder()
+                .skip_tags(vec!["script", "style", "noscript", "head"])
+                .build();
+            converter.convert(&page).ok()
+        })
+        .ok()
+        .and_then(|thread| thread.join().ok().flatten());
+    converted.unwrap_or_else(|| without_tags(html))
+}
+
+/// Elements that never hold others, so never nest.
+const VOID: [&str; 16] = [
+    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source",
+    "track", "wbr", "!doctype", "?xml",
+];
+
+/// How deep `html`'s elements nest, at most, counting opening and closing tags
+/// as written (comments skipped, void and self-closed elements not counted).
+fn nesting(html: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let mut rest = html;
+    while let Some(at) = rest.find('<') {
+        rest = &rest[at + 1..];
+        if let Some(comment) = rest.strip_prefix("!--") {
+            rest = comment.find("-->").map_or("", |end| &comment[end + 3..]);
+            continue;
+        }
+        let end = rest.find('>').unwrap_or(rest.len());
+        let tag = &rest[..end];
+        rest = &rest[end..];
+        if let Some(closing) = tag.strip_prefix('/') {
+            if closing.starts_with(|c: char| c.is_ascii_alphabetic()) {
+                depth = depth.saturating_sub(1);
+            }
+            continue;
+        }
+        let name: String = tag
+            .chars()
+            .take_while(|c| !c.is_whitespace() && *c != '/')
+            .collect::<String>()
+            .to_ascii_lowercase();
+        let opens = name.starts_with(|c: char| c.is_ascii_alphabetic())
+            && !VOID.contains(&name.as_str())
+            && !tag.ends_with('/');
+        if opens {
+            depth += 1;
+            deepest = deepest.max(depth);
+        }
+    }
+    deepest
+}
+
+/// `html`'s text: every tag taken out, blank lines squeezed.
+fn without_tags(html: &str) -> String {
+    let mut text = String::with_capacity(html.len() / 2);
+    let mut in_tag = false;
+    for c in html.chars() {
+        match (in_tag, c) {
+            (false, '<') => in_tag = true,
+            (true, '>') => {
+                in_tag = false;
+                text.push(' ');
+            }
+            (false, c) => text.push(c),
+            (true, _) => {}
+        }
+    }
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect();
+    lines.join("\n")
 }
 
 /// `text` cut to [`MAX_CHARS`] on a character boundary; true when it was cut.
@@ -252,6 +341,22 @@ fn cap(text: &str) -> (&str, bool) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_page_nested_past_the_limit_is_shown_as_text_and_crashes_nothing() {
+        let deep = format!(
+            "<html><body>{}deep text{}</body></html>",
+            "<div>".repeat(5000),
+            "</div>".repeat(5000)
+        );
+        assert!(super::nesting(&deep) > super::MAX_NESTING);
+        assert_eq!(super::markdown(&deep), "deep text");
+        // Just under the limit it converts, on a thread with room for it.
+        let nested = format!("{}<p>kept</p>{}", "<div>".repeat(500), "</div>".repeat(500));
+        assert_eq!(super::markdown(&nested), "kept");
+        let plain = "<!-- <div><div> --><p>a<br>b<img src=x/></p><hr/>";
+        assert_eq!(super::nesting(plain), 1);
+    }
+
     use serde_json::json;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

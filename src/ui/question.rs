@@ -111,15 +111,29 @@ impl Approver for TerminalApprover {
     fn ask(&self, request: PermissionRequest) -> BoxFuture<'_, Answer> {
         Box::pin(async move {
             let mut keyboard = self.keyboard.lock().await;
-            if let Some(display) = &self.pause {
-                display.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-            }
-            let answer = self.pages(&mut keyboard, &request).await;
-            if let Some(display) = &self.pause {
-                display.set_draw_target(indicatif::ProgressDrawTarget::stderr());
-            }
-            answer
+            // Shown again however the question ends: answered, or abandoned
+            // when a cancel drops this future mid-question.
+            let _paused = self.pause.as_ref().map(Paused::new);
+            self.pages(&mut keyboard, &request).await
         })
+    }
+}
+
+/// The live display, hidden while a question is on screen and drawn again when
+/// this is dropped.
+struct Paused<'a>(&'a indicatif::MultiProgress);
+
+impl<'a> Paused<'a> {
+    fn new(display: &'a indicatif::MultiProgress) -> Self {
+        display.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+        Self(display)
+    }
+}
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        self.0
+            .set_draw_target(indicatif::ProgressDrawTarget::stderr());
     }
 }
 

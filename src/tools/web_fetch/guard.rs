@@ -1,24 +1,35 @@
 //! Where WebFetch may go: never to a link-local address (`169.254.0.0/16`,
-//! `fe80::/10`, and their IPv4-mapped forms) or a cloud metadata name, where an
-//! instance's credentials are served, whether the URL names the address or a DNS
+//! `fe80::/10`, and their IPv4-mapped forms), a cloud metadata address outside
+//! them (AWS's `fd00:ec2::254`, Alibaba's `100.100.100.200`, Oracle's
+//! `192.0.0.192`) or a cloud metadata name, where an instance's credentials are
+//! served, whether the URL names the address or a DNS
 //! name resolves to it (checked on the addresses the connection will use); and a
 //! redirect is followed only within its site. Through a proxy from the
 //! environment (`HTTP(S)_PROXY`, `ALL_PROXY`) only the URL itself is checked: the
 //! proxy resolves the name.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use reqwest::Url;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
-/// True for a link-local address, IPv4 or IPv6 (or IPv4 mapped into IPv6, which
-/// reaches the same address as its IPv4 form).
+/// Cloud instance metadata services outside the link-local ranges.
+const METADATA_V4: [Ipv4Addr; 2] = [
+    Ipv4Addr::new(100, 100, 100, 200),
+    Ipv4Addr::new(192, 0, 0, 192),
+];
+const METADATA_V6: [Ipv6Addr; 1] = [Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)];
+
+/// True for a link-local address or a cloud metadata address, IPv4 or IPv6 (or
+/// IPv4 mapped into IPv6, which reaches the same address as its IPv4 form).
 pub(super) fn link_local_ip(ip: IpAddr) -> bool {
+    let v4 = |ip: Ipv4Addr| ip.is_link_local() || METADATA_V4.contains(&ip);
     match ip {
-        IpAddr::V4(ip) => ip.is_link_local(),
+        IpAddr::V4(ip) => v4(ip),
         IpAddr::V6(ip) => {
             (ip.segments()[0] & 0xffc0) == 0xfe80
-                || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_link_local())
+                || METADATA_V6.contains(&ip)
+                || ip.to_ipv4_mapped().is_some_and(v4)
         }
     }
 }
@@ -62,7 +73,7 @@ pub(super) fn allowed(name: &str, addrs: Vec<SocketAddr>) -> Result<Vec<SocketAd
         .collect();
     if kept.is_empty() && found > 0 {
         return Err(format!(
-            "{name} resolves to a link-local address (cloud instance metadata lives there); it is not fetched"
+            "{name} resolves to a link-local or cloud metadata address (instance credentials are served there); it is not fetched"
         ));
     }
     Ok(kept)
@@ -113,10 +124,20 @@ mod tests {
         let at = |ip: &str| SocketAddr::new(ip.parse().unwrap(), 0);
         let mixed = vec![at("169.254.169.254"), at("93.184.216.34"), at("fe80::1")];
         assert_eq!(allowed("x.com", mixed), Ok(vec![at("93.184.216.34")]));
+        for metadata in [
+            "fd00:ec2::254",
+            "100.100.100.200",
+            "192.0.0.192",
+            "::ffff:100.100.100.200",
+        ] {
+            assert!(link_local_ip(metadata.parse().unwrap()), "{metadata}");
+        }
+        assert!(!link_local_ip("100.100.100.201".parse().unwrap()));
         let metadata = vec![at("169.254.169.254"), at("::ffff:169.254.169.254")];
         let refused = allowed("rebind.example", metadata).unwrap_err();
         assert!(
-            refused.starts_with("rebind.example resolves to a link-local address"),
+            refused
+                .starts_with("rebind.example resolves to a link-local or cloud metadata address"),
             "{refused}"
         );
     }
