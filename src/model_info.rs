@@ -117,23 +117,38 @@ impl ModelTable {
 }
 
 /// The built-in entry for model `id`: the entry of that exact id, else of the
-/// longest table id that `id` extends with a `-` or `@` (a dated or pinned
-/// version: `gpt-4o-2024-08-06` is `gpt-4o`), else the same for the part after a
-/// provider prefix (`openai/gpt-4o`).
+/// longest table id that `id` extends with a version (a date, `-latest`, or a
+/// pin after `@`: `gpt-4o-2024-08-06` is `gpt-4o`), else the same for the part
+/// after a provider prefix (`openai/gpt-4o`). Another model whose id merely
+/// starts with a known one (`o3-pro`, `gpt-5-pro`) is not that one: its prices
+/// are unknown.
 pub fn builtin(id: &str) -> Option<ModelInfo> {
     let lookup = |id: &str| {
         table::MODELS
             .iter()
-            .filter(|(name, _)| {
-                id == *name
-                    || id
-                        .strip_prefix(name)
-                        .is_some_and(|rest| rest.starts_with(['-', '@', ':']))
-            })
+            .filter(|(name, _)| id == *name || id.strip_prefix(name).is_some_and(version_suffix))
             .max_by_key(|(name, _)| name.len())
             .map(|(_, info)| *info)
     };
     lookup(id).or_else(|| id.rsplit_once('/').and_then(|(_, tail)| lookup(tail)))
+}
+
+/// Whether `rest` (what follows a known id) names a version of that model:
+/// `-YYYY-MM-DD`, `-YYYYMMDD`, `-latest`, or `@` and a pin.
+fn version_suffix(rest: &str) -> bool {
+    let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
+    if rest.starts_with('@') {
+        return rest.len() > 1;
+    }
+    let Some(version) = rest.strip_prefix('-') else {
+        return false;
+    };
+    let date = match version.split('-').collect::<Vec<_>>().as_slice() {
+        [y, m, d] => digits(y, 4) && digits(m, 2) && digits(d, 2),
+        [ymd] => digits(ymd, 8),
+        _ => false,
+    };
+    date || version == "latest"
 }
 
 #[cfg(test)]
@@ -160,6 +175,22 @@ mod tests {
         assert_eq!(builtin("gpt-4o-mini-2024-07-18"), builtin("gpt-4o-mini"));
         assert_eq!(builtin("gpt-4oxyz"), None);
         assert_eq!(builtin("no-such-model"), None);
+        // Dated and pinned Anthropic ids; other models that only start alike.
+        let sonnet = builtin("claude-sonnet-4-5").unwrap();
+        assert_eq!(builtin("claude-sonnet-4-5-20250929"), Some(sonnet));
+        assert_eq!(builtin("claude-sonnet-4-5@20250929"), Some(sonnet));
+        assert_eq!(
+            builtin("claude-3-5-haiku-latest"),
+            builtin("claude-3-5-haiku")
+        );
+        for other in [
+            "o3-pro",
+            "gpt-5-pro",
+            "openai/o3-deep-research",
+            "gpt-4o-2024",
+        ] {
+            assert_eq!(builtin(other), None, "{other}");
+        }
     }
 
     #[test]

@@ -129,8 +129,25 @@ pub enum RunError {
 }
 
 /// Every run of the workspace whose state is `state`, newest first. Journals
-/// that cannot be read are skipped (each is named in the log).
+/// that cannot be read are skipped ([`read`] names them).
 pub fn list(state: &StateDir) -> Vec<Run> {
+    read(state).runs
+}
+
+/// The runs of a workspace, and the journals that could not be read.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// Every run, newest first.
+    pub runs: Vec<Run>,
+    /// The journals left out, each with why.
+    pub unreadable: Vec<crate::journal::JournalError>,
+}
+
+/// Every run of the workspace whose state is `state`, newest first, and the
+/// journals that could not be read (not a regular file of this user's, or
+/// damaged before their last line), which are left out.
+pub fn read(state: &StateDir) -> Listing {
+    let mut listing = Listing::default();
     let mut sessions: Vec<(SessionId, Vec<Record>)> = Vec::new();
     if let Ok(entries) = std::fs::read_dir(state.sessions()) {
         for entry in entries.flatten() {
@@ -144,17 +161,17 @@ pub fn list(state: &StateDir) -> Vec<Run> {
                         sessions.push((*session, records));
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "a journal that cannot be read is not listed"),
+                Err(e) => listing.unreadable.push(e),
             }
         }
     }
-    let mut runs = assemble(&sessions);
-    for run in &mut runs {
+    listing.runs = assemble(&sessions);
+    for run in &mut listing.runs {
         if lock::holder(state, run.id).is_some() {
             run.status = RunStatus::Running;
         }
     }
-    runs
+    listing
 }
 
 /// The run named by `prefix` (a unique prefix of its id), or the newest run.

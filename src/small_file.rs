@@ -49,6 +49,9 @@ pub enum Problem {
         /// Its owner's id.
         owner: u32,
     },
+    /// A file to write that has other names (hard links): writing it would
+    /// change them too.
+    Linked,
     /// A repository's file whose links lead out of the repository.
     Outside {
         /// The folder it had to stay in.
@@ -84,6 +87,7 @@ impl ReadError {
             Problem::Symlink
                 | Problem::NotRegular
                 | Problem::NotOwned { .. }
+                | Problem::Linked
                 | Problem::Outside { .. }
         )
     }
@@ -97,6 +101,7 @@ impl fmt::Display for Problem {
             Self::NotOwned { owner } => {
                 write!(f, "owned by user {owner}, not by this user")
             }
+            Self::Linked => write!(f, "has other names (hard links); it is not written"),
             Self::Outside { root, to } => {
                 write!(f, "leads outside {} (to {})", root.display(), to.display())
             }
@@ -170,6 +175,9 @@ pub fn open(path: &Path, access: Access) -> Result<File, ReadError> {
     }
     if stat.st_uid != rustix::process::geteuid().as_raw() {
         return Err(fail(Problem::NotOwned { owner: stat.st_uid }));
+    }
+    if access != Access::Read && stat.st_nlink > 1 {
+        return Err(fail(Problem::Linked));
     }
     let file = File::from(fd);
     if access == Access::Replace {
@@ -454,6 +462,14 @@ mod tests {
                     .is_refused()
             );
         }
+        // Nor through a hard link to it.
+        let hard = dir.path().join("hard.lock");
+        std::fs::hard_link(&victim, &hard).unwrap();
+        assert!(matches!(
+            open(&hard, Access::Replace).unwrap_err().problem,
+            Problem::Linked
+        ));
+        assert!(open(&hard, Access::Read).is_ok());
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "export KEEP=1\n");
         // A new file is made, the owner's alone.
         use std::os::unix::fs::PermissionsExt;

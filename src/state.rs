@@ -75,6 +75,10 @@ pub struct Roots {
     /// `$XDG_RUNTIME_DIR/orchestrate`, when that is set, absolute and not under
     /// the temporary directory.
     pub runtime: Option<PathBuf>,
+    /// The person's service sockets (systemd's and D-Bus's in their runtime
+    /// folder), through which a command could have a process started outside
+    /// its sandbox: hidden from sandboxed commands with the state.
+    pub services: Vec<PathBuf>,
 }
 
 impl Roots {
@@ -97,13 +101,31 @@ impl Roots {
         ];
         let runtime = absolute("XDG_RUNTIME_DIR")
             .filter(|dir| {
-                !temporary
-                    .iter()
-                    .flatten()
-                    .any(|tmp| lexically_under(dir, tmp))
+                let dir = dir.canonicalize().unwrap_or_else(|_| dir.clone());
+                !temporary.iter().flatten().any(|tmp| {
+                    let tmp = tmp.canonicalize().unwrap_or_else(|_| tmp.clone());
+                    dir.starts_with(tmp)
+                })
             })
             .map(|dir| dir.join(APP));
-        Ok(Self { state, runtime })
+        let uid = rustix::process::geteuid().as_raw();
+        let mut services = Vec::new();
+        for dir in absolute("XDG_RUNTIME_DIR")
+            .into_iter()
+            .chain([PathBuf::from(format!("/run/user/{uid}"))])
+        {
+            for name in ["bus", "systemd"] {
+                let place = dir.join(name);
+                if !services.contains(&place) {
+                    services.push(place);
+                }
+            }
+        }
+        Ok(Self {
+            state,
+            runtime,
+            services,
+        })
     }
 
     /// The folders of this process's environment.
@@ -118,11 +140,6 @@ impl Roots {
             roots: self.clone(),
         }
     }
-}
-
-/// Whether `path` is `base` or under it, by their components as written.
-fn lexically_under(path: &Path, base: &Path) -> bool {
-    path.starts_with(base)
 }
 
 /// One workspace's state folder, and where its runs' sockets go.
@@ -145,6 +162,7 @@ impl StateDir {
         Roots {
             state: root.to_owned(),
             runtime: None,
+            services: Vec::new(),
         }
         .workspace(workspace)
     }
@@ -201,11 +219,28 @@ impl StateDir {
         }
     }
 
-    /// The places no agent may reach: the state root and the runtime folder.
+    /// The places no agent may reach: the state root, the runtime folder and
+    /// the person's service sockets.
     pub fn private(&self) -> Vec<PathBuf> {
         std::iter::once(self.roots.state.clone())
             .chain(self.roots.runtime.clone())
+            .chain(self.roots.services.iter().cloned())
             .collect()
+    }
+
+    /// Checks the folders that exist, making none: what reading the state
+    /// (`orchestrate sessions`, `ps`) needs.
+    pub fn check(&self) -> Result<(), StateError> {
+        for dir in [
+            self.roots.state.clone(),
+            self.dir.clone(),
+            self.sessions(),
+            self.runs(),
+            self.sockets(),
+        ] {
+            check_dir(&dir)?;
+        }
+        Ok(())
     }
 
     /// Makes the workspace's folders (and the sockets' folder), each mode 0700,
@@ -225,25 +260,18 @@ impl StateDir {
     }
 }
 
-/// Makes `dir` (mode 0700) unless it exists, then checks it: a real folder, this
-/// user's, that nobody else may write. `parents`: make missing folders above it
-/// too (the XDG folders, mode 0700).
-pub(crate) fn make_private_dir(dir: &Path, parents: bool) -> Result<(), StateError> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+/// Checks `dir`, when it exists: a real folder, this user's.
+fn check_dir(dir: &Path) -> Result<(), StateError> {
+    use std::os::unix::fs::MetadataExt;
     let unsafe_dir = |reason: String| StateError::Unsafe {
         path: dir.display().to_string(),
         reason,
     };
-    let made = std::fs::DirBuilder::new()
-        .recursive(parents)
-        .mode(0o700)
-        .create(dir);
-    if let Err(e) = made
-        && e.kind() != std::io::ErrorKind::AlreadyExists
-    {
-        return Err(unsafe_dir(e.to_string()));
-    }
-    let meta = std::fs::symlink_metadata(dir).map_err(|e| unsafe_dir(e.to_string()))?;
+    let meta = match std::fs::symlink_metadata(dir) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(unsafe_dir(e.to_string())),
+    };
     if meta.file_type().is_symlink() {
         return Err(unsafe_dir(
             "is a symbolic link; orchestrate keeps its state only in a real folder".into(),
@@ -258,7 +286,33 @@ pub(crate) fn make_private_dir(dir: &Path, parents: bool) -> Result<(), StateErr
             meta.uid()
         )));
     }
-    if meta.mode() & 0o077 != 0 {
+    Ok(())
+}
+
+/// Makes `dir` (mode 0700) unless it exists, then checks it: a real folder, this
+/// user's, that nobody else may write. `parents`: make missing folders above it
+/// too (the XDG folders, mode 0700).
+pub(crate) fn make_private_dir(dir: &Path, parents: bool) -> Result<(), StateError> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let unsafe_dir = |reason: String| StateError::Unsafe {
+        path: dir.display().to_string(),
+        reason,
+    };
+    let made = std::fs::DirBuilder::new()
+        .recursive(parents)
+        .mode(0o700)
+        .create(dir);
+    if let Err(e) = made
+        && e.kind() != std::io::ErrorKind::AlreadyExists
+    {
+        return Err(unsafe_dir(e.to_string()));
+    }
+    check_dir(dir)?;
+    let mode = std::fs::symlink_metadata(dir)
+        .map_err(|e| unsafe_dir(e.to_string()))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
             .map_err(|e| unsafe_dir(format!("cannot make it private: {e}")))?;
     }
@@ -391,9 +445,14 @@ mod tests {
                 run_key(run)
             ))
         );
+        assert_eq!(state.private()[0], Path::new("/h/.local/state/orchestrate"));
+        let uid = rustix::process::geteuid().as_raw();
         assert_eq!(
-            state.private(),
-            [PathBuf::from("/h/.local/state/orchestrate")]
+            state.private()[1..],
+            [
+                PathBuf::from(format!("/run/user/{uid}/bus")),
+                PathBuf::from(format!("/run/user/{uid}/systemd"))
+            ]
         );
     }
 

@@ -17,6 +17,14 @@ use crate::support::mock_llm::{
 
 const WORKER: &str = "You are a worker.";
 
+/// Writes the person's own `config.toml` (the tests' HOME is the workspace):
+/// prices for a model the built-in table does not know come only from there.
+fn user_config(home: &std::path::Path, text: &str) {
+    let dir = home.join(".config/orchestrate");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.toml"), text).unwrap();
+}
+
 /// A workspace with `notes.txt`, `other.txt` and a `worker` role (tools: Read) whose
 /// frontmatter adds `worker_front`.
 fn workspace(worker_front: &str) -> tempfile::TempDir {
@@ -277,11 +285,10 @@ async fn max_cost_counts_the_sub_agents_spending_and_stops_the_lead() {
     // turn. The lead's turn and the worker's spend $0.04 of the run's $0.03.
     let mock = delegating(|_| Reply::text("worker done")).await;
     let dir = workspace("");
-    std::fs::write(
-        dir.path().join("orchestrate.toml"),
+    user_config(
+        dir.path(),
         "[model_info.\"m\"]\ninput_price = 1000.0\noutput_price = 2000.0\n",
-    )
-    .unwrap();
+    );
     let args = ["--json", "--max-cost", "0.03", "delegate it"];
     let out = run_on(&mock, dir.path(), &args, &[]).await;
     assert_eq!(out.status.code(), Some(1));
@@ -533,11 +540,10 @@ async fn listed_id(mock: &MockLlm, dir: &std::path::Path) -> String {
 async fn cost_follows_the_configured_prices_to_the_cent_with_sub_agents_rolled_up() {
     let mock = priced_team().await;
     let dir = workspace("");
-    std::fs::write(
-        dir.path().join("orchestrate.toml"),
+    user_config(
+        dir.path(),
         "[model_info.\"m\"]\ninput_price = 2.0\ncached_input_price = 0.5\noutput_price = 8.0\n",
-    )
-    .unwrap();
+    );
     let out = run_on(&mock, dir.path(), &["--json", "delegate it"], &[]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let events = events(&out);

@@ -823,11 +823,11 @@ async fn journals_stay_private_in_the_state_folder_and_a_symlinked_one_is_refuse
         &[("HOME", home.path().to_str().unwrap())],
     )
     .await;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         text(&out.stderr),
         format!(
-            "orchestrate: journal: {}: is a symbolic link; orchestrate keeps its state only in a real folder\n",
+            "orchestrate: {}: is a symbolic link; orchestrate keeps its state only in a real folder\n",
             root.display()
         )
     );

@@ -172,7 +172,10 @@ async fn the_state_folder_is_refused_to_the_tools_in_a_workspace_that_is_home() 
                 "ls -A {root} | wc -l; cat {journal_text} || echo unreadable; \
                  touch {root}/planted || echo unwritable; \
                  {me} -C {ws} sessions; {me} -C {ws} -c 'forged follow-up' 2>&1; \
-                 {me} -C {ws} ps 2>&1; {me} -C {ws} steer orchestrator 'forged steer' 2>&1; true",
+                 {me} -C {ws} ps 2>&1; {me} -C {ws} steer orchestrator 'forged steer' 2>&1; \
+                 echo relative: $(ls -A .local/state/orchestrate | wc -l); \
+                 mv .local/state .local/moved 2>/dev/null || echo parent unmovable; \
+                 mv .local .moved 2>/dev/null || echo grandparent unmovable; true",
                 ws = ws.display()
             )}),
         )]),
@@ -206,6 +209,13 @@ async fn the_state_folder_is_refused_to_the_tools_in_a_workspace_that_is_home() 
         "{bash}"
     );
     assert!(bash.contains("no runs in this workspace yet"), "{bash}");
+    // Through a path relative to the workspace too; and no folder above it can
+    // be moved away to put one of the command's own in its place.
+    assert!(bash.contains("relative: 0\n"), "{bash}");
+    assert!(
+        bash.contains("parent unmovable") && bash.contains("grandparent unmovable"),
+        "{bash}"
+    );
     // The live run's control socket is out of its sight too.
     assert_eq!(
         bash.matches("orchestrate: no live run in ").count(),

@@ -169,7 +169,7 @@ where
     if cli.max_cost.is_some() && spec.model_info.cost(&Default::default()).is_none() {
         let _ = writeln!(
             err,
-            "orchestrate: warning: --max-cost: no price is known for model {:?}, so its cost is not counted; give it one with [model_info.{:?}] in orchestrate.toml",
+            "orchestrate: warning: --max-cost: no price is known for model {:?}, so its cost is not counted; give it one with [model_info.{:?}] in ~/.config/orchestrate/config.toml",
             spec.model, spec.model
         );
     }

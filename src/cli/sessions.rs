@@ -32,7 +32,11 @@ pub(super) fn run(
     setup::warn_of_old_state(&workspace, err);
     match action {
         None | Some(SessionsAction::List) => {
-            let _ = write!(out, "{}", list(&runs::list(&state)));
+            let listing = runs::read(&state);
+            for skipped in &listing.unreadable {
+                let _ = writeln!(err, "orchestrate: warning: {skipped}; it is not listed");
+            }
+            let _ = write!(out, "{}", list(&listing.runs));
             ExitCode::from(exit::DONE)
         }
         Some(SessionsAction::Show { id }) => match runs::find(&state, Some(id)) {

@@ -89,8 +89,10 @@ pub(super) fn state(
     env: &impl Fn(&str) -> Option<String>,
 ) -> Result<(PathBuf, StateDir), ConfigError> {
     let workspace = workspace(cli)?;
-    let roots = Roots::from_env(env).map_err(|e| ConfigError::Invalid(e.to_string()))?;
-    let state = roots.workspace(&workspace);
+    let invalid = |e: crate::state::StateError| ConfigError::Invalid(e.to_string());
+    let state = Roots::from_env(env).map_err(invalid)?.workspace(&workspace);
+    // Nothing is read through a state folder that is not a safe one.
+    state.check().map_err(invalid)?;
     Ok((workspace, state))
 }
 

@@ -149,10 +149,10 @@ fn admit(setting: Setting, way: Stricter, known: Option<f64>, value: f64) -> Res
         (Stricter::Higher, Some(known)) if value < known => Err(format!(
             "a workspace's file may only raise a price (it is {known})"
         )),
-        // Where no price is known the cost is not counted, and says so: a price
-        // of nothing would count it as nothing, in silence.
-        (Stricter::Higher, None) if value <= 0.0 => Err(
-            "a workspace's file may not price a model at nothing (its cost would go uncounted in silence)"
+        // Where no price is known the cost is not counted, and the run says so:
+        // a repository's price (however low) would silence that.
+        (Stricter::Higher, None) => Err(
+            "a workspace's file may not price a model that has no price (give it one in ~/.config/orchestrate/config.toml)"
                 .into(),
         ),
         _ => Ok(()),
@@ -206,7 +206,7 @@ mod tests {
     }
 
     #[test]
-    fn the_persons_own_values_stand_and_a_workspace_prices_an_unknown_model_only_above_nothing() {
+    fn the_persons_own_values_stand_and_a_workspace_never_prices_an_unpriced_model() {
         let user = file("[model_info.local]\ninput_price = 0.0\noutput_price = 0.0\n[compaction]\nthreshold = 0.9\n").trusted();
         let workspace = file(
             "[model_info.local]\ninput_price = 1.0\n[model_info.other]\ninput_price = 0.0\noutput_price = 3.0\n",
@@ -215,9 +215,9 @@ mod tests {
         assert_eq!(limits.model_info["local"].input_price, Some(1.0));
         assert_eq!(limits.model_info["local"].output_price, Some(0.0));
         assert_eq!(limits.model_info["other"].input_price, None);
-        assert_eq!(limits.model_info["other"].output_price, Some(3.0));
+        assert_eq!(limits.model_info["other"].output_price, None);
         assert_eq!(limits.compact_at, Some(0.9));
-        assert_eq!(limits.warnings.len(), 1, "{:?}", limits.warnings);
-        assert!(limits.warnings[0].contains("may not price a model at nothing"));
+        assert_eq!(limits.warnings.len(), 2, "{:?}", limits.warnings);
+        assert!(limits.warnings[0].contains("may not price a model that has no price"));
     }
 }

@@ -169,7 +169,12 @@ pub fn roles(
     home: Option<&Path>,
     agents_dir: Option<&Path>,
 ) -> (Vec<PathBuf>, Catalog) {
-    let dirs = catalog::search_dirs(workspace, home, agents_dir);
+    // Canonical, so that whose a role is (and so whether its MCP servers need
+    // trust) is told by where it really is, not how the path was spelled.
+    let dirs: Vec<PathBuf> = catalog::search_dirs(workspace, home, agents_dir)
+        .into_iter()
+        .map(|dir| dir.canonicalize().unwrap_or(dir))
+        .collect();
     let catalog = Catalog::load_in(&dirs, Some(workspace));
     (dirs, catalog)
 }

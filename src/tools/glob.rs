@@ -193,7 +193,6 @@ mod tests {
                 "target/debug/out.rs",
                 "src/main.rs",
                 ".git/hooks/pre-commit.rs",
-                ".orchestrate/sessions/a.rs",
                 ".github/build.rs",
                 "notes/skip.rs",
             ],

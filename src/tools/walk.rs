@@ -23,11 +23,9 @@ use crate::error::ToolError;
 use crate::small_file::{self, ReadError};
 use crate::tools::ToolContext;
 
-/// Names no search descends into (unless asked to search inside one): version-control
-/// internals (`.git` may also be a file, in a worktree), and the folder older
-/// versions of orchestrate kept their journals in, which would otherwise match
-/// whatever the model has just searched for.
-const SKIPPED_DIRS: [&str; 2] = [".git", ".orchestrate"];
+/// Names no search descends into (unless asked to search inside one):
+/// version-control internals (`.git` may also be a file, in a worktree).
+const SKIPPED_DIRS: [&str; 1] = [".git"];
 
 /// Skipped ignore files named one by one at most; the rest are counted.
 const MAX_WARNINGS: usize = 10;

@@ -38,6 +38,9 @@ pub(super) async fn run(
     timeout: Duration,
     ctx: &ToolContext,
 ) -> Result<String, ToolError> {
+    if let Some(why) = &confinement.refused {
+        return Err(ToolError::Failed(why.clone()));
+    }
     let workspace = &ctx.workspace;
     if !workspace.is_dir() {
         return Err(ToolError::Failed(format!(

@@ -45,6 +45,9 @@ pub struct Confinement {
     /// Through the launcher, and how; `None`: the shell is started directly, in a
     /// process group of its own, unconfined (a program using the library).
     pub launch: Option<Launch>,
+    /// Why every command is refused: the sandbox the mode asks for cannot be
+    /// had on this machine (never run unprotected in silence).
+    pub refused: Option<String>,
 }
 
 /// What the launcher does for each command.
@@ -97,6 +100,7 @@ impl Confinement {
         let mut confinement = Self {
             key_variables,
             launch: None,
+            refused: None,
         };
         if !launcher::enabled() {
             return (confinement, Vec::new());
@@ -106,6 +110,9 @@ impl Confinement {
             Err(e) => (e.clone(), e),
         };
         let (launch, notes) = Launch::from_probe(mode, writable, &userns, &landlock);
+        if mode == SandboxMode::WorkspaceWrite && launch.writable.is_none() {
+            confinement.refused = notes.first().cloned();
+        }
         confinement.launch = Some(launch);
         (confinement, notes)
     }
@@ -114,7 +121,9 @@ impl Confinement {
 impl Launch {
     /// What the launcher does given the probe's answers (`userns`: `ok` or why not;
     /// `landlock`: `full`, `partial`, `none` or why not), and what to tell the
-    /// person about what it cannot do.
+    /// person about what it cannot do. `workspace-write` needs both a user
+    /// namespace and Landlock of ABI 5 or later; without them nothing is
+    /// confined (`writable` is `None`) and the note says commands are refused.
     fn from_probe(
         mode: SandboxMode,
         writable: Vec<PathBuf>,
@@ -122,32 +131,28 @@ impl Launch {
         landlock: &str,
     ) -> (Self, Vec<String>) {
         let mut notes = Vec::new();
-        if userns != "ok" {
-            notes.push(format!(
-                "user namespaces are not available here ({userns}): Bash commands run in orchestrate's own, can see orchestrate's state folder, and as root could read its memory, keys included"
-            ));
-        }
         let confined = mode == SandboxMode::WorkspaceWrite;
-        if confined {
-            match landlock {
-                "full" => {}
-                "partial" => notes.push(
-                    "this kernel's Landlock is older than version 5: Bash commands are only partly kept from writing outside the workspace".into(),
-                ),
-                "none" => notes.push(
-                    "this kernel has no Landlock: Bash commands run unconfined and can write outside the workspace".into(),
-                ),
-                error => notes.push(format!(
-                    "Landlock cannot be applied here ({error}): Bash commands run unconfined and can write outside the workspace"
-                )),
-            }
+        let missing = match (userns, landlock) {
+            ("ok", "full") => None,
+            (userns, _) if userns != "ok" => Some(format!("no user namespaces: {userns}")),
+            (_, "partial") => Some("this kernel's Landlock is older than version 5".to_owned()),
+            (_, "none") => Some("this kernel has no Landlock".to_owned()),
+            (_, error) => Some(format!("Landlock cannot be applied: {error}")),
+        };
+        match (&missing, confined) {
+            (Some(why), true) => notes.push(format!(
+                "the sandbox cannot be had here ({why}): Bash commands are refused; pass --sandbox off to run them unconfined"
+            )),
+            (_, false) if userns != "ok" => notes.push(format!(
+                "user namespaces are not available here ({userns}): Bash commands run in orchestrate's own, can see orchestrate's state folder, and as root could read its memory, keys included"
+            )),
+            _ => {}
         }
-        let landlock_works = matches!(landlock, "full" | "partial");
         let mut paths = vec![std::env::temp_dir()];
         paths.extend(writable);
         let launch = Self {
             user_namespace: userns == "ok",
-            writable: (confined && landlock_works).then_some(paths),
+            writable: (confined && missing.is_none()).then_some(paths),
         };
         (launch, notes)
     }
@@ -192,22 +197,35 @@ mod tests {
         );
         assert!(notes.is_empty(), "{notes:?}");
 
-        let (launch, notes) = Launch::from_probe(
-            SandboxMode::WorkspaceWrite,
-            extra(),
-            "Operation not permitted (os error 1)",
-            "none",
-        );
+        // No user namespace: workspace-write refuses commands, and says so once.
+        let denied = "Operation not permitted (os error 1)";
+        let (launch, notes) =
+            Launch::from_probe(SandboxMode::WorkspaceWrite, extra(), denied, "full");
         assert_eq!(launch, Launch::default());
         assert_eq!(
             notes,
-            [
-                "user namespaces are not available here (Operation not permitted (os error 1)): Bash commands run in orchestrate's own, can see orchestrate's state folder, and as root could read its memory, keys included",
-                "this kernel has no Landlock: Bash commands run unconfined and can write outside the workspace",
-            ]
+            [format!(
+                "the sandbox cannot be had here (no user namespaces: {denied}): Bash commands are refused; pass --sandbox off to run them unconfined"
+            )]
         );
+        // Landlock older than ABI 5, or none: the same.
+        for (landlock, why) in [
+            ("partial", "this kernel's Landlock is older than version 5"),
+            ("none", "this kernel has no Landlock"),
+        ] {
+            let (launch, notes) =
+                Launch::from_probe(SandboxMode::WorkspaceWrite, extra(), "ok", landlock);
+            assert_eq!(launch.writable, None);
+            assert_eq!(
+                notes,
+                [format!(
+                    "the sandbox cannot be had here ({why}): Bash commands are refused; pass --sandbox off to run them unconfined"
+                )]
+            );
+        }
 
-        // Off: nothing to say about Landlock, and none applied.
+        // Off: nothing to say about Landlock, and none applied; the user
+        // namespace still keeps orchestrate's state out of sight.
         let (launch, notes) = Launch::from_probe(SandboxMode::Off, extra(), "ok", "none");
         assert_eq!(
             launch,
@@ -217,11 +235,14 @@ mod tests {
             }
         );
         assert!(notes.is_empty(), "{notes:?}");
-
-        let (launch, notes) =
-            Launch::from_probe(SandboxMode::WorkspaceWrite, extra(), "ok", "partial");
-        assert!(launch.writable.is_some());
-        assert_eq!(notes.len(), 1);
+        let (launch, notes) = Launch::from_probe(SandboxMode::Off, extra(), denied, "none");
+        assert_eq!(launch, Launch::default());
+        assert_eq!(
+            notes,
+            [format!(
+                "user namespaces are not available here ({denied}): Bash commands run in orchestrate's own, can see orchestrate's state folder, and as root could read its memory, keys included"
+            )]
+        );
     }
 
     #[test]

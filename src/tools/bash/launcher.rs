@@ -33,7 +33,7 @@ use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -401,28 +401,64 @@ fn unshare_namespaces(mounts: bool) -> rustix::io::Result<()> {
     rustix::thread::unshare(flags)
 }
 
-/// Covers each of `places` with an empty, read-only tmpfs, in this process's own
-/// mount namespace (made private first, so nothing mounted here is seen
-/// elsewhere). A place that does not exist has nothing to hide.
+/// Service sockets through which a command could have a process started
+/// outside its sandbox (systemd and D-Bus, of the user and of the system):
+/// covered with `/dev/null` wherever they exist. `$XDG_RUNTIME_DIR`'s are given
+/// by the orchestrator as places to hide.
+const HOST_SOCKETS: [&str; 4] = [
+    "/run/dbus/system_bus_socket",
+    "/var/run/dbus/system_bus_socket",
+    "/run/systemd/private",
+    "/run/systemd/io.system.ManagedOOM",
+];
+
+/// Covers each of `places` with an empty, read-only tmpfs (a folder) or with
+/// `/dev/null` (a socket or any other file), in this process's own mount
+/// namespace (made private first, so nothing mounted here is seen elsewhere).
+/// Every folder above a hidden place is first bound onto itself (with what is
+/// mounted below it), so that none can be renamed away and a folder of the
+/// command's own put in its place; then the working folder is entered again,
+/// through the new mounts. A place that does not exist has nothing to hide.
 fn hide(places: &[PathBuf]) -> rustix::io::Result<()> {
-    use rustix::mount::{MountFlags, MountPropagationFlags, mount, mount_change};
+    use rustix::mount::{
+        MountFlags, MountPropagationFlags, mount, mount_bind, mount_bind_recursive, mount_change,
+    };
     mount_change(
         "/",
         MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
     )?;
-    for place in places {
-        if !place.is_dir() {
-            continue;
-        }
-        mount(
-            "orchestrate-hidden",
-            place,
-            "tmpfs",
-            MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
-            Some(c"size=4k,mode=000"),
-        )?;
+    let places: Vec<&Path> = places
+        .iter()
+        .map(PathBuf::as_path)
+        .chain(HOST_SOCKETS.iter().map(Path::new))
+        .filter(|place| std::fs::symlink_metadata(place).is_ok())
+        .collect();
+    // Parents sort before their children: the outermost is bound first.
+    let above: std::collections::BTreeSet<&Path> = places
+        .iter()
+        .flat_map(|place| place.ancestors().skip(1))
+        .filter(|folder| folder.parent().is_some())
+        .collect();
+    for folder in above {
+        mount_bind_recursive(folder, folder)?;
     }
-    Ok(())
+    for place in places {
+        if place.is_dir() {
+            mount(
+                "orchestrate-hidden",
+                place,
+                "tmpfs",
+                MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+                Some(c"size=4k,mode=000"),
+            )?;
+        } else {
+            mount_bind("/dev/null", place)?;
+        }
+    }
+    // The working folder was entered before the mounts; a path relative to it
+    // would still lead through the old ones.
+    let here = std::env::current_dir().map_err(|_| rustix::io::Errno::NOENT)?;
+    std::env::set_current_dir(here).map_err(|_| rustix::io::Errno::NOENT)
 }
 
 /// Restricts this process (and what it execs) with Landlock: reads and execution
