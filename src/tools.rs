@@ -53,6 +53,9 @@ pub struct ToolContext {
     /// own state ([`crate::state::StateDir::private`]), which a workspace that is
     /// `$HOME` contains.
     pub private: Arc<[PathBuf]>,
+    /// What a Read deny rule refuses: left out of every listing (Glob, Grep,
+    /// Ls), as a Read of it would be refused.
+    pub read_deny: ReadDeny,
     /// The calling session.
     pub session: SessionId,
     /// The id of the call being run.
@@ -70,6 +73,26 @@ pub struct ToolContext {
     /// or its process died): a tool that resumes by call id picks up what it
     /// began (see [`Tool::resumable`]).
     pub resumed: bool,
+}
+
+/// The Read deny rules a listing honours: the run's and the calling role's.
+#[derive(Clone, Debug, Default)]
+pub struct ReadDeny {
+    rules: Arc<rules::Rules>,
+    role: Arc<[rules::Rule]>,
+}
+
+impl ReadDeny {
+    /// The deny rules of `rules` and `role` (a role's `disallowedTools`).
+    pub fn new(rules: Arc<rules::Rules>, role: Arc<[rules::Rule]>) -> Self {
+        Self { rules, role }
+    }
+
+    /// Whether reading `path` is refused by a Read deny rule.
+    pub fn denies(&self, path: &std::path::Path) -> bool {
+        let any = |rules: &[rules::Rule]| rules.iter().any(|r| r.tool == "Read");
+        (any(&self.rules.deny) || any(&self.role)) && self.rules.denies_read(&self.role, path)
+    }
 }
 
 /// What a call spent through others (a sub-agent's tokens and their cost), for
@@ -161,6 +184,7 @@ impl ToolContext {
         Self {
             workspace,
             private: Arc::from([]),
+            read_deny: ReadDeny::default(),
             session,
             call_id: String::new(),
             cancel: CancellationToken::new(),
@@ -208,6 +232,11 @@ pub trait Tool: Send + Sync + Debug + 'static {
     /// reporting it interrupted.
     fn resumable(&self) -> bool {
         false
+    }
+    /// True when a call that an earlier incarnation had started may simply be
+    /// made again on resume: by default, when the tool changes nothing.
+    fn rerun_on_resume(&self) -> bool {
+        self.read_only()
     }
     /// Runs the call. The returned text goes back to the model; an error becomes an
     /// error result the model also sees.

@@ -131,7 +131,11 @@ async fn tools_are_offered_called_with_arguments_and_errors_come_back_as_errors(
         }}})
         .to_string(),
     );
-    let out = run_on(&mock, dir.path(), &["--trust-workspace", "add"], &[]).await;
+    // A server's word that a tool changes nothing is not a permission: the
+    // calls that run unasked are those an allow rule names.
+    let allowed = "mcp__everything__echo,mcp__everything__get-sum";
+    let args = ["--trust-workspace", "--allowedTools", allowed, "add"];
+    let out = run_on(&mock, dir.path(), &args, &[]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "done\n");
     let requests = mock.requests();
@@ -325,7 +329,8 @@ async fn a_server_killed_mid_call_fails_that_call_and_is_restarted() {
         ".mcp.json",
         &json!({"mcpServers": {"everything": recording_pid(&pids)}}).to_string(),
     );
-    let (mut child, mut lines) = spawn_json(&mock, dir.path(), &["go"]);
+    let (mut child, mut lines) =
+        spawn_json(&mock, dir.path(), &["--allowedTools", "mcp__everything", "go"]);
     let run = async {
         // The long call is running: kill the server under it.
         while let Some(line) = lines.next_line().await.unwrap() {
@@ -409,7 +414,8 @@ async fn a_streamable_http_server_is_reached_at_its_url() {
         "url": format!("http://127.0.0.1:{port}/mcp"),
         "headers": {"X-Trace": "${TRACE_ID:-none}"},
     }}));
-    let out = run_on(&mock, dir.path(), &["--trust-workspace", "go"], &[]).await;
+    let args = ["--trust-workspace", "--allowedTools", "mcp__remote", "go"];
+    let out = run_on(&mock, dir.path(), &args, &[]).await;
     let _ = server.kill();
     let _ = server.wait();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -477,7 +483,7 @@ async fn mcp_list_shows_each_server_whether_it_starts_and_its_tools() {
     let ws = dir.path().canonicalize().unwrap();
     assert!(
         shown.starts_with(&format!(
-            "everything  ({}/.mcp.json)\n  {}\n  started: 13 tools\n    mcp__everything__echo  (read-only)  Echoes back the input string\n",
+            "everything  ({}/.mcp.json)\n  {}\n  started: 13 tools\n    mcp__everything__echo  (says it is read-only; gated all the same)  Echoes back the input string\n",
             ws.display(),
             bin("mcp-server-everything")
         )),

@@ -94,7 +94,11 @@ pub(super) async fn run(
                 for tool in &connection.tools {
                     let first = tool.description.lines().next().unwrap_or_default();
                     let short: String = first.chars().take(80).collect();
-                    let mark = if tool.read_only { "  (read-only)" } else { "" };
+                    let mark = match (tool.read_only, server.trust_annotations) {
+                        (true, true) => "  (read-only)",
+                        (true, false) => "  (says it is read-only; gated all the same)",
+                        (false, _) => "",
+                    };
                     let _ = writeln!(out, "    {}{mark}  {short}", tool.full_name);
                 }
                 for line in &connection.left_out {

@@ -87,6 +87,10 @@ pub struct ServerConfig {
     pub written: String,
     /// Where it was defined.
     pub origin: Origin,
+    /// Its tools' annotations (`readOnlyHint`) are believed: only the person's
+    /// own file can say so (`"trustAnnotations": true`). Otherwise every tool of
+    /// it is gated as one that changes things, whatever it claims.
+    pub trust_annotations: bool,
 }
 
 impl ServerConfig {
@@ -152,7 +156,15 @@ pub fn servers_of(
             return Err(located("must be an object".into()));
         };
         match server(name, entry, origin, env).map_err(located)? {
-            Ok(config) => out.servers.push(config),
+            Ok(config) => {
+                if entry.contains_key(TRUST_ANNOTATIONS) && !config.trust_annotations {
+                    out.warnings.push(format!(
+                        "{}:{line}: MCP server {name:?}: {TRUST_ANNOTATIONS} is honoured only in ~/.config/orchestrate/mcp.json; its tools are gated as tools that change things",
+                        origin.path()
+                    ));
+                }
+                out.servers.push(config);
+            }
             Err(warning) => out.warnings.push(format!(
                 "{}:{line}: MCP server {name:?} {warning}; it is not started",
                 origin.path()
@@ -204,9 +216,18 @@ fn server(
         Some(other) => return Err(format!("type must be a string, not {other}")),
     };
     let known: &[&str] = if http {
-        &["type", "url", "headers"]
+        &["type", "url", "headers", TRUST_ANNOTATIONS]
     } else {
-        &["type", "command", "args", "env"]
+        &["type", "command", "args", "env", TRUST_ANNOTATIONS]
+    };
+    let trust_annotations = match entry.get(TRUST_ANNOTATIONS) {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(trusted)) => *trusted && matches!(origin, Origin::User(_)),
+        Some(other) => {
+            return Err(format!(
+                "{TRUST_ANNOTATIONS} must be true or false, not {other}"
+            ));
+        }
     };
     if let Some(key) = entry.keys().find(|k| !known.contains(&k.as_str())) {
         return Err(format!(
@@ -265,8 +286,13 @@ fn server(
         transport,
         written,
         origin: origin.clone(),
+        trust_annotations,
     }))
 }
+
+/// The field by which the person's own file says a server's annotations may be
+/// believed.
+const TRUST_ANNOTATIONS: &str = "trustAnnotations";
 
 fn string(entry: &Map<String, Value>, key: &str) -> Result<Option<String>, String> {
     match entry.get(key) {

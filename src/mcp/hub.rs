@@ -89,6 +89,14 @@ impl McpHub {
         Self { servers }
     }
 
+    /// Whether `server`'s tool annotations are believed (the person's own file
+    /// says so).
+    pub fn trusts_annotations(&self, server: &str) -> bool {
+        self.servers
+            .get(server)
+            .is_some_and(|slot| slot.config.trust_annotations)
+    }
+
     /// The servers' definitions.
     pub fn configs(&self) -> impl Iterator<Item = &ServerConfig> {
         self.servers.values().map(|s| &s.config)
@@ -338,7 +346,10 @@ impl ToolSource for McpTools {
         self.offered()
             .into_iter()
             .find(|(_, tool)| tool.full_name == name)
-            .map(|(server, info)| {
+            .map(|(server, mut info)| {
+                // A server's word that a tool changes nothing is believed only
+                // where the person's own file says so.
+                info.read_only &= self.hub.trusts_annotations(&server);
                 Arc::new(McpTool {
                     hub: self.hub.clone(),
                     server,
@@ -379,6 +390,12 @@ impl Tool for McpTool {
         self.info.read_only
     }
 
+    /// A server's call may have had effects nobody here can see: a started call
+    /// is reported as interrupted on resume, never made again.
+    fn rerun_on_resume(&self) -> bool {
+        false
+    }
+
     fn concurrency(&self, _input: &Value) -> Concurrency {
         if self.info.read_only {
             Concurrency::Safe
@@ -404,10 +421,12 @@ mod tests {
     use super::*;
     use crate::mcp::config::{Origin, Transport};
 
+    /// A hub of servers `names`; the first's annotations are trusted.
     fn hub(names: &[&str]) -> Arc<McpHub> {
         let configs = names
             .iter()
-            .map(|name| ServerConfig {
+            .enumerate()
+            .map(|(i, name)| ServerConfig {
                 name: (*name).to_owned(),
                 transport: Transport::Stdio {
                     command: "srv".into(),
@@ -416,6 +435,7 @@ mod tests {
                 },
                 written: "srv".into(),
                 origin: Origin::User("mcp.json".into()),
+                trust_annotations: i == 0,
             })
             .collect();
         Arc::new(McpHub::new(configs))
@@ -473,5 +493,28 @@ mod tests {
         assert_eq!(names(&denied), ["mcp__a__look"]);
         let look = denied.get("mcp__a__look").unwrap();
         assert!(look.read_only() && look.concurrency(&Value::Null) == Concurrency::Safe);
+        assert!(!look.rerun_on_resume(), "an MCP call is never made twice");
+    }
+
+    #[test]
+    fn a_read_only_hint_is_believed_only_for_a_server_the_person_trusts_with_it() {
+        let hub = hub(&["trusted", "other"]);
+        for server in ["trusted", "other"] {
+            let tools: Arc<[ToolInfo]> = vec![tool(server, "look", true)].into();
+            // A restarting server still offers the tools it listed.
+            hub.set(
+                server,
+                State::Restarting {
+                    reason: "down".into(),
+                    tools,
+                },
+            );
+        }
+        let servers = vec!["trusted".to_owned(), "other".to_owned()];
+        let mcp = McpTools::new(hub, servers, None, Vec::new());
+        assert!(mcp.get("mcp__trusted__look").unwrap().read_only());
+        let claimed = mcp.get("mcp__other__look").unwrap();
+        assert!(!claimed.read_only());
+        assert!(claimed.concurrency(&Value::Null) != Concurrency::Safe);
     }
 }

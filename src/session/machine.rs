@@ -396,7 +396,7 @@ impl Machine {
                 let (replay, lost) = resume::replay_or_lost(pending, |name| {
                     tools
                         .get(name)
-                        .is_some_and(|t| t.read_only() || t.resumable())
+                        .is_some_and(|t| t.rerun_on_resume() || t.resumable())
                 });
                 for call in lost {
                     self.record(Message::Tool(ToolResult::interrupted(&call.id)));

@@ -98,9 +98,13 @@ impl Tool for Glob {
                     format!("{shown}: no such directory")
                 }));
             }
-            let (cancel, private) = (ctx.cancel.clone(), ctx.private.clone());
+            let (cancel, private, denied) = (
+                ctx.cancel.clone(),
+                ctx.private.clone(),
+                ctx.read_deny.clone(),
+            );
             let walked = super::blocking(move || {
-                Walk::new(&dir, private).files(&cancel, |path| {
+                Walk::new(&dir, private, denied).files(&cancel, |path| {
                     matcher.is_match(path.strip_prefix(&dir).unwrap_or(path))
                 })
             })

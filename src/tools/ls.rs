@@ -84,6 +84,7 @@ impl Tool for Ls {
                 root if root.is_empty() => ".".to_owned(),
                 shown => shown,
             };
+            let denied = ctx.read_deny.clone();
             super::blocking(move || {
                 let read = std::fs::read_dir(&dir).map_err(|e| {
                     ToolError::Failed(match e.kind() {
@@ -98,6 +99,10 @@ impl Tool for Ls {
                 let mut left_out = 0;
                 for entry in read.flatten() {
                     let name = entry.file_name();
+                    // What a Read deny rule refuses is not named either.
+                    if denied.denies(&dir.join(&name)) {
+                        continue;
+                    }
                     if ignore.is_match(&name) {
                         left_out += 1;
                     } else {

@@ -355,9 +355,9 @@ impl Gate {
                         refused()
                     )));
                 }
-                // A Bash line the scanner cannot split may hold a refused command:
+                // A Bash line the scanner cannot read may hold a refused command:
                 // the run's deny rules would ask a person; the role's refuse it.
-                Some(RuleVerdict::Ask) => {
+                Some(RuleVerdict::Ask | RuleVerdict::Unreadable) => {
                     return Err(denied(format!(
                         "permission denied: the {} role's disallowedTools ({}) refuse commands, and this line cannot be split into its commands to check them; write it as plain commands",
                         self.agent,
@@ -373,15 +373,24 @@ impl Gate {
                 "permission denied: a deny rule (permissions.deny, or --disallowedTools) forbids this {tool} call"
             )));
         }
+        // Deny and ask rules for Bash are set, and this line cannot be read to
+        // tell whether they match: never run unasked.
+        if ruled == Some(RuleVerdict::Unreadable) && self.mode == PermissionMode::BypassPermissions
+        {
+            return Err(denied(
+                "permission denied: deny or ask rules for Bash are set, and this command line cannot be read well enough to check them (a word the shell would expand, or something only a shell can split); in bypassPermissions it is refused: write it as plain commands".into(),
+            ));
+        }
+
         // Rules come before the mode, except that plan mode never runs effects.
         let by_mode = verdict(self.mode, Action::of(tool, read_only));
         let decided = match (ruled, by_mode) {
             (_, Verdict::Deny) => Verdict::Deny,
-            (Some(RuleVerdict::Ask), _) => Verdict::Ask,
+            (Some(RuleVerdict::Ask | RuleVerdict::Unreadable), _) => Verdict::Ask,
             (Some(RuleVerdict::Allow), _) => Verdict::Allow,
             (Some(RuleVerdict::Deny) | None, by_mode) => by_mode,
         };
-        let asked_by_rule = ruled == Some(RuleVerdict::Ask);
+        let asked_by_rule = matches!(ruled, Some(RuleVerdict::Ask | RuleVerdict::Unreadable));
         match decided {
             Verdict::Allow => Ok(()),
             Verdict::Deny => Err(denied(format!(

@@ -8,10 +8,12 @@
 
 use std::fmt;
 
+mod programs;
 mod shell;
 
+use self::programs::Program;
 pub use self::shell::commands;
-use self::shell::{fold, unwrapped};
+use self::shell::fold;
 
 /// One rule: a tool, and for Bash, which commands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,15 +94,27 @@ impl Pattern {
     }
 }
 
-/// Whether `text` matches `pattern`, `*` standing for any run of bytes.
+/// Whether `text` matches `pattern`, `*` standing for any run of bytes, in time
+/// linear in their lengths whatever the stars: the text between stars must
+/// start the text, end it, and appear in order between, and taking each middle
+/// piece at its first place leaves the most room for the rest.
 fn wildcard(pattern: &[u8], text: &[u8]) -> bool {
-    match pattern.split_first() {
-        None => text.is_empty(),
-        Some((b'*', rest)) => (0..=text.len()).any(|i| wildcard(rest, &text[i..])),
-        Some((c, rest)) => text
-            .split_first()
-            .is_some_and(|(t, more)| t == c && wildcard(rest, more)),
+    let pieces: Vec<&[u8]> = pattern.split(|b| *b == b'*').collect();
+    let [first, middle @ .., last] = pieces.as_slice() else {
+        // No star: the whole text.
+        return pattern == text;
+    };
+    if text.len() < first.len() + last.len() || !text.starts_with(first) || !text.ends_with(last) {
+        return false;
     }
+    let mut rest = &text[first.len()..text.len() - last.len()];
+    for piece in middle {
+        match memchr::memmem::find(rest, piece) {
+            Some(at) => rest = &rest[at + piece.len()..],
+            None => return false,
+        }
+    }
+    true
 }
 
 /// Whether every command in `command` is covered by one of `rules` (Bash rules).
@@ -134,6 +148,11 @@ pub enum RuleVerdict {
     Ask,
     /// An allow rule matched: it runs without asking (unless the mode forbids it).
     Allow,
+    /// A Bash line whose commands cannot be read well enough to tell whether a
+    /// deny or ask rule matches it (a word the shell would expand where a rule
+    /// looks, something only a shell can split): refused in
+    /// `bypassPermissions`, asked about otherwise.
+    Unreadable,
 }
 
 /// The permission rules of a run: Claude Code's `permissions.allow`, `deny` and
@@ -160,8 +179,8 @@ impl Rules {
     }
 
     /// What `deny` rules alone say about a call, matched as this run's rules are
-    /// (paths from its workspace and home): a role's refusals. `Ask` is a Bash
-    /// line that cannot be split to tell.
+    /// (paths from its workspace and home): a role's refusals. `Unreadable` is a
+    /// Bash line that cannot be read to tell.
     pub fn refusal(
         &self,
         deny: &[Rule],
@@ -221,8 +240,19 @@ impl Rules {
         }
     }
 
+    /// Whether a Read deny rule of the run's, or one of `extra` (a role's),
+    /// refuses reading `path`: what a listing (Glob, Grep, Ls) leaves out.
+    pub fn denies_read(&self, extra: &[Rule], path: &std::path::Path) -> bool {
+        let input = serde_json::json!({ "file_path": path });
+        self.deny
+            .iter()
+            .chain(extra)
+            .any(|rule| rule.tool == "Read" && self.matches(rule, "Read", &input))
+    }
+
     /// A path rule (`src/**`, `./.env`, `/docs/**`, `//etc/**`, `~/x`) against
-    /// the path a file tool names, gitignore-style.
+    /// the path a file tool names, gitignore-style: as written, and as it
+    /// resolves (a link `notes.txt` to `.env` is `.env` to a rule).
     fn path_matches(&self, pattern: &str, input: &serde_json::Value) -> bool {
         let Some(path) = ["file_path", "path", "notebook_path"]
             .iter()
@@ -236,6 +266,7 @@ impl Rules {
         } else {
             self.workspace.join(path)
         });
+        let resolved = resolved(&absolute);
         let escape = |p: &std::path::Path| globset::escape(&p.display().to_string());
         let pattern = pattern.trim_end_matches('/');
         let glob = if let Some(abs) = pattern.strip_prefix("//") {
@@ -264,63 +295,137 @@ impl Rules {
         };
         let matcher = glob.compile_matcher();
         // A rule naming a folder covers what is in it.
-        absolute.ancestors().any(|p| matcher.is_match(p))
+        let covers = |path: &std::path::Path| path.ancestors().any(|p| matcher.is_match(p));
+        covers(&absolute) || resolved.is_some_and(|real| covers(&real))
     }
 }
 
-/// Bash lines: a deny or ask rule matches when any command of the line does (as
-/// written, or as the shell would find it); an allow rule set covers a line when
-/// each of its commands matches one of them, or a bare `Bash` allows everything.
-/// A line that cannot be split is denied when a deny rule's command appears in
-/// it, asked about when any deny or ask rule exists, and allowed only by a bare
-/// `Bash`.
+/// Where `path` leads once its links are followed: the canonical path of the
+/// longest part of it that exists, with the rest as written; `None` when it is
+/// the same as written.
+fn resolved(path: &std::path::Path) -> Option<std::path::PathBuf> {
+    let (mut base, mut rest) = (path.to_path_buf(), Vec::new());
+    let real = loop {
+        if let Ok(real) = std::fs::canonicalize(&base) {
+            break real;
+        }
+        rest.push(base.file_name()?.to_owned());
+        if !base.pop() {
+            return None;
+        }
+    };
+    let real = rest.iter().rev().fold(real, |path, part| path.join(part));
+    (real != path).then_some(real)
+}
+
+/// Bash lines: a deny or ask rule matches when any program the line runs does
+/// (as written, as the shell would find it, or handed to another program:
+/// `xargs rm`, `sh -c 'rm …'`, `find -delete`); an allow rule set covers a line
+/// when each of its commands matches one of them, or a bare `Bash` allows
+/// everything. A line that cannot be read well enough to tell whether a deny or
+/// ask rule matches is `Unreadable` (denied outright when a deny rule's program
+/// is named in it), and allowed only by a bare `Bash` when no such rule exists.
 fn bash_verdict([allow, deny, ask]: [&[Rule]; 3], line: &str) -> Option<RuleVerdict> {
     let bash = |rules: &[Rule]| -> Vec<Rule> {
         rules.iter().filter(|r| r.tool == "Bash").cloned().collect()
     };
     let (allow, deny, ask) = (bash(allow), bash(deny), bash(ask));
     let bare = |rules: &[Rule]| rules.iter().any(|r| r.pattern.is_none());
-    let hits = |rules: &[Rule], parts: &[String]| {
-        rules.iter().any(|r| match &r.pattern {
-            None => true,
-            Some(p) => parts
-                .iter()
-                .any(|c| p.matches(c) || p.matches(&unwrapped(c))),
-        })
+    let read = commands(line).and_then(|parts| {
+        let mut runs = Vec::new();
+        for part in &parts {
+            runs.extend(programs::programs(part)?);
+        }
+        Some((parts, runs))
+    });
+    let Some((parts, runs)) = read else {
+        return unreadable(&allow, &deny, &ask, line);
     };
-    match commands(line) {
-        Some(parts) => {
-            if hits(&deny, &parts) {
-                Some(RuleVerdict::Deny)
-            } else if hits(&ask, &parts) {
-                Some(RuleVerdict::Ask)
-            } else if bare(&allow) || covers_parts(&allow, &parts) {
-                Some(RuleVerdict::Allow)
+    let reach = |rules: &[Rule]| {
+        runs.iter()
+            .map(|run| rules.iter().map(|r| reaches(r, run)).max())
+            .max()
+            .flatten()
+            .unwrap_or(Reach::No)
+    };
+    match (reach(&deny), reach(&ask)) {
+        (Reach::Yes, _) => Some(RuleVerdict::Deny),
+        (_, Reach::Yes) => Some(RuleVerdict::Ask),
+        (Reach::Maybe, _) | (_, Reach::Maybe) => Some(RuleVerdict::Unreadable),
+        _ if bare(&allow) || covers_parts(&allow, &parts) => Some(RuleVerdict::Allow),
+        _ => None,
+    }
+}
+
+/// The verdict on a line no rule can read: denied when a deny rule's program is
+/// named in it, `Unreadable` under any deny or ask rule, allowed only by a bare
+/// `Bash`.
+fn unreadable(allow: &[Rule], deny: &[Rule], ask: &[Rule], line: &str) -> Option<RuleVerdict> {
+    let words: Vec<String> = line
+        .split(|c: char| c.is_whitespace() || "()[]{};&|`$'\"\\".contains(c))
+        .filter(|w| !w.is_empty())
+        .map(|w| w.rsplit('/').next().unwrap_or(w).to_owned())
+        .collect();
+    let named = deny.iter().any(|r| match &r.pattern {
+        None => true,
+        Some(Pattern::Prefix(p) | Pattern::Exact(p) | Pattern::Wildcard(p)) => p
+            .split(' ')
+            .next()
+            .is_some_and(|first| words.iter().any(|w| w == first)),
+    });
+    if named {
+        Some(RuleVerdict::Deny)
+    } else if !deny.is_empty() || !ask.is_empty() {
+        Some(RuleVerdict::Unreadable)
+    } else if allow.iter().any(|r| r.pattern.is_none()) {
+        Some(RuleVerdict::Allow)
+    } else {
+        None
+    }
+}
+
+/// Whether a rule reaches a program: surely, maybe (a word it looks at is one
+/// the shell would expand), or not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Reach {
+    No,
+    Maybe,
+    Yes,
+}
+
+/// Whether `rule` (a Bash rule) reaches `run`: the rule's words are matched
+/// against the program's as far as they are literal; past them it may.
+fn reaches(rule: &Rule, run: &Program) -> Reach {
+    let Some(pattern) = &rule.pattern else {
+        return Reach::Yes;
+    };
+    let literal = run.literal_words();
+    if literal == run.0.len() {
+        return if pattern.matches(&run.text()) {
+            Reach::Yes
+        } else {
+            Reach::No
+        };
+    }
+    let known: Vec<&str> = run.0[..literal].iter().map(|w| w.text.as_str()).collect();
+    match pattern {
+        Pattern::Prefix(p) | Pattern::Exact(p) => {
+            let wanted: Vec<&str> = p.split(' ').collect();
+            let compared = wanted.len().min(literal);
+            if wanted[..compared] != known[..compared] {
+                Reach::No
+            } else if matches!(pattern, Pattern::Prefix(_)) && wanted.len() <= literal {
+                Reach::Yes
             } else {
-                None
+                Reach::Maybe
             }
         }
-        None => {
-            let words: Vec<String> = line
-                .split(|c: char| c.is_whitespace() || "()[]{};&|`$'\"\\".contains(c))
-                .filter(|w| !w.is_empty())
-                .map(|w| w.rsplit('/').next().unwrap_or(w).to_owned())
-                .collect();
-            let named = deny.iter().any(|r| match &r.pattern {
-                None => true,
-                Some(Pattern::Prefix(p) | Pattern::Exact(p) | Pattern::Wildcard(p)) => p
-                    .split(' ')
-                    .next()
-                    .is_some_and(|first| words.iter().any(|w| w == first)),
-            });
-            if named {
-                Some(RuleVerdict::Deny)
-            } else if !deny.is_empty() || !ask.is_empty() {
-                Some(RuleVerdict::Ask)
-            } else if bare(&allow) {
-                Some(RuleVerdict::Allow)
-            } else {
-                None
+        // A wildcard may match anything past its first word.
+        Pattern::Wildcard(p) => {
+            let first = p.split(' ').next().unwrap_or_default();
+            match known.first() {
+                Some(name) if !first.contains('*') && first != *name => Reach::No,
+                _ => Reach::Maybe,
             }
         }
     }

@@ -43,6 +43,7 @@ pub(crate) struct Walk {
     root: PathBuf,
     overrides: Option<Override>,
     private: Arc<[PathBuf]>,
+    read_deny: crate::tools::ReadDeny,
 }
 
 /// What a walk found.
@@ -70,8 +71,13 @@ struct Rules {
 struct DirRules([Gitignore; 3]);
 
 impl Walk {
-    /// A walk of `root` that never enters `private` ([`ToolContext::private`]).
-    pub(crate) fn new(root: &Path, private: Arc<[PathBuf]>) -> Self {
+    /// A walk of `root` that never enters `private` ([`ToolContext::private`])
+    /// nor yields what `read_deny` refuses ([`ToolContext::read_deny`]).
+    pub(crate) fn new(
+        root: &Path,
+        private: Arc<[PathBuf]>,
+        read_deny: crate::tools::ReadDeny,
+    ) -> Self {
         let mut builder = WalkBuilder::new(root);
         builder
             .hidden(false)
@@ -87,6 +93,7 @@ impl Walk {
             root: root.to_owned(),
             overrides: None,
             private,
+            read_deny,
         }
     }
 
@@ -114,10 +121,11 @@ impl Walk {
             skipped: Mutex::new(Vec::new()),
         });
         let filter = rules.clone();
-        let private = self.private;
+        let (private, read_deny) = (self.private, self.read_deny);
         self.builder.filter_entry(move |entry| {
             let skipped_dir = SKIPPED_DIRS.iter().any(|d| entry.file_name() == *d)
-                || private.iter().any(|place| entry.path() == place);
+                || private.iter().any(|place| entry.path() == place)
+                || read_deny.denies(entry.path());
             let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
             !skipped_dir && !filter.ignored(entry.path(), is_dir)
         });

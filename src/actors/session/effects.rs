@@ -149,6 +149,10 @@ impl SessionState {
             ctx: ToolContext {
                 workspace: self.env.workspace.clone(),
                 private: self.env.private.clone(),
+                read_deny: crate::tools::ReadDeny::new(
+                    self.env.rules.clone(),
+                    spec.deny_rules.clone(),
+                ),
                 session: self.id,
                 call_id: call.id.clone(),
                 cancel,

@@ -125,7 +125,7 @@ fn entries_written_wrong_are_errors_with_their_line() {
             "{\"mcpServers\": {\"d\": {\"command\": \"x\", \"cwd\": \"/\"}}}",
             (
                 1,
-                "MCP server \"d\": unknown field \"cwd\" (expected: type, command, args, env)",
+                "MCP server \"d\": unknown field \"cwd\" (expected: type, command, args, env, trustAnnotations)",
             ),
         ),
     ];
@@ -152,4 +152,22 @@ fn only_the_users_own_servers_and_roles_need_no_trust() {
     };
     assert!(role(false).needs_trust());
     assert!(!role(true).needs_trust());
+}
+
+#[test]
+fn only_the_persons_own_file_can_trust_a_servers_annotations() {
+    let text = r#"{"mcpServers": {"s": {"command": "x", "trustAnnotations": true}}}"#;
+    let mine = parse(text, &Origin::User("/h/mcp.json".into()), &|_| None).unwrap();
+    assert!(mine.servers[0].trust_annotations);
+    assert!(mine.warnings.is_empty());
+    let theirs = parse(text, &Origin::Workspace("/w/.mcp.json".into()), &|_| None).unwrap();
+    assert!(!theirs.servers[0].trust_annotations);
+    assert_eq!(
+        theirs.warnings,
+        [
+            "/w/.mcp.json:1: MCP server \"s\": trustAnnotations is honoured only in ~/.config/orchestrate/mcp.json; its tools are gated as tools that change things"
+        ]
+    );
+    let wrong = r#"{"mcpServers": {"s": {"command": "x", "trustAnnotations": "yes"}}}"#;
+    assert!(parse(wrong, &Origin::User("/h/mcp.json".into()), &|_| None).is_err());
 }

@@ -109,7 +109,7 @@ impl Search {
                 "{shown}: no such file or directory"
             )));
         }
-        let mut walk = Walk::new(&root, ctx.private.clone());
+        let mut walk = Walk::new(&root, ctx.private.clone(), ctx.read_deny.clone());
         if let Some(glob) = input.glob.as_deref().filter(|g| !g.is_empty()) {
             // Rooted at the workspace, as ripgrep roots `--glob` at its working directory.
             let mut overrides = OverrideBuilder::new(&ctx.workspace);

@@ -182,7 +182,11 @@ fn shell(args: &[Word], depth: usize, found: &mut Vec<Program>) -> Option<()> {
             command = true;
         }
         // `-o OPTION` and `-O OPTION` take a value.
-        i += if matches!(text, "-o" | "-O" | "+o" | "+O") { 2 } else { 1 };
+        i += if matches!(text, "-o" | "-O" | "+o" | "+O") {
+            2
+        } else {
+            1
+        };
     }
     if !command {
         return Some(());
@@ -231,12 +235,52 @@ fn find(args: &[Word], depth: usize, found: &mut Vec<Program>) -> Option<()> {
 /// The commands of git's own that cannot be an alias (git ignores an alias of
 /// a command it has) and run no program a rule would not see.
 const GIT_COMMANDS: [&str; 46] = [
-    "add", "am", "apply", "archive", "bisect", "blame", "branch", "bundle", "cat-file",
-    "checkout", "cherry-pick", "clean", "clone", "commit", "config", "describe", "diff",
-    "fetch", "format-patch", "gc", "grep", "init", "log", "ls-files", "ls-remote", "merge",
-    "mv", "notes", "pull", "push", "rebase", "reflog", "remote", "reset", "restore",
-    "rev-list", "rev-parse", "revert", "rm", "shortlog", "show", "stash", "status",
-    "submodule", "switch", "tag",
+    "add",
+    "am",
+    "apply",
+    "archive",
+    "bisect",
+    "blame",
+    "branch",
+    "bundle",
+    "cat-file",
+    "checkout",
+    "cherry-pick",
+    "clean",
+    "clone",
+    "commit",
+    "config",
+    "describe",
+    "diff",
+    "fetch",
+    "format-patch",
+    "gc",
+    "grep",
+    "init",
+    "log",
+    "ls-files",
+    "ls-remote",
+    "merge",
+    "mv",
+    "notes",
+    "pull",
+    "push",
+    "rebase",
+    "reflog",
+    "remote",
+    "reset",
+    "restore",
+    "rev-list",
+    "rev-parse",
+    "revert",
+    "rm",
+    "shortlog",
+    "show",
+    "stash",
+    "status",
+    "submodule",
+    "switch",
+    "tag",
 ];
 
 /// `git`: what it runs besides itself. A `-c` option (config that may name a
@@ -296,83 +340,73 @@ fn is_assignment(text: &str) -> bool {
 
 /// The words of one simple command (its quotes closed: `commands` checked).
 pub(super) fn words(part: &str) -> Vec<Word> {
+    /// One word as it is read.
+    #[derive(Default)]
+    struct Reading {
+        text: String,
+        started: bool,
+        /// An unquoted or double-quoted `$` or backtick.
+        expands: bool,
+        /// An unquoted `*`, `?`, or `[` then `]`: a glob.
+        star: bool,
+        bracket: bool,
+    }
     let mut words = Vec::new();
-    let mut text = String::new();
-    let (mut literal, mut started) = (true, false);
-    let mut chars = part.chars().peekable();
-    let mut finish = |text: &mut String, literal: &mut bool, started: &mut bool| {
-        if *started {
-            let glob = glob(text, *literal);
+    let mut word = Reading::default();
+    let mut chars = part.chars();
+    let mut finish = |word: &mut Reading| {
+        let done = std::mem::take(word);
+        if done.started {
             words.push(Word {
-                text: std::mem::take(text),
-                literal: *literal && !glob,
+                text: done.text,
+                literal: !done.expands && !done.star,
             });
         }
-        *literal = true;
-        *started = false;
     };
-    // Globs are looked for in unquoted text only: this marks quoted stretches.
-    let mut quoted_glob = false;
     while let Some(c) = chars.next() {
+        if c.is_whitespace() {
+            finish(&mut word);
+            continue;
+        }
+        word.started = true;
         match c {
-            c if c.is_whitespace() => finish(&mut text, &mut literal, &mut started),
-            '\'' => {
-                started = true;
-                for q in chars.by_ref() {
-                    if q == '\'' {
-                        break;
-                    }
-                    quoted_glob |= matches!(q, '*' | '?' | '[');
-                    text.push(q);
-                }
-            }
+            '\'' => word.text.extend(chars.by_ref().take_while(|q| *q != '\'')),
             '"' => {
-                started = true;
                 while let Some(q) = chars.next() {
                     match q {
                         '"' => break,
-                        '\\' => text.extend(chars.next()),
+                        '\\' => word.text.extend(chars.next()),
                         '$' | '`' => {
-                            literal = false;
-                            text.push(q);
+                            word.expands = true;
+                            word.text.push(q);
                         }
-                        q => {
-                            quoted_glob |= matches!(q, '*' | '?' | '[');
-                            text.push(q);
-                        }
+                        q => word.text.push(q),
                     }
                 }
             }
-            '\\' => {
-                started = true;
-                if let Some(next) = chars.next() {
-                    quoted_glob |= matches!(next, '*' | '?' | '[');
-                    text.push(next);
-                }
-            }
+            '\\' => word.text.extend(chars.next()),
             '$' | '`' => {
-                started = true;
-                literal = false;
-                text.push(c);
+                word.expands = true;
+                word.text.push(c);
             }
-            c => {
-                started = true;
-                text.push(c);
+            '*' | '?' => {
+                word.star = true;
+                word.text.push(c);
             }
+            '[' => {
+                word.bracket = true;
+                word.text.push(c);
+            }
+            ']' => {
+                // `[…]` with something in it; a lone `[` is the test command.
+                word.star |= word.bracket && !word.text.ends_with('[');
+                word.text.push(c);
+            }
+            c => word.text.push(c),
         }
     }
-    finish(&mut text, &mut literal, &mut started);
-    let _ = quoted_glob;
+    finish(&mut word);
     words
-}
-
-/// Whether `text` holds a glob the shell would expand: `*`, `?`, or a `[…]`
-/// with something in it (a lone `[` is the `test` command).
-fn glob(text: &str, _literal: bool) -> bool {
-    text.contains(['*', '?'])
-        || text
-            .find('[')
-            .is_some_and(|open| text[open + 1..].find(']').is_some_and(|close| close > 0))
 }
 
 #[cfg(test)]
@@ -390,10 +424,19 @@ mod tests {
             ("then rm x", &["rm x"]),
             ("do /bin/rm x", &["rm x"]),
             ("xargs -n 1 rm", &["xargs -n 1 rm", "rm"]),
-            ("timeout -s KILL 5 rm x", &["timeout -s KILL 5 rm x", "rm x"]),
-            ("nice -n 5 nohup rm x", &["nice -n 5 nohup rm x", "nohup rm x", "rm x"]),
+            (
+                "timeout -s KILL 5 rm x",
+                &["timeout -s KILL 5 rm x", "rm x"],
+            ),
+            (
+                "nice -n 5 nohup rm x",
+                &["nice -n 5 nohup rm x", "nohup rm x", "rm x"],
+            ),
             ("env -i A=b rm x", &["env -i A=b rm x", "rm x"]),
-            ("bash -c 'cd x && rm y'", &["bash -c cd x && rm y", "cd x", "rm y"]),
+            (
+                "bash -c 'cd x && rm y'",
+                &["bash -c cd x && rm y", "cd x", "rm y"],
+            ),
             ("eval rm x", &["eval rm x", "rm x"]),
             (
                 "find . -name '*.o' -exec rm {} ;",
@@ -414,8 +457,10 @@ mod tests {
         let found = programs("/bin/r? x").unwrap();
         assert_eq!(found[0].literal_words(), 0);
         let found = programs("[ -f x ]").unwrap();
-        assert_eq!(found[0].literal_words(), 3, "a lone [ is the test command");
-        let found = programs("rm \"$f\" '*.o'").unwrap();
+        assert_eq!(found[0].literal_words(), 4, "a lone [ is the test command");
+        let found = programs("rm '*.o' \"$f\"").unwrap();
+        assert_eq!(found[0].literal_words(), 2, "a quoted glob is literal");
+        let found = programs("rm x[ab]").unwrap();
         assert_eq!(found[0].literal_words(), 1);
         for part in [
             "git -c core.pager=rm log",

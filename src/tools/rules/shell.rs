@@ -1,7 +1,7 @@
 //! The shell side of Bash rules: a command line cut into its simple commands
 //! by a quote-aware scan that refuses to vouch for anything only a shell could
 //! tell (substitutions, expansions that run code, grouping, comments, file
-//! redirections), and a command's name as the shell would find it.
+//! redirections). What each command runs is `programs`'.
 
 use super::valid_name;
 
@@ -68,6 +68,17 @@ pub fn commands(line: &str) -> Option<Vec<String>> {
             '\\' => {
                 current.push(c);
                 current.extend(next);
+                i += 2;
+                continue;
+            }
+            // `{}` alone is a word (find's placeholder), not a group.
+            '{' if next == Some('}')
+                && current.ends_with(char::is_whitespace)
+                && chars
+                    .get(i + 2)
+                    .is_none_or(|c| c.is_whitespace() || *c == ';') =>
+            {
+                current.push_str("{}");
                 i += 2;
                 continue;
             }
@@ -149,47 +160,6 @@ fn redirection(chars: &[char], at: usize, current: &mut String) -> Option<usize>
     current.push_str(&whole);
     current.push(' ');
     Some(j)
-}
-
-/// A simple command with what could hide its name taken off: grouping, `!`,
-/// wrappers (`command`, `builtin`, `exec`, `nohup`, `time`, `env`, `sudo`),
-/// variable assignments, quotes and backslashes in its name, and its directory.
-pub(super) fn unwrapped(part: &str) -> String {
-    let mut words: Vec<&str> = part
-        .trim_start_matches(['(', '{', '!', ' '])
-        .trim_end_matches([')', '}', ' '])
-        .split(' ')
-        .filter(|w| !w.is_empty())
-        .collect();
-    while let Some(first) = words.first() {
-        let wrapper = matches!(
-            *first,
-            "command" | "builtin" | "exec" | "nohup" | "time" | "env" | "sudo"
-        );
-        let assignment = first
-            .split_once('=')
-            .is_some_and(|(name, _)| valid_name(name));
-        let option_of_wrapper = first.starts_with('-') && !words.is_empty();
-        if wrapper || assignment || (option_of_wrapper && words.len() > 1 && part.contains(' ')) {
-            words.remove(0);
-        } else {
-            break;
-        }
-    }
-    let Some(first) = words.first_mut() else {
-        return String::new();
-    };
-    let name: String = first
-        .chars()
-        .filter(|c| !matches!(c, '\'' | '"' | '\\'))
-        .collect();
-    let name = name.rsplit('/').next().unwrap_or_default().to_owned();
-    let rest = words[1..].join(" ");
-    if rest.is_empty() {
-        name
-    } else {
-        format!("{name} {rest}")
-    }
 }
 
 /// True when the command starts by setting a variable (`PATH=… cmd`), which

@@ -328,7 +328,7 @@ fn a_bare_bash_allows_everything_and_an_unsplittable_line_is_asked_about_under_a
     let d = rules(&["Bash"], &["Bash(git push:*)"], &[]);
     assert_eq!(
         d.verdict("Bash", &bash("echo hi > notes.txt")),
-        Some(RuleVerdict::Ask)
+        Some(RuleVerdict::Unreadable)
     );
     assert_eq!(
         d.verdict("Bash", &bash("(git push)")),
@@ -370,4 +370,216 @@ fn the_newer_wildcard_form_reads_too() {
         w.verdict("WebFetch", &url("https://EVIL.com/x")),
         Some(RuleVerdict::Deny)
     );
+}
+
+#[test]
+fn every_spelling_of_a_denied_command_is_denied_or_unreadable() {
+    let d = rules(&["Bash"], &["Bash(rm:*)"], &[]);
+    for line in [
+        "if true; then rm -rf x; fi",
+        "for f in a b; do rm $f; done",
+        "while true; do rm x; done",
+        "ls | xargs rm",
+        "ls | xargs -n 1 -P 4 rm -f",
+        "bash -c 'rm -rf x'",
+        "sh -ec \"cd / && rm -rf x\"",
+        "timeout 5 rm -rf x",
+        "timeout -s KILL 5 rm -rf x",
+        "find . -delete",
+        "find . -name '*.o' -exec rm {} +",
+        "find . -execdir /bin/rm -f {} ;",
+        "nice -n 1 rm x",
+        "nohup rm x",
+        "setsid rm x",
+        "stdbuf -oL rm x",
+        "env A=1 rm x",
+        "env -S 'rm -rf x'",
+        "command rm x",
+        "exec rm x",
+        "eval rm x",
+        "eval 'rm -rf x'",
+        "git submodule foreach 'rm -rf x'",
+        "watch -n 1 rm x",
+    ] {
+        assert_eq!(
+            d.verdict("Bash", &bash(line)),
+            Some(RuleVerdict::Deny),
+            "{line}"
+        );
+    }
+    for line in [
+        "$@ -rf x",
+        "\"$@\" -rf x",
+        "r? -rf x",
+        "/bin/r[m] -rf x",
+        "x=rm; $x -rf y",
+        "git -c core.pager=rm log",
+        "git my-alias",
+        "bash -c \"$CMD\"",
+    ] {
+        assert_eq!(
+            d.verdict("Bash", &bash(line)),
+            Some(RuleVerdict::Unreadable),
+            "{line}"
+        );
+    }
+    // What runs no rm stays allowed; an expanded word where no rule looks
+    // is read.
+    for line in [
+        "ls -la",
+        "echo rm",
+        "cat \"$FILE\"",
+        "[ -f x ] && echo yes",
+        "git status",
+    ] {
+        assert_eq!(
+            d.verdict("Bash", &bash(line)),
+            Some(RuleVerdict::Allow),
+            "{line}"
+        );
+    }
+    // A rule of two words is reached only as far as the literal words go.
+    let publish = rules(&[], &["Bash(npm publish:*)"], &[]);
+    let verdict = |line: &str| publish.verdict("Bash", &bash(line));
+    assert_eq!(verdict("npm $VERB"), Some(RuleVerdict::Unreadable));
+    assert_eq!(verdict("npm publish \"$DIR\""), Some(RuleVerdict::Deny));
+    assert_eq!(verdict("cargo $CMD"), None);
+    assert_eq!(verdict("npm test \"$X\""), None);
+}
+
+mod matching {
+    use proptest::prelude::*;
+
+    use super::super::wildcard;
+
+    /// `*` as any run of bytes, by the textbook table: quadratic, and right.
+    fn reference(pattern: &[u8], text: &[u8]) -> bool {
+        let mut can = vec![vec![false; text.len() + 1]; pattern.len() + 1];
+        can[0][0] = true;
+        for i in 1..=pattern.len() {
+            let star = pattern[i - 1] == b'*';
+            can[i][0] = star && can[i - 1][0];
+            for j in 1..=text.len() {
+                can[i][j] = if star {
+                    can[i - 1][j] || can[i][j - 1]
+                } else {
+                    can[i - 1][j - 1] && pattern[i - 1] == text[j - 1]
+                };
+            }
+        }
+        can[pattern.len()][text.len()]
+    }
+
+    proptest! {
+        #[test]
+        fn stars_match_as_the_textbook_says(pattern in "[ab*]{0,12}", text in "[ab]{0,16}") {
+            prop_assert_eq!(
+                wildcard(pattern.as_bytes(), text.as_bytes()),
+                reference(pattern.as_bytes(), text.as_bytes())
+            );
+        }
+    }
+
+    #[test]
+    fn many_stars_against_a_long_command_take_no_time() {
+        // A dozen stars that almost match a 100 000-byte command: exponential
+        // backtracking would not end; this is one pass.
+        let pattern = format!("{}b", "a*".repeat(12));
+        let text = "a".repeat(100_000);
+        let started = std::time::Instant::now();
+        assert!(!wildcard(pattern.as_bytes(), text.as_bytes()));
+        assert!(wildcard(pattern.as_bytes(), format!("{text}b").as_bytes()));
+        // Not a timing window: a bound a thousand times the expected time,
+        // that backtracking would pass by years.
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    }
+}
+
+mod scanning {
+    use proptest::prelude::*;
+
+    use super::{RuleVerdict, bash, rules};
+
+    /// Ways to run a command through another, each with what it puts before it.
+    const WRAPPERS: [&str; 14] = [
+        "then ",
+        "do ",
+        "xargs ",
+        "xargs -n 1 ",
+        "timeout 5 ",
+        "nice -n 3 ",
+        "nohup ",
+        "setsid ",
+        "stdbuf -oL ",
+        "env A=1 ",
+        "command ",
+        "exec ",
+        "sudo -u me ",
+        "/usr/bin/env ",
+    ];
+
+    proptest! {
+        /// However many wrappers are stacked before it, a denied command is
+        /// denied.
+        #[test]
+        fn a_denied_command_behind_any_wrappers_is_denied(
+            chain in proptest::collection::vec(0..WRAPPERS.len(), 0..4),
+            args in "[a-z ./-]{0,12}",
+        ) {
+            let wrapped: String = chain.iter().map(|i| WRAPPERS[*i]).collect();
+            let d = rules(&["Bash"], &["Bash(rm:*)"], &[]);
+            let line = format!("{wrapped}rm {args}");
+            prop_assert_eq!(d.verdict("Bash", &bash(&line)), Some(RuleVerdict::Deny), "{}", line);
+            // Inside `sh -c` too.
+            let quoted = format!("sh -c '{line}'");
+            prop_assert_eq!(d.verdict("Bash", &bash(&quoted)), Some(RuleVerdict::Deny), "{}", quoted);
+        }
+
+        /// A name the shell expands, where a program stands, is never let through.
+        #[test]
+        fn an_expanded_name_is_never_allowed_under_a_deny_rule(
+            chain in proptest::collection::vec(0..WRAPPERS.len(), 0..3),
+            name in prop::sample::select(vec!["$X", "\"$@\"", "r?", "r*", "${X}", "`x`"]),
+        ) {
+            let wrapped: String = chain.iter().map(|i| WRAPPERS[*i]).collect();
+            let d = rules(&["Bash"], &["Bash(rm:*)"], &[]);
+            let line = format!("{wrapped}{name} -rf x");
+            let verdict = d.verdict("Bash", &bash(&line));
+            prop_assert!(
+                matches!(verdict, Some(RuleVerdict::Deny | RuleVerdict::Unreadable)),
+                "{line}: {verdict:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_path_rule_matches_where_a_link_leads_and_a_listing_leaves_denied_files_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    std::fs::write(ws.join(".env"), "KEY=1").unwrap();
+    std::os::unix::fs::symlink(".env", ws.join("notes.txt")).unwrap();
+    std::fs::create_dir(ws.join("secrets")).unwrap();
+    std::os::unix::fs::symlink("secrets", ws.join("docs")).unwrap();
+    let r = Rules {
+        deny: vec![rule("Read(./.env)"), rule("Read(./secrets/**)")],
+        workspace: ws.clone(),
+        ..Rules::default()
+    };
+    for path in ["notes.txt", ".env", "docs/new.txt", "secrets/a"] {
+        assert_eq!(
+            r.verdict("Read", &file(path)),
+            Some(RuleVerdict::Deny),
+            "{path}"
+        );
+    }
+    assert_eq!(r.verdict("Read", &file("other.txt")), None);
+    assert!(r.denies_read(&[], &ws.join("notes.txt")));
+    assert!(!r.denies_read(&[], &ws.join("src/lib.rs")));
+    // A role's own Read deny rule counts for listings too.
+    let mine = Rules {
+        workspace: ws.clone(),
+        ..Rules::default()
+    };
+    assert!(mine.denies_read(&[rule("Read(./src/**)")], &ws.join("src/lib.rs")));
 }
