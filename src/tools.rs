@@ -2,6 +2,7 @@
 //! scheduler that decides which calls of a turn may run together.
 
 pub mod bash;
+pub(crate) mod beneath;
 pub mod edit;
 pub(crate) mod files;
 pub mod glob;
@@ -201,6 +202,12 @@ impl ToolContext {
         let resolved = sandbox::resolve(&self.workspace, path)?;
         sandbox::refuse_private(&resolved, &self.private, path)?;
         Ok(resolved)
+    }
+
+    /// Where the file tools open what they open: beneath the workspace, never in
+    /// its private places ([`beneath`]).
+    pub(crate) fn beneath(&self) -> beneath::Beneath {
+        beneath::Beneath::new(self.workspace.clone(), self.private.clone())
     }
 
     /// How a path is shown to the model: relative to the workspace when inside it.

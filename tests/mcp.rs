@@ -329,8 +329,11 @@ async fn a_server_killed_mid_call_fails_that_call_and_is_restarted() {
         ".mcp.json",
         &json!({"mcpServers": {"everything": recording_pid(&pids)}}).to_string(),
     );
-    let (mut child, mut lines) =
-        spawn_json(&mock, dir.path(), &["--allowedTools", "mcp__everything", "go"]);
+    let (mut child, mut lines) = spawn_json(
+        &mock,
+        dir.path(),
+        &["--allowedTools", "mcp__everything", "go"],
+    );
     let run = async {
         // The long call is running: kill the server under it.
         while let Some(line) = lines.next_line().await.unwrap() {

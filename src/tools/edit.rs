@@ -11,6 +11,7 @@ use serde_json::Value;
 mod ladder;
 
 pub use self::ladder::{Edited, Refusal, replace, size_limit};
+use super::beneath::Beneath;
 use super::files;
 use crate::error::ToolError;
 use crate::tools::{Concurrency, Tool, ToolContext};
@@ -74,9 +75,9 @@ impl Tool for Edit {
             let shown = ctx.display(&path);
             let session = ctx.session;
             let changes = ctx.changes.clone();
-            let root = ctx.workspace.clone();
+            let beneath = ctx.beneath();
             files::locked(&path.clone(), "edit", move || {
-                let summary = edit(session, &root, &path, &shown, &input, &changes)?;
+                let summary = edit(session, &beneath, &path, &shown, &input, &changes)?;
                 files::record_read(session, &path);
                 Ok(summary)
             })
@@ -117,7 +118,7 @@ pub(super) fn refused(refusal: Refusal, shown: &str) -> ToolError {
 
 fn edit(
     session: crate::protocol::SessionId,
-    root: &Path,
+    beneath: &Beneath,
     path: &Path,
     shown: &str,
     input: &EditInput,
@@ -132,13 +133,14 @@ fn edit(
         if !creates_new(path, shown)? {
             return Err(fail(format!("{shown} is a directory")));
         }
-        files::write_atomic(path, input.new_string.as_bytes())
+        beneath
+            .write_atomic(path, input.new_string.as_bytes())
             .map_err(|e| fail(format!("{shown}: {e}")))?;
         let diff = super::unified_diff(shown, "", &input.new_string);
         changes.record(shown, &diff);
         return Ok(super::with_diff(format!("Created {shown}."), &diff));
     }
-    let bytes = existing_bytes(root, path, shown)?;
+    let bytes = existing_bytes(beneath, path, shown)?;
     let edited = replace(
         &bytes,
         &input.old_string,
@@ -157,7 +159,9 @@ fn edit(
         after,
         count,
     } = edited;
-    files::write_atomic(path, &out).map_err(|e| fail(format!("{shown}: {e}")))?;
+    beneath
+        .write_atomic(path, &out)
+        .map_err(|e| fail(format!("{shown}: {e}")))?;
     let diff = super::unified_diff(shown, &before, &after);
     changes.record(shown, &diff);
     let times = if count == 1 {
@@ -190,13 +194,21 @@ pub(super) fn creates_new(path: &Path, shown: &str) -> Result<bool, ToolError> {
 /// The bytes of the file an edit changes, refused as the model is told when it is
 /// a directory, missing (with the closest name beside it), or not a regular file
 /// (a FIFO or a device is never read: it could block forever or never end).
-pub(super) fn existing_bytes(root: &Path, path: &Path, shown: &str) -> Result<Vec<u8>, ToolError> {
+pub(super) fn existing_bytes(
+    beneath: &Beneath,
+    path: &Path,
+    shown: &str,
+) -> Result<Vec<u8>, ToolError> {
     match std::fs::metadata(path) {
         Ok(meta) if meta.is_dir() => Err(fail(format!("{shown} is a directory"))),
         Ok(meta) if !meta.is_file() => Err(fail(format!("{shown} is not a regular file"))),
-        Ok(_) => std::fs::read(path).map_err(|e| fail(format!("{shown}: {e}"))),
+        // Opened beneath the workspace: checked by path above for the message,
+        // read through a descriptor that cannot have been led elsewhere.
+        Ok(_) => beneath
+            .read_bytes(path)
+            .map_err(|e| fail(format!("{shown}: {e}"))),
         Err(_) => {
-            let hint = closest_name(root, path)
+            let hint = closest_name(beneath.root(), path)
                 .map(|n| format!(" Did you mean {n}?"))
                 .unwrap_or_default();
             Err(fail(format!("{shown} does not exist.{hint}")))

@@ -85,8 +85,11 @@ impl Tool for Ls {
                 shown => shown,
             };
             let denied = ctx.read_deny.clone();
+            let beneath = ctx.beneath();
             super::blocking(move || {
-                let read = std::fs::read_dir(&dir).map_err(|e| {
+                // Listed from a descriptor opened beneath the workspace: a folder
+                // swapped for a link out meanwhile is not listed.
+                let read = beneath.list(&dir).map_err(|e| {
                     ToolError::Failed(match e.kind() {
                         ErrorKind::NotFound => format!("{shown}: no such directory"),
                         ErrorKind::NotADirectory => format!(
@@ -97,8 +100,7 @@ impl Tool for Ls {
                 })?;
                 let mut names: Vec<OsString> = Vec::new();
                 let mut left_out = 0;
-                for entry in read.flatten() {
-                    let name = entry.file_name();
+                for name in read {
                     // What a Read deny rule refuses is not named either.
                     if denied.denies(&dir.join(&name)) {
                         continue;

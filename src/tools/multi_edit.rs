@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::beneath::Beneath;
 use super::edit::{Refusal, creates_new, existing_bytes, refused, replace, size_limit};
 use super::files;
 use crate::error::ToolError;
@@ -80,9 +81,9 @@ impl Tool for MultiEdit {
             let shown = ctx.display(&path);
             let session = ctx.session;
             let changes = ctx.changes.clone();
-            let root = ctx.workspace.clone();
+            let beneath = ctx.beneath();
             files::locked(&path.clone(), "edit", move || {
-                let file = (root.as_path(), path.as_path(), shown.as_str());
+                let file = (&beneath, path.as_path(), shown.as_str());
                 let summary = apply(session, file, &input.edits, &changes)?;
                 files::record_read(session, &path);
                 Ok(summary)
@@ -95,7 +96,7 @@ impl Tool for MultiEdit {
 /// Applies `edits` to `file` (the workspace, the path, and the path as shown).
 fn apply(
     session: crate::protocol::SessionId,
-    (root, path, shown): (&std::path::Path, &std::path::Path, &str),
+    (beneath, path, shown): (&Beneath, &std::path::Path, &str),
     edits: &[OneEdit],
     changes: &crate::tools::Changes,
 ) -> Result<String, ToolError> {
@@ -116,7 +117,7 @@ fn apply(
     let mut bytes = if creating {
         edits[0].new_string.clone().into_bytes()
     } else {
-        existing_bytes(root, path, shown)?
+        existing_bytes(beneath, path, shown)?
     };
     // The text before and after, as Edit's ladder decodes it (BOM and line
     // endings taken out): a new file's starts empty, with its first edit's text.
@@ -160,7 +161,9 @@ fn apply(
         after = edited.after;
         count += edited.count;
     }
-    files::write_atomic(path, &bytes).map_err(|e| ToolError::Failed(format!("{shown}: {e}")))?;
+    beneath
+        .write_atomic(path, &bytes)
+        .map_err(|e| ToolError::Failed(format!("{shown}: {e}")))?;
     let before = if creating {
         String::new()
     } else {

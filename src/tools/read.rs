@@ -69,8 +69,10 @@ impl Tool for Read {
             let path = ctx.resolve(&input.file_path)?;
             let shown = ctx.display(&path);
             let session = ctx.session;
+            let beneath = ctx.beneath();
             tokio::task::spawn_blocking(move || {
-                let (window, stamp) = read(&path, &shown, input.offset.unwrap_or(1), input.limit)?;
+                let place = (&beneath, path.as_path());
+                let (window, stamp) = read(place, &shown, input.offset.unwrap_or(1), input.limit)?;
                 files::record_seen(session, &path, stamp);
                 Ok(window)
             })
@@ -80,9 +82,10 @@ impl Tool for Read {
     }
 }
 
-/// Reads the window; returns it with the file's stamp from before the read.
+/// Reads the window; returns it with the file's stamp from before the read. The
+/// file is opened beneath the workspace (`beneath`).
 fn read(
-    path: &std::path::Path,
+    (beneath, path): (&super::beneath::Beneath, &std::path::Path),
     shown: &str,
     offset: usize,
     limit: Option<usize>,
@@ -94,12 +97,8 @@ fn read(
         )));
     }
     let not_regular = || ToolError::Failed(format!("{shown} is not a regular file"));
-    // Looked at before it is opened: opening a FIFO would wait for a writer forever.
-    match std::fs::metadata(path) {
-        Ok(meta) if !meta.is_file() => return Err(not_regular()),
-        Ok(_) | Err(_) => {}
-    }
-    let file = std::fs::File::open(path).map_err(|e| match e.kind() {
+    // Opened without waiting: a FIFO would wait for a writer forever.
+    let file = beneath.read(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => ToolError::Failed(format!("{shown} does not exist")),
         _ => ToolError::Failed(format!("{shown}: {e}")),
     })?;

@@ -57,6 +57,7 @@ impl Tool for Write {
             let shown = ctx.display(&path);
             let session = ctx.session;
             let changes = ctx.changes.clone();
+            let beneath = ctx.beneath();
             files::locked(&path.clone(), "write", move || {
                 if path.is_dir() {
                     return Err(ToolError::Failed(format!("{shown} is a directory")));
@@ -64,7 +65,8 @@ impl Tool for Write {
                 let existed = path.exists();
                 let (old, text) = if existed {
                     files::check_fresh(session, &path, &shown)?;
-                    let bytes = std::fs::read(&path)
+                    let bytes = beneath
+                        .read_bytes(&path)
                         .map_err(|e| ToolError::Failed(format!("{shown}: {e}")))?;
                     let old = String::from_utf8_lossy(&bytes).into_owned();
                     (old, files::Text::decode(&bytes))
@@ -76,7 +78,8 @@ impl Tool for Write {
                     Some(text) => text.encode(&input.content),
                     None => input.content.clone().into_bytes(),
                 };
-                files::write_atomic(&path, &bytes)
+                beneath
+                    .write_atomic(&path, &bytes)
                     .map_err(|e| ToolError::Failed(format!("{shown}: {e}")))?;
                 files::record_read(session, &path);
                 let lines = input.content.lines().count();

@@ -75,6 +75,7 @@ pub(super) struct GrepInput {
 #[derive(Debug)]
 pub(super) struct Search {
     ctx: ToolContext,
+    beneath: crate::tools::beneath::Beneath,
     walk: Walk,
     matcher: RegexMatcher,
     multiline: bool,
@@ -150,6 +151,7 @@ impl Search {
             .build();
         Ok(Self {
             ctx: ctx.clone(),
+            beneath: ctx.beneath(),
             walk,
             matcher,
             multiline,
@@ -199,7 +201,13 @@ impl Search {
                 &self.ctx.cancel,
                 entries.room(),
             );
-            match self.searcher.search_path(&self.matcher, &file, &mut sink) {
+            // Read through a descriptor opened beneath the workspace (a file
+            // swapped for a link out meanwhile is not read).
+            let searched = match self.beneath.read(&file) {
+                Ok(opened) => self.searcher.search_file(&self.matcher, &opened, &mut sink),
+                Err(e) => Err(e),
+            };
+            match searched {
                 Ok(()) => {}
                 // The searcher's own words for its heap limit.
                 Err(e) if e.to_string().contains("allocation limit") => {
