@@ -32,6 +32,7 @@ pub mod error;
 pub mod events;
 #[cfg(feature = "test-support")]
 pub mod faults;
+pub mod git;
 pub mod journal;
 pub mod keys;
 pub mod llm;

@@ -10,6 +10,7 @@ pub mod grep;
 pub mod ls;
 pub mod multi_edit;
 pub mod permissions;
+pub mod protected;
 pub mod read;
 pub mod rules;
 pub mod sandbox;

@@ -14,6 +14,7 @@ mod confine;
 pub(crate) mod group;
 pub mod launcher;
 mod output;
+mod protect;
 
 use std::time::Duration;
 

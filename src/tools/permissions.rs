@@ -390,7 +390,17 @@ impl Gate {
             (Some(RuleVerdict::Allow), _) => Verdict::Allow,
             (Some(RuleVerdict::Deny) | None, by_mode) => by_mode,
         };
-        let asked_by_rule = matches!(ruled, Some(RuleVerdict::Ask | RuleVerdict::Unreadable));
+        // A protected path (git's, the agents', editors' and shells' files) is
+        // changed only with a person's yes, whatever an allow rule or
+        // acceptEdits says (bypassPermissions is the person's own say-so).
+        let protected = self.mode != PermissionMode::BypassPermissions
+            && changes_protected_path(tool, input, &ctx.workspace);
+        let decided = match decided {
+            Verdict::Allow if protected => Verdict::Ask,
+            decided => decided,
+        };
+        let asked_by_rule =
+            protected || matches!(ruled, Some(RuleVerdict::Ask | RuleVerdict::Unreadable));
         match decided {
             Verdict::Allow => Ok(()),
             Verdict::Deny => Err(denied(format!(
@@ -401,11 +411,18 @@ impl Gate {
                 Ok(())
             }
             Verdict::Ask => {
+                let mut summary = summarize(tool, input, &ctx.workspace);
+                if protected {
+                    summary.insert_str(
+                        0,
+                        "(a protected path: it configures git, agents, editors or shells)\n",
+                    );
+                }
                 let request = PermissionRequest {
                     session,
                     agent: self.agent.clone(),
                     tool: tool.to_owned(),
-                    summary: summarize(tool, input, &ctx.workspace),
+                    summary,
                 };
                 if let Some(events) = &self.events {
                     events.publish(crate::protocol::EventKind::AwaitingPermission {
@@ -489,6 +506,19 @@ pub fn summarize(tool: &str, input: &serde_json::Value, workspace: &Path) -> Str
         }
         _ => input.to_string(),
     }
+}
+
+/// Whether `tool` changes files and `input` names a protected path of
+/// `workspace` (as the path resolves).
+fn changes_protected_path(tool: &str, input: &serde_json::Value, workspace: &Path) -> bool {
+    if !matches!(tool, "Write" | "Edit" | "MultiEdit" | "NotebookEdit") {
+        return false;
+    }
+    ["file_path", "notebook_path"]
+        .iter()
+        .filter_map(|key| input[*key].as_str())
+        .filter_map(|given| super::sandbox::resolve(workspace, given).ok())
+        .any(|path| super::protected::is_protected(workspace, &path))
 }
 
 /// The path a call gives and, when it leads elsewhere (through a symlink, or

@@ -9,8 +9,9 @@
 //!
 //! The child's environment has no provider key (`keys::is_key_variable`, with the
 //! configured `api_key_env` names) nor the key handoff's descriptor variable, and
-//! has `GIT_TERMINAL_PROMPT=0`, because the command shares the orchestrator's
-//! terminal and a password prompt there would stall it until its timeout. It does
+//! has git's safe config (`git::environment`: no program the repository names,
+//! no terminal prompt, because the command shares the orchestrator's terminal and
+//! a password prompt there would stall it until its timeout). It does
 //! not read the output nor decide when the command ends (`command`).
 
 use std::ffi::OsString;
@@ -28,20 +29,23 @@ use crate::keys::{HANDOFF_FD_VAR, is_key_variable};
 use crate::tools::ToolContext;
 
 /// The child's environment: `parent` without provider keys (the built-in ones and
-/// `configured`) or the handoff's variable, plus `GIT_TERMINAL_PROMPT=0`.
+/// `configured`) or the handoff's variable, plus git's safe config
+/// (`git::environment`).
 pub fn child_env(
     parent: impl IntoIterator<Item = (OsString, OsString)>,
     configured: &[String],
 ) -> Vec<(OsString, OsString)> {
-    parent
+    let kept: Vec<(OsString, OsString)> = parent
         .into_iter()
-        .filter(|(name, _)| {
-            !is_key_variable(name, configured)
-                && name != HANDOFF_FD_VAR
-                && name != "GIT_TERMINAL_PROMPT"
-        })
-        .chain([("GIT_TERMINAL_PROMPT".into(), "0".into())])
-        .collect()
+        .filter(|(name, _)| !is_key_variable(name, configured) && name != HANDOFF_FD_VAR)
+        .collect();
+    let git = crate::git::environment(&kept);
+    let mut env: Vec<(OsString, OsString)> = kept
+        .into_iter()
+        .filter(|(name, _)| !git.iter().any(|(set, _)| set == name))
+        .collect();
+    env.extend(git);
+    env
 }
 
 /// Starts `command` in the call's workspace as `confinement` says (the call's
@@ -163,12 +167,13 @@ mod tests {
             ("my_llm_token", "kept: names are matched exactly"),
         ]
         .map(|(k, v)| (OsString::from(k), OsString::from(v)));
-        let expected = [
+        let kept = [
             ("PATH", "/usr/bin"),
             ("my_llm_token", "kept: names are matched exactly"),
-            ("GIT_TERMINAL_PROMPT", "0"),
         ]
         .map(|(k, v)| (OsString::from(k), OsString::from(v)));
+        let mut expected = kept.to_vec();
+        expected.extend(crate::git::environment(&kept));
         assert_eq!(child_env(parent, &["MY_LLM_TOKEN".to_owned()]), expected);
     }
 
@@ -184,13 +189,17 @@ mod tests {
             ("API_KEY_FILE", "kept"),
         ]
         .map(|(k, v)| (OsString::from(k), OsString::from(v)));
-        let expected = [
+        let kept = [
             ("PATH", "/usr/bin"),
             ("OPENAI_BASE_URL", "http://localhost/v1"),
             ("API_KEY_FILE", "kept"),
-            ("GIT_TERMINAL_PROMPT", "0"),
         ]
         .map(|(k, v)| (OsString::from(k), OsString::from(v)));
-        assert_eq!(child_env(parent, &[]), expected);
+        let mut expected = kept.to_vec();
+        // Git's safe config, a prompt turned off included (not the parent's "1").
+        expected.extend(crate::git::environment(&kept));
+        let env = child_env(parent, &[]);
+        assert_eq!(env, expected);
+        assert!(env.contains(&("GIT_TERMINAL_PROMPT".into(), "0".into())));
     }
 }

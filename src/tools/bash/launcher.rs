@@ -346,6 +346,9 @@ fn confine(spec: &Spec) -> Result<ExitCode, String> {
     if hiding {
         hide(&spec.hidden)
             .map_err(|e| format!("the sandbox could not hide orchestrate's state: {e}"))?;
+        protect().map_err(|e| {
+            format!("the sandbox could not make the repository's git config and agents' files read-only: {e}")
+        })?;
     }
     if let Some(writable) = &spec.writable {
         match landlock(writable) {
@@ -458,6 +461,39 @@ fn hide(places: &[PathBuf]) -> rustix::io::Result<()> {
     // The working folder was entered before the mounts; a path relative to it
     // would still lead through the old ones.
     let here = std::env::current_dir().map_err(|_| rustix::io::Errno::NOENT)?;
+    std::env::set_current_dir(here).map_err(|_| rustix::io::Errno::NOENT)
+}
+
+/// Makes what the command may not change in its workspace (its working folder)
+/// read-only in its mount namespace (`protect`): pinned folders bound onto
+/// themselves, then each protected path bound read-only, keeping the flags
+/// its mount had (a user namespace may not drop them).
+fn protect() -> rustix::io::Result<()> {
+    use rustix::fs::StatVfsMountFlags as Has;
+    use rustix::mount::{MountFlags, mount_bind_recursive, mount_remount};
+    let here = std::env::current_dir().map_err(|_| rustix::io::Errno::NOENT)?;
+    let found = super::protect::protected(&here);
+    for folder in &found.pinned {
+        mount_bind_recursive(folder, folder)?;
+    }
+    for path in &found.read_only {
+        mount_bind_recursive(path, path)?;
+        let had = rustix::fs::statvfs(path)?.f_flag;
+        let mut flags = MountFlags::BIND | MountFlags::RDONLY;
+        for (has, keep) in [
+            (Has::NOSUID, MountFlags::NOSUID),
+            (Has::NODEV, MountFlags::NODEV),
+            (Has::NOEXEC, MountFlags::NOEXEC),
+            (Has::NOATIME, MountFlags::NOATIME),
+            (Has::NODIRATIME, MountFlags::NODIRATIME),
+            (Has::RELATIME, MountFlags::RELATIME),
+        ] {
+            if had.contains(has) {
+                flags |= keep;
+            }
+        }
+        mount_remount(path, flags, c"")?;
+    }
     std::env::set_current_dir(here).map_err(|_| rustix::io::Errno::NOENT)
 }
 

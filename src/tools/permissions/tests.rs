@@ -151,3 +151,33 @@ fn always_on_a_compound_line_allows_each_of_its_commands_and_so_the_line() {
     let redirected = serde_json::json!({"command": "cargo test > log"});
     assert!(always_rules("Bash", &redirected).is_empty());
 }
+
+#[test]
+fn a_protected_path_is_told_from_where_the_path_leads() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    std::fs::create_dir_all(ws.join(".git")).unwrap();
+    std::os::unix::fs::symlink(".git/config", ws.join("innocent.txt")).unwrap();
+    let edit = |path: &str| serde_json::json!({ "file_path": path });
+    for path in [
+        ".git/config",
+        "innocent.txt",
+        "agents/x.md",
+        ".claude/settings.json",
+    ] {
+        assert!(
+            super::changes_protected_path("Edit", &edit(path), &ws),
+            "{path}"
+        );
+    }
+    assert!(!super::changes_protected_path(
+        "Edit",
+        &edit("src/lib.rs"),
+        &ws
+    ));
+    assert!(!super::changes_protected_path(
+        "Read",
+        &edit(".git/config"),
+        &ws
+    ));
+}

@@ -1,0 +1,210 @@
+//! Git run so that it runs no program a repository names: its config can name
+//! a file-system monitor, hooks, a pager, an editor, an ssh command, credential
+//! helpers, a signing program, a transport and filter drivers, each a command
+//! git would start. orchestrate's own git invocations are made through
+//! [`command`] (a diff among them with `--no-ext-diff`: an empty `diff.external`
+//! does not turn an external diff off, it runs a program named ""); sandboxed
+//! commands get [`environment`] too, as defence in depth (not a boundary: a
+//! command may unset it, which is why the sandbox makes the repository's config
+//! read-only as well).
+
+use std::ffi::OsString;
+use std::path::Path;
+
+/// Config that names no program of the repository's, given on git's command
+/// line (it outranks the repository's): no monitor, no hooks, `cat` as the
+/// pager, `true` as the editor, the plain `ssh` and `gpg`, no credential helper
+/// (an empty value resets their list), no `ext::` transport.
+pub const SAFE_CONFIG: [(&str, &str); 9] = [
+    ("core.fsmonitor", ""),
+    ("core.hooksPath", "/dev/null"),
+    ("core.pager", "cat"),
+    ("core.editor", "true"),
+    ("core.sshCommand", "ssh"),
+    ("credential.helper", ""),
+    ("gpg.program", "gpg"),
+    ("gpg.ssh.program", "ssh-keygen"),
+    ("protocol.ext.allow", "never"),
+];
+
+/// `git` in `dir`, configured by [`SAFE_CONFIG`], with every filter driver the
+/// repository's config defines turned into a no-op, no terminal prompt and no
+/// optional locks (a `git status` beside the person's own does not take
+/// `index.lock`).
+pub fn command(dir: &Path) -> std::process::Command {
+    let mut git = std::process::Command::new("git");
+    git.current_dir(dir).arg("--no-pager");
+    for (key, value) in SAFE_CONFIG {
+        git.arg("-c").arg(format!("{key}={value}"));
+    }
+    for driver in filter_drivers(dir) {
+        for (part, value) in [("clean", "cat"), ("smudge", "cat"), ("process", "")] {
+            git.arg("-c").arg(format!("filter.{driver}.{part}={value}"));
+        }
+    }
+    git.envs(quiet());
+    git
+}
+
+/// The environment that makes any git a command runs as safe as [`command`]'s
+/// (less the filters, which only a look at the repository's config can name):
+/// `GIT_CONFIG_COUNT` and its pairs, after any the environment `parent` holds.
+pub fn environment(parent: &[(OsString, OsString)]) -> Vec<(OsString, OsString)> {
+    let start = parent
+        .iter()
+        .find(|(name, _)| name == "GIT_CONFIG_COUNT")
+        .and_then(|(_, value)| value.to_str()?.parse::<usize>().ok())
+        .unwrap_or(0);
+    let mut env: Vec<(OsString, OsString)> = SAFE_CONFIG
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (key, value))| {
+            [
+                (
+                    format!("GIT_CONFIG_KEY_{}", start + i).into(),
+                    (*key).into(),
+                ),
+                (
+                    format!("GIT_CONFIG_VALUE_{}", start + i).into(),
+                    (*value).into(),
+                ),
+            ]
+        })
+        .collect();
+    env.push((
+        "GIT_CONFIG_COUNT".into(),
+        (start + SAFE_CONFIG.len()).to_string().into(),
+    ));
+    env.extend(quiet());
+    env
+}
+
+/// No password prompt on the terminal the orchestrator shares, no optional
+/// locks, and `cat` as every command's pager (`pager.<command>` included).
+fn quiet() -> [(OsString, OsString); 3] {
+    [
+        ("GIT_TERMINAL_PROMPT".into(), "0".into()),
+        ("GIT_OPTIONAL_LOCKS".into(), "0".into()),
+        ("GIT_PAGER".into(), "cat".into()),
+    ]
+}
+
+/// The filter drivers the repository in `dir` configures (`filter.NAME.*`),
+/// read by a git that runs nothing (`git config` starts no program).
+fn filter_drivers(dir: &Path) -> Vec<String> {
+    let listed = std::process::Command::new("git")
+        .current_dir(dir)
+        .args(["config", "--name-only", "--get-regexp", r"^filter\."])
+        .envs(quiet())
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    let Ok(listed) = listed else {
+        return Vec::new();
+    };
+    let mut drivers: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .filter_map(|key| {
+            let (driver, _) = key.strip_prefix("filter.")?.rsplit_once('.')?;
+            Some(driver.to_owned())
+        })
+        .collect();
+    drivers.sort();
+    drivers.dedup();
+    drivers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `git args` in `dir` as set up, for the tests' own set-up.
+    fn plain(dir: &Path, args: &[&str]) {
+        let done = std::process::Command::new("git")
+            .current_dir(dir)
+            .args(args)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap();
+        assert!(
+            done.status.success(),
+            "{}",
+            String::from_utf8_lossy(&done.stderr)
+        );
+    }
+
+    #[test]
+    fn a_repositorys_planted_programs_never_run_through_orchestrates_git() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path();
+        let ran = repo.join("ran");
+        plain(repo, &["init", "-q"]);
+        plain(repo, &["config", "user.email", "a@b"]);
+        plain(repo, &["config", "user.name", "a"]);
+        let mark = |what: &str| format!("sh -c 'echo {what} >> {}'", ran.display());
+        for (key, what) in [
+            ("core.fsmonitor", "fsmonitor"),
+            ("core.pager", "pager"),
+            ("pager.log", "log pager"),
+            ("diff.external", "diff"),
+            ("filter.evil.clean", "clean"),
+            ("filter.evil.smudge", "smudge"),
+        ] {
+            plain(repo, &["config", key, &mark(what)]);
+        }
+        std::fs::write(repo.join(".gitattributes"), "*.txt filter=evil\n").unwrap();
+        let hook = repo.join(".git/hooks/pre-commit");
+        std::fs::write(&hook, format!("#!/bin/sh\n{}\n", mark("hook"))).unwrap();
+        std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        std::fs::write(repo.join("a.txt"), "one\n").unwrap();
+        for args in [
+            &["add", "a.txt"][..],
+            &["commit", "-qm", "first"],
+            &["status"],
+            &["log", "-p", "--no-ext-diff"],
+        ] {
+            let done = command(repo)
+                .args(args)
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .output()
+                .unwrap();
+            assert!(
+                done.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&done.stderr)
+            );
+        }
+        std::fs::write(repo.join("a.txt"), "two\n").unwrap();
+        let diff = command(repo)
+            .args(["diff", "--no-ext-diff"])
+            .output()
+            .unwrap();
+        assert!(String::from_utf8_lossy(&diff.stdout).contains("+two"));
+        assert!(
+            !ran.exists(),
+            "ran: {}",
+            std::fs::read_to_string(&ran).unwrap_or_default()
+        );
+        // The same repository through a plain git does run them: the test plants
+        // what it says it does.
+        plain(repo, &["status"]);
+        assert!(ran.exists());
+    }
+
+    #[test]
+    fn the_environment_adds_its_config_after_what_the_environment_has() {
+        let parent = vec![("GIT_CONFIG_COUNT".into(), "2".into())];
+        let env = environment(&parent);
+        let get = |name: &str| {
+            env.iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.to_string_lossy().into_owned())
+        };
+        assert_eq!(get("GIT_CONFIG_COUNT").as_deref(), Some("11"));
+        assert_eq!(get("GIT_CONFIG_KEY_2").as_deref(), Some("core.fsmonitor"));
+        assert_eq!(get("GIT_CONFIG_VALUE_3").as_deref(), Some("/dev/null"));
+        assert_eq!(get("GIT_OPTIONAL_LOCKS").as_deref(), Some("0"));
+    }
+}
