@@ -26,6 +26,7 @@ mod quickstart;
 mod rate_limits;
 mod replay;
 mod resume;
+mod sandbox;
 mod state;
 mod subagents;
 mod supervision;
