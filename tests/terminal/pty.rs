@@ -349,3 +349,51 @@ async fn a_fan_out_taller_than_the_terminal_ends_with_every_sub_agent_in_its_fin
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_abandoned_by_a_cancel_gives_the_live_tree_back() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("agents")).unwrap();
+    std::fs::write(
+        dir.path().join("agents/worker.md"),
+        "---\nname: worker\ndescription: works\ntools: Bash\n---\nYou are a worker.\n",
+    )
+    .unwrap();
+    let finish = Gate::new();
+    let mock = MockLlm::start_with({
+        let finish = finish.clone();
+        move |request, _| {
+            let system = request.body["messages"][0]["content"]
+                .as_str()
+                .unwrap_or("");
+            let answered = request.body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["role"] == "tool");
+            match (system.starts_with("You are a worker."), answered) {
+                (true, _) => {
+                    Reply::tool_calls(&[("b1", "Bash", json!({ "command": "touch pwned" }))])
+                }
+                (false, false) => Reply::tool_calls(&[(
+                    "t1",
+                    "Task",
+                    json!({"description": "work", "prompt": "work", "subagent_type": "worker"}),
+                )]),
+                (false, true) => Reply::text("done").with_end(End::HoldAfter(0, finish.clone())),
+            }
+        }
+    })
+    .await;
+    let (terminal, child) = start(&mock, dir.path(), &["delegate"], 30);
+    let asked = terminal.shows("Allow?").await;
+    // The worker is cancelled from another terminal while its question is on
+    // screen: the question is abandoned, and the tree must be drawn again.
+    let kill = crate::cli::orchestrate(dir.path(), &["kill", "worker#1"], &[]).await;
+    assert_eq!(kill.status.code(), Some(0), "{}", text(&kill.stderr));
+    terminal.shows_after(asked.len(), "worker#1").await;
+    finish.open();
+    let out = exited(child).await;
+    assert_eq!(out.status.code(), Some(0), "{}", *terminal.screen.borrow());
+    assert!(!dir.path().join("pwned").exists());
+}

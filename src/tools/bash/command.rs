@@ -50,7 +50,7 @@ pub(super) async fn run(
     }
     let (reader, writer) = std::io::pipe()
         .map_err(|e| ToolError::Failed(format!("cannot create the output pipe: {e}")))?;
-    let started = start(confinement, command, ctx, &writer);
+    let started = start(confinement, command, ctx, &writer).await;
     // Only the child may hold the write end now, so the pipe reaches end-of-file when
     // the last process of the command is gone.
     drop(writer);

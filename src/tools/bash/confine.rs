@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::launcher::{self, SELF_EXE, Spec};
+use super::launcher::{self, Spec};
 
 /// Where Bash commands may write.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -160,7 +160,7 @@ impl Launch {
 
 /// Runs the launcher's probe: its answers for user namespaces and Landlock.
 fn probe() -> Result<(String, String), String> {
-    let output = std::process::Command::new(SELF_EXE)
+    let output = std::process::Command::new(launcher::executable())
         .args([launcher::MARK, "probe"])
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

@@ -24,7 +24,6 @@ use rustix::process::{Pid, Signal, kill_process_group};
 use tokio::process::{Child, Command};
 
 use super::confine::Confinement;
-use super::launcher::SELF_EXE;
 use crate::keys::{HANDOFF_FD_VAR, is_key_variable};
 use crate::tools::ToolContext;
 
@@ -51,7 +50,7 @@ pub fn child_env(
 /// Starts `command` in the call's workspace as `confinement` says (the call's
 /// private places hidden from it), stdout and stderr both on `out`, in a process
 /// group of its own.
-pub(super) fn start(
+pub(super) async fn start(
     confinement: &Confinement,
     command: &str,
     ctx: &ToolContext,
@@ -70,7 +69,7 @@ pub(super) fn start(
     };
     let (lifeline_end, lifeline) = std::io::pipe()?;
     // Never killed on drop: the launcher must live to kill what the command left.
-    let child = Command::new(SELF_EXE)
+    let child = Command::new(super::launcher::executable())
         .args(launch.spec(command, workspace, &ctx.private).args("run"))
         .current_dir(workspace)
         .env_clear()
@@ -80,7 +79,16 @@ pub(super) fn start(
         .stderr(out.try_clone()?)
         .process_group(0)
         .spawn()?;
-    ShellGroup::new(child, Some(lifeline))
+    let group = ShellGroup::new(child, Some(lifeline))?;
+    if launch.user_namespace {
+        // The launcher stops once its namespaces are made, for its id maps.
+        let pid = group.pgid.as_raw_pid() as u32;
+        tokio::task::spawn_blocking(move || super::launcher::continue_mapped(pid))
+            .await
+            .map_err(std::io::Error::other)?
+            .map_err(std::io::Error::other)?;
+    }
+    Ok(group)
 }
 
 /// Starts `shell -c command` in its own process group.

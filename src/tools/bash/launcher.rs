@@ -6,32 +6,34 @@
 //!
 //! ```text
 //! orchestrate                     non-dumpable, holds the keys in memory
-//! └── launcher (stage `run`)      child subreaper; its stdin is the lifeline
-//!     └── stage `confine` → bash  own process group; own user namespace; Landlock
+//! └── launcher (stage `run`)      own user and mount namespace; Landlock; child
+//!     │                           subreaper; its stdin is the lifeline
+//!     └── bash -c COMMAND         own process group
 //! ```
 //!
-//! - `run` starts `confine`, writes its user namespace's id maps once it has
-//!   unshared (every id for root, so files of other owners stay writable as before;
-//!   else its own id), lets it go on, and waits for the shell to exit or the lifeline
-//!   (its stdin, a pipe whose other end the orchestrator holds) to close: on a
-//!   timeout, a cancel, or the orchestrator's death. Either way it then kills the
-//!   shell's group and every process re-parented to it (those that left the group
-//!   with `setsid`), until it has no child left, and exits as the shell did.
-//! - `confine` unshares its user namespace (a process in a child namespace has no
+//! - `run` unshares a user namespace (a process in a child namespace has no
 //!   capability over the orchestrator, so even root cannot read its
-//!   `/proc/<pid>/environ` or memory) and, when it has places to hide, a mount
-//!   namespace; waits for the maps; mounts an empty, read-only tmpfs over each
-//!   place to hide (orchestrate's state: its journals and control sockets); applies
-//!   Landlock (reads everywhere; writes only under the paths it was given and to a
-//!   few devices), and execs `bash -c COMMAND` (`sh` where bash is missing).
+//!   `/proc/<pid>/environ` or memory) and a mount namespace, then stops itself;
+//!   the orchestrator, seeing it stopped, writes its id maps (every id for root,
+//!   so files of other owners stay writable as before; else its own id:
+//!   [`continue_mapped`]) and lets it go on. It then covers each place to hide
+//!   with an empty, read-only tmpfs (orchestrate's state: its journals and control
+//!   sockets), makes what the command may not change read-only (`protect`),
+//!   applies Landlock (reads everywhere; writes only under the paths it was given
+//!   and to a few devices), and starts `bash -c COMMAND` (`sh` where bash is
+//!   missing). It waits for the shell to exit or the lifeline (its stdin, a pipe
+//!   whose other end the orchestrator holds) to close: on a timeout, a cancel, or
+//!   the orchestrator's death. Either way it then kills the shell's group and
+//!   every process re-parented to it (those that left the group with `setsid`),
+//!   until it has no child left, and exits as the shell did. One exec of the
+//!   binary per command: its start-up is most of what a sandboxed call costs
+//!   beyond the shell's own.
 //! - `probe` says what this kernel allows: the orchestrator runs it once at start.
 //!
 //! It does not decide the policy (`confine`) nor read the command's output
 //! (`command`).
 
 use std::ffi::{OsStr, OsString};
-use std::io::{Read, Write};
-use std::os::fd::AsFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -48,8 +50,28 @@ use rustix::process::{Pid, Signal, WaitOptions};
 /// The first argument that puts the binary in launcher mode.
 pub const MARK: &str = "__orchestrate-bash-launcher";
 
-/// The executable the launcher is: the running binary, whatever its path now.
-pub(super) const SELF_EXE: &str = "/proc/self/exe";
+/// The running binary, whatever its path now: the launcher when no smaller one
+/// is installed beside it.
+const SELF_EXE: &str = "/proc/self/exe";
+
+/// The name of the small binary that is only the launcher, installed beside
+/// `orchestrate` (`src/bin/orchestrate-sandbox.rs`): a command starts several
+/// times faster through it than through the whole binary.
+pub const SANDBOX_BIN: &str = "orchestrate-sandbox";
+
+/// The executable to start the launcher from: `orchestrate-sandbox` beside the
+/// running binary, when it is there and a regular file; else the running binary
+/// itself.
+pub(super) fn executable() -> &'static std::path::Path {
+    static FOUND: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    FOUND.get_or_init(|| {
+        std::env::current_exe()
+            .ok()
+            .map(|me| me.with_file_name(SANDBOX_BIN))
+            .filter(|small| std::fs::metadata(small).is_ok_and(|m| m.is_file()))
+            .unwrap_or_else(|| PathBuf::from(SELF_EXE))
+    })
+}
 
 /// The filesystem rights of Landlock ABI 5 (the last to add any but `ResolveUnix`,
 /// which would refuse connecting to sockets such as Docker's).
@@ -164,8 +186,7 @@ pub fn run_if_asked() -> Option<Launched> {
     let stage = args.next().unwrap_or_default();
     let result = match stage.to_str() {
         Some("probe") => return Some(Launched::Report(probe())),
-        Some("run") => Spec::parse(args).and_then(|spec| supervise(&spec)),
-        Some("confine") => Spec::parse(args).and_then(|spec| confine(&spec)),
+        Some("run") => Spec::parse(args).and_then(|spec| run(&spec)),
         _ => Err(format!("launcher: unknown stage {stage:?}")),
     };
     Some(match result {
@@ -174,36 +195,44 @@ pub fn run_if_asked() -> Option<Launched> {
     })
 }
 
-/// Stage `run`: starts `confine`, maps its ids, and watches the shell and the
-/// lifeline; then kills everything left and exits as the shell did.
-fn supervise(spec: &Spec) -> Result<ExitCode, String> {
-    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+/// Stage `run`: the namespaces (stopped until the orchestrator has mapped the
+/// user namespace's ids), what to hide and protect, Landlock, then the shell,
+/// watched with the lifeline; then everything it left is killed, and this
+/// process exits as the shell did.
+fn run(spec: &Spec) -> Result<ExitCode, String> {
+    let me = rustix::process::getpid();
+    rustix::process::set_child_subreaper(Some(me))
         .map_err(|e| format!("launcher: cannot become a subreaper: {e}"))?;
-    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
-    let (mut ready, ready_end) = pipe()?;
-    let (go_end, mut go) = pipe()?;
-    // The pipe ends given to the child are dropped with the `Command` at the end of
-    // this statement, so each pipe ends when the child's end does.
-    let child = Command::new(SELF_EXE)
-        .args(spec.args("confine"))
-        .stdin(go_end)
-        .stdout(ready_end)
-        .process_group(0)
-        .spawn()
-        .map_err(|e| format!("launcher: cannot start the shell: {e}"))?;
-    let group = Pid::from_child(&child);
-    let mut byte = [0; 1];
-    // End of file: `confine` failed before its namespace was ready, and said why.
-    if matches!(ready.read(&mut byte), Ok(1)) {
-        if spec.user_namespace
-            && let Err(e) = map_ids(child.id())
-        {
-            sweep(group);
-            return Err(e);
+    if spec.user_namespace {
+        unshare_namespaces(true).map_err(|e| format!("cannot start a user namespace: {e}"))?;
+        // The orchestrator sees this stop, writes the id maps, and continues it.
+        rustix::process::kill_process(me, Signal::STOP)
+            .map_err(|e| format!("launcher: cannot wait for the id maps: {e}"))?;
+        let maps = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
+        if maps.trim().is_empty() {
+            return Err("launcher: the user namespace was given no id maps".into());
         }
-        let _ = go.write_all(b"g");
     }
-    drop(go);
+    // Not before the maps: the orchestrator writes them through /proc/<pid>/.
+    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
+    if spec.user_namespace && !spec.hidden.is_empty() {
+        hide(&spec.hidden)
+            .map_err(|e| format!("the sandbox could not hide orchestrate's state: {e}"))?;
+        protect().map_err(|e| {
+            format!("the sandbox could not make the repository's git config and agents' files read-only: {e}")
+        })?;
+    }
+    if let Some(writable) = &spec.writable {
+        match landlock(writable) {
+            Ok(RulesetStatus::NotEnforced) => {
+                return Err("the sandbox could not be applied: this kernel has no Landlock".into());
+            }
+            Ok(RulesetStatus::FullyEnforced | RulesetStatus::PartiallyEnforced) => {}
+            Err(e) => return Err(format!("the sandbox could not be applied: {e}")),
+        }
+    }
+    let child = shell(&spec.command)?;
+    let group = Pid::from_child(&child);
     let exited = match wait_or_lifeline(&child) {
         Ok(exited) => exited,
         Err(e) => {
@@ -225,8 +254,51 @@ fn supervise(spec: &Spec) -> Result<ExitCode, String> {
     })
 }
 
-fn pipe() -> Result<(std::io::PipeReader, std::io::PipeWriter), String> {
-    std::io::pipe().map_err(|e| format!("launcher: cannot make a pipe: {e}"))
+/// `bash -c command` (`sh` where there is no bash) in a process group of its
+/// own, its output on this process's (the command's output pipe), no input.
+fn shell(command: &str) -> Result<std::process::Child, String> {
+    for shell in ["bash", "sh"] {
+        match Command::new(shell)
+            .arg("-c")
+            .arg(command)
+            .stdin(Stdio::null())
+            .process_group(0)
+            .spawn()
+        {
+            Ok(child) => return Ok(child),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("cannot start {shell}: {e}")),
+        }
+    }
+    Err("cannot start the shell: neither bash nor sh is on PATH".into())
+}
+
+/// For whoever started the launcher `pid` with a user namespace (the Bash
+/// tool): waits until it has made its namespaces and stopped itself, writes its
+/// id maps and continues it; a launcher that ended first has said why on its
+/// output. Blocking.
+pub fn continue_mapped(pid: u32) -> Result<(), String> {
+    use rustix::process::{WaitId, WaitIdOptions, waitid};
+    let target = Pid::from_raw(pid as i32).ok_or("launcher: no such process")?;
+    let options = WaitIdOptions::STOPPED | WaitIdOptions::EXITED | WaitIdOptions::NOWAIT;
+    let status = loop {
+        match waitid(WaitId::Pid(target), options) {
+            Err(Errno::INTR) => {}
+            // Reaped already (it ended): its output says why.
+            Err(Errno::CHILD) => return Ok(()),
+            Err(e) => return Err(format!("launcher: cannot watch the launcher: {e}")),
+            Ok(status) => break status,
+        }
+    };
+    if !status.is_some_and(|s| s.stopped()) {
+        return Ok(());
+    }
+    if let Err(e) = map_ids(pid) {
+        let _ = rustix::process::kill_process(target, Signal::KILL);
+        return Err(e);
+    }
+    rustix::process::kill_process(target, Signal::CONT)
+        .map_err(|e| format!("launcher: cannot continue the launcher: {e}"))
 }
 
 /// Writes the id maps of `pid`'s user namespace: every id, when this process may
@@ -299,8 +371,18 @@ fn sweep(group: Pid) {
     }
 }
 
-/// The processes whose parent is `parent`, from `/proc`.
+/// The processes whose parent is `parent` (this process, single-threaded):
+/// its thread's `children` file in `/proc`, or a scan of every process where
+/// the kernel has no such file.
 fn children_of(parent: Pid) -> Vec<Pid> {
+    let raw = parent.as_raw_pid();
+    let listed = format!("/proc/{raw}/task/{raw}/children");
+    if let Ok(text) = std::fs::read_to_string(listed) {
+        return text
+            .split_whitespace()
+            .filter_map(|pid| Pid::from_raw(pid.parse().ok()?))
+            .collect();
+    }
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -308,7 +390,7 @@ fn children_of(parent: Pid) -> Vec<Pid> {
         .flatten()
         .filter_map(|entry| {
             let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
-            (crate::procfs::parent_of(pid)? == parent.as_raw_pid())
+            (crate::procfs::parent_of(pid)? == raw)
                 .then(|| Pid::from_raw(pid))
                 .flatten()
         })
@@ -326,58 +408,6 @@ fn exit_as(status: std::process::ExitStatus) -> ExitCode {
         let _ = rustix::process::kill_process(rustix::process::getpid(), signal);
     }
     ExitCode::from(128 + raw as u8)
-}
-
-/// Stage `confine`: its own user namespace, the maps, Landlock, then the shell.
-fn confine(spec: &Spec) -> Result<ExitCode, String> {
-    let hiding = spec.user_namespace && !spec.hidden.is_empty();
-    if spec.user_namespace {
-        unshare_namespaces(hiding).map_err(|e| format!("cannot start a user namespace: {e}"))?;
-    }
-    let mut ready = std::io::stdout();
-    if ready.write_all(b"r").and_then(|()| ready.flush()).is_err() {
-        return Ok(ExitCode::from(125));
-    }
-    let mut go = [0; 1];
-    if !matches!(std::io::stdin().read(&mut go), Ok(1)) {
-        // The launcher gave up (and said why).
-        return Ok(ExitCode::from(125));
-    }
-    if hiding {
-        hide(&spec.hidden)
-            .map_err(|e| format!("the sandbox could not hide orchestrate's state: {e}"))?;
-        protect().map_err(|e| {
-            format!("the sandbox could not make the repository's git config and agents' files read-only: {e}")
-        })?;
-    }
-    if let Some(writable) = &spec.writable {
-        match landlock(writable) {
-            Ok(RulesetStatus::NotEnforced) => {
-                return Err("the sandbox could not be applied: this kernel has no Landlock".into());
-            }
-            Ok(RulesetStatus::FullyEnforced | RulesetStatus::PartiallyEnforced) => {}
-            Err(e) => return Err(format!("the sandbox could not be applied: {e}")),
-        }
-    }
-    let output = std::io::stderr()
-        .as_fd()
-        .try_clone_to_owned()
-        .map_err(|e| format!("cannot start the shell: {e}"))?;
-    for shell in ["bash", "sh"] {
-        let out = output
-            .try_clone()
-            .map_err(|e| format!("cannot start the shell: {e}"))?;
-        let error = Command::new(shell)
-            .arg("-c")
-            .arg(&spec.command)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .exec();
-        if error.kind() != std::io::ErrorKind::NotFound {
-            return Err(format!("cannot start {shell}: {error}"));
-        }
-    }
-    Err("cannot start the shell: neither bash nor sh is on PATH".into())
 }
 
 /// `unshare(CLONE_NEWUSER)`.
