@@ -24,7 +24,7 @@ else
     # cold machine; cargo shows its progress).
     target="${CARGO_TARGET_DIR:-$here/../../target}"
     echo "building orchestrate (release) in $target ..."
-    cargo build --release --manifest-path "$here/../../Cargo.toml" --target-dir "$target" --bin orchestrate
+    cargo build --release --manifest-path "$here/../../Cargo.toml" --target-dir "$target" --bin orchestrate --bin orchestrate-sandbox
     orchestrate="$target/release/orchestrate"
 fi
 # The agents' `cargo test` runs in Bash's sandbox, which writes only inside the
