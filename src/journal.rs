@@ -37,6 +37,9 @@ pub enum Record {
         /// Missing in journals written before runs were named.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         run: Option<SessionId>,
+        /// The journal's format ([`FORMAT`] when written by this build).
+        #[serde(default = "unnumbered")]
+        format: u32,
     },
     /// A run began; the next message is its prompt.
     RunStarted {
@@ -80,6 +83,17 @@ pub enum Record {
     },
 }
 
+/// The format of the journals this build writes, in their headers. A journal of
+/// a later format is refused (its records may mean something this build does not
+/// know); one of this format or an earlier one is read.
+pub const FORMAT: u32 = 1;
+
+/// The format of a header that names none: journals written before formats were
+/// numbered, which are this format.
+fn unnumbered() -> u32 {
+    1
+}
+
 /// Failures reading a journal.
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
@@ -91,16 +105,65 @@ pub enum JournalError {
         /// The cause.
         source: std::io::Error,
     },
-    /// A line other than a torn last one is not a record.
-    #[error("{path}:{line}: not a journal record: {reason}")]
+    /// A line too long to be a record: the file is not a journal.
+    #[error("{path}:{line}: not a journal: {reason}")]
     Corrupt {
         /// The journal.
         path: PathBuf,
         /// 1-based line number.
         line: usize,
-        /// The parse error.
+        /// What is wrong.
         reason: String,
     },
+    /// The first record is not a header: whose journal it is cannot be told.
+    #[error("{path}: its first line names no session (the header is missing or damaged)")]
+    Headless {
+        /// The journal.
+        path: PathBuf,
+    },
+    /// The journal was written by a later build of orchestrate.
+    #[error(
+        "{path}: written by a newer orchestrate (journal format {format}; this one reads up to {FORMAT})"
+    )]
+    Newer {
+        /// The journal.
+        path: PathBuf,
+        /// Its format.
+        format: u32,
+    },
+}
+
+/// A line of a journal that is not a record (damaged on disk, or written by
+/// hand): skipped, and named to the person.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damaged {
+    /// The journal.
+    pub path: PathBuf,
+    /// 1-based line number.
+    pub line: usize,
+    /// Why it is not a record.
+    pub reason: String,
+}
+
+impl std::fmt::Display for Damaged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}:{}: damaged line skipped ({})",
+            self.path.display(),
+            self.line,
+            self.reason
+        )
+    }
+}
+
+/// What a journal holds: its records, and the damaged lines between them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Contents {
+    /// Every record, in order.
+    pub records: Vec<Record>,
+    /// The lines that are not records, skipped.
+    pub damaged: Vec<Damaged>,
 }
 
 /// The longest journal line read back: far above any record a session writes
@@ -108,12 +171,13 @@ pub enum JournalError {
 /// hurt. A longer line is damage.
 pub const MAX_LINE: u64 = 256 * 1024 * 1024;
 
-/// Reads a journal, line by line: the file is opened safely
+/// Reads a journal, line by line, as bytes: the file is opened safely
 /// ([`crate::small_file::open`]: no symbolic link, FIFO or device, only this
-/// user's regular file), and no line is read past [`MAX_LINE`]. A torn last line
-/// (a crash mid-write) is ignored; anything else that does not parse is an error
-/// naming the line.
-pub fn read_journal(path: &Path) -> Result<Vec<Record>, JournalError> {
+/// user's regular file), and no line is read past [`MAX_LINE`]. Each complete
+/// line is decoded on its own; the last segment without a newline is a torn
+/// write (a crash, a full disk) and is ignored; a line in between that is not a
+/// record is skipped and named in [`Contents::damaged`].
+pub fn read_journal(path: &Path) -> Result<Contents, JournalError> {
     let io = |source: std::io::Error| JournalError::Io {
         path: path.to_owned(),
         source,
@@ -121,12 +185,12 @@ pub fn read_journal(path: &Path) -> Result<Vec<Record>, JournalError> {
     let file =
         crate::small_file::open(path, crate::small_file::Access::Read).map_err(|e| io(e.into()))?;
     let mut lines = crate::small_file::Lines::new(file, MAX_LINE);
-    let mut records = Vec::new();
+    let mut reading = Reading::new(path);
     let mut line = Vec::new();
     loop {
-        let number = match lines.next_into(&mut line) {
-            Ok(Some(number)) => number,
-            Ok(None) => return Ok(records),
+        match lines.next_into(&mut line) {
+            Ok(Some(number)) => reading.line(number, &line)?,
+            Ok(None) => return Ok(reading.contents),
             Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
                 return Err(JournalError::Corrupt {
                     path: path.to_owned(),
@@ -135,74 +199,140 @@ pub fn read_journal(path: &Path) -> Result<Vec<Record>, JournalError> {
                 });
             }
             Err(e) => return Err(io(e)),
+        }
+    }
+}
+
+/// The records of a journal's bytes, read from `path` (named in errors), as
+/// [`read_journal`] reads a file.
+pub fn parse_journal(path: &Path, bytes: &[u8]) -> Result<Contents, JournalError> {
+    let mut reading = Reading::new(path);
+    for (i, line) in bytes.split_inclusive(|b| *b == b'\n').enumerate() {
+        reading.line(i + 1, line)?;
+    }
+    Ok(reading.contents)
+}
+
+/// A journal read so far.
+struct Reading<'a> {
+    path: &'a Path,
+    contents: Contents,
+}
+
+impl<'a> Reading<'a> {
+    fn new(path: &'a Path) -> Self {
+        Self {
+            path,
+            contents: Contents::default(),
+        }
+    }
+
+    /// Takes line `number`, its newline kept: a record, a blank line, a torn
+    /// tail (no newline: ignored) or a damaged line.
+    fn line(&mut self, number: usize, line: &[u8]) -> Result<(), JournalError> {
+        let Some(line) = line.strip_suffix(b"\n") else {
+            return Ok(());
         };
-        let complete = line.last() == Some(&b'\n');
-        match parse_line(&line) {
-            Ok(Some(record)) => records.push(record),
-            Ok(None) => {}
-            // Torn: the last line, cut before its end.
-            Err(_) if !complete => return Ok(records),
-            Err(reason) => {
-                return Err(JournalError::Corrupt {
-                    path: path.to_owned(),
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return Ok(());
+        }
+        match serde_json::from_slice::<Record>(line) {
+            Ok(Record::Header { format, .. }) if format > FORMAT => Err(JournalError::Newer {
+                path: self.path.to_owned(),
+                format,
+            }),
+            Ok(record) => {
+                self.contents.records.push(record);
+                Ok(())
+            }
+            Err(e) => {
+                self.contents.damaged.push(Damaged {
+                    path: self.path.to_owned(),
                     line: number,
-                    reason,
+                    reason: e.to_string(),
                 });
+                Ok(())
             }
         }
     }
-}
-
-/// One line's record; `None` for a blank line.
-fn parse_line(line: &[u8]) -> Result<Option<Record>, String> {
-    if line.iter().all(u8::is_ascii_whitespace) {
-        return Ok(None);
-    }
-    serde_json::from_slice(line)
-        .map(Some)
-        .map_err(|e| e.to_string())
-}
-
-/// The records of a journal's text, read from `path` (named in errors). A torn
-/// last line is ignored.
-pub fn parse_journal(path: &Path, text: &str) -> Result<Vec<Record>, JournalError> {
-    let complete = text.ends_with('\n');
-    let lines: Vec<&str> = text.lines().collect();
-    let mut records = Vec::with_capacity(lines.len());
-    for (i, line) in lines.iter().enumerate() {
-        match parse_line(line.as_bytes()) {
-            Ok(Some(record)) => records.push(record),
-            Ok(None) => {}
-            Err(_) if i + 1 == lines.len() && !complete => break,
-            Err(reason) => {
-                return Err(JournalError::Corrupt {
-                    path: path.to_owned(),
-                    line: i + 1,
-                    reason,
-                });
-            }
-        }
-    }
-    Ok(records)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn line(text: &str) -> String {
+        serde_json::to_string(&Record::Message {
+            message: Message::user(text),
+        })
+        .unwrap()
+    }
+
     #[test]
-    fn a_torn_last_line_is_ignored_but_corruption_elsewhere_is_reported() {
+    fn a_torn_last_line_is_ignored_and_a_damaged_one_elsewhere_is_skipped_and_named() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.jsonl");
-        let good = serde_json::to_string(&Record::Message {
-            message: Message::user("hi"),
-        })
-        .unwrap();
+        let good = line("hi");
         std::fs::write(&path, format!("{good}\n{good}\n{{\"record\":\"mess")).unwrap();
-        assert_eq!(read_journal(&path).unwrap().len(), 2);
-        std::fs::write(&path, format!("{good}\n{{oops\n{good}\n")).unwrap();
-        let err = read_journal(&path).unwrap_err().to_string();
-        assert!(err.contains("s.jsonl:2:"), "{err}");
+        let read = read_journal(&path).unwrap();
+        assert_eq!((read.records.len(), read.damaged.len()), (2, 0));
+        // Even a whole record is torn without its newline: the next append cuts it.
+        std::fs::write(&path, format!("{good}\n{good}")).unwrap();
+        assert_eq!(read_journal(&path).unwrap().records.len(), 1);
+        std::fs::write(&path, format!("{good}\n{{oops\n\n{good}\n")).unwrap();
+        let read = read_journal(&path).unwrap();
+        assert_eq!(read.records.len(), 2);
+        let [damaged] = read.damaged.as_slice() else {
+            panic!("{:?}", read.damaged)
+        };
+        assert_eq!(damaged.line, 2);
+        let said = damaged.to_string();
+        assert!(
+            said.starts_with(&format!("{}:2: damaged line skipped (", path.display())),
+            "{said}"
+        );
+    }
+
+    #[test]
+    fn a_torn_multi_byte_character_is_a_torn_line_and_bad_bytes_mid_file_a_damaged_one() {
+        let good = line("é");
+        let mut bytes = format!("{good}\n{good}").into_bytes();
+        bytes.truncate(bytes.len() - 4);
+        let read = parse_journal(Path::new("j.jsonl"), &bytes).unwrap();
+        assert_eq!((read.records.len(), read.damaged.len()), (1, 0));
+        let mut bytes = format!("{good}\n").into_bytes();
+        bytes.extend_from_slice(b"\xff\xfe{}\n");
+        bytes.extend_from_slice(format!("{good}\n").as_bytes());
+        let read = parse_journal(Path::new("j.jsonl"), &bytes).unwrap();
+        assert_eq!(read.records.len(), 2);
+        assert_eq!(read.damaged[0].line, 2);
+    }
+
+    #[test]
+    fn a_journal_of_a_later_format_is_refused_and_one_without_a_format_is_the_first() {
+        let header = |format: Option<u32>| {
+            let mut value = serde_json::json!({
+                "record": "header",
+                "session": crate::protocol::SessionId::new(),
+                "agent": "lead",
+                "model": "m",
+            });
+            if let Some(format) = format {
+                value["format"] = format.into();
+            }
+            format!("{value}\n")
+        };
+        let read = parse_journal(Path::new("j.jsonl"), header(None).as_bytes()).unwrap();
+        assert!(matches!(read.records[0], Record::Header { format: 1, .. }));
+        let newer = header(Some(FORMAT + 1));
+        let err = parse_journal(Path::new("j.jsonl"), newer.as_bytes()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "j.jsonl: written by a newer orchestrate (journal format {}; this one reads up to {FORMAT})",
+                FORMAT + 1
+            )
+        );
     }
 
     #[test]
@@ -216,16 +346,6 @@ mod tests {
             let err = read_journal(path).unwrap_err().to_string();
             assert!(err.starts_with(&path.display().to_string()), "{err}");
         }
-        // A torn multi-byte character on the last line is a torn line.
-        let path = dir.path().join("s.jsonl");
-        let good = serde_json::to_string(&Record::Message {
-            message: Message::user("é"),
-        })
-        .unwrap();
-        let mut bytes = format!("{good}\n{good}").into_bytes();
-        bytes.truncate(bytes.len() - 4);
-        std::fs::write(&path, bytes).unwrap();
-        assert_eq!(read_journal(&path).unwrap().len(), 1);
     }
 
     mod properties {
@@ -233,21 +353,24 @@ mod tests {
 
         use proptest::prelude::*;
 
-        use super::super::{JournalError, parse_journal};
+        use super::super::{parse_journal, read_journal};
 
         proptest! {
-            /// Any text is records, or an error naming its line: damage is never
-            /// read as something else, and a torn last line is no error.
+            /// Any bytes are records and damaged lines, each named within the
+            /// file; what a file holds reads the same as its bytes.
             #[test]
-            fn any_text_is_records_or_a_located_error(text in "[ -~\n]{0,300}") {
-                match parse_journal(Path::new("j.jsonl"), &text) {
-                    Ok(_) => {}
-                    Err(JournalError::Corrupt { line, .. }) => {
-                        prop_assert!(line >= 1 && line <= text.lines().count());
-                        prop_assert!(line < text.lines().count() || text.ends_with('\n'));
-                    }
-                    Err(e) => prop_assert!(false, "{}", e),
+            fn any_bytes_are_records_and_located_damage(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+                let read = parse_journal(Path::new("j.jsonl"), &bytes).unwrap();
+                let lines = bytes.split(|b| *b == b'\n').count();
+                for damaged in &read.damaged {
+                    prop_assert!(damaged.line >= 1 && damaged.line < lines);
                 }
+                let dir = tempfile::tempdir().unwrap();
+                let path = dir.path().join("j.jsonl");
+                std::fs::write(&path, &bytes).unwrap();
+                let from_file = read_journal(&path).unwrap();
+                prop_assert_eq!(from_file.records, read.records);
+                prop_assert_eq!(from_file.damaged.len(), read.damaged.len());
             }
         }
     }

@@ -165,6 +165,19 @@ impl Outcome {
         }
     }
 
+    /// This outcome, of a run whose end could not be kept (its journal failed):
+    /// failed with `error`, with what the run had said and counted. A failure
+    /// stays as it was.
+    pub(crate) fn unkept(self, error: &crate::error::SessionError) -> Self {
+        match self {
+            Self::Failed { .. } => self,
+            Self::Finished { text, stats, .. } => Self::failed(error, text, stats),
+            Self::Cancelled { partial, stats } | Self::Stopped { partial, stats, .. } => {
+                Self::failed(error, partial, stats)
+            }
+        }
+    }
+
     /// A run that failed with `error`, having said `partial`.
     pub(crate) fn failed(
         error: &crate::error::SessionError,

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
 
 use crate::conversation::Message;
-use crate::journal::{Record, read_journal};
+use crate::journal::{Damaged, JournalError, Record, read_journal};
 use crate::protocol::{EventKind, Outcome, RunStats, SessionId, add_costs};
 use crate::state::StateDir;
 
@@ -83,6 +83,8 @@ pub struct Run {
     pub started: SystemTime,
     /// Every agent, the lead first, then in the order they started.
     pub agents: Vec<Agent>,
+    /// Lines of its journals that are damaged, skipped in reading it.
+    pub damaged: Vec<Damaged>,
 }
 
 impl Run {
@@ -140,15 +142,17 @@ pub struct Listing {
     /// Every run, newest first.
     pub runs: Vec<Run>,
     /// The journals left out, each with why.
-    pub unreadable: Vec<crate::journal::JournalError>,
+    pub unreadable: Vec<JournalError>,
 }
 
 /// Every run of the workspace whose state is `state`, newest first, and the
-/// journals that could not be read (not a regular file of this user's, or
-/// damaged before their last line), which are left out.
+/// journals that could not be read (not a regular file of this user's, without
+/// a header, of a later format), which are left out. A journal's damaged lines
+/// are skipped, and named in its run's [`Run::damaged`].
 pub fn read(state: &StateDir) -> Listing {
     let mut listing = Listing::default();
     let mut sessions: Vec<(SessionId, Vec<Record>)> = Vec::new();
+    let mut damage: HashMap<SessionId, Vec<Damaged>> = HashMap::new();
     if let Ok(entries) = std::fs::read_dir(state.sessions()) {
         for entry in entries.flatten() {
             let path = entry.path();
@@ -156,17 +160,28 @@ pub fn read(state: &StateDir) -> Listing {
                 continue;
             }
             match read_journal(&path) {
-                Ok(records) => {
-                    if let Some(Record::Header { session, .. }) = records.first() {
-                        sessions.push((*session, records));
+                Ok(read) => match read.records.first() {
+                    Some(Record::Header { session, .. }) => {
+                        let session = *session;
+                        if !read.damaged.is_empty() {
+                            damage.insert(session, read.damaged);
+                        }
+                        sessions.push((session, read.records));
                     }
-                }
+                    // Nothing written whole: a session that never started.
+                    None if read.damaged.is_empty() => {}
+                    _ => listing.unreadable.push(JournalError::Headless { path }),
+                },
                 Err(e) => listing.unreadable.push(e),
             }
         }
     }
     listing.runs = assemble(&sessions);
     for run in &mut listing.runs {
+        for agent in &run.agents {
+            run.damaged
+                .extend(damage.remove(&agent.session).unwrap_or_default());
+        }
         if lock::holder(state, run.id).is_some() {
             run.status = RunStatus::Running;
         }
@@ -224,6 +239,7 @@ fn assemble(sessions: &[(SessionId, Vec<Record>)]) -> Vec<Run> {
                 status,
                 started: started(id),
                 agents,
+                damaged: Vec::new(),
             })
         })
         .collect();

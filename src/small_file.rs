@@ -138,7 +138,8 @@ impl From<ReadError> for std::io::Error {
 pub enum Access {
     /// Read only; the file must exist.
     Read,
-    /// Appended to, made (mode 0600) when missing.
+    /// Appended to, made (mode 0600) when missing; readable too (a journal's
+    /// torn tail is found by reading it).
     Append,
     /// Read and written, made (mode 0600) when missing, kept as it is.
     ReadWrite,
@@ -158,7 +159,7 @@ pub fn open(path: &Path, access: Access) -> Result<File, ReadError> {
     let base = OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
     let flags = match access {
         Access::Read => OFlags::RDONLY,
-        Access::Append => OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE,
+        Access::Append => OFlags::RDWR | OFlags::APPEND | OFlags::CREATE,
         Access::ReadWrite | Access::Replace => OFlags::RDWR | OFlags::CREATE,
     };
     let fd = rustix::fs::open(path, base | flags, Mode::from_raw_mode(0o600)).map_err(|e| {

@@ -50,8 +50,9 @@ async fn cancel_mid_stream_drops_the_request_and_keeps_the_partial_text() {
     assert_eq!(mock.request_count(), 1);
     runtime.shutdown().await;
 
-    let records =
-        read_journal(&crate::support::harness::state(dir.path()).journal(session)).unwrap();
+    let records = read_journal(&crate::support::harness::state(dir.path()).journal(session))
+        .unwrap()
+        .records;
     // The transcript records, without the lifecycle events recorded beside them.
     let tail: Vec<Record> = records
         .into_iter()

@@ -161,7 +161,7 @@ async fn a_hundred_sub_agents_under_mixed_faults_all_finish_and_lose_nothing() {
     // and its conversation needing no repair.
     let mut workers = 0;
     for entry in std::fs::read_dir(crate::support::harness::state(dir.path()).sessions()).unwrap() {
-        let records = read_journal(&entry.unwrap().path()).unwrap();
+        let records = read_journal(&entry.unwrap().path()).unwrap().records;
         let transcript: Vec<Message> = records
             .iter()
             .filter_map(|r| match r {

@@ -17,6 +17,7 @@ mod control;
 mod conversation;
 mod faults;
 mod fixtures;
+mod journals;
 mod mcp;
 mod permissions;
 mod prompt_queue;

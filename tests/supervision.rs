@@ -14,6 +14,7 @@ use crate::support::mock_llm::{Gate, MockLlm, Reply};
 fn transcript_records(workspace: &std::path::Path, session: orchestrate::SessionId) -> Vec<Record> {
     read_journal(&harness::state(workspace).journal(session))
         .unwrap()
+        .records
         .into_iter()
         .filter(|r| !matches!(r, Record::Event { .. }))
         .collect()
@@ -395,6 +396,7 @@ async fn the_journal_records_each_lifecycle_event_a_restart_included() {
     let journaled: Vec<orchestrate::Event> =
         read_journal(&harness::state(dir.path()).journal(session))
             .unwrap()
+            .records
             .into_iter()
             .filter_map(|r| match r {
                 Record::Event { event } => Some(event),
@@ -446,10 +448,9 @@ async fn a_session_whose_journal_cannot_be_read_does_not_start_and_is_forgotten(
     let session = orchestrate::SessionId::new();
     let path = harness::state(dir.path()).journal(session);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    // Damage before the last line is not a torn write: the journal is refused.
-    let header =
-        json!({"record": "header", "session": session.to_string(), "agent": "a", "model": "m"});
-    std::fs::write(&path, format!("{header}\nnot a record\n{header}\n")).unwrap();
+    // A journal of a later format than this build reads is refused.
+    let header = json!({"record": "header", "session": session.to_string(), "agent": "a", "model": "m", "format": 99});
+    std::fs::write(&path, format!("{header}\n")).unwrap();
     let spec = harness::spec(ToolRegistry::new());
     let error = runtime.resume_session(session, spec.clone()).await;
     assert!(error.is_err(), "{error:?}");

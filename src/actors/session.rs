@@ -176,7 +176,7 @@ impl Actor for SessionActor {
         } = args;
         let journal_path = env.state.journal(id);
         let records = match from_journal {
-            true => Some(read_journal(&journal_path)?),
+            true => Some(read_journal(&journal_path)?.records),
             false => None,
         };
         if let Some(records) = &records {

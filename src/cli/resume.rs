@@ -41,6 +41,9 @@ where
             return ExitCode::from(exit::USAGE);
         }
     };
+    for damaged in &run.damaged {
+        let _ = writeln!(err, "orchestrate: warning: {damaged}");
+    }
     if run.status == RunStatus::Running
         && let Some(holder) = runs::lock::holder(&state, run.id)
     {

@@ -36,11 +36,17 @@ pub(super) fn run(
             for skipped in &listing.unreadable {
                 let _ = writeln!(err, "orchestrate: warning: {skipped}; it is not listed");
             }
+            for damaged in listing.runs.iter().flat_map(|r| &r.damaged) {
+                let _ = writeln!(err, "orchestrate: warning: {damaged}");
+            }
             let _ = write!(out, "{}", list(&listing.runs));
             ExitCode::from(exit::DONE)
         }
         Some(SessionsAction::Show { id }) => match runs::find(&state, Some(id)) {
             Ok(run) => {
+                for damaged in &run.damaged {
+                    let _ = writeln!(err, "orchestrate: warning: {damaged}");
+                }
                 let _ = write!(out, "{}", show(&run));
                 ExitCode::from(exit::DONE)
             }

@@ -127,7 +127,7 @@ mod tests {
             recorder.keep(&event(id, seq as u64, kind));
         }
         journal.sync().await.unwrap();
-        let kept: Vec<EventKind> = (read_journal(&path).unwrap().into_iter())
+        let kept: Vec<EventKind> = (read_journal(&path).unwrap().records.into_iter())
             .map(|record| match record {
                 Record::Event { event } => event.kind,
                 other => panic!("not an event: {other:?}"),

@@ -20,7 +20,6 @@ mod unwritten;
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::Write;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -71,6 +70,10 @@ struct Pending {
     idle: bool,
     /// The writer thread died (a panic): appends and syncs fail at once.
     dead: bool,
+    /// Files a write to failed (a full disk, an I/O error), each with its error:
+    /// cut back to their last whole line, they take no more appends until their
+    /// session stops, so no record is written after one that was lost.
+    broken: HashMap<PathBuf, String>,
 }
 
 /// What a batch must make durable.
@@ -209,6 +212,11 @@ impl Journal {
         if pending.dead {
             return Err(STOPPED.to_owned());
         }
+        if !pending.broken.is_empty()
+            && let Some(e) = pending.broken.get(path)
+        {
+            return Err(e.clone());
+        }
         if pending.appends.is_empty() {
             pending.since = Some(Instant::now());
         }
@@ -311,6 +319,8 @@ struct Writer {
     failed: HashMap<PathBuf, String>,
     /// Sync requests waiting for their deadline or a sync of their file.
     held: Held,
+    /// Files a write to failed, until their session stops (`Pending::broken`).
+    broken: HashSet<PathBuf>,
     /// Lines waiting for their file's sync or for [`IDLE_FLUSH`] to pass.
     unwritten: Unwritten,
 }
@@ -325,6 +335,7 @@ impl Writer {
             dirs: HashSet::new(),
             failed: HashMap::new(),
             held: Held::default(),
+            broken: HashSet::new(),
             unwritten: Unwritten::default(),
         }
     }
@@ -367,10 +378,11 @@ impl Writer {
             let due = self.held.take_due(waiters, now, closed);
             let scope = Scope::of(&due, closed);
             for (path, lines) in self.unwritten.take(&scope, now, IDLE_FLUSH) {
+                if self.broken.contains(&path) {
+                    continue;
+                }
                 if let Err(e) = self.write(&path, &lines) {
-                    let e = format!("{}: {e}", path.display());
-                    tracing::error!(error = %e, "journal write failed");
-                    self.failed.insert(path, e);
+                    self.write_failed(path, &e);
                 }
             }
             let dir_error = self.sync(scope);
@@ -378,6 +390,9 @@ impl Writer {
             // A file still to be synced stays open: it is synced through the
             // descriptor that wrote it, whose write-back errors it reports.
             for path in ended {
+                if self.broken.remove(&path) {
+                    self.shared.lock().broken.remove(&path);
+                }
                 if !self.files.is_dirty(&path) && !self.unwritten.holds(&path) {
                     self.files.close(&path);
                 }
@@ -395,11 +410,21 @@ impl Writer {
             std::fs::create_dir_all(dir)?;
             self.dirs.insert(dir.to_owned());
         }
-        let (file, created) = self.files.open(path, self.batch)?;
-        if created {
+        if self.files.append(path, self.batch, line)? {
             self.grown.insert(dir.to_owned());
         }
-        file.write_all(line)
+        Ok(())
+    }
+
+    /// A write to `path` failed: the file is cut back (by [`OpenFiles::append`])
+    /// and takes no more lines until its session stops; its session hears the
+    /// error at its next append or sync.
+    fn write_failed(&mut self, path: PathBuf, e: &std::io::Error) {
+        let e = format!("{}: {e}", path.display());
+        tracing::error!(error = %e, "journal write failed");
+        self.shared.lock().broken.insert(path.clone(), e.clone());
+        self.broken.insert(path.clone());
+        self.failed.insert(path, e);
     }
 
     /// Makes the files of `scope` that were written since their last sync durable

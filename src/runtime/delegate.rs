@@ -160,7 +160,7 @@ impl Handle {
                 let events = self.bus.subscribe_session_terminal(child);
                 self.journal.sync().await.map_err(SessionError::Journal)?;
                 let path = self.state.journal(child);
-                let records = read_journal(&path).unwrap_or_default();
+                let records = read_journal(&path).map(|c| c.records).unwrap_or_default();
                 match (recorded(&records, prompt), whereabouts) {
                     (Recorded::Ended(outcome), whereabouts) => {
                         guard.child = None;

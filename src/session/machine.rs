@@ -207,6 +207,7 @@ impl Machine {
                     parent: spec.parent,
                     tool_call_id: spec.tool_call_id.clone(),
                     run: Some(args.run),
+                    format: crate::journal::FORMAT,
                 }];
                 for message in &spec.history {
                     records.push(Record::Message {
@@ -461,16 +462,22 @@ impl Machine {
 
     fn on_synced(&mut self, now: Instant, result: Result<(), String>) {
         match self.awaiting.take() {
-            Some(Awaiting::Calls(indices)) => {
-                self.launch(indices, &result.map_err(SessionError::Journal));
-                self.advance_tools(now);
-            }
-            Some(Awaiting::End { prompts, outcome }) => {
-                if let Err(e) = result {
-                    // The run has ended either way; say so rather than lose the
-                    // outcome too.
-                    tracing::error!(session = %self.id, error = %e, "cannot journal the end of the run");
+            // A call whose start cannot be made durable is not run: the journal
+            // could no longer tell whether it had effects. The run fails.
+            Some(Awaiting::Calls(indices)) => match result {
+                Ok(()) => {
+                    self.launch(indices);
+                    self.advance_tools(now);
                 }
+                Err(e) => self.fail(now, &SessionError::Journal(e)),
+            },
+            Some(Awaiting::End { prompts, outcome }) => {
+                // A run whose end cannot be kept ends failed, saying why: the
+                // journal no longer holds what it did.
+                let outcome = match result {
+                    Ok(()) => outcome,
+                    Err(e) => outcome.unkept(&SessionError::Journal(e)),
+                };
                 self.publish(EventKind::Terminal { prompts, outcome });
                 if self.stopping {
                     self.emit(Effect::Stop);

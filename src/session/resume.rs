@@ -1,6 +1,6 @@
 //! Where a session restarted from its journal picks up. Pure code.
 
-use crate::conversation::{Message, ToolCall};
+use crate::conversation::{Message, ToolCall, ToolResult};
 use crate::journal::Record;
 
 /// The state a journal describes.
@@ -52,10 +52,12 @@ pub(crate) fn resume(records: &[Record]) -> Resumed {
     let mut prompts: Vec<u64> = Vec::new();
     let mut started: Vec<&str> = Vec::new();
     let mut turns_before = 0;
+    let mut pairing = Pairing::default();
     for record in records {
         match record {
             Record::Header { .. } | Record::Event { .. } => {}
             Record::RunStarted { prompt } => {
+                pairing.close(&mut transcript);
                 turns_before = 0;
                 run_start = Some(transcript.len());
                 prompts = vec![*prompt];
@@ -63,11 +65,12 @@ pub(crate) fn resume(records: &[Record]) -> Resumed {
             }
             Record::PromptJoined { prompt } => prompts.push(*prompt),
             Record::ToolStarted { call_id } => started.push(call_id),
-            Record::Message { message } => transcript.push(message.clone()),
+            Record::Message { message } => pairing.push(&mut transcript, message),
             Record::Compacted {
                 transcript: compacted,
                 turns,
             } => {
+                pairing = Pairing::default();
                 // The run goes on from the compacted conversation (compaction
                 // happens at a turn boundary, so no call of it is pending), its
                 // turns counted on from where it was.
@@ -137,6 +140,45 @@ pub(crate) fn resume(records: &[Record]) -> Resumed {
         }
     });
     Resumed { transcript, active }
+}
+
+/// Keeps a transcript rebuilt from a journal well formed: each call answered
+/// once, after its turn and before the conversation moves on. A damaged line
+/// skipped from the middle of a journal can leave a result without its call
+/// (dropped: no provider takes it) or a call without its result (answered as
+/// interrupted once a later turn or prompt shows it will get none).
+#[derive(Default)]
+struct Pairing {
+    /// The calls of the last model turn that have no result yet.
+    unanswered: Vec<String>,
+}
+
+impl Pairing {
+    fn push(&mut self, transcript: &mut Vec<Message>, message: &Message) {
+        match message {
+            Message::Tool(result) => {
+                let id = &result.tool_call_id;
+                let Some(at) = self.unanswered.iter().position(|c| c == id) else {
+                    return;
+                };
+                self.unanswered.remove(at);
+            }
+            Message::Assistant(turn) => {
+                self.close(transcript);
+                self.unanswered = turn.tool_calls.iter().map(|c| c.id.clone()).collect();
+            }
+            Message::User { .. } => self.close(transcript),
+            Message::System { .. } => {}
+        }
+        transcript.push(message.clone());
+    }
+
+    /// The conversation moves on: calls still unanswered get no result.
+    fn close(&mut self, transcript: &mut Vec<Message>) {
+        for id in self.unanswered.drain(..) {
+            transcript.push(Message::Tool(ToolResult::interrupted(id)));
+        }
+    }
 }
 
 /// Splits a resumed turn's unfinished calls into those safe to run now (never
@@ -361,5 +403,33 @@ mod tests {
             msg(Message::user("also b")),
         ]);
         assert_eq!(r.active.map(|a| a.prompts), Some(vec![4, 6]));
+    }
+
+    #[test]
+    fn a_result_whose_call_was_lost_is_dropped_and_a_call_whose_result_was_lost_is_answered() {
+        // The journal lost the turn that made call 1, and call 2's result.
+        let r = resume(&[
+            Record::RunStarted { prompt: 1 },
+            msg(Message::user("go")),
+            msg(result("1")),
+            msg(assistant("", &["2", "3"])),
+            msg(result("3")),
+            msg(assistant("", &["4"])),
+            msg(result("4")),
+            msg(result("4")),
+        ]);
+        let lost = Message::Tool(ToolResult::interrupted("2"));
+        assert_eq!(
+            r.transcript,
+            [
+                Message::user("go"),
+                assistant("", &["2", "3"]),
+                result("3"),
+                lost,
+                assistant("", &["4"]),
+                result("4"),
+            ]
+        );
+        assert_eq!(r.active.map(|a| a.next), Some(Next::Request));
     }
 }

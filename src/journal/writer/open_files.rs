@@ -6,6 +6,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 pub(super) struct OpenFiles {
@@ -18,6 +20,9 @@ pub(super) struct OpenFiles {
 /// One open journal.
 struct Open {
     file: File,
+    /// Its length: what was in it once cut to whole lines, and what was
+    /// written since.
+    len: u64,
     /// The batch that last wrote it.
     written: u64,
     /// Written since its last sync: it stays open until it is synced, through this
@@ -33,20 +38,34 @@ impl OpenFiles {
         }
     }
 
-    /// The file at `path` to write to, opened for appending (created if missing)
-    /// when it is not open yet, stamped as written by `batch` and marked as due for
-    /// a sync; and whether it was empty when opened (a new file, whose directory
-    /// entry needs a sync: an old empty one costs a spare directory sync at most).
-    /// Reading the length from the open file spares a path lookup per open.
-    pub(super) fn open(&mut self, path: &Path, batch: u64) -> std::io::Result<(&mut File, bool)> {
+    /// Appends `bytes` to the file at `path`, opened for appending (created if
+    /// missing) when it is not open yet, stamped as written by `batch` and marked
+    /// as due for a sync; returns whether the file was empty when opened (a new
+    /// file, whose directory entry needs a sync: an old empty one costs a spare
+    /// directory sync at most).
+    ///
+    /// A file opened that does not end with a whole line (a write torn by a
+    /// crash or a full disk, in this process or an earlier one) is first cut back
+    /// to the end of its last whole line, so nothing is glued onto the fragment;
+    /// a write that fails is cut back to the last whole line it wrote, and the
+    /// file closed if even that fails (its next opening cuts it).
+    pub(super) fn append(
+        &mut self,
+        path: &Path,
+        batch: u64,
+        bytes: &[u8],
+    ) -> std::io::Result<bool> {
         let mut created = false;
         if !self.files.contains_key(path) {
             // Journals hold whole conversations: readable by their owner only, and
             // never written through a link or into a FIFO or a device.
             let file = crate::small_file::open(path, crate::small_file::Access::Append)?;
-            created = file.metadata()?.len() == 0;
+            let len = file.metadata()?.len();
+            created = len == 0;
+            let len = cut_to_whole_lines(&file, len)?;
             let open = Open {
                 file,
+                len,
                 written: batch,
                 dirty: false,
             };
@@ -57,7 +76,49 @@ impl OpenFiles {
         };
         open.written = batch;
         open.dirty = true;
-        Ok((&mut open.file, created))
+        let mut written = 0;
+        while written < bytes.len() {
+            match open.file.write(&bytes[written..]) {
+                Ok(0) => {
+                    return Err(self.cut(
+                        path,
+                        bytes,
+                        written,
+                        std::io::ErrorKind::WriteZero.into(),
+                    ));
+                }
+                Ok(n) => written += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.cut(path, bytes, written, e)),
+            }
+        }
+        open.len += bytes.len() as u64;
+        Ok(created)
+    }
+
+    /// After a write of `bytes` to `path` failed with `error` once `written` of
+    /// them were in: cuts the file back to the end of the last whole line that
+    /// made it (the lines before the failure stay); closes it if even that
+    /// fails. Returns the error.
+    fn cut(
+        &mut self,
+        path: &Path,
+        bytes: &[u8],
+        written: usize,
+        error: std::io::Error,
+    ) -> std::io::Error {
+        let Some(open) = self.files.get_mut(path) else {
+            return error;
+        };
+        let whole = bytes[..written]
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map_or(0, |i| i + 1);
+        open.len += whole as u64;
+        if open.file.set_len(open.len).is_err() {
+            self.files.remove(path);
+        }
+        error
     }
 
     /// The open file at `path`, if it is open.
@@ -131,6 +192,32 @@ fn oldest(mut files: Vec<(&PathBuf, (bool, u64))>, keep: usize) -> Vec<PathBuf> 
         .collect()
 }
 
+/// Cuts `file`, `len` bytes long, to the end of its last whole line (to
+/// nothing without one); returns its length then. Only the tail is read,
+/// backwards, a block at a time.
+fn cut_to_whole_lines(file: &File, len: u64) -> std::io::Result<u64> {
+    const BLOCK: u64 = 64 << 10;
+    let mut end = len;
+    let mut block = Vec::new();
+    while end > 0 {
+        let start = end.saturating_sub(BLOCK);
+        block.resize((end - start) as usize, 0);
+        file.read_exact_at(&mut block, start)?;
+        if end == len && block.last() == Some(&b'\n') {
+            return Ok(len);
+        }
+        if let Some(i) = block.iter().rposition(|b| *b == b'\n') {
+            end = start + i as u64 + 1;
+            break;
+        }
+        end = start;
+    }
+    if end < len {
+        file.set_len(end)?;
+    }
+    Ok(end)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,11 +228,10 @@ mod tests {
         let mut files = OpenFiles::new(8);
         let path = |i: u64| dir.path().join(format!("{i}.jsonl"));
         for i in 0..9 {
-            let (_, created) = files.open(&path(i), i).unwrap();
-            assert!(created);
+            assert!(files.append(&path(i), i, b"{}\n").unwrap());
         }
         // File 0 is written again, so it is the newest; all but file 1 are synced.
-        files.open(&path(0), 9).unwrap();
+        files.append(&path(0), 9, b"{}\n").unwrap();
         let synced = (0..9).filter(|i| *i != 1).map(path).collect();
         files.take_dirty(Some(&synced));
         assert!(files.is_dirty(&path(1)) && !files.is_dirty(&path(2)));
@@ -180,9 +266,33 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.jsonl");
         let mut files = OpenFiles::new(8);
-        std::io::Write::write_all(files.open(&path, 0).unwrap().0, b"{}\n").unwrap();
+        assert!(files.append(&path, 0, b"{}\n").unwrap());
         files.close(&path);
         assert!(files.get(&path).is_none());
-        assert!(!files.open(&path, 1).unwrap().1);
+        assert!(!files.append(&path, 1, b"{}\n").unwrap());
+    }
+
+    #[test]
+    fn a_torn_tail_is_cut_before_the_first_append_and_a_whole_one_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.jsonl");
+        let mut files = OpenFiles::new(8);
+        let long = "x".repeat(200_000);
+        for (before, after) in [
+            ("{}\n{\"tor".to_owned(), "{}\n{}\n".to_owned()),
+            ("{}\n".to_owned(), "{}\n{}\n".to_owned()),
+            ("{\"torn".to_owned(), "{}\n".to_owned()),
+            (format!("{{}}\n{long}"), "{}\n{}\n".to_owned()),
+            (format!("{long}\n{long}"), format!("{long}\n{{}}\n")),
+        ] {
+            std::fs::write(&path, &before).unwrap();
+            assert!(!files.append(&path, 0, b"{}\n").unwrap());
+            files.close(&path);
+            assert!(
+                std::fs::read_to_string(&path).unwrap() == after,
+                "{}",
+                &before[..before.len().min(20)]
+            );
+        }
     }
 }

@@ -36,8 +36,8 @@ fn a_batch_syncs_the_files_asked_for_unless_anyone_asks_for_everything() {
             .collect()
     };
     let mut files = OpenFiles::new(16);
-    files.open(&path("a"), 1).unwrap();
-    files.open(&path("b"), 1).unwrap();
+    files.append(&path("a"), 1, b"{}\n").unwrap();
+    files.append(&path("b"), 1, b"{}\n").unwrap();
     // "c" was not written since its last sync; "b" was not asked for.
     let scope = Scope::of(&asked_for(&["a", "c", "a"]), false);
     assert_eq!(scope.take_due(&mut files), vec![path("a")]);
@@ -65,7 +65,7 @@ fn a_large_group_is_synced_across_threads_and_only_the_failures_come_back() {
     let mut files = OpenFiles::new(1024);
     let mut due: Vec<PathBuf> = (0..40).map(|i| dir.path().join(format!("{i}"))).collect();
     for path in &due {
-        files.open(path, 0).unwrap();
+        files.append(path, 0, b"{}\n").unwrap();
     }
     // Not open: it cannot be synced, and says so.
     let missing = dir.path().join("gone");
@@ -115,9 +115,9 @@ async fn a_file_synced_alone_is_readable_and_a_full_sync_covers_the_rest() {
     journal.append(&a, &record).unwrap();
     journal.append(&b, &record).unwrap();
     journal.sync_file(&a).await.unwrap();
-    assert_eq!(read_journal(&a).unwrap(), vec![record.clone()]);
+    assert_eq!(read_journal(&a).unwrap().records, vec![record.clone()]);
     journal.sync().await.unwrap();
-    assert_eq!(read_journal(&b).unwrap(), vec![record]);
+    assert_eq!(read_journal(&b).unwrap().records, vec![record]);
 }
 
 #[tokio::test]
@@ -137,7 +137,7 @@ async fn appended_records_are_readable_after_sync() {
             .unwrap();
     }
     journal.sync().await.unwrap();
-    let records = read_journal(&path).unwrap();
+    let records = read_journal(&path).unwrap().records;
     assert_eq!(records.len(), 100);
     assert_eq!(
         records[99],
@@ -201,7 +201,7 @@ async fn a_sync_with_a_window_is_held_until_its_files_next_sync_covers_it() {
     let mut held = journal.sync_file_within(&path, Duration::from_secs(3600));
     // The record reaches the file on its own, within the writer's idle flush.
     served(async {
-        while read_journal(&path).map_or(true, |r| r.is_empty()) {
+        while read_journal(&path).map_or(true, |r| r.records.is_empty()) {
             tokio::task::yield_now().await;
         }
     })
@@ -225,7 +225,10 @@ async fn a_held_sync_is_served_by_its_deadline_or_when_the_writer_closes() {
     let held = journal.sync_file_within(&path, Duration::from_secs(3600));
     drop(journal);
     assert_eq!(served(held.wait()).await, Ok(()));
-    assert_eq!(read_journal(&path).unwrap(), vec![record.clone(), record]);
+    assert_eq!(
+        read_journal(&path).unwrap().records,
+        vec![record.clone(), record]
+    );
 }
 
 #[tokio::test]

@@ -18,7 +18,6 @@ use std::time::Instant;
 
 use super::{Awaiting, Effect, Machine, Phase, ToolDone};
 use crate::conversation::{Message, ToolCall, ToolResult};
-use crate::error::SessionError;
 use crate::journal::Record;
 use crate::protocol::EventKind;
 use crate::session::repeats;
@@ -252,14 +251,13 @@ impl Machine {
             self.ask(Awaiting::Calls(indices), Effect::Sync);
             return true;
         }
-        self.launch(indices, &Ok(()));
+        self.launch(indices);
         false
     }
 
     /// Starts the calls at `indices`, each announced before it runs (so that its
-    /// effects, a sub-agent's events say, never come before it); if their start
-    /// could not be journaled, each gets an error result instead.
-    pub(super) fn launch(&mut self, indices: Vec<usize>, ready: &Result<(), SessionError>) {
+    /// effects, a sub-agent's events say, never come before it).
+    pub(super) fn launch(&mut self, indices: Vec<usize>) {
         for index in indices {
             let Some(turn) = self.tool_turn() else {
                 return;
@@ -267,36 +265,21 @@ impl Machine {
             let call = turn.calls[index].clone();
             let seq = turn.seq;
             let resumed = turn.resumed[index];
-            if ready.is_ok() {
-                let counts =
-                    scheduler::counts_against_cap(turn.parallel, turn.bounds_itself[index]);
-                turn.running.start(index, counts);
-            }
+            let counts = scheduler::counts_against_cap(turn.parallel, turn.bounds_itself[index]);
+            turn.running.start(index, counts);
             self.publish(EventKind::ToolStarted {
                 call_id: call.id.clone(),
                 name: call.name.clone(),
                 arguments: call.arguments.clone(),
             });
-            match ready {
-                Ok(()) => {
-                    self.emit(Effect::StartTool {
-                        turn: seq,
-                        index,
-                        call,
-                        resumed,
-                    });
-                    #[cfg(feature = "test-support")]
-                    self.strike(crate::faults::FaultPoint::AfterToolStarted(self.turns()));
-                }
-                Err(e) => {
-                    let result = ToolResult {
-                        tool_call_id: call.id,
-                        content: format!("Error: the tool was not run: {e}"),
-                        is_error: true,
-                    };
-                    self.store_result(index, result);
-                }
-            }
+            self.emit(Effect::StartTool {
+                turn: seq,
+                index,
+                call,
+                resumed,
+            });
+            #[cfg(feature = "test-support")]
+            self.strike(crate::faults::FaultPoint::AfterToolStarted(self.turns()));
         }
     }
 

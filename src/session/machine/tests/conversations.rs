@@ -461,23 +461,77 @@ fn a_tool_whose_start_cannot_be_made_durable_is_not_run() {
             .iter()
             .any(|e| matches!(e, Effect::StartTool { .. }))
     );
-    let results: Vec<&ToolResult> = effects
+    // The run fails, saying why; the model is not asked again.
+    assert!(
+        !effects
+            .iter()
+            .any(|e| matches!(e, Effect::StartStream { .. }))
+    );
+    let ended = effects.iter().find_map(|e| match e {
+        Effect::Journal(records) => records.iter().find_map(|r| match r {
+            Record::Terminal { outcome } => Some(outcome.clone()),
+            _ => None,
+        }),
+        _ => None,
+    });
+    let Some(Outcome::Failed { message, .. }) = ended else {
+        panic!("{effects:?}")
+    };
+    assert_eq!(message, "journal: disk gone");
+    // Its end cannot be kept either: it is told as failed all the same.
+    let effects = sim
+        .machine
+        .handle(sim.now, Input::Synced(Err("disk gone".into())));
+    assert!(effects.iter().any(|e| matches!(
+        e,
+        Effect::Publish(EventKind::Terminal {
+            outcome: Outcome::Failed { .. },
+            ..
+        })
+    )));
+}
+
+#[test]
+fn a_finished_run_whose_end_cannot_be_kept_is_told_as_failed() {
+    let mut sim = Sim::new(spec());
+    sim.prompt("go");
+    sim.stream.take();
+    let stream = sim
+        .effects
         .iter()
-        .filter_map(|e| match e {
-            Effect::Journal(records) => records.iter().find_map(|r| match r {
-                Record::Message {
-                    message: Message::Tool(result),
-                } => Some(result),
-                _ => None,
-            }),
+        .rev()
+        .find_map(|e| match e {
+            Effect::StartStream { stream, .. } => Some(*stream),
             _ => None,
         })
-        .collect();
-    assert_eq!(results.len(), 1);
-    assert_eq!(
-        results[0].content,
-        "Error: the tool was not run: journal: disk gone"
+        .expect("a stream");
+    let effects = sim.machine.handle(
+        sim.now,
+        Input::TurnFinished {
+            stream,
+            result: Ok(text("the answer")),
+        },
     );
+    // No steer waits: the run ends, and its end is synced.
+    assert_eq!(effects.last(), Some(&Effect::TakeSteers));
+    let effects = sim.machine.handle(sim.now, Input::Taken(Vec::new()));
+    assert_eq!(effects.last(), Some(&Effect::Sync));
+    let effects = sim.machine.handle(
+        sim.now,
+        Input::Synced(Err("j.jsonl: No space left on device".into())),
+    );
+    let told = effects.iter().find_map(|e| match e {
+        Effect::Publish(EventKind::Terminal { outcome, .. }) => Some(outcome.clone()),
+        _ => None,
+    });
+    let Some(Outcome::Failed {
+        message, partial, ..
+    }) = told
+    else {
+        panic!("{effects:?}")
+    };
+    assert_eq!(message, "journal: j.jsonl: No space left on device");
+    assert_eq!(partial, "the answer");
 }
 
 #[test]

@@ -1,6 +1,8 @@
-//! A session restarted from any prefix of its journal, a torn last line included,
-//! carries on from where the journal leaves off: it asks the model nothing it
-//! already answered, never runs a call with effects twice, and ends its run once.
+//! A session restarted from any prefix of its journal, a torn last line included
+//! (cut at any byte, inside a character too), carries on from where the journal
+//! leaves off: it asks the model nothing it already answered, never runs a call
+//! with effects twice, and ends its run once; and the journal takes the next
+//! record whole after the cut.
 
 use std::path::Path;
 
@@ -38,7 +40,7 @@ fn drive_to_end(sim: &mut Sim) -> bool {
         }
         if let Some(id) = sim.running_ids().first() {
             let id = id.clone();
-            sim.finish(&id, &format!("{id} output"));
+            sim.finish(&id, &format!("{id} output: é ✓ 日本 🦀"));
         } else if sim.stream.is_some() {
             let turn = turn_of(&sim.requests.last().expect("a request").place);
             sim.answer(model(turn));
@@ -50,16 +52,20 @@ fn drive_to_end(sim: &mut Sim) -> bool {
 }
 
 /// The journal of one whole run, as the file holds it.
-fn recorded_run() -> (String, Vec<Record>) {
+fn recorded_run() -> (Vec<u8>, Vec<Record>) {
     let mut sim = Sim::new(spec());
-    sim.prompt("go");
+    sim.prompt("go ✓");
     assert!(drive_to_end(&mut sim));
     let text: String = sim
         .journal
         .iter()
         .map(|r| serde_json::to_string(r).expect("a record serializes") + "\n")
         .collect();
-    (text, sim.journal)
+    assert!(
+        text.len() > text.chars().count(),
+        "characters of several bytes"
+    );
+    (text.into_bytes(), sim.journal)
 }
 
 /// A call of this tool that was cut off must not run again: it has effects and
@@ -71,11 +77,11 @@ fn not_replayable(name: &str) -> bool {
 #[test]
 fn a_session_resumes_from_every_prefix_of_its_journal() {
     let (text, full) = recorded_run();
-    let mut cuts: Vec<usize> = (0..=text.len()).collect();
-    cuts.retain(|&c| text.is_char_boundary(c));
-    for cut in cuts {
-        let records = parse_journal(Path::new("j.jsonl"), &text[..cut])
+    for cut in 0..=text.len() {
+        let read = parse_journal(Path::new("j.jsonl"), &text[..cut])
             .unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+        assert!(read.damaged.is_empty(), "cut at {cut}: {:?}", read.damaged);
+        let records = read.records;
         let complete = full.starts_with(&records);
         assert!(
             complete,
@@ -173,6 +179,39 @@ fn a_session_resumes_from_every_prefix_of_its_journal() {
             "cut at {cut}: {:?}",
             sim.violations
         );
+    }
+}
+
+/// Every prefix of the journal, written as a file, takes the next append whole:
+/// the writer cuts the torn tail before it appends, and the file then reads as
+/// the prefix's records and the new one.
+#[tokio::test]
+async fn a_journal_cut_at_any_byte_takes_the_next_record_whole() {
+    let (text, _) = recorded_run();
+    let dir = tempfile::tempdir().expect("a folder");
+    let path = |cut: usize| dir.path().join(format!("{cut}.jsonl"));
+    for cut in 0..=text.len() {
+        std::fs::write(path(cut), &text[..cut]).expect("written");
+    }
+    let journal = crate::journal::Journal::start().expect("a writer");
+    let next = Record::Message {
+        message: Message::user("après ✓"),
+    };
+    for cut in 0..=text.len() {
+        journal.append(&path(cut), &next).expect("queued");
+    }
+    journal.sync().await.expect("synced");
+    for cut in 0..=text.len() {
+        let before = parse_journal(Path::new("j.jsonl"), &text[..cut]).expect("read");
+        let after = crate::journal::read_journal(&path(cut)).expect("read again");
+        assert!(
+            after.damaged.is_empty(),
+            "cut at {cut}: {:?}",
+            after.damaged
+        );
+        let mut expected = before.records;
+        expected.push(next.clone());
+        assert_eq!(after.records, expected, "cut at {cut}");
     }
 }
 
