@@ -262,8 +262,20 @@ async fn deny_rules_see_through_wrappers_and_refuse_what_they_cannot_read() {
         ("timeout", "timeout 5 rm -f keep.txt"),
         ("keyword", "if true; then rm -f keep.txt; fi"),
         ("find", "find . -name keep.txt -delete"),
+        ("long-option", "echo keep.txt | xargs --max-args 1 rm -f"),
+        ("piped-shell", "echo 'rm -f keep.txt' | bash"),
+        ("flock", "flock /dev/null rm -f keep.txt"),
+        (
+            "interpreter",
+            "python3 -c 'import os; os.system(\"rm -f keep.txt\")'",
+        ),
         ("expanded", "set -- rm -f keep.txt; \"$@\""),
         ("glob", "/bin/r? -f keep.txt"),
+        (
+            "alias",
+            "shopt -s expand_aliases\nalias r=rm\nr -f keep.txt",
+        ),
+        ("sourced", "printf 'r''m -f keep.txt' > s.sh; . ./s.sh"),
     ];
     let calls: Vec<(&str, &str, Value)> = lines
         .iter()
@@ -290,11 +302,11 @@ async fn deny_rules_see_through_wrappers_and_refuse_what_they_cannot_read() {
     ];
     let out = run_on(&mock, &ws, &args, &[]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    for (id, _) in &lines[..5] {
+    for (id, _) in &lines[..9] {
         let said = result(&mock, id);
         assert!(said.contains("a deny rule"), "{id}: {said}");
     }
-    for (id, _) in &lines[5..] {
+    for (id, _) in &lines[9..] {
         let said = result(&mock, id);
         assert!(said.contains("cannot be read well enough"), "{id}: {said}");
     }

@@ -35,31 +35,165 @@ impl Program {
     }
 }
 
+mod options;
+
+use self::options::{Parsed, Spec, parse};
+
 /// Words that open or close a shell construct before a command.
-const KEYWORDS: [&str; 11] = [
-    "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "!", "time",
+const KEYWORDS: [&str; 10] = [
+    "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "!",
 ];
 
 /// Constructs whose words are not a command to run (`for f in a b`).
 const NOT_COMMANDS: [&str; 4] = ["for", "select", "case", "function"];
 
-/// The programs `part` (one simple command, as `commands` cuts a line) runs.
+/// Programs and builtins whose effect on what runs cannot be told from their
+/// words: they run a command line kept elsewhere (`trap`, `alias`, a sourced
+/// file, `mapfile -C`), set variables a later program obeys (`export
+/// BASH_ENV=…`, `declare -x GIT_EXTERNAL_DIFF=…`, `hash -p`), or take options
+/// too many to vouch for (`unshare`, `parallel`).
+const UNREADABLE: [&str; 31] = [
+    "trap",
+    "alias",
+    "source",
+    ".",
+    "mapfile",
+    "readarray",
+    "coproc",
+    "export",
+    "declare",
+    "typeset",
+    "readonly",
+    "local",
+    "enable",
+    "hash",
+    "fc",
+    "su",
+    "runuser",
+    "pkexec",
+    "sg",
+    "newgrp",
+    "nsenter",
+    "unshare",
+    "setpriv",
+    "chrt",
+    "taskset",
+    "bwrap",
+    "firejail",
+    "systemd-run",
+    "script",
+    "parallel",
+    "expect",
+];
+
+/// Shells: given `-c`, the line after it is looked into; otherwise they run a
+/// script or their input, which no rule can read.
+const SHELLS: [&str; 15] = [
+    "sh", "bash", "rbash", "zsh", "dash", "ksh", "ksh93", "mksh", "pdksh", "ash", "yash", "fish",
+    "csh", "tcsh", "posh",
+];
+
+/// A shell's options: `-c` and every flag a shell of the list takes.
+const SHELL: Spec = Spec {
+    flags: "abcefhiklmnprstuvxBCEHPTDNIq",
+    valued: "oO",
+    optional: "",
+    long_flags: &[
+        "norc",
+        "noprofile",
+        "login",
+        "posix",
+        "restricted",
+        "verbose",
+        "noediting",
+        "debugger",
+        "help",
+        "version",
+        "dump-strings",
+        "dump-po-strings",
+        "pretty-print",
+        "interactive",
+        "no-config",
+        "private",
+        "no-execute",
+    ],
+    long_valued: &["rcfile", "init-file", "command", "init-command"],
+    long_optional: &[],
+    numbers: false,
+    plus: true,
+};
+
+/// Interpreters given code on the command line (`python -c`, `perl -e`,
+/// `node --eval`): the code may run anything. A script file they run is a
+/// program like any other.
+fn inline_code(name: &str, args: &[Word]) -> bool {
+    let family = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    let (short, long): (&str, &[&str]) = match family {
+        "python" | "pypy" => ("c", &[]),
+        "perl" => ("eE", &[]),
+        "ruby" | "lua" | "luajit" | "Rscript" | "tclsh" | "osascript" => ("e", &[]),
+        "node" | "nodejs" | "bun" => ("ep", &["--eval", "--print"]),
+        "deno" => ("", &["eval"]),
+        "php" => ("rBRFE", &[]),
+        "pwsh" | "powershell" => ("c", &["-Command", "-EncodedCommand"]),
+        _ => return false,
+    };
+    args.iter().any(|w| {
+        let t = w.text.as_str();
+        long.iter()
+            .any(|l| t == *l || t.starts_with(&format!("{l}=")))
+            || (t.starts_with('-')
+                && !t.starts_with("--")
+                && t[1..].chars().any(|c| short.contains(c)))
+    })
+}
+
+/// An awk program that runs a command (`system()`, a pipe to or from one) or
+/// comes from a file.
+fn awk_runs(args: &[Word]) -> bool {
+    let mut i = 0;
+    while let Some(word) = args.get(i) {
+        let text = word.text.as_str();
+        match text {
+            "-f" | "--file" => return true,
+            "-v" | "-F" | "--assign" | "--field-separator" => i += 2,
+            t if t.starts_with("-f") || t.starts_with("--file=") => return true,
+            "--" => {
+                i += 1;
+                break;
+            }
+            t if t.starts_with('-') && t != "-" => i += 1,
+            _ => break,
+        }
+    }
+    args.get(i).is_none_or(|program| {
+        !program.literal
+            || program.text.contains("system")
+            || program.text.contains('|')
+            || program.text.contains("getline")
+    })
+}
+
+/// The programs `part` (one simple command, as `commands` cuts a line) runs;
+/// `None` when that cannot be told.
 pub(super) fn programs(part: &str) -> Option<Vec<Program>> {
     let mut found = Vec::new();
-    run(&words(part), 0, &mut found)?;
+    run(&words(part), 0, false, &mut found)?;
     Some(found)
 }
 
 /// The programs of a whole line (`sh -c LINE`, `eval …`), `depth` levels in.
 fn line(text: &str, depth: usize, found: &mut Vec<Program>) -> Option<()> {
     for part in super::commands(text)? {
-        run(&words(&part), depth, found)?;
+        run(&words(&part), depth, false, found)?;
     }
     Some(())
 }
 
-/// Adds the programs that `words` (one command) runs to `found`.
-fn run(words: &[Word], depth: usize, found: &mut Vec<Program>) -> Option<()> {
+/// Adds the programs that `words` (one command) runs to `found`. `appended`:
+/// more words may follow the last (`xargs` appends its input), so a wrapper
+/// given no command may yet be given one.
+fn run(words: &[Word], depth: usize, appended: bool, found: &mut Vec<Program>) -> Option<()> {
     if depth > MAX_DEPTH {
         return None;
     }
@@ -85,116 +219,281 @@ fn run(words: &[Word], depth: usize, found: &mut Vec<Program>) -> Option<()> {
         return Some(());
     }
     let args = &words[1..];
-    let inner = |skip: usize| args.get(skip..).unwrap_or_default();
-    let deeper = depth + 1;
-    match name.as_str() {
-        "command" | "builtin" | "nohup" | "setsid" => run(inner(options(args, &[])), deeper, found),
-        "exec" => run(inner(options(args, &["-a"])), deeper, found),
-        "sudo" | "doas" => run(
-            inner(options(
-                args,
-                &["-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-T", "-U"],
-            )),
-            deeper,
-            found,
-        ),
-        "nice" => run(inner(options(args, &["-n"])), deeper, found),
-        "ionice" => run(inner(options(args, &["-c", "-n", "-p"])), deeper, found),
-        "stdbuf" => run(inner(options(args, &["-i", "-o", "-e"])), deeper, found),
-        "chroot" => run(inner(options(args, &[]) + 1), deeper, found),
-        "timeout" => run(inner(options(args, &["-s", "-k"]) + 1), deeper, found),
-        "env" => env(args, deeper, found),
+    let name = name.as_str();
+    if UNREADABLE.contains(&name) || inline_code(name, args) {
+        return None;
+    }
+    if matches!(name, "awk" | "gawk" | "mawk" | "nawk") && awk_runs(args) {
+        return None;
+    }
+    // The command a wrapper runs, after its options (and `skip` operands more).
+    let wrapped = |spec: &Spec, skip: usize, found: &mut Vec<Program>| -> Option<()> {
+        let parsed = parse(args, spec)?;
+        command(args, &parsed, skip, depth, appended, found)
+    };
+    match name {
+        "nohup" | "builtin" => wrapped(&NONE, 0, found),
+        "setsid" => wrapped(&SETSID, 0, found),
+        "command" => wrapped(&COMMAND, 0, found),
+        "exec" => wrapped(&EXEC, 0, found),
+        "sudo" => wrapped(&SUDO, 0, found),
+        "doas" => wrapped(&DOAS, 0, found),
+        "nice" => wrapped(&NICE, 0, found),
+        "ionice" => wrapped(&IONICE, 0, found),
+        "stdbuf" => wrapped(&STDBUF, 0, found),
+        "chroot" => wrapped(&CHROOT, 1, found),
+        "timeout" => wrapped(&TIMEOUT, 1, found),
+        "time" => wrapped(&TIME, 0, found),
+        "busybox" => run(args, depth + 1, appended, found),
+        "env" => env(args, depth, appended, found),
+        "flock" => flock(args, depth, appended, found),
         "xargs" => {
-            let at = options(args, &["-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s"]);
-            match args.get(at) {
-                Some(_) => run(inner(at), deeper, found),
+            let parsed = parse(args, &XARGS)?;
+            match args.get(parsed.at) {
+                Some(_) => run(&args[parsed.at..], depth + 1, true, found),
+                // `echo` is what it runs with no command.
                 None => Some(()),
             }
         }
-        "sh" | "bash" | "zsh" | "dash" | "ksh" | "mksh" | "ash" | "busybox" => {
-            shell(args, deeper, found)
+        shell if SHELLS.contains(&shell) => {
+            let parsed = parse(args, &SHELL)?;
+            let given = parsed.flags.contains('c') || parsed.value("", "command").is_some();
+            match (given, args.get(parsed.at), parsed.value("", "command")) {
+                (_, _, Some(text)) => line(text, depth + 1, found),
+                (true, Some(text), None) if text.literal => line(&text.text, depth + 1, found),
+                _ => None,
+            }
         }
-        "eval" | "watch" => {
-            let skip = if name == "watch" {
-                options(args, &["-n", "-d", "-q"])
-            } else {
-                0
-            };
-            joined(inner(skip), deeper, found)
+        "eval" => joined(args, depth + 1, found),
+        "watch" => {
+            let parsed = parse(args, &WATCH)?;
+            joined(&args[parsed.at..], depth + 1, found)
         }
-        "find" => find(args, deeper, found),
-        "git" => git(args, deeper, found),
+        "find" => find(args, depth + 1, found),
+        "git" => git(args, depth + 1, found),
         _ => Some(()),
     }
 }
 
-/// Where the command after a wrapper's options starts in `args`: options are
-/// skipped (and, for those in `with_value` given apart, their values), up to
-/// `--` or the first word that is not one.
-fn options(args: &[Word], with_value: &[&str]) -> usize {
-    let mut i = 0;
-    while let Some(word) = args.get(i) {
-        let text = word.text.as_str();
-        if text == "--" {
-            return i + 1;
-        }
-        if !text.starts_with('-') || text == "-" {
-            return i;
-        }
-        i += if with_value.contains(&text) { 2 } else { 1 };
-    }
-    i
-}
-
-/// `env [OPTIONS] [NAME=VALUE…] COMMAND`; `-S STRING` is a command line.
-fn env(args: &[Word], depth: usize, found: &mut Vec<Program>) -> Option<()> {
-    let mut i = 0;
-    while let Some(word) = args.get(i) {
-        let text = word.text.as_str();
-        if text == "-S" || text == "--split-string" {
-            return joined(args.get(i + 1..).unwrap_or_default(), depth, found);
-        }
-        if let Some(split) = text.strip_prefix("--split-string=") {
-            return line(split, depth, found);
-        }
-        if matches!(text, "-u" | "-C" | "--unset" | "--chdir") {
-            i += 2;
-        } else if text.starts_with('-') || is_assignment(text) {
-            i += 1;
-        } else {
-            break;
-        }
-    }
-    run(args.get(i..).unwrap_or_default(), depth, found)
-}
-
-/// `sh -c LINE …`: its line's programs; a shell without `-c` runs a script no
-/// rule can read, and counts as itself.
-fn shell(args: &[Word], depth: usize, found: &mut Vec<Program>) -> Option<()> {
-    let mut i = 0;
-    let mut command = false;
-    while let Some(word) = args.get(i) {
-        let text = word.text.as_str();
-        if !text.starts_with('-') || text == "-" || text == "--" {
-            break;
-        }
-        if !text.starts_with("--") && text.contains('c') {
-            command = true;
-        }
-        // `-o OPTION` and `-O OPTION` take a value.
-        i += if matches!(text, "-o" | "-O" | "+o" | "+O") {
-            2
-        } else {
-            1
-        };
-    }
-    if !command {
-        return Some(());
-    }
-    match args.get(i) {
-        Some(text) if text.literal => line(&text.text, depth, found),
-        Some(_) => None,
+/// The command after a wrapper's options and `skip` operands (a `timeout`'s
+/// duration, a `chroot`'s folder). A wrapper with no command runs nothing,
+/// unless more words may come (`xargs nice`): then it is unreadable.
+fn command(
+    args: &[Word],
+    parsed: &Parsed,
+    skip: usize,
+    depth: usize,
+    appended: bool,
+    found: &mut Vec<Program>,
+) -> Option<()> {
+    match args.get(parsed.at + skip..).filter(|rest| !rest.is_empty()) {
+        Some(rest) => run(rest, depth + 1, appended, found),
+        None if appended => None,
         None => Some(()),
+    }
+}
+
+const SETSID: Spec = Spec {
+    flags: "cfw",
+    long_flags: &["ctty", "fork", "wait"],
+    ..NONE
+};
+const COMMAND: Spec = Spec {
+    flags: "pvV",
+    ..NONE
+};
+const EXEC: Spec = Spec {
+    flags: "cl",
+    valued: "a",
+    ..NONE
+};
+const SUDO: Spec = Spec {
+    flags: "AbEHiKklnPSsVv",
+    valued: "CDghprtTUu",
+    long_flags: &[
+        "askpass",
+        "background",
+        "bell",
+        "set-home",
+        "login",
+        "remove-timestamp",
+        "reset-timestamp",
+        "non-interactive",
+        "preserve-groups",
+        "stdin",
+        "shell",
+        "validate",
+    ],
+    long_valued: &[
+        "close-from",
+        "chdir",
+        "group",
+        "host",
+        "prompt",
+        "role",
+        "type",
+        "command-timeout",
+        "other-user",
+        "user",
+    ],
+    long_optional: &["preserve-env"],
+    ..NONE
+};
+const DOAS: Spec = Spec {
+    flags: "ns",
+    valued: "aCu",
+    ..NONE
+};
+const NICE: Spec = Spec {
+    valued: "n",
+    long_valued: &["adjustment"],
+    numbers: true,
+    ..NONE
+};
+const IONICE: Spec = Spec {
+    flags: "t",
+    valued: "cnpPu",
+    long_flags: &["ignore"],
+    long_valued: &["class", "classdata", "pid", "pgid", "uid"],
+    ..NONE
+};
+const STDBUF: Spec = Spec {
+    valued: "ioe",
+    long_valued: &["input", "output", "error"],
+    ..NONE
+};
+const CHROOT: Spec = Spec {
+    long_flags: &["skip-chdir"],
+    long_valued: &["userspec", "groups"],
+    ..NONE
+};
+const TIMEOUT: Spec = Spec {
+    flags: "fpv",
+    valued: "sk",
+    long_flags: &["preserve-status", "foreground", "verbose"],
+    long_valued: &["signal", "kill-after"],
+    ..NONE
+};
+/// The shell's `time` keyword and GNU `time`.
+const TIME: Spec = Spec {
+    flags: "apqv",
+    valued: "fo",
+    long_flags: &["append", "portability", "quiet", "verbose"],
+    long_valued: &["format", "output"],
+    ..NONE
+};
+const XARGS: Spec = Spec {
+    flags: "0oprtx",
+    valued: "adEILnPs",
+    optional: "eil",
+    long_flags: &[
+        "null",
+        "interactive",
+        "no-run-if-empty",
+        "verbose",
+        "exit",
+        "show-limits",
+        "open-tty",
+    ],
+    long_valued: &[
+        "arg-file",
+        "delimiter",
+        "max-args",
+        "max-procs",
+        "max-chars",
+        "process-slot-var",
+    ],
+    long_optional: &["eof", "replace", "max-lines"],
+    ..NONE
+};
+const WATCH: Spec = Spec {
+    flags: "bcCegprtwx",
+    valued: "nq",
+    optional: "d",
+    long_flags: &[
+        "beep", "color", "no-color", "errexit", "chgexit", "precise", "no-rerun", "no-title",
+        "no-wrap", "exec",
+    ],
+    long_valued: &["interval", "equexit"],
+    long_optional: &["differences"],
+    ..NONE
+};
+const ENV: Spec = Spec {
+    flags: "i0v",
+    valued: "uCS",
+    long_flags: &[
+        "ignore-environment",
+        "null",
+        "debug",
+        "list-signal-handling",
+    ],
+    long_valued: &["unset", "chdir", "split-string"],
+    long_optional: &["block-signal", "default-signal", "ignore-signal"],
+    ..NONE
+};
+const FLOCK: Spec = Spec {
+    flags: "sxunoFv",
+    valued: "Ewc",
+    long_flags: &[
+        "shared",
+        "exclusive",
+        "unlock",
+        "nonblock",
+        "nb",
+        "close",
+        "no-fork",
+        "verbose",
+    ],
+    long_valued: &["timeout", "wait", "conflict-exit-code", "command"],
+    ..NONE
+};
+const NONE: Spec = Spec {
+    flags: "",
+    valued: "",
+    optional: "",
+    long_flags: &[],
+    long_valued: &[],
+    long_optional: &[],
+    numbers: false,
+    plus: false,
+};
+
+/// `env [OPTIONS] [NAME=VALUE…] [COMMAND]`: `-S STRING` is a command line; a
+/// variable set is unreadable, as it is before a command (`BASH_ENV`,
+/// `GIT_EXTERNAL_DIFF` and the like make a later program run another).
+fn env(args: &[Word], depth: usize, appended: bool, found: &mut Vec<Program>) -> Option<()> {
+    let parsed = parse(args, &ENV)?;
+    if let Some(split) = parsed.value("S", "split-string") {
+        let mut text = split.to_owned();
+        for word in &args[parsed.at..] {
+            if !word.literal {
+                return None;
+            }
+            text.push(' ');
+            text.push_str(&word.text);
+        }
+        return line(&text, depth + 1, found);
+    }
+    if args[parsed.at..].iter().any(|w| is_assignment(&w.text)) {
+        return None;
+    }
+    command(args, &parsed, 0, depth, appended, found)
+}
+
+/// `flock [OPTIONS] FILE COMMAND…`, `flock [OPTIONS] FILE -c LINE` and `flock
+/// [OPTIONS] FD` (which runs nothing).
+fn flock(args: &[Word], depth: usize, appended: bool, found: &mut Vec<Program>) -> Option<()> {
+    let parsed = parse(args, &FLOCK)?;
+    if let Some(text) = parsed.value("c", "command") {
+        return line(text, depth + 1, found);
+    }
+    let rest = args.get(parsed.at + 1..).unwrap_or_default();
+    match rest.first().map(|w| w.text.as_str()) {
+        Some("-c" | "--command") => match rest.get(1) {
+            Some(text) if text.literal => line(&text.text, depth + 1, found),
+            _ => None,
+        },
+        _ => command(args, &parsed, 1, depth, appended, found),
     }
 }
 
@@ -219,7 +518,7 @@ fn find(args: &[Word], depth: usize, found: &mut Vec<Program>) -> Option<()> {
                     .iter()
                     .position(|w| w.text == ";" || w.text == "+")
                     .map_or(args.len(), |n| i + n);
-                run(&args[i..end], depth, found)?;
+                run(&args[i..end], depth, false, found)?;
                 i = end + 1;
             }
             "-delete" => found.push(Program(vec![Word {
@@ -283,26 +582,64 @@ const GIT_COMMANDS: [&str; 46] = [
     "tag",
 ];
 
-/// `git`: what it runs besides itself. A `-c` option (config that may name a
-/// program), a command git does not have (an alias), `submodule foreach`,
-/// `bisect run` and `rebase --exec` (their commands), or a command name the
-/// shell expands, make it unreadable or add their commands.
+/// git's own options before its command (`-c` and `--config-env`, config that
+/// may name a program, and `--exec-path`, where its commands are found, are not
+/// among them: unreadable).
+const GIT: Spec = Spec {
+    flags: "pP",
+    valued: "C",
+    long_flags: &[
+        "paginate",
+        "no-pager",
+        "bare",
+        "no-replace-objects",
+        "literal-pathspecs",
+        "glob-pathspecs",
+        "noglob-pathspecs",
+        "icase-pathspecs",
+        "no-optional-locks",
+        "no-advice",
+        "version",
+        "help",
+        "html-path",
+        "man-path",
+        "info-path",
+        "no-lazy-fetch",
+    ],
+    long_valued: &[
+        "git-dir",
+        "work-tree",
+        "namespace",
+        "list-cmds",
+        "attr-source",
+    ],
+    ..NONE
+};
+
+/// `git submodule foreach`'s options.
+const FOREACH: Spec = Spec {
+    flags: "q",
+    long_flags: &["quiet", "recursive"],
+    ..NONE
+};
+
+/// Options of git commands that name a program to run on the other side of a
+/// transfer or as a pager: unreadable.
+const GIT_PROGRAM_OPTIONS: [&str; 4] = [
+    "--upload-pack",
+    "--receive-pack",
+    "--exec",
+    "--open-files-in-pager",
+];
+
+/// `git`: what it runs besides itself. An option that names a program (config,
+/// `--exec-path`, `--upload-pack`, `grep -O`, `clone -u`), a command git does
+/// not have (an alias), or a command name the shell expands make it
+/// unreadable; `submodule foreach`, `bisect run` and `rebase --exec` add their
+/// commands.
 fn git(args: &[Word], depth: usize, found: &mut Vec<Program>) -> Option<()> {
-    let mut i = 0;
-    while let Some(word) = args.get(i) {
-        let text = word.text.as_str();
-        if text == "-c" || text.starts_with("--config-env") || text.starts_with("-c") {
-            return None;
-        }
-        if !text.starts_with('-') {
-            break;
-        }
-        i += if matches!(text, "-C" | "--git-dir" | "--work-tree" | "--namespace") {
-            2
-        } else {
-            1
-        };
-    }
+    let parsed = parse(args, &GIT)?;
+    let i = parsed.at;
     let Some(command) = args.get(i) else {
         return Some(());
     };
@@ -310,13 +647,21 @@ fn git(args: &[Word], depth: usize, found: &mut Vec<Program>) -> Option<()> {
         return None;
     }
     let rest = args.get(i + 1..).unwrap_or_default();
+    let names_a_program = rest.iter().any(|w| {
+        let t = w.text.as_str();
+        GIT_PROGRAM_OPTIONS
+            .iter()
+            .any(|o| t == *o || t.strip_prefix(o).is_some_and(|v| v.starts_with('=')))
+            || (command.text == "grep" && t.starts_with("-O"))
+            || (command.text == "clone" && t.starts_with("-u"))
+    });
     match command.text.as_str() {
         "submodule" if rest.first().is_some_and(|w| w.text == "foreach") => {
-            let at = 1 + options(&rest[1..], &[]);
-            joined(rest.get(at..).unwrap_or_default(), depth, found)
+            let parsed = parse(&rest[1..], &FOREACH)?;
+            joined(rest.get(1 + parsed.at..).unwrap_or_default(), depth, found)
         }
         "bisect" if rest.first().is_some_and(|w| w.text == "run") => {
-            run(rest.get(1..).unwrap_or_default(), depth, found)
+            run(rest.get(1..).unwrap_or_default(), depth, false, found)
         }
         "rebase" => {
             for (at, word) in rest.iter().enumerate() {
@@ -328,6 +673,7 @@ fn git(args: &[Word], depth: usize, found: &mut Vec<Program>) -> Option<()> {
             }
             Some(())
         }
+        _ if names_a_program => None,
         _ => Some(()),
     }
 }
@@ -432,7 +778,7 @@ mod tests {
                 "nice -n 5 nohup rm x",
                 &["nice -n 5 nohup rm x", "nohup rm x", "rm x"],
             ),
-            ("env -i A=b rm x", &["env -i A=b rm x", "rm x"]),
+            ("env -i -u A rm x", &["env -i -u A rm x", "rm x"]),
             (
                 "bash -c 'cd x && rm y'",
                 &["bash -c cd x && rm y", "cd x", "rm y"],
