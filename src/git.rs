@@ -8,6 +8,8 @@
 //! command may unset it, which is why the sandbox makes the repository's config
 //! read-only as well).
 
+pub mod config;
+
 use std::ffi::OsString;
 use std::path::Path;
 

@@ -28,7 +28,12 @@ fn main() -> ExitCode {
     // the process has a single thread.
     if let Some(launched) = launcher::run_if_asked() {
         return match launched {
-            Launched::Exit(code) => code,
+            Launched::Exit { code, notes } => {
+                for note in notes {
+                    eprintln!("orchestrate: {note}");
+                }
+                code
+            }
             Launched::Report(text) => {
                 print!("{text}");
                 ExitCode::SUCCESS

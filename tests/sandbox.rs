@@ -111,6 +111,67 @@ async fn a_sandboxed_bash_cannot_plant_what_git_runs_yet_ordinary_git_work_goes_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_git_would_look_for_is_guarded_where_missing_and_new_agent_files_are_set_aside() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    git(&ws, &["init", "-q"]);
+    git(&ws, &["config", "user.email", "a@b"]);
+    git(&ws, &["config", "user.name", "a"]);
+    git(&ws, &["config", "core.hooksPath", ".githooks"]);
+    std::fs::remove_dir_all(ws.join(".git/hooks")).unwrap();
+    std::fs::remove_dir_all(ws.join(".git/info")).unwrap();
+    std::fs::create_dir_all(ws.join(".git/modules/sub")).unwrap();
+    std::fs::write(ws.join(".git/modules/sub/config"), "[core]\n").unwrap();
+    std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+    let attacks = "mkdir -p .git/hooks; echo 'touch pwned' > .git/hooks/pre-commit || echo hooks refused; \
+         mkdir -p .githooks; echo 'touch pwned' > .githooks/pre-commit || echo hookspath refused; \
+         mv .git/modules/sub .git/modules/old 2>/dev/null || echo module refused; \
+         mkdir .git/modules/evil 2>/dev/null || echo modules refused; \
+         mkdir -p .claude && echo '{\"hooks\":{}}' > .claude/settings.json && echo settings made; \
+         git add a.txt && git commit -qm first && echo committed; true";
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[("b", "Bash", json!({ "command": attacks }))]),
+        Reply::tool_calls(&[(
+            "u",
+            "Bash",
+            json!({ "command": "umount .git/config 2>/dev/null && echo unmounted || echo umount refused" }),
+        )]),
+        Reply::text("done"),
+    ])
+    .await;
+    let mut args = BYPASS.to_vec();
+    args.extend(["--sandbox", "off", "try"]);
+    let out = run_on(&mock, &ws, &args, &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let said = result(&mock, "b");
+    for refused in [
+        "hooks refused",
+        "hookspath refused",
+        "module refused",
+        "modules refused",
+        "settings made",
+        "committed",
+        "it was moved to .claude.from-command",
+    ] {
+        assert!(said.contains(refused), "{refused}: {said}");
+    }
+    // Even unconfined by Landlock, the command holds no capability to undo
+    // the mounts.
+    assert!(
+        result(&mock, "u").contains("umount refused"),
+        "{}",
+        result(&mock, "u")
+    );
+    assert!(!ws.join(".claude").exists());
+    assert!(ws.join(".claude.from-command/settings.json").exists());
+    assert!(ws.join(".git/modules/sub/config").exists());
+    // The person's own git runs no hook the command wrote.
+    std::fs::write(ws.join("a.txt"), "two\n").unwrap();
+    git(&ws, &["commit", "-qam", "second"]);
+    assert!(!ws.join("pwned").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn protected_paths_need_a_yes_even_in_accept_edits_and_under_an_allow_rule() {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().canonicalize().unwrap();

@@ -169,11 +169,11 @@ async fn the_state_folder_is_refused_to_the_tools_in_a_workspace_that_is_home() 
             "b",
             "Bash",
             json!({"command": format!(
-                "ls -A {root} | wc -l; cat {journal_text} || echo unreadable; \
+                "ls -A {root} 2>/dev/null | wc -l; cat {journal_text} || echo unreadable; \
                  touch {root}/planted || echo unwritable; \
                  {me} -C {ws} sessions; {me} -C {ws} -c 'forged follow-up' 2>&1; \
                  {me} -C {ws} ps 2>&1; {me} -C {ws} steer orchestrator 'forged steer' 2>&1; \
-                 echo relative: $(ls -A .local/state/orchestrate | wc -l); \
+                 echo relative: $(ls -A .local/state/orchestrate 2>/dev/null | wc -l); \
                  mv .local/state .local/moved 2>/dev/null || echo parent unmovable; \
                  mv .local .moved 2>/dev/null || echo grandparent unmovable; true",
                 ws = ws.display()
@@ -208,18 +208,22 @@ async fn the_state_folder_is_refused_to_the_tools_in_a_workspace_that_is_home() 
         bash.contains("unreadable") && bash.contains("unwritable"),
         "{bash}"
     );
-    assert!(bash.contains("no runs in this workspace yet"), "{bash}");
+    // An orchestrate run inside it finds no state to read, continue or steer.
+    let nested: Vec<&str> = (bash.lines())
+        .filter(|l| l.starts_with("orchestrate: "))
+        .collect();
+    assert_eq!(nested.len(), 4, "{bash}");
+    assert!(
+        nested
+            .iter()
+            .all(|l| l.ends_with("Permission denied (os error 13)")),
+        "{bash}"
+    );
     // Through a path relative to the workspace too; and no folder above it can
     // be moved away to put one of the command's own in its place.
     assert!(bash.contains("relative: 0\n"), "{bash}");
     assert!(
         bash.contains("parent unmovable") && bash.contains("grandparent unmovable"),
-        "{bash}"
-    );
-    // The live run's control socket is out of its sight too.
-    assert_eq!(
-        bash.matches("orchestrate: no live run in ").count(),
-        2,
         "{bash}"
     );
     let steered = mock.requests().iter().any(|r| {

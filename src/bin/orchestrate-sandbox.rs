@@ -11,7 +11,12 @@ use orchestrate::tools::bash::launcher::{self, Launched};
 
 fn main() -> ExitCode {
     match launcher::run_if_asked() {
-        Some(Launched::Exit(code)) => code,
+        Some(Launched::Exit { code, notes }) => {
+            for note in notes {
+                eprintln!("orchestrate: {note}");
+            }
+            code
+        }
         Some(Launched::Report(text)) => {
             print!("{text}");
             ExitCode::SUCCESS

@@ -79,6 +79,9 @@ impl Beneath {
             return Err(std::io::Error::other("not a file's path"));
         };
         let dir = self.folder(parent)?;
+        // The file's own name is not followed (the rename replaces it), but the
+        // folder may have been reached through a link.
+        self.not_led_into_protected(path, &self.landed(&dir)?.join(name))?;
         let mode = match rustix::fs::statat(&dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
             Ok(stat) if stat.st_mode & 0o200 == 0 => {
                 return Err(std::io::Error::new(
@@ -116,7 +119,11 @@ impl Beneath {
         let flags = OFlags::PATH | OFlags::DIRECTORY;
         match self.open(dir, flags, Mode::empty()) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            opened => return opened,
+            Ok(fd) => {
+                self.not_led_into_protected(dir, &self.landed(&fd)?)?;
+                return Ok(fd);
+            }
+            Err(e) => return Err(e),
         }
         let relative = self.relative(dir)?;
         let mut at = self.open(&self.root, flags, Mode::empty())?;
@@ -131,8 +138,31 @@ impl Beneath {
                 Err(e) => return Err(e.into()),
             }
             at = self.open(&path, flags, Mode::empty())?;
+            self.not_led_into_protected(&path, &self.landed(&at)?)?;
         }
         Ok(at)
+    }
+
+    /// Refuses a write to `requested`, not a protected path, that `landed` in
+    /// one ([`crate::tools::protected`]) through a link, or one swapped in by a
+    /// command while it was opened: a yes was given (or not needed) for the
+    /// path as written.
+    fn not_led_into_protected(&self, requested: &Path, landed: &Path) -> std::io::Result<()> {
+        use crate::tools::protected::is_protected;
+        if is_protected(&self.root, landed) && !is_protected(&self.root, requested) {
+            return Err(std::io::Error::other(
+                "leads into a protected path (through a link, or one that changed while it was opened)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Where an open descriptor is.
+    fn landed(&self, fd: &impl AsFd) -> std::io::Result<PathBuf> {
+        let link = format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd());
+        let at = rustix::fs::readlinkat(rustix::fs::CWD, link, Vec::new())?;
+        let at: std::ffi::OsString = std::os::unix::ffi::OsStringExt::from_vec(at.into_bytes());
+        Ok(PathBuf::from(at))
     }
 
     /// `path` made relative to the workspace; an error when it is not in it.
@@ -175,10 +205,7 @@ impl Beneath {
 
     /// Refuses an open file that is one of the private places, or in one.
     fn check(&self, fd: &impl AsFd) -> std::io::Result<()> {
-        let link = format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd());
-        let at = rustix::fs::readlinkat(rustix::fs::CWD, link, Vec::new())?;
-        let at: std::ffi::OsString = std::os::unix::ffi::OsStringExt::from_vec(at.into_bytes());
-        let at = PathBuf::from(at);
+        let at = self.landed(fd)?;
         if !at.starts_with(&self.root) || self.private.iter().any(|p| at.starts_with(p)) {
             return Err(std::io::Error::other(
                 "orchestrate's own state; no tool may read or change it",
@@ -254,6 +281,32 @@ mod tests {
             ws.read_bytes(&ws.root.join("code/lib.rs")).unwrap(),
             b"fn x() {}"
         );
+    }
+
+    #[test]
+    fn a_write_led_into_a_protected_path_by_a_link_is_refused_and_one_named_is_not() {
+        let (_dir, ws) = beneath();
+        std::fs::create_dir_all(ws.root.join(".git/hooks")).unwrap();
+        std::os::unix::fs::symlink(".git", ws.root.join("d")).unwrap();
+        for path in ["d/config", "d/hooks/pre-commit", "d/new/x"] {
+            let err = ws.write_atomic(&ws.root.join(path), b"x").unwrap_err();
+            assert!(
+                err.to_string().contains("leads into a protected path"),
+                "{path}: {err}"
+            );
+        }
+        assert!(!ws.root.join(".git/config").exists());
+        assert!(
+            !ws.root.join(".git/new").exists(),
+            "no folder made on the way"
+        );
+        // Named as what it is (the gate asked for it), it is written.
+        ws.write_atomic(&ws.root.join(".git/info/exclude"), b"x")
+            .unwrap();
+        // A link between plain folders is followed as before.
+        std::os::unix::fs::symlink("src", ws.root.join("code")).unwrap();
+        ws.write_atomic(&ws.root.join("code/y.rs"), b"y").unwrap();
+        assert!(ws.root.join("src/y.rs").exists());
     }
 
     #[test]

@@ -99,9 +99,15 @@ pub(super) fn enabled() -> bool {
 /// What the launcher did, for `main` to report.
 #[derive(Debug)]
 pub enum Launched {
-    /// Exit with this code (the shell's, or the signal's number plus 128 when the
-    /// signal could not be raised again).
-    Exit(ExitCode),
+    /// Print each of `notes` on stderr (after the command's output), then exit
+    /// with `code` (the shell's, or the signal's number plus 128 when the signal
+    /// could not be raised again).
+    Exit {
+        /// The exit code.
+        code: ExitCode,
+        /// What the sandbox did that the command should hear of.
+        notes: Vec<String>,
+    },
     /// The probe's answer: print it on stdout and exit 0.
     Report(String),
     /// Print this on stderr (where the command's output goes) and exit 125.
@@ -190,7 +196,7 @@ pub fn run_if_asked() -> Option<Launched> {
         _ => Err(format!("launcher: unknown stage {stage:?}")),
     };
     Some(match result {
-        Ok(code) => Launched::Exit(code),
+        Ok((code, notes)) => Launched::Exit { code, notes },
         Err(e) => Launched::Failed(e),
     })
 }
@@ -199,7 +205,7 @@ pub fn run_if_asked() -> Option<Launched> {
 /// user namespace's ids), what to hide and protect, Landlock, then the shell,
 /// watched with the lifeline; then everything it left is killed, and this
 /// process exits as the shell did.
-fn run(spec: &Spec) -> Result<ExitCode, String> {
+fn run(spec: &Spec) -> Result<(ExitCode, Vec<String>), String> {
     let me = rustix::process::getpid();
     rustix::process::set_child_subreaper(Some(me))
         .map_err(|e| format!("launcher: cannot become a subreaper: {e}"))?;
@@ -215,12 +221,23 @@ fn run(spec: &Spec) -> Result<ExitCode, String> {
     }
     // Not before the maps: the orchestrator writes them through /proc/<pid>/.
     let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
-    if spec.user_namespace && !spec.hidden.is_empty() {
+    if spec.user_namespace {
+        use rustix::mount::{MountPropagationFlags, mount_change};
+        // Nothing mounted here is seen outside this namespace.
+        mount_change(
+            "/",
+            MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
+        )
+        .map_err(|e| format!("the sandbox could not make its mounts private: {e}"))?;
         hide(&spec.hidden)
             .map_err(|e| format!("the sandbox could not hide orchestrate's state: {e}"))?;
         protect().map_err(|e| {
             format!("the sandbox could not make the repository's git config and agents' files read-only: {e}")
         })?;
+        // What was mounted stays: no capability is left to undo it (`--sandbox
+        // off` applies no Landlock, which would refuse it too).
+        drop_capabilities()
+            .map_err(|e| format!("the sandbox could not drop its capabilities: {e}"))?;
     }
     if let Some(writable) = &spec.writable {
         match landlock(writable) {
@@ -231,6 +248,8 @@ fn run(spec: &Spec) -> Result<ExitCode, String> {
             Err(e) => return Err(format!("the sandbox could not be applied: {e}")),
         }
     }
+    let here = std::env::current_dir().unwrap_or_default();
+    let before = super::protect::present(&here);
     let child = shell(&spec.command)?;
     let group = Pid::from_child(&child);
     let exited = match wait_or_lifeline(&child) {
@@ -247,11 +266,25 @@ fn run(spec: &Spec) -> Result<ExitCode, String> {
         None
     };
     sweep(group);
-    Ok(match status {
+    // Nothing of the command runs any more: what it made among the protected
+    // names is moved aside, out of force (where it could not change them).
+    let notes = match spec.user_namespace {
+        true => super::protect::set_aside(&here, &before)
+            .into_iter()
+            .map(|(made, aside)| {
+                format!(
+                    "the command made {made}, a protected path (settings that can run programs for the person); it was moved to {aside}: protected paths are changed with the file tools, which ask"
+                )
+            })
+            .collect(),
+        false => Vec::new(),
+    };
+    let code = match status {
         Some(status) => exit_as(status),
         // Cut off: nobody reads this status.
         None => ExitCode::from(128 + Signal::KILL.as_raw() as u8),
-    })
+    };
+    Ok((code, notes))
 }
 
 /// `bash -c command` (`sh` where there is no bash) in a process group of its
@@ -453,13 +486,7 @@ const HOST_SOCKETS: [&str; 4] = [
 /// command's own put in its place; then the working folder is entered again,
 /// through the new mounts. A place that does not exist has nothing to hide.
 fn hide(places: &[PathBuf]) -> rustix::io::Result<()> {
-    use rustix::mount::{
-        MountFlags, MountPropagationFlags, mount, mount_bind, mount_bind_recursive, mount_change,
-    };
-    mount_change(
-        "/",
-        MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
-    )?;
+    use rustix::mount::{MountFlags, mount, mount_bind, mount_bind_recursive};
     let places: Vec<&Path> = places
         .iter()
         .map(PathBuf::as_path)
@@ -502,11 +529,29 @@ fn protect() -> rustix::io::Result<()> {
     use rustix::fs::StatVfsMountFlags as Has;
     use rustix::mount::{MountFlags, mount_bind_recursive, mount_remount};
     let here = std::env::current_dir().map_err(|_| rustix::io::Errno::NOENT)?;
-    let found = super::protect::protected(&here);
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let found = super::protect::protected(&here, home.as_deref());
+    // Where git would look but nothing is yet, something read-only is put
+    // first; where that cannot be made (a read-only disk), no command can
+    // make it either.
+    let mut missing = Vec::new();
+    for (path, folder) in &found.placeholders {
+        let made = match folder {
+            true => std::fs::create_dir(path),
+            false => std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .map(drop),
+        };
+        if made.is_err() {
+            missing.push(path);
+        }
+    }
     for folder in &found.pinned {
         mount_bind_recursive(folder, folder)?;
     }
-    for path in &found.read_only {
+    for path in found.read_only.iter().filter(|p| !missing.contains(p)) {
         mount_bind_recursive(path, path)?;
         let had = rustix::fs::statvfs(path)?.f_flag;
         let mut flags = MountFlags::BIND | MountFlags::RDONLY;
@@ -525,6 +570,33 @@ fn protect() -> rustix::io::Result<()> {
         mount_remount(path, flags, c"")?;
     }
     std::env::set_current_dir(here).map_err(|_| rustix::io::Errno::NOENT)
+}
+
+/// Drops every capability this process has in its user namespace, and from
+/// its bounding set, so that neither it nor what it runs (as the namespace's
+/// root, which would otherwise regain them at exec) can unmount what hides and
+/// protects.
+fn drop_capabilities() -> rustix::io::Result<()> {
+    use rustix::thread::{
+        CapabilitySet, CapabilitySets, clear_ambient_capability_set,
+        remove_capability_from_bounding_set, set_capabilities,
+    };
+    for capability in CapabilitySet::all().iter() {
+        match remove_capability_from_bounding_set(capability) {
+            // One this kernel does not know.
+            Err(rustix::io::Errno::INVAL) | Ok(()) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    clear_ambient_capability_set()?;
+    set_capabilities(
+        None,
+        CapabilitySets {
+            effective: CapabilitySet::empty(),
+            permitted: CapabilitySet::empty(),
+            inheritable: CapabilitySet::empty(),
+        },
+    )
 }
 
 /// Restricts this process (and what it execs) with Landlock: reads and execution
