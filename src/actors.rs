@@ -52,6 +52,10 @@ pub(crate) struct SessionEnv {
     pub(crate) saver: Option<crate::tools::permissions::RuleSaver>,
     /// The process-wide order of prompts and cancels: the next stamp.
     pub(crate) stamps: Arc<AtomicU64>,
+    /// Each read of a journal to start a session from waits for a permit, for
+    /// the tests of an Orchestrator that never waits on the disk.
+    #[cfg(feature = "test-support")]
+    pub(crate) journal_reads: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 /// A spawned task that is aborted when this handle is dropped, so work never

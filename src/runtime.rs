@@ -62,6 +62,10 @@ pub struct RuntimeConfig {
     /// providers' `api_key_env`): kept, with those, out of the environment of the
     /// MCP servers the runtime starts.
     pub key_variables: Vec<String>,
+    /// Each read of a journal to start a session from waits for a permit of
+    /// this semaphore: a slow disk, for the tests.
+    #[cfg(feature = "test-support")]
+    pub journal_reads: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl RuntimeConfig {
@@ -80,6 +84,8 @@ impl RuntimeConfig {
             mcp: Vec::new(),
             mcp_limit: crate::mcp::connection::DEFAULT_START_TIMEOUT,
             key_variables: Vec::new(),
+            #[cfg(feature = "test-support")]
+            journal_reads: None,
         }
     }
 }
@@ -153,6 +159,8 @@ impl Runtime {
             rules: config.rules,
             saver: config.saver,
             stamps: stamps.clone(),
+            #[cfg(feature = "test-support")]
+            journal_reads: config.journal_reads,
         });
         let mcp = Arc::new(crate::mcp::McpHub::new(config.mcp));
         let args = OrchestratorArgs {

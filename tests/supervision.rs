@@ -1,14 +1,17 @@
 //! Supervision: a session that panics mid-conversation is restarted from its journal
 //! and finishes; one that keeps panicking escalates instead of hanging.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use orchestrate::journal::{Record, read_journal};
-use orchestrate::{EventKind, FaultPlan, FaultPoint, Message, Outcome, ToolRegistry};
+use orchestrate::{
+    EventKind, FaultPlan, FaultPoint, Message, Outcome, Runtime, RuntimeConfig, ToolRegistry,
+};
 use serde_json::json;
 
-use crate::support::harness::{self, Lookup};
-use crate::support::mock_llm::{Gate, MockLlm, Reply};
+use crate::support::harness::{self, DEADLINE, Lookup};
+use crate::support::mock_llm::{End, Gate, MockLlm, Reply, ev_role, ev_text};
 
 /// A session's journal without the lifecycle events recorded beside its transcript.
 fn transcript_records(workspace: &std::path::Path, session: orchestrate::SessionId) -> Vec<Record> {
@@ -460,5 +463,60 @@ async fn a_session_whose_journal_cannot_be_read_does_not_start_and_is_forgotten(
     assert!(matches!(outcome, Outcome::Failed { .. }), "{outcome:?}");
     assert!(runtime.resume_session(session, spec).await.is_err());
     assert!(mock.requests().is_empty());
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_read_in_progress_holds_up_no_other_session() {
+    let stuck =
+        Reply::stream(vec![ev_role(), ev_text("one ")]).with_end(End::HoldAfter(2, Gate::new()));
+    let mock = MockLlm::start(vec![stuck, Reply::text("resumed")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let reads = Arc::new(tokio::sync::Semaphore::new(0));
+    let mut config = RuntimeConfig::new(dir.path(), harness::client(&mock, DEADLINE));
+    config.state = Some(harness::state(dir.path()));
+    config.journal_reads = Some(reads.clone());
+    let runtime = Runtime::start(config).await.unwrap();
+    let spec = harness::spec(ToolRegistry::new());
+
+    // One session streams.
+    let busy = runtime.start_session(spec.clone()).await.unwrap();
+    let mut events = runtime.subscribe();
+    runtime.prompt(busy, "go");
+    harness::wait_for(&mut events, busy, |k| {
+        matches!(k, EventKind::TextDelta { .. })
+    })
+    .await;
+
+    // Another is resumed from a journal whose read does not end (a slow disk).
+    let slow = orchestrate::SessionId::new();
+    let path = harness::state(dir.path()).journal(slow);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let header =
+        json!({"record": "header", "session": slow.to_string(), "agent": "a", "model": "m"});
+    std::fs::write(&path, format!("{header}\n")).unwrap();
+    let handle = runtime.handle();
+    let resuming = tokio::spawn(async move { handle.resume_session(slow, spec).await });
+    // The Orchestrator has taken the resume once it answers what came after it.
+    let other = runtime
+        .start_session(harness::spec(ToolRegistry::new()))
+        .await
+        .unwrap();
+    assert_ne!(other, slow);
+
+    // A cancel of the streaming session takes effect while the read waits.
+    runtime.cancel(busy);
+    let (outcome, _) = harness::until_terminal(&mut events, busy).await;
+    assert!(matches!(outcome, Outcome::Cancelled { .. }), "{outcome:?}");
+    assert!(!resuming.is_finished(), "the read was still waiting");
+
+    reads.add_permits(1);
+    let resumed = tokio::time::timeout(DEADLINE, resuming)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(resumed.unwrap(), slow);
+    let (outcome, _) = harness::run(&runtime, slow, "and now?").await;
+    assert_eq!(harness::finished_text(&outcome), "resumed");
     runtime.shutdown().await;
 }

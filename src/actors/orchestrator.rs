@@ -1,7 +1,11 @@
 //! Orchestrator: the root supervisor, one per process. It starts sessions and
 //! resumes them from their journals, keeps each one's prompt queue, routes prompts
 //! and cancels into it, finds the sub-agent a parent's Task call started, and
-//! applies the restart policy when a session crashes ([`restarts`]).
+//! applies the restart policy when a session crashes ([`restarts`]). Its
+//! handlers only send and spawn: what waits on the disk (reading a journal to
+//! start a session from it, syncing the journals before a restart, reading
+//! earlier processes' headers) runs in a task whose result comes back as a
+//! message, so no prompt, cancel or stop ever queues behind it.
 //!
 //! A session's queue is plain shared state ([`SharedQueue`]) beside the session,
 //! not an actor: the Orchestrator applies each prompt and cancel to it before it
@@ -17,12 +21,13 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
-use self::children::Children;
+use self::children::{Children, Lookup, Question};
 use super::SessionEnv;
 use super::session::{SessionActor, SessionArgs, SessionMsg};
 use super::supervision::{Intensity, RestartTracker, RestartType};
 use crate::error::SessionError;
 use crate::events::Publisher;
+use crate::journal::Record;
 use crate::journal::recorder::Recorder;
 use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
 use crate::session::SessionSpec;
@@ -81,6 +86,18 @@ pub(crate) enum OrchestratorMsg {
     },
     /// The backoff after a crash is over: start the session again.
     Restart(SessionId),
+    /// A session's journal was read, to start it from (a run resumed, or a
+    /// restart after a crash; then `ready` is `None`).
+    Loaded {
+        /// The session.
+        id: SessionId,
+        /// Its records, or why they could not be had.
+        records: Result<Vec<Record>, SessionError>,
+        /// Answered once it has started.
+        ready: Option<RpcReplyPort<Result<SessionId, SessionError>>>,
+    },
+    /// The headers of earlier processes' journals: their sub-agents by call.
+    ChildrenRead(HashMap<(SessionId, String), SessionId>),
     /// Stop a session once its current run (if any) has ended.
     Stop(SessionId),
     /// End a session's current run at its next turn boundary, as stopped.
@@ -261,16 +278,24 @@ impl Actor for OrchestratorActor {
                 reply,
             } => {
                 let resumed = state.sessions.get(&parent).is_some_and(|e| e.resumed);
-                let child = state.children.find(parent, &call, resumed).await;
-                let found = child.map(|id| {
-                    let whereabouts = match state.sessions.get(&id) {
-                        None => Whereabouts::Journaled,
-                        Some(entry) if entry.prompted => Whereabouts::Prompted,
-                        Some(_) => Whereabouts::Unprompted,
-                    };
-                    (id, whereabouts)
-                });
-                let _ = reply.send(found);
+                match state.children.find((parent, call, reply), resumed) {
+                    Lookup::Known(question, child) => answer(state, question, child),
+                    Lookup::Waiting(Some(dir)) => {
+                        let myself = myself.clone();
+                        tokio::spawn(async move {
+                            let read =
+                                tokio::task::spawn_blocking(move || children::read_headers(&dir));
+                            let found = read.await.unwrap_or_default();
+                            let _ = myself.cast(OrchestratorMsg::ChildrenRead(found));
+                        });
+                    }
+                    Lookup::Waiting(None) => {}
+                }
+            }
+            OrchestratorMsg::ChildrenRead(found) => {
+                for (question, child) in state.children.read(found) {
+                    answer(state, question, child);
+                }
             }
             OrchestratorMsg::Prompt {
                 session,
@@ -285,7 +310,12 @@ impl Actor for OrchestratorActor {
                 route(state, session, Routed::Cancel(seq));
             }
             OrchestratorMsg::Restart(session) => {
-                restarts::restart(&myself, state, session).await;
+                // The crashed session's last records may still be queued in the
+                // writer: they reach the file before the new incarnation reads it.
+                load(&myself, state, session, None, true);
+            }
+            OrchestratorMsg::Loaded { id, records, ready } => {
+                loaded(&myself, state, id, records, ready).await;
             }
             OrchestratorMsg::Stop(session) => {
                 if let Some(entry) = state.sessions.get_mut(&session) {
@@ -344,7 +374,7 @@ impl Actor for OrchestratorActor {
             }
             SupervisionEvent::ActorFailed(cell, err) => {
                 if let Some(id) = state.by_actor.remove(&cell.get_id()) {
-                    restarts::on_session_crash(&myself, state, id, &err.to_string()).await;
+                    restarts::on_session_crash(&myself, state, id, &err.to_string());
                 }
             }
         }
@@ -354,7 +384,8 @@ impl Actor for OrchestratorActor {
 
 /// Starts a session (new, or from its journal); the session itself answers `ready`
 /// once it has started, so the Orchestrator never waits on a session's start-up.
-/// One that cannot be spawned is forgotten.
+/// A new one is spawned now; one from its journal once the journal is read (in a
+/// task). One that cannot be spawned is forgotten.
 async fn start(
     myself: &ActorRef<OrchestratorMsg>,
     state: &mut OrchestratorState,
@@ -386,22 +417,116 @@ async fn start(
         stop_when_idle: false,
     };
     state.sessions.insert(id, entry);
+    if from_journal {
+        load(myself, state, id, Some(ready), false);
+        return;
+    }
     // On a spawn error the reply port is dropped with the arguments, and the
     // caller's `call` fails; the entry goes.
-    if let Err(e) = spawn_session(myself, state, id, Some(ready), from_journal).await {
+    if let Err(e) = spawn_session(myself, state, id, Some(ready), None).await {
         tracing::warn!(session = %id, error = %e, "session did not start");
         state.sessions.remove(&id);
     }
 }
 
+/// Reads session `id`'s journal in a task (after syncing the writer, when
+/// `sync` is asked: a restart's), its records coming back as
+/// [`OrchestratorMsg::Loaded`]. Meanwhile the session is down: what is routed
+/// to it waits in its queue.
+fn load(
+    myself: &ActorRef<OrchestratorMsg>,
+    state: &OrchestratorState,
+    id: SessionId,
+    ready: Option<RpcReplyPort<Result<SessionId, SessionError>>>,
+    sync: bool,
+) {
+    let journal = state.env.journal.clone();
+    let path = state.env.state.journal(id);
+    #[cfg(feature = "test-support")]
+    let gate = state.env.journal_reads.clone();
+    let myself = myself.clone();
+    tokio::spawn(async move {
+        let records = async {
+            if sync {
+                journal.sync().await.map_err(SessionError::Journal)?;
+            }
+            #[cfg(feature = "test-support")]
+            let _permit = match &gate {
+                Some(gate) => gate.acquire().await.ok(),
+                None => None,
+            };
+            let read = tokio::task::spawn_blocking(move || crate::journal::read_journal(&path));
+            match read.await {
+                Ok(Ok(read)) => Ok(read.records),
+                Ok(Err(e)) => Err(SessionError::Journal(e.to_string())),
+                Err(e) => Err(SessionError::Journal(format!("reading it failed: {e}"))),
+            }
+        };
+        let records = records.await;
+        let _ = myself.cast(OrchestratorMsg::Loaded { id, records, ready });
+    });
+}
+
+/// A session's journal was read: it starts from its records. One that cannot
+/// start is forgotten (a run resumed: its caller hears why, the prompts queued
+/// meanwhile end) or given up on (a restart).
+async fn loaded(
+    myself: &ActorRef<OrchestratorMsg>,
+    state: &mut OrchestratorState,
+    id: SessionId,
+    records: Result<Vec<Record>, SessionError>,
+    ready: Option<RpcReplyPort<Result<SessionId, SessionError>>>,
+) {
+    if !state.sessions.contains_key(&id) {
+        // Given up on or stopped while its journal was read.
+        if let Some(ready) = ready {
+            let _ = ready.send(Err(SessionError::Gone(id.to_string())));
+        }
+        return;
+    }
+    let restart = ready.is_none();
+    let started = match records {
+        Ok(records) => spawn_session(myself, state, id, ready, Some(records)).await,
+        Err(e) => {
+            if let Some(ready) = ready {
+                let _ = ready.send(Err(SessionError::Spawn(e.to_string())));
+            }
+            Err(e)
+        }
+    };
+    let Err(e) = started else {
+        return;
+    };
+    if restart {
+        restarts::escalate(state, id, &e);
+    } else if let Some(entry) = state.sessions.remove(&id) {
+        tracing::warn!(session = %id, error = %e, "session did not start");
+        restarts::abandon_queued(&entry, &restarts::failed(&e));
+    }
+}
+
+/// Answers a question for the session a call started, with where it is.
+fn answer(state: &OrchestratorState, question: Question, child: Option<SessionId>) {
+    let found = child.map(|id| {
+        let whereabouts = match state.sessions.get(&id) {
+            None => Whereabouts::Journaled,
+            Some(entry) if entry.prompted => Whereabouts::Prompted,
+            Some(_) => Whereabouts::Unprompted,
+        };
+        (id, whereabouts)
+    });
+    let _ = question.2.send(found);
+}
+
 /// Spawns the actor of session `id`: a new one (`ready` answered once it has
-/// started), or one rebuilt from its journal (after a crash, or a run resumed).
+/// started), or one rebuilt from its journal's `records` (after a crash, or a
+/// run resumed).
 async fn spawn_session(
     myself: &ActorRef<OrchestratorMsg>,
     state: &mut OrchestratorState,
     id: SessionId,
     ready: Option<RpcReplyPort<Result<SessionId, SessionError>>>,
-    from_journal: bool,
+    records: Option<Vec<Record>>,
 ) -> Result<(), SessionError> {
     let Some(entry) = state.sessions.get_mut(&id) else {
         return Err(SessionError::Spawn(format!("unknown session {id}")));
@@ -414,7 +539,7 @@ async fn spawn_session(
         queue: entry.queue.clone(),
         publisher: entry.publisher.clone(),
         ready,
-        from_journal,
+        journal: records,
         stop_when_idle: entry.stop_when_idle,
     };
     let (actor, _) = Actor::spawn_linked(None, SessionActor, args, myself.get_cell())

@@ -26,7 +26,7 @@ use super::SessionEnv;
 use crate::conversation::AssistantTurn;
 use crate::error::{LlmError, SessionError};
 use crate::events::Publisher;
-use crate::journal::{Record, read_journal};
+use crate::journal::Record;
 use crate::protocol::SessionId;
 use crate::session::SessionSpec;
 use crate::session::machine::{Input, Machine, MachineArgs, ToolDone};
@@ -111,9 +111,10 @@ pub(crate) struct SessionArgs {
     /// Answered once it has started (a new session's header is queued). `None`
     /// for a restart after a crash.
     pub(crate) ready: Option<RpcReplyPort<Result<SessionId, SessionError>>>,
-    /// It is rebuilt from its journal (a restart, or a run resumed by a new
-    /// process) rather than new.
-    pub(crate) from_journal: bool,
+    /// Its journal's records, when it is rebuilt from them (a restart, or a run
+    /// resumed by a new process) rather than new: read by the Orchestrator, in a
+    /// task, before it is spawned.
+    pub(crate) journal: Option<Vec<Record>>,
     /// A Stop arrived while it was down: end with the run it resumes, if any.
     pub(crate) stop_when_idle: bool,
 }
@@ -171,14 +172,10 @@ impl Actor for SessionActor {
             queue,
             publisher,
             ready,
-            from_journal,
+            journal: records,
             stop_when_idle,
         } = args;
         let journal_path = env.state.journal(id);
-        let records = match from_journal {
-            true => Some(read_journal(&journal_path)?.records),
-            false => None,
-        };
         if let Some(records) = &records {
             // Prompts and cancels sent from now on must come after the journal's.
             env.stamps

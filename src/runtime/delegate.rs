@@ -160,7 +160,11 @@ impl Handle {
                 let events = self.bus.subscribe_session_terminal(child);
                 self.journal.sync().await.map_err(SessionError::Journal)?;
                 let path = self.state.journal(child);
-                let records = read_journal(&path).map(|c| c.records).unwrap_or_default();
+                let read = tokio::task::spawn_blocking(move || read_journal(&path));
+                let records = match read.await {
+                    Ok(Ok(read)) => read.records,
+                    _ => Vec::new(),
+                };
                 match (recorded(&records, prompt), whereabouts) {
                     (Recorded::Ended(outcome), whereabouts) => {
                         guard.child = None;

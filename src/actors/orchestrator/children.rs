@@ -1,21 +1,46 @@
 //! Which session a parent's Task call started: the key by which a restarted or
 //! resumed parent finds its sub-agents instead of starting them again. Sessions
 //! started by this process are added as they start; those of earlier processes are
-//! read once, from their journals' headers, the first time a call is not found.
+//! read once, from their journals' headers, the first time a call is not found:
+//! in a task, its answer a message, while the questions that wait for it are
+//! kept here (the Orchestrator never waits on the disk).
 
 use std::collections::HashMap;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
+use ractor::RpcReplyPort;
+
+use super::Whereabouts;
 use crate::journal::Record;
 use crate::protocol::SessionId;
+
+/// A question for the session a call started.
+pub(super) type Question = (
+    SessionId,
+    String,
+    RpcReplyPort<Option<(SessionId, Whereabouts)>>,
+);
 
 /// Sub-agents by (parent session, call id).
 #[derive(Debug)]
 pub(super) struct Children {
     by_call: HashMap<(SessionId, String), SessionId>,
-    /// The journals of earlier processes, until they have been read.
+    /// The journals of earlier processes, until they are being read.
     unread: Option<PathBuf>,
+    /// Questions waiting for those journals to be read.
+    waiting: Vec<Question>,
+}
+
+/// What is known of a call's sub-agent.
+#[derive(Debug)]
+pub(super) enum Lookup {
+    /// Known now: the question, to answer with this session or none.
+    Known(Question, Option<SessionId>),
+    /// Not until the journals of earlier processes are read: the question waits
+    /// here. Read the folder, when given (for the first to wait), with
+    /// [`read_headers`], and hand the headers to [`Children::read`].
+    Waiting(Option<PathBuf>),
 }
 
 impl Children {
@@ -23,6 +48,7 @@ impl Children {
         Self {
             by_call: HashMap::new(),
             unread: Some(sessions),
+            waiting: Vec::new(),
         }
     }
 
@@ -30,37 +56,46 @@ impl Children {
         self.by_call.insert((parent, call.to_owned()), child);
     }
 
-    /// The session `parent`'s call `call` started, if any. Journals of earlier
-    /// processes are read only for a parent that came from one (`resumed`): no
-    /// other can have sub-agents there.
-    pub(super) async fn find(
+    /// The session `parent`'s call `call` started, if known. Journals of earlier
+    /// processes are looked into only for a parent that came from one
+    /// (`resumed`): no other can have sub-agents there. A question that must wait
+    /// for them is kept, to be answered by [`Children::read`].
+    pub(super) fn find(&mut self, question: Question, resumed: bool) -> Lookup {
+        let key = (question.0, question.1.clone());
+        if let Some(child) = self.by_call.get(&key).copied() {
+            return Lookup::Known(question, Some(child));
+        }
+        let read = self.unread.is_none() && self.waiting.is_empty();
+        if !resumed || read {
+            return Lookup::Known(question, None);
+        }
+        self.waiting.push(question);
+        Lookup::Waiting(self.unread.take())
+    }
+
+    /// The headers of earlier processes' journals are read: kept (this
+    /// process's own starts are newer), and the questions that waited returned,
+    /// each with its answer.
+    pub(super) fn read(
         &mut self,
-        parent: SessionId,
-        call: &str,
-        resumed: bool,
-    ) -> Option<SessionId> {
-        let key = (parent, call.to_owned());
-        if let Some(child) = self.by_call.get(&key) {
-            return Some(*child);
-        }
-        if !resumed {
-            return None;
-        }
-        let dir = self.unread.take()?;
-        let journaled = tokio::task::spawn_blocking(move || read_headers(&dir))
-            .await
-            .unwrap_or_default();
+        journaled: HashMap<(SessionId, String), SessionId>,
+    ) -> Vec<(Question, Option<SessionId>)> {
         for (key, child) in journaled {
-            // This process's own starts are newer than any journal's.
             self.by_call.entry(key).or_insert(child);
         }
-        self.by_call.get(&key).copied()
+        (self.waiting.drain(..))
+            .map(|question| {
+                let key = (question.0, question.1.clone());
+                let found = self.by_call.get(&key).copied();
+                (question, found)
+            })
+            .collect()
     }
 }
 
 /// Every sub-agent journal's (parent, call) and session, the newest session when a
 /// call started more than one. Unreadable files are skipped: they name no child.
-fn read_headers(dir: &Path) -> HashMap<(SessionId, String), SessionId> {
+pub(super) fn read_headers(dir: &Path) -> HashMap<(SessionId, String), SessionId> {
     let mut found: HashMap<(SessionId, String), SessionId> = HashMap::new();
     let Ok(entries) = std::fs::read_dir(dir) else {
         return found;

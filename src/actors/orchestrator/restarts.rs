@@ -8,14 +8,14 @@ use std::time::Instant;
 
 use ractor::ActorRef;
 
-use super::{Entry, OrchestratorMsg, OrchestratorState, Routed, route, spawn_session};
+use super::{Entry, OrchestratorMsg, OrchestratorState, Routed, route};
 use crate::actors::session::SessionMsg;
 use crate::actors::supervision::{Decision, Exit};
 use crate::error::SessionError;
 use crate::journal::Record;
 use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
 
-pub(super) async fn on_session_crash(
+pub(super) fn on_session_crash(
     myself: &ActorRef<OrchestratorMsg>,
     state: &mut OrchestratorState,
     id: SessionId,
@@ -40,41 +40,23 @@ pub(super) async fn on_session_crash(
         }
         Decision::Escalate { restarts } => {
             let error = crash_loop(state, restarts, reason);
-            escalate(state, id, &error).await;
+            escalate(state, id, &error);
         }
         Decision::Stop => {
             // A transient child's crash always restarts or escalates; a stop here
             // would mean the policy changed under us: let the session go.
             tracing::error!(session = %id, reason, "crashed session not restarted");
             let error = crash_loop(state, 0, reason);
-            escalate(state, id, &error).await;
+            escalate(state, id, &error);
         }
     }
 }
 
-pub(super) async fn restart(
-    myself: &ActorRef<OrchestratorMsg>,
-    state: &mut OrchestratorState,
-    id: SessionId,
-) {
-    // The crashed session's last records may still be queued in the writer: make
-    // them reach the file before the new incarnation reads it.
-    let rebuilt = match state.env.journal.sync().await {
-        Ok(()) => spawn_session(myself, state, id, None, true).await,
-        // Not rebuilt at all: a session given up on must not run on.
-        Err(e) => Err(SessionError::Journal(e)),
-    };
-    if let Err(e) = rebuilt {
-        // Its journal could not be synced, or rebuilding failed (an unreadable
-        // journal, say): that is final.
-        escalate(state, id, &e).await;
-    }
-}
-
 /// Gives up on a session: its run ends with a failure, in its journal and as its
-/// terminal event, its live sub-agents are cancelled (nobody will take their
-/// results), and the session is forgotten.
-async fn escalate(state: &mut OrchestratorState, id: SessionId, error: &SessionError) {
+/// terminal event (told once the record is synced, in a task: the Orchestrator
+/// does not wait for the disk), its live sub-agents are cancelled (nobody will
+/// take their results), and the session is forgotten.
+pub(super) fn escalate(state: &mut OrchestratorState, id: SessionId, error: &SessionError) {
     let Some(entry) = state.sessions.remove(&id) else {
         return;
     };
@@ -104,13 +86,17 @@ async fn escalate(state: &mut OrchestratorState, id: SessionId, error: &SessionE
         outcome: outcome.clone(),
     };
     let journaled = state.env.journal.append(&path, &terminal);
-    if let Err(e) = journaled.and(state.env.journal.sync().await) {
-        tracing::error!(session = %id, error = %e, "cannot journal the escalation");
-    }
-    // No prompts named: the session itself has ended, and with it its run.
-    publisher.publish(EventKind::Terminal {
-        prompts: Vec::new(),
-        outcome,
+    let journal = state.env.journal.clone();
+    tokio::spawn(async move {
+        let synced = journal.sync_file(&path).await;
+        if let Err(e) = journaled.and(synced) {
+            tracing::error!(session = %id, error = %e, "cannot journal the escalation");
+        }
+        // No prompts named: the session itself has ended, and with it its run.
+        publisher.publish(EventKind::Terminal {
+            prompts: Vec::new(),
+            outcome,
+        });
     });
 }
 
