@@ -54,6 +54,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ),
         Some(Outcome::Failed { class, message, .. }) => eprintln!("failed ({class}): {message}"),
         Some(Outcome::Stopped { reason, .. }) => eprintln!("stopped ({reason})"),
+        Some(Outcome::TimedOut { .. }) => eprintln!("timed out"),
         Some(Outcome::Cancelled { .. }) | None => eprintln!("cancelled"),
     }
     runtime.shutdown().await;

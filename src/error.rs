@@ -285,6 +285,10 @@ pub enum ToolError {
     /// The call was cancelled before it finished.
     #[error("cancelled")]
     Cancelled,
+    /// The call was cancelled before it finished, and this is what it had
+    /// produced by then.
+    #[error("cancelled before it ended; its output so far:\n{0}")]
+    CancelledWith(String),
 }
 
 /// Why a session could not go on.
@@ -466,7 +470,7 @@ impl ToolError {
             | Self::Failed(_)
             | Self::Timeout(_)
             | Self::Crashed(_) => ErrorClass::ToolFailure,
-            Self::Cancelled => ErrorClass::Cancelled,
+            Self::Cancelled | Self::CancelledWith(_) => ErrorClass::Cancelled,
         }
     }
 }

@@ -143,6 +143,14 @@ pub enum Outcome {
         /// The run's counters.
         stats: RunStats,
     },
+    /// The run's time (`--timeout`, a role's `timeout`) ran out: what streamed or
+    /// ran was cut off.
+    TimedOut {
+        /// What the model had said by then.
+        partial: String,
+        /// The run's counters.
+        stats: RunStats,
+    },
     /// The run was stopped at a turn boundary before the model had finished.
     Stopped {
         /// Why (`requested`: someone asked for it).
@@ -161,6 +169,7 @@ impl Outcome {
             Self::Finished { stats, .. }
             | Self::Failed { stats, .. }
             | Self::Cancelled { stats, .. }
+            | Self::TimedOut { stats, .. }
             | Self::Stopped { stats, .. } => stats,
         }
     }
@@ -172,9 +181,9 @@ impl Outcome {
         match self {
             Self::Failed { .. } => self,
             Self::Finished { text, stats, .. } => Self::failed(error, text, stats),
-            Self::Cancelled { partial, stats } | Self::Stopped { partial, stats, .. } => {
-                Self::failed(error, partial, stats)
-            }
+            Self::Cancelled { partial, stats }
+            | Self::TimedOut { partial, stats }
+            | Self::Stopped { partial, stats, .. } => Self::failed(error, partial, stats),
         }
     }
 

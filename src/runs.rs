@@ -26,6 +26,8 @@ pub enum RunStatus {
     Cancelled,
     /// Its lead was stopped.
     Stopped,
+    /// Its time ran out.
+    TimedOut,
     /// Its process died mid-run: `orchestrate resume` carries on.
     Interrupted,
 }
@@ -39,6 +41,7 @@ impl RunStatus {
             Self::Failed => "failed",
             Self::Cancelled => "cancelled",
             Self::Stopped => "stopped",
+            Self::TimedOut => "timed_out",
             Self::Interrupted => "interrupted",
         }
     }
@@ -233,6 +236,7 @@ fn assemble(sessions: &[(SessionId, Vec<Record>)]) -> Vec<Run> {
                 Some(Outcome::Failed { .. }) => RunStatus::Failed,
                 Some(Outcome::Cancelled { .. }) => RunStatus::Cancelled,
                 Some(Outcome::Stopped { .. }) => RunStatus::Stopped,
+                Some(Outcome::TimedOut { .. }) => RunStatus::TimedOut,
             };
             Some(Run {
                 id,

@@ -396,6 +396,12 @@ impl Tool for Task {
                     "[the {agent} sub-agent was stopped ({reason}) before it finished; its work so far:]\n{partial}\n\n{}",
                     footer(&agent, &stats)
                 )),
+                // Its time ran out (its own `timeout`): like a stop, its partial
+                // work is the result.
+                Some(Outcome::TimedOut { partial, stats }) => Ok(format!(
+                    "[the {agent} sub-agent's time ran out before it finished; its work so far:]\n{partial}\n\n{}",
+                    footer(&agent, &stats)
+                )),
                 None => Err(ToolError::Failed(format!(
                     "the {agent} sub-agent ended without a result"
                 ))),

@@ -241,6 +241,12 @@ pub trait Tool: Send + Sync + Debug + 'static {
     fn resumable(&self) -> bool {
         false
     }
+    /// True when a call ends itself soon after its cancellation, with what it
+    /// had done by then (Bash: its output so far, once every process it started
+    /// is killed): a cancel waits for it a moment rather than dropping it.
+    fn ends_on_cancel(&self) -> bool {
+        false
+    }
     /// True when a call that an earlier incarnation had started may simply be
     /// made again on resume: by default, when the tool changes nothing.
     fn rerun_on_resume(&self) -> bool {

@@ -325,22 +325,67 @@ async fn the_run_timeout_cuts_the_lead_s_stream_and_keeps_what_it_said() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         text(&out.stderr),
-        "orchestrate: stopped (budget: time) before the lead finished\n"
+        "orchestrate: timed out before the lead finished; what ran was stopped\n"
     );
     let events = events(&out);
     let lead = terminal(&events, true);
     assert_eq!(
-        (&lead["outcome"], &lead["reason"], &lead["partial"]),
-        (
-            &json!("stopped"),
-            &json!("budget: time"),
-            &json!("half a thought")
-        )
+        (&lead["outcome"], &lead["partial"]),
+        (&json!("timed_out"), &json!("half a thought"))
     );
     assert_eq!(mock.request_count(), 1);
     assert!(
         mock.wait_for_disconnects(1, DEADLINE).await,
         "the held stream was cut"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_timeout_kills_a_running_command_and_what_it_left_behind() {
+    let command = "echo started; setsid sh -c 'readlink /proc/self > detached; exec sleep 600' & \
+                   while [ ! -s detached ]; do sleep 0.01; done; sleep 600";
+    let mock = MockLlm::start(vec![Reply::tool_calls(&[(
+        "b1",
+        "Bash",
+        json!({"command": command}),
+    )])])
+    .await;
+    let dir = workspace("");
+    let args = [
+        "--json",
+        "--permission-mode",
+        "bypassPermissions",
+        "--timeout",
+        "3s",
+        "wait a long time",
+    ];
+    // Bounded by the harness's deadline: the command alone would take ten minutes.
+    let out = run_on(&mock, dir.path(), &args, &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let events = events(&out);
+    let lead = terminal(&events, true);
+    assert_eq!(lead["outcome"], json!("timed_out"), "{lead}");
+    let finished = events
+        .iter()
+        .find(|e| e["type"] == "tool_finished")
+        .expect("the call ended");
+    assert_eq!(finished["is_error"], json!(true));
+    // Nothing it started lives on, the detached sleeper included.
+    let detached: i32 = std::fs::read_to_string(dir.path().join("detached"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let gone = std::fs::read_to_string(format!("/proc/{detached}/stat"))
+        .map_or(true, |stat| stat.contains(") Z "));
+    assert!(gone, "the detached process {detached} outlived the run");
+    // Its output so far is in the journal.
+    let state = crate::support::harness::state(dir.path());
+    let lead_id = orchestrate::runs::list(&state)[0].id;
+    let journal = std::fs::read_to_string(state.journal(lead_id)).unwrap();
+    assert!(
+        journal.contains("cancelled before it ended; its output so far:\\nstarted\\n"),
+        "{journal}"
     );
 }
 
@@ -353,17 +398,14 @@ async fn a_role_timeout_stops_the_sub_agent_and_the_lead_carries_on() {
     let events = events(&out);
     let worker = terminal(&events, false);
     assert_eq!(
-        (&worker["outcome"], &worker["reason"], &worker["partial"]),
-        (
-            &json!("stopped"),
-            &json!("budget: time"),
-            &json!("half a thought")
-        )
+        (&worker["outcome"], &worker["partial"]),
+        (&json!("timed_out"), &json!("half a thought"))
     );
     // The cut turn sent no usage: the worker spent no tokens that were counted.
     let result = lead_task_result(&mock);
-    let expected = stopped_result("budget: time", "half a thought", 1, 0, 0);
-    assert!(result.starts_with(&expected), "{result}");
+    let expected = "[the worker sub-agent's time ran out before it finished; its work so far:]\n\
+         half a thought\n\n[worker: 1 turns, 0 tool calls, 0 tokens, ";
+    assert!(result.starts_with(expected), "{result}");
     let lead = terminal(&events, true);
     assert_eq!(
         (&lead["outcome"], &lead["text"]),

@@ -17,7 +17,7 @@ use crate::support::mock_llm::{End, Gate, MockLlm, Reply};
 /// Walks from the Bash command's parent up to init, printing each process's id and
 /// its environment (or the error reading it), then every memory file the command
 /// inherited (the keys' handoff file among them).
-const READ_EVERY_ANCESTOR: &str = r#"p=$PPID
+const READ_EVERY_ANCESTOR: &str = r#"read -r s < /proc/self/stat; s=${s##*) }; set -- $s; p=$2
 while [ "$p" -gt 1 ]; do
   echo "== $p"
   tr '\0' '\n' < /proc/$p/environ
@@ -359,9 +359,11 @@ fn read_pid(path: &Path) -> i32 {
 async fn setsid_sleepers_die_with_a_command_that_ends_and_with_one_that_times_out() {
     // One leaves its session; the other's parent leaves it and lives on (so the
     // sleeper is no orphan until its parent is killed).
-    let escape = "setsid sleep 300 & echo $! > {n}-a; \
-                  setsid sh -c 'sleep 300 & echo $! > {n}-b; wait' & \
-                  while [ ! -s {n}-b ]; do sleep 0.01; done";
+    // Each sleeper writes its pid as the machine sees it (`/proc/self` is the
+    // host's view; `$!` would be the command's own process namespace's).
+    let escape = "setsid sh -c 'readlink /proc/self > {n}-a; exec sleep 300' & \
+                  setsid sh -c 'sh -c \"readlink /proc/self > {n}-b; exec sleep 300\" & wait' & \
+                  while [ ! -s {n}-a ] || [ ! -s {n}-b ]; do sleep 0.01; done";
     let ends = escape.replace("{n}", "ends");
     let times_out = format!("{}; sleep 300", escape.replace("{n}", "late"));
     let mock = MockLlm::start(vec![

@@ -511,6 +511,16 @@ pub(super) fn report(
             );
             ExitCode::from(exit::FAILED)
         }
+        Some(Outcome::TimedOut { partial, .. }) => {
+            if !json && !partial.is_empty() {
+                let _ = writeln!(out, "{partial}");
+            }
+            let _ = writeln!(
+                err,
+                "orchestrate: timed out before the lead finished; what ran was stopped"
+            );
+            ExitCode::from(exit::FAILED)
+        }
         None => {
             let _ = writeln!(err, "orchestrate: the session ended without a result");
             ExitCode::from(exit::FAILED)

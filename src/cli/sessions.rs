@@ -136,9 +136,11 @@ pub(super) fn show(run: &Run) -> String {
     let (heading, answer) = match &run.lead().outcome {
         Some(Outcome::Finished { text, .. }) => ("answer", text.as_str()),
         Some(Outcome::Failed { message, .. }) => ("failed", message.as_str()),
-        Some(Outcome::Cancelled { partial, .. } | Outcome::Stopped { partial, .. }) => {
-            ("said before it ended", partial.as_str())
-        }
+        Some(
+            Outcome::Cancelled { partial, .. }
+            | Outcome::Stopped { partial, .. }
+            | Outcome::TimedOut { partial, .. },
+        ) => ("said before it ended", partial.as_str()),
         None => ("interrupted; `orchestrate resume` carries on", ""),
     };
     text.push_str(&format!("\n{heading}:\n{answer}\n"));
@@ -151,6 +153,7 @@ fn status(agent: &Agent) -> &'static str {
         Some(Outcome::Failed { .. }) => "failed",
         Some(Outcome::Cancelled { .. }) => "cancelled",
         Some(Outcome::Stopped { .. }) => "stopped",
+        Some(Outcome::TimedOut { .. }) => "timed out",
         None => "unfinished",
     }
 }

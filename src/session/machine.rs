@@ -105,6 +105,9 @@ struct Run {
     cancelled: Option<u64>,
     /// Why the run is to stop at its next turn boundary, once someone asked.
     stop: Option<String>,
+    /// Its time ran out: what streams or runs is cut off, and it ends
+    /// `timed_out` as soon as that is done.
+    timed_out: bool,
     /// The same tool call made again and again.
     repeats: Repeats,
     /// The turn count at which the conversation was last compacted: once per
@@ -149,6 +152,12 @@ enum Awaiting {
 }
 
 impl Run {
+    /// Whether what streams or runs is being cut off for the run to end: a
+    /// cancel, or its time ran out.
+    fn halting(&self) -> bool {
+        self.cancelled.is_some() || self.timed_out
+    }
+
     /// A run of `prompts`, `turns` model turns in; `priced`: its cost is known
     /// (its model's prices are).
     fn new(prompts: Vec<u64>, turns: u32, started: Instant, priced: bool) -> Self {
@@ -163,6 +172,7 @@ impl Run {
             last_text: String::new(),
             cancelled: None,
             stop: None,
+            timed_out: false,
             repeats: Repeats::default(),
             compacted_at: None,
             overflow_compacted: false,

@@ -106,6 +106,10 @@ impl Tool for Bash {
         false
     }
 
+    fn ends_on_cancel(&self) -> bool {
+        true
+    }
+
     fn concurrency(&self, _input: &Value) -> Concurrency {
         Concurrency::Unsafe {
             resources: vec!["*".into()],
@@ -291,7 +295,7 @@ mod tests {
         let call = tokio::spawn(async move {
             Bash::default()
                 .call(
-                    json!({"command": "echo $$ > pid; sleep 100 & sleep 100; wait"}),
+                    json!({"command": "echo started; echo $$ > pid; sleep 100 & sleep 100; wait"}),
                     &ctx,
                 )
                 .await
@@ -300,7 +304,11 @@ mod tests {
         assert_group_running(pgid);
         cancel.cancel();
         let result = tokio::time::timeout(DEADLINE, call).await.unwrap().unwrap();
-        assert!(matches!(result, Err(ToolError::Cancelled)), "{result:?}");
+        // What it had written is handed back.
+        let Err(ToolError::CancelledWith(output)) = &result else {
+            panic!("{result:?}")
+        };
+        assert!(output.starts_with("started\n"), "{output}");
         assert_group_gone(pgid).await;
     }
 

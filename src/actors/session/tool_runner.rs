@@ -129,8 +129,19 @@ async fn run_call(
             None => Some(work.await),
         }
     };
+    // A tool that ends itself on a cancel, with its output so far, is given a
+    // moment to.
+    let grace = if tool.ends_on_cancel() {
+        CANCEL_GRACE
+    } else {
+        Duration::ZERO
+    };
+    let cancelled = async {
+        ctx.cancel.cancelled().await;
+        tokio::time::sleep(grace).await;
+    };
     tokio::select! {
-        () = ctx.cancel.cancelled() => Err(ToolError::Cancelled),
+        () = cancelled => Err(ToolError::Cancelled),
         done = timed => match done {
             None => Err(ToolError::Timeout(timeout)),
             Some(Err(panic)) => Err(ToolError::Crashed(crate::actors::panic_message(panic.as_ref()))),
@@ -138,6 +149,10 @@ async fn run_call(
         },
     }
 }
+
+/// How long a tool that ends itself on a cancel ([`Tool::ends_on_cancel`]) is
+/// waited for once cancelled.
+const CANCEL_GRACE: Duration = Duration::from_secs(1);
 
 /// No tool result is longer than this, whatever the tool: a model's context is
 /// finite and a careless call must not flood it.

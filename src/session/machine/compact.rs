@@ -143,9 +143,10 @@ impl Machine {
         result: &Result<AssistantTurn, LlmError>,
     ) {
         let (before, elided) = self.pending_compaction.take().unwrap_or_default();
-        let (cancelled, stopping) = self.run.as_ref().map_or((false, false), |r| {
-            (r.cancelled.is_some(), r.stop.is_some())
-        });
+        let (cancelled, stopping) = self
+            .run
+            .as_ref()
+            .map_or((false, false), |r| (r.halting(), r.stop.is_some()));
         let summary = match result {
             Ok(turn) => {
                 self.spend(turn.usage.unwrap_or_default());
@@ -169,7 +170,7 @@ impl Machine {
             }
         }
         if cancelled {
-            return self.end_cancelled(now);
+            return self.end_halted(now);
         }
         if stopping {
             return self.end_stopped(now);

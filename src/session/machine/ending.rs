@@ -9,7 +9,6 @@ use super::{Awaiting, Effect, Machine, Phase};
 use crate::error::SessionError;
 use crate::journal::Record;
 use crate::protocol::{Outcome, RunStats};
-use crate::session::budget;
 use crate::session::queue::cancels;
 
 impl Machine {
@@ -46,19 +45,29 @@ impl Machine {
         }
     }
 
-    /// The run's time is up: it stops, its stream (if one is running) cut where
-    /// it is, what that turn had said kept as its partial work. Tool calls run
-    /// on; sub-agents under the same deadline stop themselves.
+    /// The run's time is up: what streams is cut where it is (what that turn
+    /// had said kept as the partial work), the running tool calls are cancelled
+    /// (each keeps its output so far), and the run ends `timed_out` as soon as
+    /// they are back. Sub-agents under the same deadline time out themselves.
     pub(super) fn on_time_up(&mut self, now: Instant, started_by: u64) {
         let Some(run) = self.run.as_mut().filter(|r| r.prompts[0] == started_by) else {
             return;
         };
-        run.stop.get_or_insert_with(|| budget::TIME.to_owned());
-        if let Phase::Streaming { stream, .. } = run.phase {
-            self.emit(Effect::CancelStream { stream });
+        if run.halting() {
             return;
         }
-        self.stop_run(now, budget::TIME);
+        run.timed_out = true;
+        match &run.phase {
+            Phase::Streaming { stream, .. } => {
+                let stream = *stream;
+                self.emit(Effect::CancelStream { stream });
+            }
+            Phase::Tools(turn) => {
+                let turn = turn.seq;
+                self.emit(Effect::CancelTools { turn });
+            }
+            Phase::Backoff { .. } | Phase::Starting => self.end_halted(now),
+        }
     }
 
     /// Sets the alarm of the run started by prompt `run` for when its time is up:
@@ -102,6 +111,25 @@ impl Machine {
             partial,
             stats,
         });
+    }
+
+    /// Ends a run that was halting ([`super::Run::halting`]): cancelled, or
+    /// timed out when its time ran out and no cancel came.
+    pub(super) fn end_halted(&mut self, now: Instant) {
+        match self.run.as_ref() {
+            Some(run) if run.timed_out && run.cancelled.is_none() => self.end_timed_out(now),
+            _ => self.end_cancelled(now),
+        }
+    }
+
+    /// Ends the run as timed out, its last text as the partial work.
+    pub(super) fn end_timed_out(&mut self, now: Instant) {
+        let partial = self
+            .run
+            .as_ref()
+            .map(|r| r.last_text.clone())
+            .unwrap_or_default();
+        self.end_run(now, |stats| Outcome::TimedOut { partial, stats });
     }
 
     /// Ends the run as cancelled, its last text as the partial answer.

@@ -29,6 +29,12 @@ impl Machine {
                 run.stop.get_or_insert_with(|| reason.to_owned());
             }
         }
+        if run.stop.as_deref() == Some(budget::TIME) {
+            // The run's deadline passed between turns.
+            run.stop = None;
+            run.timed_out = true;
+            return self.end_halted(now);
+        }
         if run.stop.is_some() {
             // A turn boundary: where a requested stop takes effect.
             return self.end_stopped(now);
@@ -111,7 +117,7 @@ impl Machine {
         if compacting {
             return self.on_summary(now, attempt, &result);
         }
-        let cancelled = run.cancelled.is_some();
+        let cancelled = run.halting();
         let error = match result {
             Ok(turn) if cancelled => return self.record_turn_and_cancel(now, turn),
             Ok(turn) => match turn::decide(&turn) {
@@ -156,7 +162,7 @@ impl Machine {
         };
         // A cancel that crossed a failing stream still ends the run as cancelled.
         if cancelled {
-            return self.end_cancelled(now);
+            return self.end_halted(now);
         }
         // The window was passed after all: compact once, whatever the estimate
         // said, and try again.
@@ -263,7 +269,7 @@ impl Machine {
     pub(super) fn record_turn_and_cancel(&mut self, now: Instant, mut turn: AssistantTurn) {
         turn.message.tool_calls.clear();
         self.account(&turn);
-        self.end_cancelled(now);
+        self.end_halted(now);
     }
 }
 

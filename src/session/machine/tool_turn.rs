@@ -194,7 +194,7 @@ impl Machine {
     pub(super) fn advance_tools(&mut self, now: Instant) {
         loop {
             let limit = self.max_parallel_tools.max(1);
-            let cancelled = self.run.as_ref().is_some_and(|r| r.cancelled.is_some());
+            let cancelled = self.run.as_ref().is_some_and(super::Run::halting);
             let Some(turn) = self.tool_turn() else {
                 return;
             };
@@ -352,7 +352,7 @@ impl Machine {
         let Phase::Tools(turn) = std::mem::replace(&mut run.phase, Phase::Starting) else {
             return;
         };
-        let cancelled = run.cancelled.is_some();
+        let cancelled = run.halting();
         for (call, result) in turn.calls.iter().zip(turn.results) {
             match result {
                 Some(result) => self.transcript.push(Message::Tool(result)),
@@ -362,7 +362,7 @@ impl Machine {
         if cancelled {
             // No sync before the terminal record: a crash in between must not
             // leave a cancelled run looking resumable. The end syncs both together.
-            return self.end_cancelled(now);
+            return self.end_halted(now);
         }
         self.ask(Awaiting::Joining, Effect::TakeAll);
     }

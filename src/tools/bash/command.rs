@@ -23,6 +23,9 @@ use crate::tools::ToolContext;
 /// that left the group (`setsid`) of a shell started without the launcher, or one
 /// the kernel cannot kill at once, can hold the pipe open past that.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
+
+/// The same for a cancelled call, which must end with its run.
+const CANCEL_DRAIN: Duration = Duration::from_millis(500);
 const READ_CHUNK: usize = 64 * 1024;
 
 /// How the wait for the command ended.
@@ -81,10 +84,13 @@ pub(super) async fn run(
         }
     };
     group.kill();
-    if matches!(end, End::Cancelled) {
-        return Err(ToolError::Cancelled);
-    }
-    let drained = tokio::time::timeout(DRAIN_GRACE, async {
+    // A cancelled call hands back what it read within a shorter wait: the run
+    // that cancelled it is ending.
+    let grace = match end {
+        End::Cancelled => CANCEL_DRAIN,
+        End::Exited(_) | End::TimedOut => DRAIN_GRACE,
+    };
+    let drained = tokio::time::timeout(grace, async {
         while !eof {
             match reader.read(&mut buf).await {
                 Ok(0) | Err(_) => eof = true,
@@ -93,10 +99,10 @@ pub(super) async fn run(
         }
     })
     .await;
-    if matches!(end, End::TimedOut) {
+    if matches!(end, End::TimedOut | End::Cancelled) {
         // Reaps the killed shell; should it hang (a process stuck in the kernel),
         // dropping the child leaves it to tokio's orphan reaper.
-        let _ = tokio::time::timeout(DRAIN_GRACE, group.child.wait()).await;
+        let _ = tokio::time::timeout(grace, group.child.wait()).await;
     }
     group.live = false;
 
@@ -108,7 +114,14 @@ pub(super) async fn run(
         );
     }
     match end {
-        End::Cancelled => Err(ToolError::Cancelled),
+        End::Cancelled if text.is_empty() => Err(ToolError::Cancelled),
+        End::Cancelled => {
+            push_line(
+                &mut text,
+                "the command and every process it started were killed",
+            );
+            Err(ToolError::CancelledWith(text))
+        }
         End::TimedOut => {
             push_line(
                 &mut text,

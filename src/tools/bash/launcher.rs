@@ -448,20 +448,25 @@ fn unshare_user_namespace() -> rustix::io::Result<()> {
     unshare_namespaces(false)
 }
 
-/// `unshare(CLONE_NEWUSER)`, with `CLONE_NEWNS` when `mounts` (the mount
-/// namespace is then the new user namespace's, where this process may mount).
+/// `unshare(CLONE_NEWUSER)`, with `CLONE_NEWNS` and `CLONE_NEWPID` when
+/// `mounts` (the mount namespace is then the new user namespace's, where this
+/// process may mount; the process namespace is its children's).
 /// rustix deprecated its safe `unshare` because `CLONE_FILES` can leave other
 /// threads holding descriptors of a table they no longer share, which breaks
-/// Rust's ownership of descriptors; a user or mount namespace touches no
-/// descriptor and no memory, and this process has no other thread.
+/// Rust's ownership of descriptors; a user, mount or process namespace touches
+/// no descriptor and no memory, and this process has no other thread.
 #[expect(
     deprecated,
-    reason = "sound for NEWUSER and NEWNS: the unsoundness that got it deprecated is CLONE_FILES"
+    reason = "sound for NEWUSER, NEWNS and NEWPID: the unsoundness that got it deprecated is CLONE_FILES"
 )]
 fn unshare_namespaces(mounts: bool) -> rustix::io::Result<()> {
     use rustix::thread::UnshareFlags;
+    // A process namespace of its own too: the shell is its first process, and
+    // when the shell ends the kernel ends every process left in it (detached
+    // with `setsid` and `nohup … &` included); a command sees, and can signal,
+    // only its own processes.
     let flags = match mounts {
-        true => UnshareFlags::NEWUSER | UnshareFlags::NEWNS,
+        true => UnshareFlags::NEWUSER | UnshareFlags::NEWNS | UnshareFlags::NEWPID,
         false => UnshareFlags::NEWUSER,
     };
     rustix::thread::unshare(flags)

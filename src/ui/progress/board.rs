@@ -278,6 +278,7 @@ impl Board {
                     Outcome::Failed { class, .. } => State::Failed(class.clone()),
                     Outcome::Cancelled { .. } => State::Cancelled,
                     Outcome::Stopped { reason, .. } => State::Stopped(reason.clone()),
+                    Outcome::TimedOut { .. } => State::Stopped("timed out".to_owned()),
                 };
             }
         }

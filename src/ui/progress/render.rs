@@ -148,6 +148,7 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
             Outcome::Failed { message, .. } => format!("failed: {}", clip(message, 100)),
             Outcome::Cancelled { .. } => "cancelled".to_owned(),
             Outcome::Stopped { reason, .. } => format!("stopped ({reason})"),
+            Outcome::TimedOut { .. } => "timed out".to_owned(),
         },
         EventKind::PromptQueued { .. }
         | EventKind::TurnStarted { .. }

@@ -176,16 +176,44 @@ fn time_up_cuts_the_stream_and_keeps_what_it_said() {
             partial: Box::new(partial),
         }),
     });
-    let (reason, said, _) = stopped(&sim, p);
-    assert_eq!(
-        (reason.as_str(), said.as_str()),
-        ("budget: time", "half a tho")
-    );
+    let Some(Outcome::TimedOut { partial, .. }) = sim.outcome(p) else {
+        panic!("{:?}", sim.terminals())
+    };
+    assert_eq!(partial, "half a tho");
     // An alarm for a run that already ended does nothing.
     let q = sim.prompt("again");
     sim.input(Input::TimeUp { run: p });
     sim.answer(text("fine"));
     assert!(matches!(sim.outcome(q), Some(Outcome::Finished { .. })));
+}
+
+#[test]
+fn time_up_cancels_the_running_calls_and_ends_the_run_with_what_they_gave() {
+    let mut spec = spec();
+    spec.budget.timeout = Some(Duration::from_secs(60));
+    let mut sim = Sim::new(spec);
+    let p = sim.prompt("go");
+    sim.answer(calls(&[("w1", "Write"), ("w2", "Write")]));
+    let running = sim.running_ids();
+    assert!(!running.is_empty());
+    sim.input(Input::TimeUp { run: p });
+    assert!(
+        sim.effects
+            .iter()
+            .any(|e| matches!(e, crate::session::machine::Effect::CancelTools { .. })),
+        "the running calls are cancelled"
+    );
+    // They came back (as cancelled); none starts after.
+    assert!(sim.running_ids().is_empty());
+    let Some(Outcome::TimedOut { stats, .. }) = sim.outcome(p) else {
+        panic!("{:?}", sim.terminals())
+    };
+    assert_eq!(stats.turns, 1);
+    assert_eq!(sim.requests.len(), 1, "the model is not asked again");
+    let kept = sim.journal.iter().any(|r| {
+        matches!(r, crate::journal::Record::Message { message: crate::conversation::Message::Tool(t) } if t.content == "Error: cancelled")
+    });
+    assert!(kept, "what the calls gave back is journaled");
 }
 
 #[test]

@@ -77,7 +77,9 @@ fn a_cancel_at_every_point_of_a_run_ends_it_exactly_once() {
                 assert!(!finished, "after {at}");
                 assert_eq!(partial, &said, "after {at}");
             }
-            Outcome::Failed { .. } | Outcome::Stopped { .. } => panic!("after {at}: {outcome:?}"),
+            Outcome::Failed { .. } | Outcome::Stopped { .. } | Outcome::TimedOut { .. } => {
+                panic!("after {at}: {outcome:?}")
+            }
         }
         let ends = sim
             .journal
