@@ -80,6 +80,11 @@ pub enum Record {
     Event {
         /// The event as the bus published it.
         event: Event,
+        /// When it was kept, in milliseconds since the Unix epoch: how long a
+        /// run carried on by `resume` had already run. Missing in journals
+        /// written before it was kept.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at: Option<u64>,
     },
 }
 

@@ -4,6 +4,7 @@
 //! run is live is [`lock`]'s: the process running it holds its lock.
 
 pub mod lock;
+pub mod spent;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
@@ -192,6 +193,20 @@ pub fn read(state: &StateDir) -> Listing {
     listing
 }
 
+/// What `run`, in progress, had spent when its process ended (its agents'
+/// journals read again).
+pub fn spent_so_far(state: &StateDir, run: &Run) -> spent::Spent {
+    let read = |id| {
+        read_journal(&state.journal(id))
+            .map(|c| c.records)
+            .unwrap_or_default()
+    };
+    let others: Vec<Vec<Record>> = (run.agents.iter().skip(1))
+        .map(|a| read(a.session))
+        .collect();
+    spent::spent(&read(run.id), &others)
+}
+
 /// The run named by `prefix` (a unique prefix of its id), or the newest run.
 pub fn find(state: &StateDir, prefix: Option<&str>) -> Result<Run, RunError> {
     let runs = list(state);
@@ -315,7 +330,7 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
                 stats.charge(&counted.usage, counted.cost_usd);
                 outcome = Some(ended.clone());
             }
-            Record::Event { event } => match &event.kind {
+            Record::Event { event, .. } => match &event.kind {
                 EventKind::TurnFinished {
                     usage, cost_usd, ..
                 } => {

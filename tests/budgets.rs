@@ -728,3 +728,138 @@ async fn a_recorded_run_costs_to_the_cent_what_the_built_in_table_says() {
     assert_dollars(&lead["stats"]["cost_usd"], 22 + 11 + 14);
     assert_dollars(&terminal(&events, false)["stats"]["cost_usd"], 14);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_agent_that_spends_the_run_s_budget_stops_the_others_at_once() {
+    let spend = Gate::new();
+    let paid = spend.clone();
+    let mock = MockLlm::start_with(move |request, _| {
+        let task = request.body["messages"][1]["content"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        match (is_worker(request), task.as_str()) {
+            // Its answer comes once the other worker is streaming.
+            (true, "spend") => with_usage(Reply::text("spent it"), 500, 0, 10)
+                .with_end(End::HoldAfter(0, paid.clone())),
+            (true, _) => says_then_hangs("half"),
+            (false, _) if results(request).is_empty() => says_then_calls(
+                "delegating",
+                &[
+                    (
+                        "t1",
+                        "Task",
+                        json!({"description": "spend", "prompt": "spend", "subagent_type": "worker"}),
+                    ),
+                    (
+                        "t2",
+                        "Task",
+                        json!({"description": "hang", "prompt": "hang", "subagent_type": "worker"}),
+                    ),
+                ],
+            ),
+            (false, _) => Reply::text("the lead should have been stopped"),
+        }
+    })
+    .await;
+    let dir = workspace("");
+    let args = ["--json", "--max-tokens", "100", "split it"];
+    let child = crate::cli::command_on(&mock, dir.path(), &args, &[]).output();
+    let run = tokio::spawn(child);
+    // Both workers are asked; only then does the first answer, spending it all.
+    crate::support::harness::wait_until("both workers asked", || {
+        mock.requests().iter().filter(|r| is_worker(r)).count() == 2
+    })
+    .await;
+    spend.open();
+    let out = tokio::time::timeout(DEADLINE, run)
+        .await
+        .expect("the run ended")
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    // The other worker's request was cut off mid-stream, its words kept.
+    assert!(
+        mock.wait_for_disconnects(1, DEADLINE).await,
+        "the held stream was cut"
+    );
+    let events = events(&out);
+    let stopped: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "terminal" && e["partial"] == json!("half"))
+        .collect();
+    let [hung] = stopped.as_slice() else {
+        panic!("{events:?}")
+    };
+    assert_eq!(
+        (&hung["outcome"], &hung["reason"]),
+        (&json!("stopped"), &json!("budget: tokens"))
+    );
+    let lead = terminal(&events, true);
+    assert_eq!(lead["reason"], json!("budget: tokens"), "{lead}");
+}
+
+/// A run whose process died after `ms` milliseconds and `tokens` tokens of its
+/// lead's one turn, journaled as the lead's journal holds it; its id.
+fn died_after(workspace: &std::path::Path, ms: u64, tokens: u64) -> orchestrate::SessionId {
+    let id = orchestrate::SessionId::new();
+    let sessions = crate::support::harness::state(workspace).sessions();
+    std::fs::create_dir_all(&sessions).unwrap();
+    let event = |at: u64, kind: Value| {
+        let mut event = json!({"seq": 0, "session": id, "agent": "orchestrator"});
+        event
+            .as_object_mut()
+            .unwrap()
+            .extend(kind.as_object().unwrap().clone());
+        json!({"record": "event", "event": event, "at": at})
+    };
+    let t0 = 1_700_000_000_000_u64;
+    let lines = [
+        json!({"record": "header", "session": id, "agent": "orchestrator", "model": "m", "run": id, "format": 1}),
+        event(
+            t0,
+            json!({"type": "session_started", "model": "m", "resumed": false}),
+        ),
+        json!({"record": "run_started", "prompt": 1}),
+        json!({"record": "message", "message": {"role": "user", "content": "go"}}),
+        event(
+            t0 + 1,
+            json!({"type": "turn_started", "turn": 1, "attempt": 1}),
+        ),
+        event(
+            t0 + ms,
+            json!({"type": "turn_finished", "turn": 1, "text": "", "tool_calls": 0,
+                   "usage": {"input_tokens": tokens, "output_tokens": 0}, "cost_usd": null}),
+        ),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(sessions.join(format!("{id}.jsonl")), text).unwrap();
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_carried_on_is_held_to_what_is_left_of_its_budget() {
+    let mock = MockLlm::start(vec![Reply::text("a fresh budget was given")]).await;
+    // Tokens: 500 spent, 100 allowed.
+    let dir = workspace("");
+    died_after(dir.path(), 10, 500);
+    let args = ["--json", "--max-tokens", "100", "resume"];
+    let out = run_on(&mock, dir.path(), &args, &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let seen = events(&out);
+    let lead = terminal(&seen, true);
+    assert_eq!(
+        (&lead["outcome"], &lead["reason"]),
+        (&json!("stopped"), &json!("budget: tokens"))
+    );
+    // Time: it had run 4 s of 3.
+    let dir = workspace("");
+    died_after(dir.path(), 4000, 10);
+    let args = ["--json", "--timeout", "3s", "resume"];
+    let out = run_on(&mock, dir.path(), &args, &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let seen = events(&out);
+    let lead = terminal(&seen, true);
+    assert_eq!(lead["outcome"], json!("timed_out"), "{lead}");
+    assert_eq!(mock.request_count(), 0, "no request on a spent budget");
+}

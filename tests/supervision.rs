@@ -402,7 +402,7 @@ async fn the_journal_records_each_lifecycle_event_a_restart_included() {
             .records
             .into_iter()
             .filter_map(|r| match r {
-                Record::Event { event } => Some(event),
+                Record::Event { event, .. } => Some(event),
                 _ => None,
             })
             .collect();

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::effects::tool_error;
 use self::llm_stream::LlmStreamMsg;
-use super::SessionEnv;
+use super::{AbortOnDrop, SessionEnv};
 use crate::conversation::AssistantTurn;
 use crate::error::{LlmError, SessionError};
 use crate::events::Publisher;
@@ -70,6 +70,8 @@ pub(crate) enum SessionMsg {
         /// The prompt that started the run.
         run: u64,
     },
+    /// The run's shared budget is spent.
+    BudgetSpent(&'static str),
     /// Panic, for the tests of supervision.
     #[cfg(feature = "test-support")]
     Crash,
@@ -90,6 +92,7 @@ impl From<SessionMsg> for Input {
             SessionMsg::StopWhenIdle => Self::StopWhenIdle,
             SessionMsg::StopRun => Self::StopRun,
             SessionMsg::TimeUp { run } => Self::TimeUp { run },
+            SessionMsg::BudgetSpent(reason) => Self::BudgetSpent { reason },
             // Turned into an input inside `handle`: the panic is the session's.
             #[cfg(feature = "test-support")]
             SessionMsg::Crash => panic!("injected fault: the session was crashed from outside"),
@@ -136,6 +139,8 @@ pub(crate) struct SessionState {
     tool_turn: Option<(u64, CancellationToken)>,
     /// Running calls by their ToolRunner: tool turn, position, call id.
     runners: HashMap<ActorId, (u64, usize, String)>,
+    /// Waits for the run's shared budget to be spent, to say so at once.
+    budget_watch: Option<AbortOnDrop>,
 }
 
 /// The highest prompt stamp a journal holds.
@@ -203,6 +208,7 @@ impl Actor for SessionActor {
             stream: None,
             tool_turn: None,
             runners: HashMap::new(),
+            budget_watch: None,
         };
         for effect in effects {
             if let Some(Input::Failed(error)) = Box::pin(state.carry_out(&myself, effect)).await {
@@ -231,6 +237,18 @@ impl Actor for SessionActor {
             // call): nobody will prompt it.
             myself.stop(Some("nobody waits for it".into()));
             return Ok(());
+        }
+        if let Some(meter) = &state.spec.meter {
+            let mut reached = meter.watch();
+            let session = myself.clone();
+            let watch = tokio::spawn(async move {
+                if let Ok(limit) = reached.wait_for(Option::is_some).await
+                    && let Some(limit) = *limit
+                {
+                    let _ = session.cast(SessionMsg::BudgetSpent(limit));
+                }
+            });
+            state.budget_watch = Some(AbortOnDrop(watch));
         }
         Box::pin(state.drive(&myself, Input::Started { cancel, stop })).await;
         Ok(())

@@ -68,10 +68,14 @@ where
         // It ended, and nothing more is asked: how it ended, as it was reported.
         (Some(outcome), None) => run::report(cli.json, Some(outcome.clone()), io.out, io.err),
         (_, prompt) => {
+            // Carried on, not followed up: held to what is left of its budget.
+            let carried = (lead.outcome.is_none() && lead.unfinished)
+                .then(|| runs::spent_so_far(&state, &run));
             let lead = Lead::Resume {
                 run: run.id,
                 role: lead.role.clone(),
                 prompt,
+                carried,
             };
             run::drive(cli, lead, io).await
         }

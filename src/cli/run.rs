@@ -46,6 +46,9 @@ pub(super) enum Lead {
         role: String,
         /// The follow-up.
         prompt: Option<String>,
+        /// What the run had spent, when it is carried on (not followed up):
+        /// its budget is what is left.
+        carried: Option<crate::runs::spent::Spent>,
     },
 }
 
@@ -158,7 +161,11 @@ where
             );
         }
     }
-    let (spec, mut watcher) = match lead_spec(&cli, &role, plan, runtime.handle()) {
+    let carried = match &lead {
+        Lead::Resume { carried, .. } => carried.clone(),
+        Lead::New(_) => None,
+    };
+    let (spec, mut watcher) = match lead_spec(&cli, &role, plan, runtime.handle(), carried) {
         Ok(lead) => lead,
         Err(e) => {
             let _ = writeln!(err, "orchestrate: {e}");
@@ -375,6 +382,7 @@ fn lead_spec(
     role: &str,
     plan: Setup,
     handle: Handle,
+    carried: Option<crate::runs::spent::Spent>,
 ) -> Result<(SessionSpec, Option<RoleWatcher>), String> {
     let Some(role) = plan.catalog.get(role).cloned() else {
         let names: Vec<&str> = plan.catalog.roles().map(|r| r.name.as_str()).collect();
@@ -396,8 +404,18 @@ fn lead_spec(
         max_tokens: cli.max_tokens,
         timeout: cli.timeout,
     };
-    let meter = (!run_budget.is_unlimited())
-        .then(|| Arc::new(RunMeter::new(run_budget, std::time::Instant::now())));
+    // A run carried on counts what it spent and the time it ran before.
+    let meter = (!run_budget.is_unlimited()).then(|| {
+        let now = std::time::Instant::now();
+        Arc::new(match carried {
+            Some(spent) => RunMeter::resumed(
+                run_budget,
+                now.checked_sub(spent.elapsed).unwrap_or(now),
+                spent.stats,
+            ),
+            None => RunMeter::new(run_budget, now),
+        })
+    });
     let standard = plan.tools.clone();
     let mut offered: Vec<&str> = standard.names();
     offered.push("Task");

@@ -58,7 +58,11 @@ impl Keeper for Recorder {
         if !self.started.load(Ordering::Acquire) {
             return;
         }
-        if let Err(e) = self.journal.append_line(&self.path, &EventLine { event }) {
+        let at = now_ms();
+        if let Err(e) = self
+            .journal
+            .append_line(&self.path, &EventLine { event, at })
+        {
             tracing::error!(error = %e, "cannot journal an event");
         }
     }
@@ -70,6 +74,14 @@ impl Keeper for Recorder {
 #[serde(tag = "record", rename = "event")]
 struct EventLine<'a> {
     event: &'a Event,
+    at: u64,
+}
+
+/// Now, in milliseconds since the Unix epoch.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]
@@ -91,8 +103,16 @@ mod tests {
     #[test]
     fn an_event_line_is_the_records_line() {
         let event = event(SessionId::new(), 7, EventKind::PromptQueued { waiting: 2 });
-        let line = serde_json::to_string(&EventLine { event: &event }).unwrap();
-        let record = serde_json::to_string(&Record::Event { event }).unwrap();
+        let line = serde_json::to_string(&EventLine {
+            event: &event,
+            at: 12,
+        })
+        .unwrap();
+        let record = serde_json::to_string(&Record::Event {
+            event,
+            at: Some(12),
+        })
+        .unwrap();
         assert_eq!(line, record);
     }
 
@@ -129,7 +149,7 @@ mod tests {
         journal.sync().await.unwrap();
         let kept: Vec<EventKind> = (read_journal(&path).unwrap().records.into_iter())
             .map(|record| match record {
-                Record::Event { event } => event.kind,
+                Record::Event { event, .. } => event.kind,
                 other => panic!("not an event: {other:?}"),
             })
             .collect();

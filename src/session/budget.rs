@@ -61,25 +61,45 @@ impl Budget {
     }
 }
 
-/// The run's budget and what the whole tree has spent against it.
+/// The run's budget and what the whole tree has spent against it. The first
+/// limit reached is told to every session watching ([`RunMeter::watch`]), so
+/// that all of them stop at once, not each at its next turn.
 #[derive(Debug)]
 pub struct RunMeter {
     budget: Budget,
     started: Instant,
     spent: Mutex<RunStats>,
+    reached: tokio::sync::watch::Sender<Option<&'static str>>,
 }
 
 impl RunMeter {
     /// A meter for a run that started at `started`.
     pub fn new(budget: Budget, started: Instant) -> Self {
+        Self::resumed(
+            budget,
+            started,
+            RunStats {
+                cost_usd: Some(0.0),
+                ..RunStats::default()
+            },
+        )
+    }
+
+    /// A meter for a run carried on from its journals: it had `spent` so far,
+    /// and its time counts from `started` (now, less the time it had run).
+    pub fn resumed(budget: Budget, started: Instant, spent: RunStats) -> Self {
+        let reached = budget.spent(&spent);
         Self {
             budget,
             started,
-            spent: Mutex::new(RunStats {
-                cost_usd: Some(0.0),
-                ..RunStats::default()
-            }),
+            spent: Mutex::new(spent),
+            reached: tokio::sync::watch::Sender::new(reached),
         }
+    }
+
+    /// Tells the first limit the run reaches (at once, when it has already).
+    pub fn watch(&self) -> tokio::sync::watch::Receiver<Option<&'static str>> {
+        self.reached.subscribe()
     }
 
     /// When the run's time is up.
@@ -91,7 +111,15 @@ impl RunMeter {
     pub fn charge(&self, usage: &Usage, cost: Option<f64>) -> Option<&'static str> {
         let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
         spent.charge(usage, cost);
-        self.budget.spent(&spent)
+        let reached = self.budget.spent(&spent);
+        if let Some(limit) = reached {
+            self.reached.send_if_modified(|told| {
+                let first = told.is_none();
+                told.get_or_insert(limit);
+                first
+            });
+        }
+        reached
     }
 
     /// The limit the run has reached, if any, time included.

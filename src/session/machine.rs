@@ -261,6 +261,7 @@ impl Machine {
             }
             Input::StopRun => self.stop_run(now, "requested"),
             Input::TimeUp { run } => self.on_time_up(now, run),
+            Input::BudgetSpent { reason } => self.on_budget_spent(now, reason),
             Input::TurnFinished { stream, result } => self.on_turn_finished(now, stream, result),
             Input::RetryDue { stream } => self.on_retry_due(now, stream),
             Input::ToolDone(done) => self.on_tool_done(now, done),

@@ -70,6 +70,25 @@ impl Machine {
         }
     }
 
+    /// The run's shared budget is spent (this session's turn or another's): a
+    /// streaming turn is cut where it is (its request cancelled, what it said
+    /// kept), and the run stops at the boundary after what runs now (a
+    /// sub-agent a Task call waits on hears the same, and stops too).
+    pub(super) fn on_budget_spent(&mut self, now: Instant, reason: &'static str) {
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
+        if run.halting() {
+            return;
+        }
+        run.stop.get_or_insert_with(|| reason.to_owned());
+        if let Phase::Streaming { stream, .. } = run.phase {
+            self.emit(Effect::CancelStream { stream });
+            return;
+        }
+        self.stop_run(now, reason);
+    }
+
     /// Sets the alarm of the run started by prompt `run` for when its time is up:
     /// the role's timeout from now, or the whole run's deadline if sooner.
     pub(super) fn arm(&mut self, now: Instant, run: u64) {

@@ -40,6 +40,13 @@ pub(crate) enum Input {
         /// The prompt that started the run.
         run: u64,
     },
+    /// The run's shared budget ([`crate::session::budget::RunMeter`]) is spent,
+    /// by this session or another: what streams is cut now, and the run stops at
+    /// the boundary after what runs.
+    BudgetSpent {
+        /// Which budget ([`crate::session::budget::COST`], …).
+        reason: &'static str,
+    },
     /// A model turn's stream ended.
     TurnFinished {
         /// Which stream.
@@ -79,6 +86,7 @@ impl Input {
             | Self::StopWhenIdle
             | Self::StopRun
             | Self::TimeUp { .. }
+            | Self::BudgetSpent { .. }
             | Self::TurnFinished { .. }
             | Self::RetryDue { .. }
             | Self::ToolDone(_)

@@ -279,3 +279,28 @@ fn a_repeated_call_gets_a_note_at_three_and_stops_the_agent_at_five() {
     assert_eq!(sim.requests.len(), 5);
     assert!(sim.violations.is_empty(), "{:?}", sim.violations);
 }
+
+#[test]
+fn a_budget_spent_elsewhere_cuts_the_stream_now_and_stops_the_run() {
+    let mut sim = Sim::new(spec());
+    let p = sim.prompt("go");
+    let stream = sim.stream.take().expect("streaming");
+    sim.input(Input::BudgetSpent {
+        reason: crate::session::budget::COST,
+    });
+    assert!(
+        sim.effects
+            .contains(&crate::session::machine::Effect::CancelStream { stream })
+    );
+    let mut partial = AssistantTurn::default();
+    partial.message.text = "so far".into();
+    sim.input(Input::TurnFinished {
+        stream,
+        result: Err(LlmError::Cancelled {
+            partial: Box::new(partial),
+        }),
+    });
+    let (reason, said, _) = stopped(&sim, p);
+    assert_eq!((reason.as_str(), said.as_str()), ("budget: cost", "so far"));
+    assert_eq!(sim.requests.len(), 1);
+}
