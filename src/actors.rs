@@ -32,6 +32,25 @@ use crate::llm::Provider;
 use crate::llm::retry::RetryPolicy;
 use crate::tools::permissions::{Approver, Remembered};
 
+/// What a runtime holds for its sessions: each kind of entry, counted. A
+/// session's entries go when it stops; after every session of a run has
+/// stopped, all are zero.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retained {
+    /// Live sessions the Orchestrator supervises.
+    pub sessions: usize,
+    /// Parents whose Task calls' sub-agents are on record.
+    pub children: usize,
+    /// Paths whose write lock is held or waited for.
+    pub file_locks: usize,
+    /// Sessions whose reads are on record.
+    pub file_reads: usize,
+    /// Sessions with an "always" answer on record.
+    pub remembered: usize,
+    /// Sessions whose events someone subscribed to.
+    pub watched: usize,
+}
+
 /// What every session of a runtime shares.
 #[derive(Debug)]
 pub(crate) struct SessionEnv {
@@ -52,6 +71,8 @@ pub(crate) struct SessionEnv {
     pub(crate) saver: Option<crate::tools::permissions::RuleSaver>,
     /// The process-wide order of prompts and cancels: the next stamp.
     pub(crate) stamps: Arc<AtomicU64>,
+    /// What the runtime's file tools share.
+    pub(crate) files: Arc<crate::tools::files::FileState>,
     /// Each read of a journal to start a session from waits for a permit, for
     /// the tests of an Orchestrator that never waits on the disk.
     #[cfg(feature = "test-support")]

@@ -38,7 +38,14 @@ struct Subscribers {
     /// Those that see one session's events only (a parent waiting on its child):
     /// kept apart so that a fan-out of N children costs N deliveries, not N².
     by_session: std::collections::HashMap<SessionId, Vec<Subscriber>>,
+    /// Subscriptions to one session made since the last sweep of those nobody
+    /// reads (of a session that publishes nothing more, which delivery would
+    /// have pruned).
+    since_sweep: usize,
 }
+
+/// Every this many subscriptions to one session, those nobody reads are swept.
+const SWEEP_EVERY: usize = 256;
 
 #[derive(Debug)]
 struct Subscriber {
@@ -118,12 +125,40 @@ impl EventBus {
 
     fn watch_session(&self, session: SessionId, sees: Sees) -> EventStream {
         let (subscriber, stream) = Subscriber::new(sees);
-        self.lock()
+        let mut subscribers = self.lock();
+        subscribers.since_sweep += 1;
+        if subscribers.since_sweep >= SWEEP_EVERY {
+            subscribers.since_sweep = 0;
+            subscribers.by_session.retain(|_, watchers| {
+                watchers.retain(|s| !s.tx.is_closed());
+                !watchers.is_empty()
+            });
+        }
+        subscribers
             .by_session
             .entry(session)
             .or_default()
             .push(subscriber);
         stream
+    }
+
+    /// Drops the subscriptions to `session`'s events that nobody reads any
+    /// more (it has stopped: no event of its will prune them on delivery).
+    pub fn prune(&self, session: SessionId) {
+        let mut subscribers = self.lock();
+        if let Some(watchers) = subscribers.by_session.get_mut(&session) {
+            watchers.retain(|s| !s.tx.is_closed());
+            if watchers.is_empty() {
+                subscribers.by_session.remove(&session);
+            }
+        }
+        subscribers.all.retain(|s| !s.tx.is_closed());
+    }
+
+    /// Sessions with subscriptions of their own, and subscriptions to all.
+    pub fn retained(&self) -> (usize, usize) {
+        let subscribers = self.lock();
+        (subscribers.by_session.len(), subscribers.all.len())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Subscribers> {
@@ -157,7 +192,9 @@ impl EventBus {
         keep: bool,
     ) -> Option<Arc<Event>> {
         let mut subscribers = self.lock();
-        let Subscribers { all, by_session } = &mut *subscribers;
+        let Subscribers {
+            all, by_session, ..
+        } = &mut *subscribers;
         let watchers = by_session.get_mut(&session);
         if all.is_empty() && watchers.is_none() && !keep {
             return None;

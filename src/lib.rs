@@ -66,6 +66,6 @@ pub use crate::llm::openai::{OpenAiClient, OpenAiConfig};
 pub use crate::llm::retry::RetryPolicy;
 pub use crate::llm::{ChatRequest, Provider, ToolSpec};
 pub use crate::protocol::{Event, EventKind, Outcome, RunStats, SessionId};
-pub use crate::runtime::{Handle, Runtime, RuntimeConfig};
+pub use crate::runtime::{Handle, Retained, Runtime, RuntimeConfig};
 pub use crate::session::SessionSpec;
 pub use crate::tools::{Concurrency, Tool, ToolContext, ToolRegistry};

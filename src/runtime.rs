@@ -12,6 +12,7 @@ use futures::future::BoxFuture;
 use ractor::{Actor, ActorRef};
 use tokio_util::sync::CancellationToken;
 
+pub use crate::actors::Retained;
 use crate::actors::SessionEnv;
 use crate::actors::orchestrator::{OrchestratorActor, OrchestratorArgs, OrchestratorMsg};
 use crate::actors::supervision::Intensity;
@@ -159,6 +160,7 @@ impl Runtime {
             rules: config.rules,
             saver: config.saver,
             stamps: stamps.clone(),
+            files: Arc::default(),
             #[cfg(feature = "test-support")]
             journal_reads: config.journal_reads,
         });
@@ -393,6 +395,12 @@ impl Handle {
     /// Waits until every journal record appended so far is on disk.
     pub async fn sync_journals(&self) -> Result<(), SessionError> {
         self.journal.sync().await.map_err(SessionError::Journal)
+    }
+
+    /// What the runtime holds for its sessions now ([`Retained`]); `None` once
+    /// it has shut down.
+    pub async fn retained(&self) -> Option<Retained> {
+        ractor::call!(self.orchestrator, OrchestratorMsg::Retained).ok()
     }
 }
 

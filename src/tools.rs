@@ -60,6 +60,9 @@ pub struct ToolContext {
     pub read_deny: ReadDeny,
     /// The calling session.
     pub session: SessionId,
+    /// What the runtime's file tools share: write locks, what each session
+    /// has read.
+    pub files: Arc<files::FileState>,
     /// The id of the call being run.
     pub call_id: String,
     /// Cancelled when the turn is cancelled; long tools should watch it.
@@ -188,6 +191,7 @@ impl ToolContext {
             private: Arc::from([]),
             read_deny: ReadDeny::default(),
             session,
+            files: Arc::default(),
             call_id: String::new(),
             cancel: CancellationToken::new(),
             changes: Changes::default(),

@@ -27,6 +27,7 @@ mod quickstart;
 mod rate_limits;
 mod replay;
 mod resume;
+mod retention;
 mod sandbox;
 mod state;
 mod subagents;

@@ -98,6 +98,8 @@ pub(crate) enum OrchestratorMsg {
     },
     /// The headers of earlier processes' journals: their sub-agents by call.
     ChildrenRead(HashMap<(SessionId, String), SessionId>),
+    /// What the runtime still holds, for a look from outside.
+    Retained(RpcReplyPort<crate::actors::Retained>),
     /// Stop a session once its current run (if any) has ended.
     Stop(SessionId),
     /// End a session's current run at its next turn boundary, as stopped.
@@ -292,6 +294,18 @@ impl Actor for OrchestratorActor {
                     Lookup::Waiting(None) => {}
                 }
             }
+            OrchestratorMsg::Retained(reply) => {
+                let (file_locks, file_reads) = state.env.files.retained();
+                let (watched, _) = state.env.bus.retained();
+                let _ = reply.send(crate::actors::Retained {
+                    sessions: state.sessions.len().max(state.by_actor.len()),
+                    children: state.children.len(),
+                    file_locks,
+                    file_reads,
+                    remembered: state.env.remembered.retained(),
+                    watched,
+                });
+            }
             OrchestratorMsg::ChildrenRead(found) => {
                 for (question, child) in state.children.read(found) {
                     answer(state, question, child);
@@ -362,6 +376,7 @@ impl Actor for OrchestratorActor {
                 // A session stops only when told to.
                 if let Some(id) = state.by_actor.remove(&cell.get_id()) {
                     tracing::debug!(session = %id, ?reason, "session stopped");
+                    forget(state, id);
                     if let Some(entry) = state.sessions.remove(&id) {
                         // Prompts that arrived while it was stopping never ran.
                         let stopped = Outcome::Cancelled {
@@ -501,8 +516,19 @@ async fn loaded(
         restarts::escalate(state, id, &e);
     } else if let Some(entry) = state.sessions.remove(&id) {
         tracing::warn!(session = %id, error = %e, "session did not start");
+        forget(state, id);
         restarts::abandon_queued(&entry, &restarts::failed(&e));
     }
+}
+
+/// Drops what the runtime kept for session `id`, which has ended: the files it
+/// read, its "always" answers, the sub-agents its calls started, the
+/// subscriptions to it nobody reads.
+fn forget(state: &mut OrchestratorState, id: SessionId) {
+    state.env.files.forget(id);
+    state.env.remembered.forget(id);
+    state.children.forget(id);
+    state.env.bus.prune(id);
 }
 
 /// Answers a question for the session a call started, with where it is.

@@ -135,6 +135,8 @@ impl Handle {
         };
         let outcome = wait_for_outcome(&mut events, prompt_id).await;
         guard.child = None;
+        // Unsubscribed first: the session's stop prunes what nobody reads.
+        drop(events);
         self.stop_session(child);
         Ok(outcome)
     }
@@ -168,6 +170,7 @@ impl Handle {
                 match (recorded(&records, prompt), whereabouts) {
                     (Recorded::Ended(outcome), whereabouts) => {
                         guard.child = None;
+                        drop(events);
                         if whereabouts != Whereabouts::Journaled {
                             self.stop_session(child);
                         }

@@ -76,12 +76,22 @@ impl Tool for Edit {
             let session = ctx.session;
             let changes = ctx.changes.clone();
             let beneath = ctx.beneath();
-            files::locked(&path.clone(), "edit", move || {
-                let summary = edit(session, &beneath, &path, &shown, &input, &changes)?;
-                files::record_read(session, &path);
-                Ok(summary)
-            })
-            .await
+            let files_state = ctx.files.clone();
+            ctx.files
+                .locked(&path.clone(), "edit", move || {
+                    let summary = edit(
+                        session,
+                        &files_state,
+                        &beneath,
+                        &path,
+                        &shown,
+                        &input,
+                        &changes,
+                    )?;
+                    files_state.record_read(session, &path);
+                    Ok(summary)
+                })
+                .await
         })
     }
 }
@@ -118,6 +128,7 @@ pub(super) fn refused(refusal: Refusal, shown: &str) -> ToolError {
 
 fn edit(
     session: crate::protocol::SessionId,
+    files_state: &files::FileState,
     beneath: &Beneath,
     path: &Path,
     shown: &str,
@@ -150,7 +161,7 @@ fn edit(
     );
     // A file of the wrong kind is said so before whether it was read.
     if !matches!(edited, Err(Refusal::Binary | Refusal::NotText)) {
-        files::check_fresh(session, path, shown)?;
+        files_state.check_fresh(session, path, shown)?;
     }
     let edited = edited.map_err(|refusal| refused(refusal, shown))?;
     let Edited {

@@ -1,9 +1,12 @@
-//! What the file tools share: the process-wide lock table keyed by canonical path,
-//! each session's record of what it has read, and text helpers (binary detection,
-//! line endings, byte-order marks, atomic writes).
+//! What the file tools share: the runtime's lock table keyed by canonical path,
+//! each session's record of what it has read ([`FileState`], one per runtime,
+//! a session's entries dropped when it stops, a path's lock when nobody holds
+//! it), and text helpers (binary detection, line endings, byte-order marks,
+//! atomic writes).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use dashmap::DashMap;
@@ -11,13 +14,6 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::error::ToolError;
 use crate::protocol::SessionId;
-
-/// Write locks by canonical path, shared by every session of the process: writes to
-/// one file serialize, writes to different files proceed in parallel.
-static LOCKS: LazyLock<DashMap<PathBuf, Arc<Mutex<()>>>> = LazyLock::new(DashMap::new);
-
-/// What each session has read: the file's modification time and length then.
-static READS: LazyLock<DashMap<(SessionId, PathBuf), Stamp>> = LazyLock::new(DashMap::new);
 
 /// A file's identity at one moment: enough to notice it changed since, even by a
 /// same-length write within one timestamp tick (the change time and the inode move
@@ -43,62 +39,101 @@ impl Stamp {
     }
 }
 
-/// Takes the write lock of `path` (canonical), waiting for other writers.
-async fn lock(path: &Path) -> OwnedMutexGuard<()> {
-    let mutex = LOCKS.entry(path.to_owned()).or_default().clone();
-    mutex.lock_owned().await
-}
-
-/// Runs `write` on the blocking pool while holding the write lock of `path`
-/// (see [`lock`]). The lock travels with the blocking work: a cancel that drops
-/// this future must not free the path while the write is still going on. `what`
-/// names the work in the error if it dies.
-pub(crate) async fn locked<T: Send + 'static>(
-    path: &Path,
-    what: &str,
-    write: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
-) -> Result<T, ToolError> {
-    let guard = lock(path).await;
-    tokio::task::spawn_blocking(move || {
-        let _guard = guard;
-        write()
-    })
-    .await
-    .map_err(|e| ToolError::Failed(format!("the {what} was interrupted: {e}")))?
-}
-
 /// The current stamp of a file, if it exists.
 pub(crate) fn stamp(path: &Path) -> Option<Stamp> {
     std::fs::metadata(path).ok().map(|meta| Stamp::of(&meta))
 }
 
-/// Records that `session` has seen `path` as it is now.
-pub(crate) fn record_read(session: SessionId, path: &Path) {
-    if let Some(stamp) = stamp(path) {
-        record_seen(session, path, stamp);
-    }
+/// What the file tools of one runtime share: write locks by canonical path
+/// (writes to one file serialize, writes to different files proceed in
+/// parallel), and what each session has read (the file's stamp then).
+#[derive(Debug, Default)]
+pub struct FileState {
+    locks: DashMap<PathBuf, Arc<Mutex<()>>>,
+    reads: DashMap<SessionId, HashMap<PathBuf, Stamp>>,
 }
 
-/// Records that `session` has seen `path` as it was at `stamp` (taken before the
-/// read, so that a write during the read does not count as seen).
-pub(crate) fn record_seen(session: SessionId, path: &Path, stamp: Stamp) {
-    READS.insert((session, path.to_owned()), stamp);
-}
-
-/// Whether `session` may change `path`: it must have read the file, and the file
-/// must not have changed since. The error says which and what to do.
-pub(crate) fn check_fresh(session: SessionId, path: &Path, shown: &str) -> Result<(), ToolError> {
-    let Some(read) = READS.get(&(session, path.to_owned())).map(|r| *r) else {
-        return Err(ToolError::Failed(format!(
-            "{shown} exists but has not been read in this session: Read it first, then change it"
-        )));
-    };
-    if stamp(path) != Some(read) {
-        return Err(ToolError::Failed(format!(
-            "{shown} has changed on disk since this session read it: Read it again before changing it"
-        )));
+impl FileState {
+    /// Runs `write` on the blocking pool while holding the write lock of `path`
+    /// (canonical). The lock travels with the blocking work: a cancel that
+    /// drops this future must not free the path while the write is still going
+    /// on. The lock's entry goes once nobody holds or waits for it. `what` names
+    /// the work in the error if it dies.
+    pub(crate) async fn locked<T: Send + 'static>(
+        self: &Arc<Self>,
+        path: &Path,
+        what: &str,
+        write: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+    ) -> Result<T, ToolError> {
+        let guard = self.lock(path).await;
+        let state = self.clone();
+        let path = path.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let done = write();
+            drop(guard);
+            // Only the table holds it now: nobody waits for this path.
+            state
+                .locks
+                .remove_if(&path, |_, mutex| Arc::strong_count(mutex) == 1);
+            done
+        })
+        .await
+        .map_err(|e| ToolError::Failed(format!("the {what} was interrupted: {e}")))?
     }
-    Ok(())
+
+    /// Takes the write lock of `path`, waiting for other writers.
+    async fn lock(&self, path: &Path) -> OwnedMutexGuard<()> {
+        let mutex = self.locks.entry(path.to_owned()).or_default().clone();
+        mutex.lock_owned().await
+    }
+
+    /// Records that `session` has seen `path` as it is now.
+    pub(crate) fn record_read(&self, session: SessionId, path: &Path) {
+        if let Some(stamp) = stamp(path) {
+            self.record_seen(session, path, stamp);
+        }
+    }
+
+    /// Records that `session` has seen `path` as it was at `stamp` (taken before
+    /// the read, so that a write during the read does not count as seen).
+    pub(crate) fn record_seen(&self, session: SessionId, path: &Path, stamp: Stamp) {
+        self.reads
+            .entry(session)
+            .or_default()
+            .insert(path.to_owned(), stamp);
+    }
+
+    /// Whether `session` may change `path`: it must have read the file, and the
+    /// file must not have changed since. The error says which and what to do.
+    pub(crate) fn check_fresh(
+        &self,
+        session: SessionId,
+        path: &Path,
+        shown: &str,
+    ) -> Result<(), ToolError> {
+        let read = (self.reads.get(&session)).and_then(|reads| reads.get(path).copied());
+        let Some(read) = read else {
+            return Err(ToolError::Failed(format!(
+                "{shown} exists but has not been read in this session: Read it first, then change it"
+            )));
+        };
+        if stamp(path) != Some(read) {
+            return Err(ToolError::Failed(format!(
+                "{shown} has changed on disk since this session read it: Read it again before changing it"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Forgets what `session` has read: it has stopped.
+    pub(crate) fn forget(&self, session: SessionId) {
+        self.reads.remove(&session);
+    }
+
+    /// Paths locked or waited for, and sessions with reads on record.
+    pub fn retained(&self) -> (usize, usize) {
+        (self.locks.len(), self.reads.len())
+    }
 }
 
 /// True when the bytes look binary (a NUL in the first 8 KiB, as git and ripgrep judge).
@@ -267,41 +302,44 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_stale_read_is_caught() {
+    async fn a_stale_read_is_caught_and_a_stopped_session_s_reads_are_forgotten() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f.txt");
         std::fs::write(&path, "one").unwrap();
+        let files = FileState::default();
         let session = SessionId::new();
-        assert!(
-            check_fresh(session, &path, "f.txt")
-                .unwrap_err()
-                .to_string()
-                .contains("has not been read")
-        );
-        record_read(session, &path);
-        check_fresh(session, &path, "f.txt").unwrap();
+        let unread = files.check_fresh(session, &path, "f.txt").unwrap_err();
+        assert!(unread.to_string().contains("has not been read"));
+        files.record_read(session, &path);
+        files.check_fresh(session, &path, "f.txt").unwrap();
         std::fs::write(&path, "changed!").unwrap();
-        assert!(
-            check_fresh(session, &path, "f.txt")
-                .unwrap_err()
-                .to_string()
-                .contains("changed on disk")
-        );
+        let stale = files.check_fresh(session, &path, "f.txt").unwrap_err();
+        assert!(stale.to_string().contains("changed on disk"));
+        assert_eq!(files.retained(), (0, 1));
+        files.forget(session);
+        assert_eq!(files.retained(), (0, 0));
     }
 
     #[tokio::test]
-    async fn one_path_serializes_and_different_paths_do_not() {
+    async fn one_path_serializes_and_different_paths_do_not_and_no_lock_outlives_its_use() {
+        let files = Arc::new(FileState::default());
         let a = Path::new("/ws/a.txt");
         let b = Path::new("/ws/b.txt");
-        let held = lock(a).await;
+        let held = files.lock(a).await;
         // Granted at once, or not at all: polled once, no waiting on a clock.
-        let other = lock(b).now_or_never();
+        let other = files.lock(b).now_or_never();
         assert!(other.is_some(), "a write to another file had to wait");
         assert!(
-            lock(a).now_or_never().is_none(),
+            files.lock(a).now_or_never().is_none(),
             "a second writer of the same file did not wait"
         );
         drop(held);
-        assert!(lock(a).now_or_never().is_some());
+        assert!(files.lock(a).now_or_never().is_some());
+        // A write done, its path's lock goes.
+        let written = files
+            .locked(Path::new("/ws/c.txt"), "write", || Ok(1))
+            .await;
+        assert_eq!(written.unwrap(), 1);
+        assert!(!files.locks.contains_key(Path::new("/ws/c.txt")));
     }
 }

@@ -82,20 +82,22 @@ impl Tool for MultiEdit {
             let session = ctx.session;
             let changes = ctx.changes.clone();
             let beneath = ctx.beneath();
-            files::locked(&path.clone(), "edit", move || {
-                let file = (&beneath, path.as_path(), shown.as_str());
-                let summary = apply(session, file, &input.edits, &changes)?;
-                files::record_read(session, &path);
-                Ok(summary)
-            })
-            .await
+            let files_state = ctx.files.clone();
+            ctx.files
+                .locked(&path.clone(), "edit", move || {
+                    let file = (&beneath, path.as_path(), shown.as_str());
+                    let summary = apply((session, &files_state), file, &input.edits, &changes)?;
+                    files_state.record_read(session, &path);
+                    Ok(summary)
+                })
+                .await
         })
     }
 }
 
 /// Applies `edits` to `file` (the workspace, the path, and the path as shown).
 fn apply(
-    session: crate::protocol::SessionId,
+    (session, files_state): (crate::protocol::SessionId, &files::FileState),
     (beneath, path, shown): (&Beneath, &std::path::Path, &str),
     edits: &[OneEdit],
     changes: &crate::tools::Changes,
@@ -153,7 +155,7 @@ fn apply(
         // whether it is text at all (as Edit says a binary file is one before
         // whether it was read); a new one (its first edit skipped) was never read.
         if i == 0 && !matches!(edited, Err(Refusal::Binary | Refusal::NotText)) {
-            files::check_fresh(session, path, shown)?;
+            files_state.check_fresh(session, path, shown)?;
         }
         let edited = edited.map_err(|r| numbered(i, refused(r, shown)))?;
         before.get_or_insert(edited.before);

@@ -281,6 +281,26 @@ impl Remembered {
             && rules.verdict(tool, input) == Some(crate::tools::rules::RuleVerdict::Allow)
     }
 
+    /// Forgets `session`'s "always" answers: it has stopped.
+    pub fn forget(&self, session: SessionId) {
+        self.always
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|(s, _)| *s != session);
+    }
+
+    /// Sessions with an "always" on record.
+    pub fn retained(&self) -> usize {
+        let always = self
+            .always
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut sessions: Vec<SessionId> = always.iter().map(|(s, _)| *s).collect();
+        sessions.sort();
+        sessions.dedup();
+        sessions.len()
+    }
+
     /// Records an "always": what it allows in this session.
     pub fn remember(&self, session: SessionId, rule: crate::tools::rules::Rule) {
         self.always

@@ -70,10 +70,11 @@ impl Tool for Read {
             let shown = ctx.display(&path);
             let session = ctx.session;
             let beneath = ctx.beneath();
+            let files_state = ctx.files.clone();
             tokio::task::spawn_blocking(move || {
                 let place = (&beneath, path.as_path());
                 let (window, stamp) = read(place, &shown, input.offset.unwrap_or(1), input.limit)?;
-                files::record_seen(session, &path, stamp);
+                files_state.record_seen(session, &path, stamp);
                 Ok(window)
             })
             .await

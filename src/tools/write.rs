@@ -58,40 +58,42 @@ impl Tool for Write {
             let session = ctx.session;
             let changes = ctx.changes.clone();
             let beneath = ctx.beneath();
-            files::locked(&path.clone(), "write", move || {
-                if path.is_dir() {
-                    return Err(ToolError::Failed(format!("{shown} is a directory")));
-                }
-                let existed = path.exists();
-                let (old, text) = if existed {
-                    files::check_fresh(session, &path, &shown)?;
-                    let bytes = beneath
-                        .read_bytes(&path)
+            let files_state = ctx.files.clone();
+            ctx.files
+                .locked(&path.clone(), "write", move || {
+                    if path.is_dir() {
+                        return Err(ToolError::Failed(format!("{shown} is a directory")));
+                    }
+                    let existed = path.exists();
+                    let (old, text) = if existed {
+                        files_state.check_fresh(session, &path, &shown)?;
+                        let bytes = beneath
+                            .read_bytes(&path)
+                            .map_err(|e| ToolError::Failed(format!("{shown}: {e}")))?;
+                        let old = String::from_utf8_lossy(&bytes).into_owned();
+                        (old, files::Text::decode(&bytes))
+                    } else {
+                        (String::new(), None)
+                    };
+                    // An existing file keeps its BOM and line endings.
+                    let bytes = match &text {
+                        Some(text) => text.encode(&input.content),
+                        None => input.content.clone().into_bytes(),
+                    };
+                    beneath
+                        .write_atomic(&path, &bytes)
                         .map_err(|e| ToolError::Failed(format!("{shown}: {e}")))?;
-                    let old = String::from_utf8_lossy(&bytes).into_owned();
-                    (old, files::Text::decode(&bytes))
-                } else {
-                    (String::new(), None)
-                };
-                // An existing file keeps its BOM and line endings.
-                let bytes = match &text {
-                    Some(text) => text.encode(&input.content),
-                    None => input.content.clone().into_bytes(),
-                };
-                beneath
-                    .write_atomic(&path, &bytes)
-                    .map_err(|e| ToolError::Failed(format!("{shown}: {e}")))?;
-                files::record_read(session, &path);
-                let lines = input.content.lines().count();
-                let verb = if existed { "Updated" } else { "Created" };
-                let diff = super::unified_diff(&shown, &old, &String::from_utf8_lossy(&bytes));
-                changes.record(&shown, &diff);
-                Ok(super::with_diff(
-                    format!("{verb} {shown} ({lines} lines)."),
-                    &diff,
-                ))
-            })
-            .await
+                    files_state.record_read(session, &path);
+                    let lines = input.content.lines().count();
+                    let verb = if existed { "Updated" } else { "Created" };
+                    let diff = super::unified_diff(&shown, &old, &String::from_utf8_lossy(&bytes));
+                    changes.record(&shown, &diff);
+                    Ok(super::with_diff(
+                        format!("{verb} {shown} ({lines} lines)."),
+                        &diff,
+                    ))
+                })
+                .await
         })
     }
 }

@@ -614,6 +614,14 @@ impl MockLlm {
         self.shared.log().requests.clone()
     }
 
+    /// Drops the requests recorded so far (a test that measures the process's
+    /// memory over thousands of them).
+    pub fn forget_requests(&self) {
+        let mut log = self.shared.log();
+        log.requests.clear();
+        log.requests.shrink_to_fit();
+    }
+
     /// How many requests (on any path) were received so far.
     pub fn request_count(&self) -> usize {
         self.shared.log().requests.len()

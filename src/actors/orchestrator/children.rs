@@ -25,7 +25,8 @@ pub(super) type Question = (
 /// Sub-agents by (parent session, call id).
 #[derive(Debug)]
 pub(super) struct Children {
-    by_call: HashMap<(SessionId, String), SessionId>,
+    /// By parent, then call: a parent's entries go when it stops.
+    by_call: HashMap<SessionId, HashMap<String, SessionId>>,
     /// The journals of earlier processes, until they are being read.
     unread: Option<PathBuf>,
     /// Questions waiting for those journals to be read.
@@ -53,7 +54,22 @@ impl Children {
     }
 
     pub(super) fn insert(&mut self, parent: SessionId, call: &str, child: SessionId) {
-        self.by_call.insert((parent, call.to_owned()), child);
+        (self.by_call.entry(parent).or_default()).insert(call.to_owned(), child);
+    }
+
+    /// Forgets the sub-agents `parent` started: it has stopped, and nobody
+    /// looks them up by its calls any more.
+    pub(super) fn forget(&mut self, parent: SessionId) {
+        self.by_call.remove(&parent);
+    }
+
+    /// Parents with sub-agents on record.
+    pub(super) fn len(&self) -> usize {
+        self.by_call.len()
+    }
+
+    fn get(&self, parent: SessionId, call: &str) -> Option<SessionId> {
+        self.by_call.get(&parent)?.get(call).copied()
     }
 
     /// The session `parent`'s call `call` started, if known. Journals of earlier
@@ -61,8 +77,7 @@ impl Children {
     /// (`resumed`): no other can have sub-agents there. A question that must wait
     /// for them is kept, to be answered by [`Children::read`].
     pub(super) fn find(&mut self, question: Question, resumed: bool) -> Lookup {
-        let key = (question.0, question.1.clone());
-        if let Some(child) = self.by_call.get(&key).copied() {
+        if let Some(child) = self.get(question.0, &question.1) {
             return Lookup::Known(question, Some(child));
         }
         let read = self.unread.is_none() && self.waiting.is_empty();
@@ -80,13 +95,15 @@ impl Children {
         &mut self,
         journaled: HashMap<(SessionId, String), SessionId>,
     ) -> Vec<(Question, Option<SessionId>)> {
-        for (key, child) in journaled {
-            self.by_call.entry(key).or_insert(child);
+        for ((parent, call), child) in journaled {
+            (self.by_call.entry(parent).or_default())
+                .entry(call)
+                .or_insert(child);
         }
-        (self.waiting.drain(..))
+        let waiting = std::mem::take(&mut self.waiting);
+        (waiting.into_iter())
             .map(|question| {
-                let key = (question.0, question.1.clone());
-                let found = self.by_call.get(&key).copied();
+                let found = self.get(question.0, &question.1);
                 (question, found)
             })
             .collect()

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use ractor::ActorRef;
 
-use super::{Entry, OrchestratorMsg, OrchestratorState, Routed, route};
+use super::{Entry, OrchestratorMsg, OrchestratorState, Routed, forget, route};
 use crate::actors::session::SessionMsg;
 use crate::actors::supervision::{Decision, Exit};
 use crate::error::SessionError;
@@ -60,6 +60,7 @@ pub(super) fn escalate(state: &mut OrchestratorState, id: SessionId, error: &Ses
     let Some(entry) = state.sessions.remove(&id) else {
         return;
     };
+    forget(state, id);
     tracing::error!(session = %id, %error, "giving up on the session");
     let children: Vec<SessionId> = state
         .sessions

@@ -154,6 +154,7 @@ impl SessionState {
                     spec.deny_rules.clone(),
                 ),
                 session: self.id,
+                files: self.env.files.clone(),
                 call_id: call.id.clone(),
                 cancel,
                 changes: Changes::default(),
