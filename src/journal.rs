@@ -85,13 +85,31 @@ pub enum Record {
         /// written before it was kept.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         at: Option<u64>,
+        /// What the journal's copy of the event leaves out (content its
+        /// messages already hold); `None` when it is the event as published.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        elided: Option<Elided>,
     },
+}
+
+/// A field of an event the journal keeps empty, because the session's messages
+/// hold it: a call's arguments (the assistant message with that call's id), a
+/// turn's text (that turn's assistant message), a change's diff (the call's
+/// result, or for a file a Write created, the call's `content`). The event on
+/// the bus, and so `--json`, carries it whole.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Elided {
+    /// The field: `arguments`, `text` or `diff`.
+    pub field: String,
+    /// How long it was, in bytes.
+    pub bytes: u64,
 }
 
 /// The format of the journals this build writes, in their headers. A journal of
 /// a later format is refused (its records may mean something this build does not
-/// know); one of this format or an earlier one is read.
-pub const FORMAT: u32 = 1;
+/// know); one of this format or an earlier one is read. Format 2 keeps events
+/// lean ([`Elided`]); format 1 kept them whole.
+pub const FORMAT: u32 = 2;
 
 /// The format of a header that names none: journals written before formats were
 /// numbered, which are this format.
@@ -140,7 +158,7 @@ pub enum JournalError {
 
 /// A line of a journal that is not a record (damaged on disk, or written by
 /// hand): skipped, and named to the person.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Damaged {
     /// The journal.
     pub path: PathBuf,

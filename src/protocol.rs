@@ -301,6 +301,10 @@ pub enum EventKind {
         path: String,
         /// The change as a unified diff.
         diff: String,
+        /// The file did not exist before: the diff is its whole content (which
+        /// the call's arguments hold, so its result does not repeat it).
+        #[serde(default)]
+        created: bool,
     },
     /// A tool call ended.
     ToolFinished {

@@ -3,6 +3,7 @@
 //! finding one by a prefix of its id, and the tree of one run's agents. Whether a
 //! run is live is [`lock`]'s: the process running it holds its lock.
 
+mod index;
 pub mod lock;
 pub mod spent;
 
@@ -10,12 +11,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
 
 use crate::conversation::Message;
-use crate::journal::{Damaged, JournalError, Record, read_journal};
+use crate::journal::{Contents, Damaged, JournalError, Record, read_journal};
 use crate::protocol::{EventKind, Outcome, RunStats, SessionId, add_costs};
 use crate::state::StateDir;
 
 /// How a run stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     /// A live process is running it.
     Running,
@@ -152,11 +154,11 @@ pub struct Listing {
 /// Every run of the workspace whose state is `state`, newest first, and the
 /// journals that could not be read (not a regular file of this user's, without
 /// a header, of a later format), which are left out. A journal's damaged lines
-/// are skipped, and named in its run's [`Run::damaged`].
+/// are skipped, and named in its run's [`Run::damaged`]. Every journal is read
+/// whole; [`summaries`] lists the runs from the index instead.
 pub fn read(state: &StateDir) -> Listing {
     let mut listing = Listing::default();
-    let mut sessions: Vec<(SessionId, Vec<Record>)> = Vec::new();
-    let mut damage: HashMap<SessionId, Vec<Damaged>> = HashMap::new();
+    let mut sessions = Vec::new();
     if let Ok(entries) = std::fs::read_dir(state.sessions()) {
         for entry in entries.flatten() {
             let path = entry.path();
@@ -164,24 +166,42 @@ pub fn read(state: &StateDir) -> Listing {
                 continue;
             }
             match read_journal(&path) {
-                Ok(read) => match read.records.first() {
-                    Some(Record::Header { session, .. }) => {
-                        let session = *session;
-                        if !read.damaged.is_empty() {
-                            damage.insert(session, read.damaged);
-                        }
-                        sessions.push((session, read.records));
-                    }
-                    // Nothing written whole: a session that never started.
-                    None if read.damaged.is_empty() => {}
-                    _ => listing.unreadable.push(JournalError::Headless { path }),
-                },
+                Ok(read) => sessions.push((path, read)),
                 Err(e) => listing.unreadable.push(e),
             }
         }
     }
-    listing.runs = assemble(&sessions);
-    for run in &mut listing.runs {
+    let (runs, headless) = runs_of(state, sessions);
+    listing.runs = runs;
+    listing.unreadable.extend(headless);
+    listing
+}
+
+/// The runs the journals read make, with their damaged lines and whether a
+/// live process holds them, and the journals without a header.
+fn runs_of(
+    state: &StateDir,
+    journals: Vec<(std::path::PathBuf, Contents)>,
+) -> (Vec<Run>, Vec<JournalError>) {
+    let mut headless = Vec::new();
+    let mut sessions: Vec<(SessionId, Vec<Record>)> = Vec::new();
+    let mut damage: HashMap<SessionId, Vec<Damaged>> = HashMap::new();
+    for (path, read) in journals {
+        match read.records.first() {
+            Some(Record::Header { session, .. }) => {
+                let session = *session;
+                if !read.damaged.is_empty() {
+                    damage.insert(session, read.damaged);
+                }
+                sessions.push((session, read.records));
+            }
+            // Nothing written whole: a session that never started.
+            None if read.damaged.is_empty() => {}
+            _ => headless.push(JournalError::Headless { path }),
+        }
+    }
+    let mut runs = assemble(&sessions);
+    for run in &mut runs {
         for agent in &run.agents {
             run.damaged
                 .extend(damage.remove(&agent.session).unwrap_or_default());
@@ -190,7 +210,92 @@ pub fn read(state: &StateDir) -> Listing {
             run.status = RunStatus::Running;
         }
     }
-    listing
+    (runs, headless)
+}
+
+/// One run as a listing shows it, from the runs' index: its journals are read
+/// only where they changed since the index was written.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    /// The run's id: its lead session's.
+    pub id: SessionId,
+    /// How it stands.
+    pub status: RunStatus,
+    /// When it started.
+    pub started: SystemTime,
+    /// Its lead's role.
+    pub lead_role: String,
+    /// How many agents it has, its lead included.
+    pub agents: usize,
+    /// Tokens used by every agent of the run.
+    pub tokens: u64,
+    /// What every agent cost in USD; `None` when a price was unknown.
+    pub cost: Option<f64>,
+    /// The first line of the lead's task (clipped).
+    pub task_line: String,
+    /// Lines of its journals that are damaged, skipped in reading it.
+    pub damaged: Vec<Damaged>,
+}
+
+/// The runs of a workspace as a listing shows them, and the journals that
+/// could not be read.
+#[derive(Debug, Default)]
+pub struct Summaries {
+    /// Every run, newest first.
+    pub runs: Vec<Summary>,
+    /// The journals left out, each with why.
+    pub unreadable: Vec<JournalError>,
+}
+
+/// Every run of the workspace whose state is `state`, newest first, as the
+/// runs' index has them (brought up to date first: a journal that changed
+/// since is read again). What [`read`] tells, without reading every journal.
+pub fn summaries(state: &StateDir) -> Summaries {
+    let sessions = index::sessions(state);
+    let mut runs: Vec<Summary> = by_run(&sessions.entries)
+        .into_iter()
+        .map(|(id, entries)| {
+            let lead = entries[0];
+            let mut status = lead.ended.unwrap_or(RunStatus::Interrupted);
+            if lock::holder(state, id).is_some() {
+                status = RunStatus::Running;
+            }
+            Summary {
+                id,
+                status,
+                started: started(id),
+                lead_role: lead.role.clone(),
+                agents: entries.len(),
+                tokens: entries.iter().map(|e| e.tokens).sum(),
+                cost: entries.iter().try_fold(0.0, |sum, e| Some(sum + e.cost?)),
+                task_line: lead.task_line.clone(),
+                damaged: entries.iter().flat_map(|e| e.damaged.clone()).collect(),
+            }
+        })
+        .collect();
+    runs.sort_by_key(|r| std::cmp::Reverse(r.id));
+    Summaries {
+        runs,
+        unreadable: sessions.unreadable,
+    }
+}
+
+/// The index's sessions by run, each run's lead first; runs whose lead's
+/// journal is gone are left out.
+fn by_run(entries: &[index::Entry]) -> HashMap<SessionId, Vec<&index::Entry>> {
+    let parents: HashMap<SessionId, Option<SessionId>> =
+        entries.iter().map(|e| (e.session, e.parent)).collect();
+    let mut runs: HashMap<SessionId, Vec<&index::Entry>> = HashMap::new();
+    for entry in entries {
+        runs.entry(index::run_of(entry, &parents))
+            .or_default()
+            .push(entry);
+    }
+    runs.retain(|id, entries| {
+        entries.sort_by_key(|e| (e.session != *id, e.session));
+        entries[0].session == *id
+    });
+    runs
 }
 
 /// What `run`, in progress, had spent when its process ended (its agents'
@@ -207,24 +312,43 @@ pub fn spent_so_far(state: &StateDir, run: &Run) -> spent::Spent {
     spent::spent(&read(run.id), &others)
 }
 
-/// The run named by `prefix` (a unique prefix of its id), or the newest run.
+/// The run named by `prefix` (a unique prefix of its id), or the newest run:
+/// found in the runs' index, then its journals read whole.
 pub fn find(state: &StateDir, prefix: Option<&str>) -> Result<Run, RunError> {
-    let runs = list(state);
-    let Some(prefix) = prefix else {
-        return runs.into_iter().next().ok_or(RunError::None);
+    let sessions = index::sessions(state);
+    let runs = by_run(&sessions.entries);
+    let mut ids: Vec<SessionId> = runs.keys().copied().collect();
+    ids.sort_by_key(|id| std::cmp::Reverse(*id));
+    let id = match prefix {
+        None => *ids.first().ok_or(RunError::None)?,
+        Some(prefix) => {
+            let matching: Vec<SessionId> = (ids.iter().copied())
+                .filter(|id| id.to_string().starts_with(prefix))
+                .collect();
+            match matching.as_slice() {
+                [] => return Err(RunError::Unknown(prefix.to_owned())),
+                [id] => *id,
+                _ => {
+                    return Err(RunError::Ambiguous {
+                        prefix: prefix.to_owned(),
+                        count: matching.len(),
+                    });
+                }
+            }
+        }
     };
-    let mut matching: Vec<Run> = runs
-        .into_iter()
-        .filter(|r| r.id.to_string().starts_with(prefix))
+    let journals = runs[&id]
+        .iter()
+        .filter_map(|e| {
+            let path = state.sessions().join(&e.file);
+            read_journal(&path).ok().map(|read| (path, read))
+        })
         .collect();
-    match matching.len() {
-        0 => Err(RunError::Unknown(prefix.to_owned())),
-        1 => Ok(matching.remove(0)),
-        count => Err(RunError::Ambiguous {
-            prefix: prefix.to_owned(),
-            count,
-        }),
-    }
+    let (found, _) = runs_of(state, journals);
+    found
+        .into_iter()
+        .find(|run| run.id == id)
+        .ok_or_else(|| RunError::Unknown(id.to_string()))
 }
 
 /// Groups sessions into runs (a session's run is its header's, or for journals
@@ -245,14 +369,7 @@ fn assemble(sessions: &[(SessionId, Vec<Record>)]) -> Vec<Run> {
             // The lead first, the rest in the order they started (ids are in time order).
             agents.sort_by_key(|a| (a.session != id, a.session));
             let lead = agents.first().filter(|a| a.session == id)?;
-            let status = match &lead.outcome {
-                None => RunStatus::Interrupted,
-                Some(Outcome::Finished { .. }) => RunStatus::Finished,
-                Some(Outcome::Failed { .. }) => RunStatus::Failed,
-                Some(Outcome::Cancelled { .. }) => RunStatus::Cancelled,
-                Some(Outcome::Stopped { .. }) => RunStatus::Stopped,
-                Some(Outcome::TimedOut { .. }) => RunStatus::TimedOut,
-            };
+            let status = status_of(lead.outcome.as_ref());
             Some(Run {
                 id,
                 status,
@@ -264,6 +381,19 @@ fn assemble(sessions: &[(SessionId, Vec<Record>)]) -> Vec<Run> {
         .collect();
     runs.sort_by_key(|r| std::cmp::Reverse(r.id));
     runs
+}
+
+/// How a run stands by how its lead's last run ended (`None`: unfinished), as
+/// its journals tell it.
+fn status_of(outcome: Option<&Outcome>) -> RunStatus {
+    match outcome {
+        None => RunStatus::Interrupted,
+        Some(Outcome::Finished { .. }) => RunStatus::Finished,
+        Some(Outcome::Failed { .. }) => RunStatus::Failed,
+        Some(Outcome::Cancelled { .. }) => RunStatus::Cancelled,
+        Some(Outcome::Stopped { .. }) => RunStatus::Stopped,
+        Some(Outcome::TimedOut { .. }) => RunStatus::TimedOut,
+    }
 }
 
 /// A header's agent, parent and run.

@@ -157,14 +157,27 @@ pub struct FileChange {
     pub path: String,
     /// Its unified diff.
     pub diff: String,
+    /// The file did not exist before the call.
+    pub created: bool,
 }
 
 impl Changes {
-    /// Records a change.
+    /// Records a change to a file that was there (its result shows the diff).
     pub fn record(&self, path: &str, diff: &str) {
+        self.push(path, diff, false);
+    }
+
+    /// Records a file the call created (its arguments hold the content; its
+    /// result does not repeat it).
+    pub fn record_created(&self, path: &str, diff: &str) {
+        self.push(path, diff, true);
+    }
+
+    fn push(&self, path: &str, diff: &str, created: bool) {
         let change = FileChange {
             path: path.to_owned(),
             diff: diff.to_owned(),
+            created,
         };
         self.0
             .lock()
@@ -502,6 +515,10 @@ fn line_diff<'a>(old: &'a str, new: &'a str) -> (similar::TextDiff<'a, 'a, str>,
     (diff, started.elapsed() >= DIFF_TIME_LIMIT)
 }
 
+/// No tool result is longer than this, whatever the tool: a model's context is
+/// finite and a careless call must not flood it.
+pub const MAX_RESULT_BYTES: usize = 256 * 1024;
+
 /// A tool's summary followed by its diff.
 pub(crate) fn with_diff(summary: String, diff: &str) -> String {
     if diff.is_empty() {
@@ -509,6 +526,14 @@ pub(crate) fn with_diff(summary: String, diff: &str) -> String {
     } else {
         format!("{summary}\n{diff}")
     }
+}
+
+/// The result of a call that created `shown` with `content`: the content is in
+/// the call's own arguments, so it is not repeated.
+pub(crate) fn created(shown: &str, content: &str) -> String {
+    let lines = content.lines().count();
+    let bytes = content.len();
+    format!("Created {shown} ({lines} lines, {bytes} bytes).")
 }
 
 #[cfg(test)]

@@ -316,3 +316,78 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     found
 }
+
+/// A file of `bytes` bytes that reads like source: lines of words, quotes and a
+/// tab, as a model writes.
+fn source_text(bytes: usize) -> String {
+    let mut text = String::new();
+    let mut n = 0;
+    while text.len() < bytes {
+        text.push_str(&format!(
+            "\tlet value_{n} = compute(\"item {n}\", {n}); // step {n}\n"
+        ));
+        n += 1;
+    }
+    text.truncate(bytes - 1);
+    text.push('\n');
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_of_100_kb_journals_its_content_once() {
+    let content = source_text(100_000);
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[(
+            "w1",
+            "Write",
+            json!({"file_path": "big.rs", "content": content}),
+        )]),
+        Reply::text("written"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--json", "--permission-mode", "acceptEdits", "write it"];
+    let out = run_on(&mock, dir.path(), &args, &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("big.rs")).unwrap(),
+        content
+    );
+    let journaled: u64 = walk(&state(dir.path()).sessions())
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum();
+    assert!(
+        journaled <= 220_000,
+        "a 100 KB Write journaled {journaled} bytes"
+    );
+    // The stream still carries every event whole.
+    let events: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let of = |kind: &str| events.iter().find(|e| e["type"] == kind).unwrap().clone();
+    let args: serde_json::Value =
+        serde_json::from_str(of("tool_started")["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(args["content"], content);
+    let changed = of("file_changed");
+    assert_eq!(changed["created"], true);
+    assert!(changed["diff"].as_str().unwrap().len() > 100_000);
+    // The model is told what was made, not its own content back.
+    let requests = mock.requests();
+    let result = &requests[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()["content"];
+    let lines = content.lines().count();
+    assert_eq!(
+        result.as_str().unwrap(),
+        format!("Created big.rs ({lines} lines, 100000 bytes).")
+    );
+    // Resume reads the lean journal back as the whole conversation.
+    let run = &runs::list(&state(dir.path()))[0];
+    assert_eq!(run.status, RunStatus::Finished);
+    assert_eq!(run.lead().stats.tool_calls, 1);
+}

@@ -128,7 +128,7 @@ async fn accept_edits_and_bypass_allow_edits_without_asking() {
         let (results, dir, asked) =
             run(mode, Some(approver), &calls(&[write("w1", "new.txt")])).await;
         assert!(
-            results[0].starts_with("Created new.txt (1 lines)."),
+            results[0].starts_with("Created new.txt (1 lines, "),
             "{mode}: {results:?}"
         );
         assert_eq!(

@@ -211,6 +211,7 @@ async fn an_edit_publishes_its_diff() {
                 call_id,
                 path,
                 diff,
+                created: false,
             } => Some((call_id.clone(), path.clone(), diff.clone())),
             _ => None,
         })

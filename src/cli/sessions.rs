@@ -11,7 +11,7 @@ use super::exit;
 use super::flags::{Cli, SessionsAction};
 use super::setup;
 use crate::protocol::{Outcome, SessionId};
-use crate::runs::{self, Agent, Run};
+use crate::runs::{self, Agent, Run, Summary};
 use crate::ui::progress::{clock, dollars, tokens};
 
 /// Runs `orchestrate sessions [list | show ID]`.
@@ -32,7 +32,7 @@ pub(super) fn run(
     setup::warn_of_old_state(&workspace, err);
     match action {
         None | Some(SessionsAction::List) => {
-            let listing = runs::read(&state);
+            let listing = runs::summaries(&state);
             for skipped in &listing.unreadable {
                 let _ = writeln!(err, "orchestrate: warning: {skipped}; it is not listed");
             }
@@ -59,7 +59,7 @@ pub(super) fn run(
 }
 
 /// The table of runs.
-pub(super) fn list(runs: &[Run]) -> String {
+pub(super) fn list(runs: &[Summary]) -> String {
     if runs.is_empty() {
         return "no runs in this workspace yet\n".to_owned();
     }
@@ -75,11 +75,11 @@ pub(super) fn list(runs: &[Run]) -> String {
             &run.id.to_string()[..width],
             utc_minute(run.started),
             run.status.name(),
-            run.lead().role,
-            run.agents.len(),
-            tokens(run.tokens()),
-            dollars(run.cost()),
-            clip(run.task_line(), 60),
+            run.lead_role,
+            run.agents,
+            tokens(run.tokens),
+            dollars(run.cost),
+            clip(&run.task_line, 60),
         ));
     }
     text

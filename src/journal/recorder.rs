@@ -22,9 +22,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 
-use super::Journal;
+use super::{Elided, Journal};
 use crate::events::Keeper;
 use crate::protocol::{Event, EventKind};
+use crate::tools::MAX_RESULT_BYTES;
 
 /// Appends one session's lifecycle events to its journal, once it has one.
 #[derive(Debug)]
@@ -59,10 +60,23 @@ impl Keeper for Recorder {
             return;
         }
         let at = now_ms();
-        if let Err(e) = self
-            .journal
-            .append_line(&self.path, &EventLine { event, at })
-        {
+        let (lean, elided) = match lean(&event.kind) {
+            Some((kind, elided)) => (
+                Some(Event {
+                    kind,
+                    agent: event.agent.clone(),
+                    ..*event
+                }),
+                Some(elided),
+            ),
+            None => (None, None),
+        };
+        let line = EventLine {
+            event: lean.as_ref().unwrap_or(event),
+            at,
+            elided,
+        };
+        if let Err(e) = self.journal.append_line(&self.path, &line) {
             tracing::error!(error = %e, "cannot journal an event");
         }
     }
@@ -75,6 +89,71 @@ impl Keeper for Recorder {
 struct EventLine<'a> {
     event: &'a Event,
     at: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    elided: Option<Elided>,
+}
+
+/// Room in a result for what a tool says before its diff.
+const SUMMARY_ROOM: usize = 8 * 1024;
+
+/// The journal's copy of an event that repeats what the session's messages
+/// hold, without it, and what it left out; `None` for an event kept whole.
+/// A call's arguments are in the assistant message that made it; a turn's text
+/// is that message's; a created file's diff is the call's content; any other
+/// diff is in the call's result, unless it is too long for a result to hold
+/// whole.
+fn lean(kind: &EventKind) -> Option<(EventKind, Elided)> {
+    let elided = |field: &str, text: &str| Elided {
+        field: field.to_owned(),
+        bytes: text.len() as u64,
+    };
+    match kind {
+        EventKind::ToolStarted {
+            call_id,
+            name,
+            arguments,
+        } if !arguments.is_empty() => Some((
+            EventKind::ToolStarted {
+                call_id: call_id.clone(),
+                name: name.clone(),
+                arguments: String::new(),
+            },
+            elided("arguments", arguments),
+        )),
+        EventKind::TurnFinished {
+            turn,
+            text,
+            tool_calls,
+            usage,
+            cost_usd,
+        } if !text.is_empty() => Some((
+            EventKind::TurnFinished {
+                turn: *turn,
+                text: String::new(),
+                tool_calls: *tool_calls,
+                usage: *usage,
+                cost_usd: *cost_usd,
+            },
+            elided("text", text),
+        )),
+        EventKind::FileChanged {
+            call_id,
+            path,
+            diff,
+            created,
+        } if !diff.is_empty() && (*created || diff.len() + SUMMARY_ROOM <= MAX_RESULT_BYTES) => {
+            Some((
+                EventKind::FileChanged {
+                    call_id: call_id.clone(),
+                    path: path.clone(),
+                    diff: String::new(),
+                    created: *created,
+                },
+                elided("diff", diff),
+            ))
+        }
+        _ => None,
+    }
 }
 
 /// Now, in milliseconds since the Unix epoch.
@@ -106,14 +185,87 @@ mod tests {
         let line = serde_json::to_string(&EventLine {
             event: &event,
             at: 12,
+            elided: None,
         })
         .unwrap();
         let record = serde_json::to_string(&Record::Event {
             event,
             at: Some(12),
+            elided: None,
         })
         .unwrap();
         assert_eq!(line, record);
+    }
+
+    /// The journal's line of `kind`, read back as a record.
+    fn kept(kind: EventKind) -> (EventKind, Option<Elided>) {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::start().unwrap();
+        let id = SessionId::new();
+        let path = crate::state::StateDir::at(dir.path(), std::path::Path::new("/w")).journal(id);
+        let recorder = Recorder::new(journal.clone(), path.clone());
+        let started = EventKind::SessionStarted {
+            model: "m".into(),
+            resumed: false,
+            memory: Vec::new(),
+        };
+        recorder.keep(&event(id, 0, started));
+        recorder.keep(&event(id, 1, kind));
+        futures::executor::block_on(journal.sync()).unwrap();
+        match read_journal(&path).unwrap().records.pop() {
+            Some(Record::Event { event, elided, .. }) => (event.kind, elided),
+            other => panic!("not an event: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn what_the_messages_hold_is_left_out_and_its_size_kept() {
+        let (tool, elided) = kept(EventKind::ToolStarted {
+            call_id: "c1".into(),
+            name: "Write".into(),
+            arguments: "x".repeat(1000),
+        });
+        assert_eq!(
+            tool,
+            EventKind::ToolStarted {
+                call_id: "c1".into(),
+                name: "Write".into(),
+                arguments: String::new(),
+            }
+        );
+        let elided = elided.unwrap();
+        assert_eq!((elided.field.as_str(), elided.bytes), ("arguments", 1000));
+        let (_, elided) = kept(EventKind::TurnFinished {
+            turn: 1,
+            text: "said".into(),
+            tool_calls: 0,
+            usage: Default::default(),
+            cost_usd: None,
+        });
+        assert_eq!(elided.unwrap().field, "text");
+        let change = |diff: String, created| EventKind::FileChanged {
+            call_id: "c1".into(),
+            path: "a.txt".into(),
+            diff,
+            created,
+        };
+        let (kind, elided) = kept(change("-a\n+b\n".into(), false));
+        assert_eq!(kind, change(String::new(), false));
+        assert_eq!(elided.unwrap().bytes, 6);
+        // Too long for a result to hold whole: the journal keeps it, unless the
+        // file was created (its content is the call's).
+        let long = "+x\n".repeat(MAX_RESULT_BYTES / 3);
+        assert_eq!(
+            kept(change(long.clone(), false)),
+            (change(long.clone(), false), None)
+        );
+        assert_eq!(
+            kept(change(long.clone(), true)).0,
+            change(String::new(), true)
+        );
+        // Nothing to leave out: the event as published.
+        let queued = EventKind::PromptQueued { waiting: 1 };
+        assert_eq!(kept(queued.clone()), (queued, None));
     }
 
     #[tokio::test]

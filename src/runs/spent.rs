@@ -32,7 +32,7 @@ pub fn spent(lead: &[Record], others: &[Vec<Record>]) -> Spent {
     let events = |records: &[Record]| -> Vec<(Option<u64>, EventKind)> {
         (records.iter())
             .filter_map(|r| match r {
-                Record::Event { event, at } => Some((*at, event.kind.clone())),
+                Record::Event { event, at, .. } => Some((*at, event.kind.clone())),
                 _ => None,
             })
             .collect()
@@ -98,6 +98,7 @@ mod tests {
                 kind,
             },
             at: Some(ms),
+            elided: None,
         }
     }
 
@@ -161,6 +162,7 @@ mod tests {
                     kind: turn(7),
                 },
                 at: None,
+                elided: None,
             },
         ];
         let spent = spent(&lead, &[]);

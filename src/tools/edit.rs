@@ -148,8 +148,8 @@ fn edit(
             .write_atomic(path, input.new_string.as_bytes())
             .map_err(|e| fail(format!("{shown}: {e}")))?;
         let diff = super::unified_diff(shown, "", &input.new_string);
-        changes.record(shown, &diff);
-        return Ok(super::with_diff(format!("Created {shown}."), &diff));
+        changes.record_created(shown, &diff);
+        return Ok(super::created(shown, &input.new_string));
     }
     let bytes = existing_bytes(beneath, path, shown)?;
     let edited = replace(
@@ -344,7 +344,7 @@ mod tests {
             json!({"file_path": "new/mod.rs", "old_string": "", "new_string": "pub fn f() {}\n"}),
         )
         .await;
-        assert!(created.unwrap().starts_with("Created new/mod.rs."));
+        assert_eq!(created.unwrap(), "Created new/mod.rs (1 lines, 14 bytes).");
         assert_eq!(
             std::fs::read_to_string(ws.join("new/mod.rs")).unwrap(),
             "pub fn f() {}\n"

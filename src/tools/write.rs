@@ -84,12 +84,15 @@ impl Tool for Write {
                         .write_atomic(&path, &bytes)
                         .map_err(|e| ToolError::Failed(format!("{shown}: {e}")))?;
                     files_state.record_read(session, &path);
-                    let lines = input.content.lines().count();
-                    let verb = if existed { "Updated" } else { "Created" };
                     let diff = super::unified_diff(&shown, &old, &String::from_utf8_lossy(&bytes));
+                    if !existed {
+                        changes.record_created(&shown, &diff);
+                        return Ok(super::created(&shown, &input.content));
+                    }
                     changes.record(&shown, &diff);
+                    let lines = input.content.lines().count();
                     Ok(super::with_diff(
-                        format!("{verb} {shown} ({lines} lines)."),
+                        format!("Updated {shown} ({lines} lines)."),
                         &diff,
                     ))
                 })
@@ -116,7 +119,8 @@ mod tests {
             )
             .await
             .unwrap();
-        assert!(out.starts_with("Created a/b/c.txt (2 lines)."), "{out}");
+        // The content is the call's own: the result does not repeat it.
+        assert_eq!(out, "Created a/b/c.txt (2 lines, 9 bytes).");
         assert_eq!(
             std::fs::read_to_string(ctx.workspace.join("a/b/c.txt")).unwrap(),
             "hi\nthere\n"

@@ -15,7 +15,7 @@ use crate::conversation::{ToolCall, ToolResult};
 use crate::error::ToolError;
 use crate::session::machine::ToolDone;
 use crate::tools::permissions::Gate;
-use crate::tools::{Tool, ToolContext};
+use crate::tools::{MAX_RESULT_BYTES, Tool, ToolContext};
 
 /// A ToolRunner takes no messages: it runs its call and stops.
 #[derive(Debug)]
@@ -153,10 +153,6 @@ async fn run_call(
 /// How long a tool that ends itself on a cancel ([`Tool::ends_on_cancel`]) is
 /// waited for once cancelled.
 const CANCEL_GRACE: Duration = Duration::from_secs(1);
-
-/// No tool result is longer than this, whatever the tool: a model's context is
-/// finite and a careless call must not flood it.
-const MAX_RESULT_BYTES: usize = 256 * 1024;
 
 /// Cuts `content` at [`MAX_RESULT_BYTES`] (on a character boundary) with a note.
 fn cap(mut content: String) -> String {

@@ -328,6 +328,7 @@ impl Machine {
                 call_id: result.tool_call_id.clone(),
                 path: change.path,
                 diff: change.diff,
+                created: change.created,
             });
         }
         let Some(turn) = self.tool_turn() else {

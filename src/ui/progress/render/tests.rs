@@ -273,6 +273,7 @@ fn the_files_a_run_changed_are_listed_with_lines_added_and_removed() {
                 call_id: "c".into(),
                 path: path.into(),
                 diff: diff.into(),
+                created: false,
             },
         )
     };
