@@ -6,7 +6,9 @@
 //!
 //! Run with `cargo bench --bench fanout` (optionally `-- 100 1000` to pick sizes).
 //! `FANOUT_CASES=cli` runs the `orchestrate` binary itself on a pseudo-terminal
-//! (`script`), drawing its live tree, for the Task fan-out of `FANOUT_CLI` sizes.
+//! (`script`), drawing its live tree, for the Task fan-out of `FANOUT_CLI` sizes:
+//! once with workers whose tool turn has no effects, once with workers that
+//! Write a file of their own and run a command on it (`wc -l`, in the sandbox).
 //! `FANOUT_TOOLS=standard` gives the session fan-out's agents the standard tools
 //! besides Probe, so every request carries their specs, as a real agent's does.
 //!
@@ -88,7 +90,8 @@ fn main() {
         Some("base") => run_bare(&args[1], args[2].parse().unwrap()),
         Some("base-tasks") => run_bare_tasks(&args[1], args[2].parse().unwrap()),
         Some("tasks") => run_tasks(&args[1], args[2].parse().unwrap()),
-        Some("cli") => run_cli(&args[1], args[2].parse().unwrap()),
+        Some("cli") => run_cli(&args[1], args[2].parse().unwrap(), Work::Read),
+        Some("cli-write") => run_cli(&args[1], args[2].parse().unwrap(), Work::Write),
         Some("idle") => run_idle(args.get(1).map_or(IDLE, |n| n.parse().unwrap())),
         _ => drive(&args),
     }
@@ -185,7 +188,9 @@ fn drive(sizes: &[String]) {
         );
         for _ in 0..rounds {
             for n in &sizes {
-                failures += u32::from(!child.cli_row(*n, ideal));
+                for work in [Work::Read, Work::Write] {
+                    failures += u32::from(!child.cli_row(*n, ideal, work));
+                }
             }
         }
     }
@@ -249,8 +254,8 @@ impl Child<'_> {
 
     /// Runs the binary's fan-out of `n` under a child and prints its row; false
     /// if it failed.
-    fn cli_row(&self, n: usize, ideal: Duration) -> bool {
-        let out = self.run("cli", n);
+    fn cli_row(&self, n: usize, ideal: Duration, work: Work) -> bool {
+        let out = self.run(work.mode(), n);
         let line = String::from_utf8_lossy(&out.stdout);
         let parts: Vec<f64> = (line.split_whitespace())
             .filter_map(|p| p.parse().ok())
@@ -262,7 +267,7 @@ impl Child<'_> {
         };
         println!(
             "{n:>6} {:<12} {wall_ms:>8.0}ms {:>8.3} {:>9.1} MB {cpu:>7.0}ms",
-            "binary",
+            work.label(),
             wall_ms / ideal.as_secs_f64() / 1000.0,
             bytes / 1e6,
         );
@@ -279,17 +284,52 @@ impl Child<'_> {
     }
 }
 
+/// What the workers of the binary's fan-out do in their tool turn.
+#[derive(Clone, Copy, Debug)]
+enum Work {
+    /// Call a tool that has no effects.
+    Read,
+    /// Write a file of their own (about 2 KB), then run a command on it: each
+    /// call waits for its journal's sync, the command runs in the sandbox.
+    Write,
+}
+
+impl Work {
+    fn mode(self) -> &'static str {
+        match self {
+            Self::Read => "cli",
+            Self::Write => "cli-write",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::Read => "read-only",
+            Self::Write => "Write+Bash",
+        }
+    }
+
+    /// The lead's prompt for `n` pieces.
+    fn prompt(self, n: usize) -> String {
+        match self {
+            Self::Read => format!("do {n} pieces"),
+            Self::Write => format!("write {n} pieces"),
+        }
+    }
+}
+
 /// The `orchestrate` binary on a terminal: `script` gives it a pseudo-terminal of
 /// 50 rows, so it draws its live tree, and its lead's prompt asks the mock for `n`
-/// Task calls. Prints the wall ms from the start of the process to its exit, the
-/// bytes it wrote to the terminal, and the CPU ms of the binary (and of `script`,
-/// which copies those bytes).
-fn run_cli(url: &str, n: usize) {
+/// Task calls whose workers do `work`. Prints the wall ms from the start of the
+/// process to its exit, the bytes it wrote to the terminal, and the CPU ms of the
+/// binary (and of `script`, which copies those bytes, and of the commands).
+fn run_cli(url: &str, n: usize, work: Work) {
     let workspace = workspace();
     write_worker_role(&workspace.path().join("agents"));
     let command = format!(
-        "stty rows 50 cols 160; exec {} --base-url {url} --model mock-model --max-parallel {n} --permission-mode bypassPermissions 'do {n} pieces'",
-        env!("CARGO_BIN_EXE_orchestrate")
+        "stty rows 50 cols 160; exec {} --base-url {url} --model mock-model --max-parallel {n} --permission-mode bypassPermissions '{}'",
+        env!("CARGO_BIN_EXE_orchestrate"),
+        work.prompt(n),
     );
     let cpu = stat_ms(13);
     let start = Instant::now();
@@ -308,6 +348,14 @@ fn run_cli(url: &str, n: usize) {
         "the run did not answer: {}",
         shown.chars().rev().take(2000).collect::<String>()
     );
+    if let Work::Write = work {
+        let written = std::fs::read_dir(workspace.path().join("work")).map_or(0, |d| d.count());
+        assert_eq!(
+            written,
+            n * (WORKER_TURNS as usize - 1),
+            "every worker wrote"
+        );
+    }
     println!(
         "{:.1} {} {}",
         wall.as_secs_f64() * 1000.0,
@@ -567,7 +615,8 @@ fn reply_for(body: &Value) -> Reply {
         return lead_reply(body);
     }
     let prompt = body["messages"][1]["content"].as_str().unwrap_or("");
-    let turns = if system == WORKER || prompt.starts_with("do piece ") {
+    let writing = prompt.strip_prefix("write piece ");
+    let turns = if system == WORKER || prompt.starts_with("do piece ") || writing.is_some() {
         WORKER_TURNS
     } else {
         session_turns()
@@ -576,7 +625,26 @@ fn reply_for(body: &Value) -> Reply {
         .as_array()
         .map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
     let mut chunks = vec![ev_role()];
-    if done + 1 < turns as usize {
+    if let Some(piece) = writing.filter(|_| done + 1 < turns as usize) {
+        // A file of its own, then a command on it, in one turn.
+        let file = format!("work/piece_{piece}_{done}.rs");
+        let content = "fn step() -> u32 { 40 + 2 }\n".repeat(70);
+        let write = json!({"file_path": file, "content": content}).to_string();
+        let bash = json!({"command": format!("wc -l {file}")}).to_string();
+        // Role, the Write's start and arguments, the Bash call's start and
+        // arguments, finish, usage: CHUNKS in all.
+        chunks.push(ev_tool_start(0, format!("call_{done}_0"), "Write"));
+        let bytes: Vec<char> = write.chars().collect();
+        let step = bytes.len().div_ceil(CHUNKS - 6);
+        chunks.extend(
+            bytes
+                .chunks(step)
+                .map(|c| ev_tool_args(0, c.iter().collect::<String>())),
+        );
+        chunks.push(ev_tool_start(1, format!("call_{done}_1"), "Bash"));
+        chunks.push(ev_tool_args(1, bash));
+        chunks.push(ev_finish("tool_calls"));
+    } else if done + 1 < turns as usize {
         let args =
             json!({"path": format!("src/module_{done}.rs"), "pattern": "fn main"}).to_string();
         chunks.push(ev_tool_start(0, format!("call_{done}"), "probe"));
@@ -797,7 +865,7 @@ fn threads(var: &str) -> usize {
 fn pieces(body: &Value) -> Option<usize> {
     let prompt = body["messages"][1]["content"].as_str()?;
     match prompt.split_whitespace().collect::<Vec<_>>()[..] {
-        ["do", n, "pieces"] => n.parse().ok(),
+        ["do" | "write", n, "pieces"] => n.parse().ok(),
         _ => None,
     }
 }
@@ -809,6 +877,12 @@ fn lead_reply(body: &Value) -> Reply {
         .as_array()
         .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
     let tasks = pieces(body).unwrap_or(TASKS);
+    let prompt = body["messages"][1]["content"].as_str().unwrap_or("");
+    let verb = if prompt.starts_with("write ") {
+        "write"
+    } else {
+        "do"
+    };
     let mut chunks = vec![ev_role()];
     if answered {
         chunks.extend((0..CHUNKS - 2).map(|i| ev_text(format!("merged{i} "))));
@@ -818,7 +892,7 @@ fn lead_reply(body: &Value) -> Reply {
         for first in (0..tasks).step_by(per_chunk) {
             let calls: Vec<Value> = (first..(first + per_chunk).min(tasks))
                 .map(|i| {
-                    let args = json!({"description": format!("piece {i}"), "prompt": format!("do piece {i}"), "subagent_type": "worker"});
+                    let args = json!({"description": format!("piece {i}"), "prompt": format!("{verb} piece {i}"), "subagent_type": "worker"});
                     json!({"index": i, "id": format!("task_{i}"), "type": "function", "function": {"name": "Task", "arguments": args.to_string()}})
                 })
                 .collect();

@@ -39,7 +39,9 @@ use crate::protocol::SessionId;
 pub enum Concurrency {
     /// No side effects another call could observe: runs in a parallel group.
     Safe,
-    /// Touches these resources (paths, or `*` for the whole workspace): runs alone.
+    /// Touches these resources (paths, or `*` for the whole workspace): runs
+    /// beside the unsafe calls next to it whose resources are apart
+    /// ([`scheduler::may_overlap`]), else alone.
     Unsafe {
         /// What the call writes.
         resources: Vec<String>,

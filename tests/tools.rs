@@ -225,3 +225,43 @@ async fn an_edit_publishes_its_diff() {
         )]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_to_different_files_run_together_and_to_one_file_in_call_order() {
+    let write = |id: &'static str, path: &str, content: &str| {
+        (id, "Write", json!({"file_path": path, "content": content}))
+    };
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[
+            write("w1", "a.txt", "first\n"),
+            write("w2", "b.txt", "b\n"),
+            write("w3", "./a.txt", "second\n"),
+            write("w4", "c.txt", "c\n"),
+        ]),
+        Reply::text("written"),
+    ])
+    .await;
+    let (dir, runtime, session) =
+        harness::start(&mock, harness::spec(ToolRegistry::standard())).await;
+    let (outcome, events) = harness::run(&runtime, session, "write them").await;
+    assert_eq!(harness::finished_text(&outcome), "written");
+    runtime.shutdown().await;
+    let announced = starts_and_ends(&events);
+    // w1 and w2 start together; w3 names a.txt again, so it and w4 wait for both.
+    assert_eq!(announced[..2], ["start w1", "start w2"], "{announced:?}");
+    assert!(announced[2..4].iter().all(|a| a.starts_with("end ")));
+    assert_eq!(announced[4..6], ["start w3", "start w4"], "{announced:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+        "second\n"
+    );
+    for (file, content) in [("b.txt", "b\n"), ("c.txt", "c\n")] {
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(file)).unwrap(),
+            content
+        );
+    }
+    let results = harness::tool_results(&mock.requests()[1]);
+    let ids: Vec<&str> = results.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["w1", "w2", "w3", "w4"]);
+}

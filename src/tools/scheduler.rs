@@ -1,5 +1,10 @@
 //! Cuts one turn's tool calls into batches: consecutive concurrency-safe calls form
-//! one parallel group; each unsafe call runs alone, in order. Pure code.
+//! one parallel group; consecutive unsafe calls whose resources are disjoint
+//! (Writes to different files) form another; an unsafe call that may touch what
+//! one before it touches starts a new batch, so calls on one resource run in
+//! call order. Pure code.
+
+use std::path::{Component, Path};
 
 use crate::tools::Concurrency;
 
@@ -18,22 +23,91 @@ pub struct Batch {
 /// Plans the batches for calls with these concurrency classes.
 pub fn plan(calls: &[Concurrency]) -> Vec<Batch> {
     let mut batches: Vec<Batch> = Vec::new();
+    // The resources of the last batch, when it is one of unsafe calls.
+    let mut touched: Option<Vec<&str>> = None;
     for (i, c) in calls.iter().enumerate() {
         match c {
             Concurrency::Safe => match batches.last_mut() {
-                Some(b) if b.parallel => b.calls.push(i),
-                _ => batches.push(Batch {
-                    calls: vec![i],
-                    parallel: true,
-                }),
+                Some(b) if b.parallel && touched.is_none() => b.calls.push(i),
+                _ => {
+                    touched = None;
+                    batches.push(Batch {
+                        calls: vec![i],
+                        parallel: true,
+                    });
+                }
             },
-            Concurrency::Unsafe { .. } => batches.push(Batch {
-                calls: vec![i],
-                parallel: false,
-            }),
+            Concurrency::Unsafe { resources } => match (batches.last_mut(), touched.as_mut()) {
+                (Some(b), Some(touched)) if disjoint(touched, resources) => {
+                    b.calls.push(i);
+                    b.parallel = true;
+                    touched.extend(resources.iter().map(String::as_str));
+                }
+                _ => {
+                    touched = Some(resources.iter().map(String::as_str).collect());
+                    batches.push(Batch {
+                        calls: vec![i],
+                        parallel: false,
+                    });
+                }
+            },
         }
     }
     batches
+}
+
+/// Whether no resource of `these` may be one of `those`.
+fn disjoint(these: &[&str], those: &[String]) -> bool {
+    these
+        .iter()
+        .all(|a| those.iter().all(|b| !may_overlap(a, b)))
+}
+
+/// Whether two resources may be the same thing, or one inside the other: `*`
+/// (the whole workspace) overlaps everything; paths, compared as written with
+/// `.` and `..` worked out, overlap when one is the other or a folder above
+/// it. A path that climbs out (`../x`), or an absolute path against a relative
+/// one, may be anything. (Two names of one file through a link are not seen:
+/// their calls may run in either order; each write is still whole, under the
+/// file's lock.)
+pub fn may_overlap(a: &str, b: &str) -> bool {
+    let (Some(a), Some(b)) = (normal(a), normal(b)) else {
+        return true;
+    };
+    if a.absolute != b.absolute {
+        return true;
+    }
+    let shorter = a.parts.len().min(b.parts.len());
+    a.parts[..shorter] == b.parts[..shorter]
+}
+
+/// A resource as a path: absolute or not, and its parts with `.` and `..`
+/// worked out; `None` for `*`, an empty path, or one that climbs out.
+struct Normal<'a> {
+    absolute: bool,
+    parts: Vec<&'a str>,
+}
+
+fn normal(resource: &str) -> Option<Normal<'_>> {
+    if resource == "*" || resource.is_empty() {
+        return None;
+    }
+    let mut normal = Normal {
+        absolute: false,
+        parts: Vec::new(),
+    };
+    for component in Path::new(resource).components() {
+        match component {
+            Component::RootDir => normal.absolute = true,
+            Component::CurDir => {}
+            Component::ParentDir => {
+                normal.parts.pop()?;
+            }
+            Component::Normal(part) => normal.parts.push(part.to_str()?),
+            Component::Prefix(_) => return None,
+        }
+    }
+    Some(normal)
 }
 
 /// Whether a call counts against its batch's cap: every call of a batch of one
@@ -215,6 +289,68 @@ mod tests {
                 },
             ]
         );
+    }
+
+    fn on(path: &str) -> Concurrency {
+        Concurrency::Unsafe {
+            resources: vec![path.into()],
+        }
+    }
+
+    #[test]
+    fn unsafe_calls_on_disjoint_resources_run_together_and_on_one_in_order() {
+        let calls = [
+            on("a.txt"),
+            on("src/b.rs"),
+            // a.txt again: after the first.
+            on("./a.txt"),
+            on("c.txt"),
+            Concurrency::Safe,
+            on("d.txt"),
+            on("e.txt"),
+            unsafe_(),
+            on("f.txt"),
+        ];
+        let batches: Vec<(Vec<usize>, bool)> = (plan(&calls).into_iter())
+            .map(|b| (b.calls, b.parallel))
+            .collect();
+        assert_eq!(
+            batches,
+            [
+                (vec![0, 1], true),
+                (vec![2, 3], true),
+                (vec![4], true),
+                (vec![5, 6], true),
+                (vec![7], false),
+                (vec![8], false),
+            ]
+        );
+    }
+
+    #[test]
+    fn resources_overlap_when_one_may_be_or_hold_the_other() {
+        for (a, b) in [
+            ("a.txt", "a.txt"),
+            ("a.txt", "./a.txt"),
+            ("src/x/../a.rs", "src/a.rs"),
+            ("src", "src/a.rs"),
+            ("/w/src/a.rs", "/w/src"),
+            ("/w/a.rs", "a.rs"),
+            ("../a.rs", "b.rs"),
+            ("*", "a.rs"),
+            ("", "a.rs"),
+        ] {
+            assert!(may_overlap(a, b) && may_overlap(b, a), "{a} {b}");
+        }
+        for (a, b) in [
+            ("a.txt", "b.txt"),
+            ("src/a.rs", "src/b.rs"),
+            ("src", "srcs/a.rs"),
+            ("/w/a.rs", "/w/b.rs"),
+            ("todos", "a.txt"),
+        ] {
+            assert!(!may_overlap(a, b) && !may_overlap(b, a), "{a} {b}");
+        }
     }
 
     #[test]
