@@ -13,7 +13,8 @@
 //!   `orchestrate sessions` timed with the runs' index removed before each call
 //!   (every journal read), with the index in place, and after one run's lead
 //!   journal grew; beside `ls -l` of the journals' folder (a stat of each) and
-//!   `orchestrate --version` (the binary's start).
+//!   `orchestrate --version` (the binary's start). `JOURNAL_KEEP=1` keeps the
+//!   listing's workspace instead of timing it, for profiling.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -278,6 +279,12 @@ async fn listing() {
         "`orchestrate sessions`, {RUNS} runs of {WORKERS} sub-agents ({journals} journals, {:.1} MB):",
         jsonl_bytes(&sessions) as f64 / 1e6
     );
+    if std::env::var_os("JOURNAL_KEEP").is_some() {
+        // Kept for profiling `orchestrate sessions` by hand.
+        println!("  workspace kept: {}", workspace.display());
+        let _ = dir.keep();
+        return;
+    }
     let lead = first_lead(&sessions);
     let cases: [Case<'_>; 5] = [
         (
