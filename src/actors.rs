@@ -1,4 +1,4 @@
-//! The actor tree (DESIGN §1), on ractor:
+//! The actor tree, on ractor:
 //!
 //! ```text
 //! Orchestrator                     root supervisor, one per process

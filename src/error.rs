@@ -1,4 +1,4 @@
-//! The error taxonomy (DESIGN §3): one typed error per layer and one exhaustive
+//! The error taxonomy: one typed error per layer and one exhaustive
 //! classification that decides what supervision does with each. It stays one file
 //! though it passes 500 lines: it is one table, every layer's variants beside the
 //! class each maps to, so a new variant and its class are written and reviewed in

@@ -1,4 +1,4 @@
-//! The event bus (DESIGN §4). Every subscriber gets every event in publication
+//! The event bus. Every subscriber gets every event in publication
 //! order through one queue. Two delivery classes: a progress event is dropped when
 //! the subscriber has fallen too far behind; a lifecycle event never is.
 

@@ -1,5 +1,5 @@
 //! What a session is ([`SessionSpec`]) and everything it decides, with no IO and no
-//! actors (DESIGN §10): the run machine, what a model turn means, where a journal
+//! actors: the run machine, what a model turn means, where a journal
 //! leaves off, and the order of prompts and cancels. The actor that carries the
 //! decisions out is [`crate::actors`]'s Session; it only turns messages into the
 //! machine's inputs and the machine's effects into IO.

@@ -35,9 +35,21 @@ pub(crate) fn command(
     for var in ["XDG_STATE_HOME", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME"] {
         cmd.env_remove(var);
     }
+    // A temporary directory of its own, apart from every folder a test makes
+    // (workspaces in the system's, "outside" folders under the target
+    // directory): what the sandbox lets a command write is the workspace and
+    // this, wherever the checkout is.
+    cmd.env("TMPDIR", binary_tmp());
     cmd.envs(env.iter().copied());
     cmd.stdin(std::process::Stdio::null());
     cmd
+}
+
+/// The binary's temporary directory in the tests.
+pub(crate) fn binary_tmp() -> std::path::PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("binary-tmp");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
 
 pub(crate) async fn orchestrate(workspace: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {

@@ -1,4 +1,4 @@
-//! Session: one conversation (DESIGN §2), as an actor. Every decision is the run
+//! Session: one conversation, as an actor. Every decision is the run
 //! machine's ([`crate::session::machine`]); this actor turns its messages into the
 //! machine's inputs and carries out the effects, in order: it journals, publishes,
 //! spawns one LlmStream per model turn and one ToolRunner per tool call, schedules

@@ -1,4 +1,4 @@
-//! The restart policy (DESIGN §1), plain code with no runtime: OTP restart types, a
+//! The restart policy, plain code with no runtime: OTP restart types, a
 //! restart intensity window, and backoff with jitter between restarts.
 
 use std::collections::VecDeque;

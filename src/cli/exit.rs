@@ -1,4 +1,4 @@
-//! The exit codes (DESIGN §8): what the end of a command means to a script. Which
+//! The exit codes: what the end of a command means to a script. Which
 //! end gets which code is decided where the command runs (`run`, `agents`).
 
 /// The task finished.

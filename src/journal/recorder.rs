@@ -1,4 +1,4 @@
-//! The journal's keeper of a session's lifecycle events (DESIGN §4): every
+//! The journal's keeper of a session's lifecycle events: every
 //! lifecycle event a session publishes is appended to its journal as a
 //! [`Record::Event`], so a journal tells the whole story of a run (tools and
 //! their results, retries, restarts, file changes), not only its transcript.

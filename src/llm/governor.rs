@@ -1,4 +1,4 @@
-//! The rate governor (issue 12): one per provider endpoint, shared by every
+//! The rate governor: one per provider endpoint, shared by every
 //! session of the process that talks to it. A 429 or 529 answered to one session
 //! puts every request to that endpoint into the same cooldown (as long as the
 //! answer's Retry-After says, else a second); requests in flight at once are

@@ -1,4 +1,4 @@
-//! Budgets (DESIGN §10, issue 12): what an agent may spend before it is stopped at
+//! Budgets: what an agent may spend before it is stopped at
 //! a turn boundary. A role's own budget (`maxCost`, `maxTokens`, `timeout`) bounds
 //! its runs, sub-agents' spending included once they report it; the run's budget
 //! (`--max-cost`, `--max-tokens`, `--timeout`) bounds the whole tree, every session

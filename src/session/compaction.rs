@@ -1,4 +1,4 @@
-//! Compaction (issue 12): what a session does when its next request would fill
+//! Compaction: what a session does when its next request would fill
 //! too much of the model's window. First, old large tool results are elided (a
 //! note says what was there); if that is not enough, the older turns are replaced
 //! by a summary a model call writes, keeping the original task, the last few

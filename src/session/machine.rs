@@ -1,4 +1,4 @@
-//! The run machine (DESIGN §10): every decision a session makes, with no IO, no
+//! The run machine: every decision a session makes, with no IO, no
 //! actors and no clock. [`Input`]s go in (a prompt arrived, a turn finished, a tool
 //! call finished, a retry is due, a cancel, a stop, the records of a journal to
 //! resume from); [`Effect`]s come out (journal these records, make them durable,
