@@ -508,3 +508,46 @@ async fn web_fetch_reads_a_page_as_markdown_where_a_domain_rule_allows_it() {
     );
     server.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_not_acted_on_are_each_named_once_as_not_supported_yet() {
+    let dir = tempfile::tempdir().unwrap();
+    // The binary's HOME is the workspace (see `cli::command`): the file is both
+    // the person's and the workspace's, and is told of once.
+    std::fs::create_dir_all(dir.path().join(".claude")).unwrap();
+    std::fs::write(
+        dir.path().join(".claude/settings.json"),
+        r#"{"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "exit 2"}]}]},
+            "permissions": {"allow": [], "defaultMode": "plan"}}"#,
+    )
+    .unwrap();
+    write_role(
+        dir.path(),
+        "isolated.md",
+        "name: isolated\ndescription: d\nisolation: worktree\nbackground: true",
+        "x",
+    );
+    let mock = MockLlm::start(vec![Reply::text("hi")]).await;
+    let out = run_on(&mock, dir.path(), &["hello"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    let settings = dir
+        .path()
+        .canonicalize()
+        .unwrap()
+        .join(".claude/settings.json");
+    for said in [
+        format!(
+            "{}: hooks is not supported yet and is ignored (no hook runs)",
+            settings.display()
+        ),
+        format!(
+            "{}: permissions.defaultMode is not supported yet and is ignored",
+            settings.display()
+        ),
+        "isolated.md:4: isolation is not supported yet and is ignored".to_owned(),
+        "isolated.md:5: background is not supported yet and is ignored".to_owned(),
+    ] {
+        assert_eq!(stderr.matches(&said).count(), 1, "{said}\n{stderr}");
+    }
+}

@@ -53,6 +53,10 @@ pub(super) fn read(
         let path = &file.path;
         let value: Value = serde_json::from_str(&file.text)
             .map_err(|e| invalid(path, &format!("not JSON: {e}")))?;
+        let object = value
+            .as_object()
+            .ok_or_else(|| invalid(path, "not a JSON object"))?;
+        settings.warnings.extend(unsupported(path, object)?);
         let permissions = &value["permissions"];
         let mut list = |key: &str| -> Result<Vec<Rule>, ConfigError> {
             let items = match &permissions[key] {
@@ -99,6 +103,52 @@ pub(super) fn read(
         }
     }
     Ok(settings)
+}
+
+/// What is read of a settings file: its permission rules (and `$schema`, which
+/// only names the file's schema).
+const READ_KEYS: [&str; 2] = ["permissions", "$schema"];
+
+/// The kinds of permission rules.
+const RULE_KINDS: [&str; 3] = ["allow", "deny", "ask"];
+
+/// A warning for each key of a settings file that is not acted on (`hooks`,
+/// `env`, `permissions.defaultMode`, …): someone relying on one should hear
+/// that it does nothing here.
+fn unsupported(
+    path: &Path,
+    settings: &serde_json::Map<String, Value>,
+) -> Result<Vec<String>, ConfigError> {
+    let warn = |key: &str| {
+        let effect = if key == "hooks" {
+            " (no hook runs)"
+        } else {
+            ""
+        };
+        format!(
+            "{}: {key} is not supported yet and is ignored{effect}",
+            path.display()
+        )
+    };
+    let mut warnings: Vec<String> = (settings.keys())
+        .filter(|key| !READ_KEYS.contains(&key.as_str()))
+        .map(|key| warn(key))
+        .collect();
+    match settings.get("permissions") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(permissions)) => warnings.extend(
+            (permissions.keys())
+                .filter(|key| !RULE_KINDS.contains(&key.as_str()))
+                .map(|key| warn(&format!("permissions.{key}"))),
+        ),
+        Some(other) => {
+            return Err(invalid(
+                path,
+                &format!("permissions must be an object, not {other}"),
+            ));
+        }
+    }
+    Ok(warnings)
 }
 
 fn invalid(path: &Path, message: &str) -> ConfigError {
@@ -193,9 +243,13 @@ mod tests {
         assert_eq!(names(&s.rules.allow), ["Bash(git log:*)"]);
         assert_eq!(names(&s.rules.deny), ["Read(./.env)"]);
         assert_eq!(names(&s.rules.ask), ["Bash(git push:*)"]);
-        assert_eq!(s.warnings.len(), 2, "{:?}", s.warnings);
+        assert_eq!(s.warnings.len(), 3, "{:?}", s.warnings);
         assert!(s.warnings[0].contains("\"bad(\" is not a rule"));
         assert!(s.warnings[1].contains("its allow rules Bash are ignored"));
+        assert!(
+            s.warnings[2]
+                .ends_with("settings.local.json: model is not supported yet and is ignored")
+        );
         let pinned = read(ws.path(), Some(home.path()), false, &["Bash".to_owned()]).unwrap();
         assert_eq!(names(&pinned.rules.allow), ["Bash(git log:*)", "Bash"]);
         let trusted = read(ws.path(), Some(home.path()), true, &[]).unwrap();
@@ -214,6 +268,42 @@ mod tests {
         );
         let e = read(ws.path(), None, false, &[]).unwrap_err().to_string();
         assert!(e.contains("permissions.deny must be a list"), "{e}");
+    }
+
+    #[test]
+    fn each_setting_not_acted_on_is_named_once_as_not_supported_yet() {
+        let home = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        write(
+            &home.path().join(".claude/settings.json"),
+            r#"{"$schema": "https://json.schemastore.org/claude-code-settings.json",
+                "hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "guard"}]}]},
+                "env": {"A": "1"},
+                "permissions": {"deny": ["Bash(rm:*)"], "defaultMode": "acceptEdits", "additionalDirectories": ["../x"]}}"#,
+        );
+        let s = read(ws.path(), Some(home.path()), false, &[]).unwrap();
+        let file = home.path().join(".claude/settings.json");
+        let said: Vec<String> = (s.warnings.iter())
+            .map(|w| {
+                w.strip_prefix(&format!("{}: ", file.display()))
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        assert_eq!(
+            said,
+            [
+                "env is not supported yet and is ignored",
+                "hooks is not supported yet and is ignored (no hook runs)",
+                "permissions.additionalDirectories is not supported yet and is ignored",
+                "permissions.defaultMode is not supported yet and is ignored",
+            ]
+        );
+        // What is supported still counts.
+        assert_eq!(s.rules.deny.len(), 1);
+        write(&local_file(ws.path()), "[]");
+        let e = read(ws.path(), None, false, &[]).unwrap_err().to_string();
+        assert!(e.ends_with("settings.local.json: not a JSON object"), "{e}");
     }
 
     #[test]
