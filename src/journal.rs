@@ -45,6 +45,10 @@ pub enum Record {
     RunStarted {
         /// The prompt's id.
         prompt: u64,
+        /// The run's limits, in a lead's journal when it was given any: what a
+        /// run carried on by `resume` is held to unless its flags say otherwise.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limits: Option<Limits>,
     },
     /// A prompt joined the run in progress; the next message is that prompt.
     PromptJoined {
@@ -90,6 +94,20 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         elided: Option<Elided>,
     },
+}
+
+/// A run's limits (`--max-cost`, `--max-tokens`, `--timeout`), as journaled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    /// USD at most.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
+    /// Tokens at most.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// Running time at most, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
 }
 
 /// A field of an event the journal keeps empty, because the session's messages

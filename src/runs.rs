@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
 
 use crate::conversation::Message;
-use crate::journal::{Contents, Damaged, JournalError, Record, read_journal};
+use crate::journal::{Contents, Damaged, JournalError, Limits, Record, read_journal};
 use crate::protocol::{EventKind, Outcome, RunStats, SessionId, add_costs};
 use crate::state::StateDir;
 
@@ -76,6 +76,8 @@ pub struct Agent {
     pub task: String,
     /// Its journal shows a run to carry on (started, its prompt saved, not ended).
     pub unfinished: bool,
+    /// The limits its last run was given, as journaled (a lead's, when it had any).
+    pub limits: Option<Limits>,
 }
 
 /// One run of a workspace.
@@ -440,9 +442,11 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
     let mut running_cost = Some(0.0);
     let mut task = None;
     let mut after_start = false;
+    let mut limits = None;
     for record in records {
         match record {
-            Record::RunStarted { .. } => {
+            Record::RunStarted { limits: given, .. } => {
+                limits = *given;
                 outcome = None;
                 running = RunStats::default();
                 running_cost = Some(0.0);
@@ -497,6 +501,7 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
         tokens,
         cost,
         task: task.unwrap_or_default(),
+        limits,
     }
 }
 

@@ -802,6 +802,16 @@ async fn a_sub_agent_that_spends_the_run_s_budget_stops_the_others_at_once() {
 /// A run whose process died after `ms` milliseconds and `tokens` tokens of its
 /// lead's one turn, journaled as the lead's journal holds it; its id.
 fn died_after(workspace: &std::path::Path, ms: u64, tokens: u64) -> orchestrate::SessionId {
+    died_after_with(workspace, ms, tokens, &json!(null))
+}
+
+/// As [`died_after`], its run given `limits` (as the lead's journal keeps them).
+fn died_after_with(
+    workspace: &std::path::Path,
+    ms: u64,
+    tokens: u64,
+    limits: &Value,
+) -> orchestrate::SessionId {
     let id = orchestrate::SessionId::new();
     let sessions = crate::support::harness::state(workspace).sessions();
     std::fs::create_dir_all(&sessions).unwrap();
@@ -820,7 +830,7 @@ fn died_after(workspace: &std::path::Path, ms: u64, tokens: u64) -> orchestrate:
             t0,
             json!({"type": "session_started", "model": "m", "resumed": false}),
         ),
-        json!({"record": "run_started", "prompt": 1}),
+        json!({"record": "run_started", "prompt": 1, "limits": limits}),
         json!({"record": "message", "message": {"role": "user", "content": "go"}}),
         event(
             t0 + 1,
@@ -861,5 +871,13 @@ async fn a_run_carried_on_is_held_to_what_is_left_of_its_budget() {
     let seen = events(&out);
     let lead = terminal(&seen, true);
     assert_eq!(lead["outcome"], json!("timed_out"), "{lead}");
+    // The limits its run was given hold without the flags.
+    let dir = workspace("");
+    died_after_with(dir.path(), 10, 500, &json!({"max_tokens": 100}));
+    let out = run_on(&mock, dir.path(), &["--json", "resume"], &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let seen = events(&out);
+    let lead = terminal(&seen, true);
+    assert_eq!(lead["reason"], json!("budget: tokens"), "{lead}");
     assert_eq!(mock.request_count(), 0, "no request on a spent budget");
 }

@@ -62,7 +62,10 @@ async fn cancel_mid_stream_drops_the_request_and_keeps_the_partial_text() {
     assert_eq!(
         tail,
         vec![
-            Record::RunStarted { prompt },
+            Record::RunStarted {
+                prompt,
+                limits: None
+            },
             Record::Message {
                 message: Message::user("count to ten slowly")
             },

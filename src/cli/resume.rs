@@ -68,9 +68,18 @@ where
         // It ended, and nothing more is asked: how it ended, as it was reported.
         (Some(outcome), None) => run::report(cli.json, Some(outcome.clone()), io.out, io.err),
         (_, prompt) => {
-            // Carried on, not followed up: held to what is left of its budget.
+            // Carried on, not followed up: held to what is left of its budget,
+            // the limits it was given unless the flags say otherwise.
             let carried = (lead.outcome.is_none() && lead.unfinished)
                 .then(|| runs::spent_so_far(&state, &run));
+            let mut cli = cli;
+            if let (Some(_), Some(limits)) = (&carried, lead.limits) {
+                cli.max_cost = cli.max_cost.or(limits.max_cost_usd);
+                cli.max_tokens = cli.max_tokens.or(limits.max_tokens);
+                cli.timeout = cli
+                    .timeout
+                    .or(limits.timeout_ms.map(std::time::Duration::from_millis));
+            }
             let lead = Lead::Resume {
                 run: run.id,
                 role: lead.role.clone(),

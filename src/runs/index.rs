@@ -341,7 +341,10 @@ mod tests {
                 run: Some(run),
                 format: crate::journal::FORMAT,
             },
-            Record::RunStarted { prompt: 1 },
+            Record::RunStarted {
+                prompt: 1,
+                limits: None,
+            },
             Record::Message {
                 message: Message::user(task),
             },

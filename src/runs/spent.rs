@@ -127,10 +127,16 @@ mod tests {
     fn the_current_run_s_turns_and_stretches_count_and_the_time_it_lay_down_does_not() {
         let lead = [
             // An earlier run of the conversation: not this run's.
-            Record::RunStarted { prompt: 1 },
+            Record::RunStarted {
+                prompt: 1,
+                limits: None,
+            },
             at(0, started()),
             at(500, turn(1000)),
-            Record::RunStarted { prompt: 2 },
+            Record::RunStarted {
+                prompt: 2,
+                limits: None,
+            },
             at(10_000, EventKind::PromptQueued { waiting: 0 }),
             at(11_000, turn(10)),
             // The process died; a day later, another carried the run on.
@@ -152,7 +158,10 @@ mod tests {
     #[test]
     fn a_journal_without_times_spends_its_turns_and_takes_no_time() {
         let lead = [
-            Record::RunStarted { prompt: 1 },
+            Record::RunStarted {
+                prompt: 1,
+                limits: None,
+            },
             Record::Event {
                 event: Event {
                     seq: 0,

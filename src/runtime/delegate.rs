@@ -262,7 +262,10 @@ mod tests {
 
     fn run(prompt: &str) -> Vec<Record> {
         vec![
-            Record::RunStarted { prompt: 3 },
+            Record::RunStarted {
+                prompt: 3,
+                limits: None,
+            },
             Record::Message {
                 message: Message::user(prompt),
             },

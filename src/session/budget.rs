@@ -73,6 +73,11 @@ pub struct RunMeter {
 }
 
 impl RunMeter {
+    /// The run's limits.
+    pub fn budget(&self) -> Budget {
+        self.budget
+    }
+
     /// A meter for a run that started at `started`.
     pub fn new(budget: Budget, started: Instant) -> Self {
         Self::resumed(

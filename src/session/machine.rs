@@ -511,13 +511,27 @@ impl Machine {
         Run::new(prompts, turns, now, priced)
     }
 
+    /// The run's limits, for a lead's journal: the shared meter's budget, when
+    /// it has one (sub-agents share their lead's).
+    fn run_limits(&self) -> Option<crate::journal::Limits> {
+        let budget = self.spec.meter.as_ref()?.budget();
+        (self.spec.parent.is_none() && !budget.is_unlimited()).then(|| crate::journal::Limits {
+            max_cost_usd: budget.max_cost_usd,
+            max_tokens: budget.max_tokens,
+            timeout_ms: budget.timeout.map(|t| t.as_millis() as u64),
+        })
+    }
+
     fn start_run(&mut self, now: Instant, prompt: QueuedPrompt) {
         self.run = Some(self.new_run(vec![prompt.seq], 0, now));
         self.arm(now, prompt.seq);
         // Not synced here: the prompt is durable with the first turn boundary's
         // group, and a crashed session still finds it, since the writer outlives
         // sessions.
-        let started = Record::RunStarted { prompt: prompt.seq };
+        let started = Record::RunStarted {
+            prompt: prompt.seq,
+            limits: self.run_limits(),
+        };
         self.record_after(started, Message::user(prompt.text));
         self.begin_turn(now, 1);
     }

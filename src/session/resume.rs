@@ -56,7 +56,7 @@ pub(crate) fn resume(records: &[Record]) -> Resumed {
     for record in records {
         match record {
             Record::Header { .. } | Record::Event { .. } => {}
-            Record::RunStarted { prompt } => {
+            Record::RunStarted { prompt, .. } => {
                 pairing.close(&mut transcript);
                 turns_before = 0;
                 run_start = Some(transcript.len());
@@ -269,7 +269,10 @@ mod tests {
     #[test]
     fn a_finished_journal_has_no_active_run() {
         let r = resume(&[
-            Record::RunStarted { prompt: 1 },
+            Record::RunStarted {
+                prompt: 1,
+                limits: None,
+            },
             msg(Message::user("a")),
             msg(assistant("done", &[])),
             terminal(),
@@ -282,7 +285,10 @@ mod tests {
     fn a_compacted_run_resumes_from_the_compacted_conversation() {
         let compacted = vec![Message::user("task"), Message::user("summary")];
         let r = resume(&[
-            Record::RunStarted { prompt: 1 },
+            Record::RunStarted {
+                prompt: 1,
+                limits: None,
+            },
             msg(Message::user("task")),
             msg(assistant("", &["c1"])),
             msg(result("c1")),
@@ -307,7 +313,10 @@ mod tests {
     #[test]
     fn a_run_cut_after_tool_results_asks_the_model_again() {
         let r = resume(&[
-            Record::RunStarted { prompt: 1 },
+            Record::RunStarted {
+                prompt: 1,
+                limits: None,
+            },
             msg(Message::user("a")),
             msg(assistant("", &["1", "2"])),
             msg(result("2")),
@@ -328,7 +337,10 @@ mod tests {
         let r = resume(&[
             msg(Message::user("history")),
             msg(assistant("history", &[])),
-            Record::RunStarted { prompt: 1 },
+            Record::RunStarted {
+                prompt: 1,
+                limits: None,
+            },
             msg(Message::user("b")),
             msg(assistant("", &["1", "2", "3"])),
             started("1"),
@@ -353,7 +365,10 @@ mod tests {
     #[test]
     fn a_recorded_final_answer_only_needs_its_terminal() {
         let r = resume(&[
-            Record::RunStarted { prompt: 1 },
+            Record::RunStarted {
+                prompt: 1,
+                limits: None,
+            },
             msg(Message::user("a")),
             msg(assistant("the answer", &[])),
         ]);
@@ -372,11 +387,17 @@ mod tests {
         let started = resume(&[
             msg(Message::user("old")),
             msg(assistant("old answer", &[])),
-            Record::RunStarted { prompt: 3 },
+            Record::RunStarted {
+                prompt: 3,
+                limits: None,
+            },
         ]);
         assert_eq!((started.active, started.transcript.len()), (None, 2));
         let joined = resume(&[
-            Record::RunStarted { prompt: 4 },
+            Record::RunStarted {
+                prompt: 4,
+                limits: None,
+            },
             msg(Message::user("a")),
             msg(assistant("", &["1"])),
             msg(result("1")),
@@ -395,7 +416,10 @@ mod tests {
     #[test]
     fn joined_prompts_belong_to_the_run() {
         let r = resume(&[
-            Record::RunStarted { prompt: 4 },
+            Record::RunStarted {
+                prompt: 4,
+                limits: None,
+            },
             msg(Message::user("a")),
             msg(assistant("", &["1"])),
             msg(result("1")),
@@ -409,7 +433,10 @@ mod tests {
     fn a_result_whose_call_was_lost_is_dropped_and_a_call_whose_result_was_lost_is_answered() {
         // The journal lost the turn that made call 1, and call 2's result.
         let r = resume(&[
-            Record::RunStarted { prompt: 1 },
+            Record::RunStarted {
+                prompt: 1,
+                limits: None,
+            },
             msg(Message::user("go")),
             msg(result("1")),
             msg(assistant("", &["2", "3"])),

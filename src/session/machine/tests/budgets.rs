@@ -11,8 +11,9 @@ use serde_json::json;
 use super::sim::{Sim, calls, spec, text, usage};
 use crate::conversation::{AssistantTurn, ToolCall};
 use crate::error::LlmError;
+use crate::journal::Record;
 use crate::model_info::ModelInfo;
-use crate::protocol::{Outcome, RunStats};
+use crate::protocol::{Outcome, RunStats, SessionId};
 use crate::session::budget::{Budget, RunMeter};
 use crate::session::machine::Input;
 use crate::tools::Spending;
@@ -154,6 +155,33 @@ fn the_shared_meter_stops_every_session_of_the_run_at_its_next_boundary() {
     sim.finish("r1", "ok");
     assert_eq!(sim.requests.len(), 1);
     assert_eq!(stopped(&sim, p).0, "budget: tokens");
+}
+
+#[test]
+fn a_leads_run_journals_its_limits_and_a_sub_agents_does_not() {
+    let budget = Budget {
+        max_tokens: Some(50),
+        timeout: Some(Duration::from_secs(90)),
+        ..Budget::default()
+    };
+    let meter = Arc::new(RunMeter::new(budget, Instant::now()));
+    let started = |parent: Option<SessionId>| {
+        let mut spec = spec();
+        spec.meter = Some(meter.clone());
+        spec.parent = parent;
+        let mut sim = Sim::new(spec);
+        sim.prompt("go");
+        sim.journal.iter().find_map(|r| match r {
+            Record::RunStarted { limits, .. } => Some(*limits),
+            _ => None,
+        })
+    };
+    let lead = started(None).unwrap().unwrap();
+    assert_eq!(
+        (lead.max_cost_usd, lead.max_tokens, lead.timeout_ms),
+        (None, Some(50), Some(90_000))
+    );
+    assert_eq!(started(Some(SessionId::new())), Some(None));
 }
 
 #[test]

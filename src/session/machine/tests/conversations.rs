@@ -32,7 +32,7 @@ fn record_names(journal: &[Record]) -> Vec<String> {
         .iter()
         .map(|r| match r {
             Record::Header { .. } => "header".to_owned(),
-            Record::RunStarted { prompt } => format!("run_started {prompt}"),
+            Record::RunStarted { prompt, .. } => format!("run_started {prompt}"),
             Record::PromptJoined { prompt } => format!("prompt_joined {prompt}"),
             Record::ToolStarted { call_id } => format!("tool_started {call_id}"),
             Record::Message { message } => match message {
