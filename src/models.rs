@@ -145,3 +145,55 @@ impl Models {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ConfigFile, Flags, ProviderKind, resolve};
+    use crate::llm::anthropic::{AnthropicClient, AnthropicConfig};
+    use crate::llm::openai::{OpenAiClient, OpenAiConfig};
+
+    /// The models of a run whose user file is `toml`, with both providers' keys.
+    fn from_file(toml: &str) -> Models {
+        let file = ConfigFile::parse("config.toml", toml).unwrap().trusted();
+        let env = |name: &str| match name {
+            "OPENAI_API_KEY" | "ANTHROPIC_API_KEY" => Some("k".to_owned()),
+            _ => None,
+        };
+        let settings = resolve(&Flags::default(), &file, env).unwrap();
+        Models::new(settings, |p| -> Result<Arc<dyn Provider>, ConfigError> {
+            Ok(match p.kind {
+                ProviderKind::OpenAi => Arc::new(OpenAiClient::new(OpenAiConfig::new(
+                    &p.base_url,
+                    p.api_key.clone(),
+                ))?),
+                ProviderKind::Anthropic => Arc::new(AnthropicClient::new(AnthropicConfig::new(
+                    &p.base_url,
+                    p.api_key.clone(),
+                ))?),
+            })
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn the_small_alias_writes_summaries_for_models_of_its_own_provider() {
+        let models = from_file(
+            "provider = \"openai\"\nmodel = \"gpt-4.1\"\n[models]\nsmall = \"gpt-4.1-mini\"\n",
+        );
+        // A session on the default provider: the small model summarizes.
+        assert_eq!(
+            models.summary_model(&Model::from("gpt-4.1")).as_deref(),
+            Some("gpt-4.1-mini")
+        );
+        // One on another provider keeps its own model.
+        let anthropic = Model {
+            provider: Some(models.providers["anthropic"].clone()),
+            id: "claude-sonnet-4-5".into(),
+        };
+        assert_eq!(models.summary_model(&anthropic), None);
+        // Without the alias, every session summarizes with its own model.
+        let plain = from_file("provider = \"openai\"\nmodel = \"gpt-4.1\"\n");
+        assert_eq!(plain.summary_model(&Model::from("gpt-4.1")), None);
+    }
+}

@@ -390,3 +390,54 @@ async fn setsid_sleepers_die_with_a_command_that_ends_and_with_one_that_times_ou
         assert_gone(read_pid(&dir.path().join(name))).await;
     }
 }
+
+/// The `sleep` processes whose command line holds `mark`.
+fn marked(mark: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if comm.trim() == "sleep" && String::from_utf8_lossy(&cmdline).contains(mark) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_die_with_orchestrate_when_it_is_killed() {
+    let mark = format!("sleeper-{}", orchestrate::SessionId::new());
+    // One sleeper in the command's own group, one that left it with setsid.
+    let command = format!(
+        "setsid bash -c 'exec -a {mark}-detached sleep 300' & exec -a {mark}-own sleep 300"
+    );
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[("b1", "Bash", json!({"command": command}))]),
+        Reply::text("never"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--permission-mode", "bypassPermissions", "sleep"];
+    let mut child = command_on(&mock, dir.path(), &args, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + DEADLINE;
+    let sleepers = loop {
+        let found = marked(&mark);
+        if found.len() == 2 {
+            break found;
+        }
+        assert!(Instant::now() < deadline, "the sleepers never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    for pid in sleepers {
+        assert_gone(pid).await;
+    }
+}

@@ -142,7 +142,53 @@ async fn a_live_run_is_shown_steered_stopped_and_killed_from_another_terminal() 
         text(&stop.stdout),
         "beta#1 stops at its next turn boundary\n"
     );
-    let kill = run_on(&mock, dir.path(), &["kill", "gamma#1"], &[]).await;
+    // gamma named by a prefix of its session id, as its journal gives it; a
+    // prefix every agent shares names none.
+    let state = crate::support::harness::state(dir.path());
+    let journals = || -> Vec<(String, String)> {
+        (std::fs::read_dir(state.sessions()).unwrap())
+            .map(|e| e.unwrap().path())
+            .map(|p| {
+                let id = p.file_stem().unwrap().to_string_lossy().into_owned();
+                (id, std::fs::read_to_string(&p).unwrap_or_default())
+            })
+            .collect()
+    };
+    let is_gamma = |journal: &str| {
+        journal
+            .lines()
+            .next()
+            .is_some_and(|h| h.contains("\"agent\":\"gamma\""))
+    };
+    // The header reaches the file within the writer's flush.
+    wait_until("gamma's journal is written", || {
+        journals().iter().any(|(_, j)| is_gamma(j))
+    })
+    .await;
+    let all = journals();
+    let ids: Vec<&String> = all.iter().map(|(id, _)| id).collect();
+    let gamma = all
+        .iter()
+        .find(|(_, j)| is_gamma(j))
+        .map(|(id, _)| id)
+        .unwrap();
+    let shared = (0..gamma.len())
+        .take_while(|n| {
+            ids.iter()
+                .all(|id| id.as_bytes()[..*n] == gamma.as_bytes()[..*n])
+        })
+        .last()
+        .unwrap_or(0);
+    if shared > 0 {
+        let vague = run_on(&mock, dir.path(), &["kill", &gamma[..shared]], &[]).await;
+        assert_eq!(vague.status.code(), Some(1));
+        assert!(
+            text(&vague.stderr).ends_with("agents; give more of the id\n"),
+            "{}",
+            text(&vague.stderr)
+        );
+    }
+    let kill = run_on(&mock, dir.path(), &["kill", &gamma[..30]], &[]).await;
     assert_eq!(kill.status.code(), Some(0), "{}", text(&kill.stderr));
     alpha_go.open();
     beta_go.open();

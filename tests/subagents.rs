@@ -187,6 +187,56 @@ async fn a_failing_child_is_an_error_result_and_the_lead_still_answers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_that_fails_after_saying_something_hands_back_its_last_output() {
+    use crate::support::mock_llm::{ev_finish, ev_role, ev_text, ev_tool_args, ev_tool_start};
+    // The worker says where it got to and reads a file; its next request is refused.
+    let answered = MockLlm::start_with(|request, _| {
+        let messages = request.body["messages"].as_array().unwrap();
+        let has_results = messages.iter().any(|m| m["role"] == "tool");
+        match (system(request) == WORKER, has_results) {
+            (true, false) => Reply::stream(vec![
+                ev_role(),
+                ev_text("Half of piece 1 is done; reading the rest."),
+                ev_tool_start(0, "r1", "Read"),
+                ev_tool_args(0, r#"{"file_path": "missing.txt"}"#),
+                ev_finish("tool_calls"),
+            ]),
+            (true, true) => Reply::status(401, "worker key revoked"),
+            (false, false) => Reply::tool_calls(&[(
+                "t1",
+                "Task",
+                json!({"description": "piece 1", "prompt": "piece 1", "subagent_type": "worker"}),
+            )]),
+            (false, true) => Reply::text("merged"),
+        }
+    })
+    .await;
+    let team = team(&answered, 8, 2, "Read").await;
+    let (outcome, _) = harness::run(&team.runtime, team.lead, "one piece").await;
+    assert_eq!(harness::finished_text(&outcome), "merged");
+    let lead_final = answered
+        .requests()
+        .into_iter()
+        .rfind(|r| system(r) != WORKER)
+        .unwrap();
+    let results: Vec<&Value> = (lead_final.body["messages"].as_array().unwrap().iter())
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    let failed = results[0]["content"].as_str().unwrap();
+    assert!(
+        failed.starts_with(
+            "Error: the worker sub-agent failed (permanent): HTTP 401: worker key revoked"
+        ),
+        "{failed}"
+    );
+    assert!(
+        failed.ends_with("Its last output:\nHalf of piece 1 is done; reading the rest."),
+        "{failed}"
+    );
+    team.runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_children_with_two_slots_never_run_more_than_two_at_once() {
     // Each worker's answer is held on a gate of its own, which the test opens one at
     // a time; as each worker asks, the mock notes how many answers were held then,

@@ -4,8 +4,7 @@
 # replaying cassette.jsonl instead of calling a model, then runs the project's tests
 # in the scratch copy. The repository's own files are never touched.
 #
-# cassette.jsonl was written by hand (no model is reachable where this project is
-# built); tools run for real: the agents read the files, run `cargo test`, and
+# cassette.jsonl was written by hand; tools run for real: the agents read the files, run `cargo test`, and
 # edit the scratch copy. The replay is honest: each line holds what its request
 # sent (the prompts, which tool results failed), and a run that leaves the
 # recording (a tool call failing that succeeded when it was written) fails.
