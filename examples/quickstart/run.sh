@@ -19,12 +19,13 @@ echo "scratch copy of examples/quickstart/project: $scratch"
 if [[ -n "${ORCHESTRATE_BIN:-}" ]]; then
     orchestrate="$ORCHESTRATE_BIN"
 else
-    # Built where this checkout builds (the first time takes a few minutes on a
+    # Built where this checkout builds, with the `quick` profile (optimized, without
+    # the shipped build's whole-program pass: a few minutes the first time on a
     # cold machine; cargo shows its progress).
     target="${CARGO_TARGET_DIR:-$here/../../target}"
-    echo "building orchestrate (release) in $target ..."
-    cargo build --release --manifest-path "$here/../../Cargo.toml" --target-dir "$target" --bin orchestrate --bin orchestrate-sandbox
-    orchestrate="$target/release/orchestrate"
+    echo "building orchestrate (quick profile) in $target ..."
+    cargo build --profile quick --manifest-path "$here/../../Cargo.toml" --target-dir "$target" --bin orchestrate --bin orchestrate-sandbox
+    orchestrate="$target/quick/orchestrate"
 fi
 # The agents' `cargo test` runs in Bash's sandbox, which writes only inside the
 # workspace and the temporary directory: the scratch copy builds in its own target.
