@@ -1,0 +1,329 @@
+//! Private checkouts, in git: a work tree as it is now as a snapshot commit (the
+//! person's index, branches and stash untouched), a clone that shares the
+//! repository's objects with its work tree at a snapshot, and the three-way
+//! merge of what a clone changed back onto the repository's work tree, worked
+//! out whole before anything is written. Every git here is [`super::command`]'s
+//! (no program of a repository's runs), with explicit directories; a clone's
+//! git directory is treated as written by the model.
+//!
+//! Blocking: callers run these on the blocking pool.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+/// Why a checkout could not be made or merged.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckoutError {
+    /// The folder is in no git repository.
+    #[error("{0} is not in a git repository")]
+    NoRepository(String),
+    /// The repository has no commit to start from.
+    #[error("the repository at {0} has no commits yet")]
+    NoCommits(String),
+    /// A branch name git would not take.
+    #[error("{0:?} is not a valid branch name")]
+    BranchName(String),
+    /// A git command failed.
+    #[error("git {command} in {dir}: {message}")]
+    Git {
+        /// The command, without its configuration.
+        command: String,
+        /// Where it ran.
+        dir: String,
+        /// Its error output's last line.
+        message: String,
+    },
+    /// A file could not be read or written.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Who the commits orchestrate makes are by, whatever the configuration says.
+const IDENTITY: [(&str, &str); 4] = [
+    ("GIT_AUTHOR_NAME", "orchestrate"),
+    ("GIT_AUTHOR_EMAIL", "orchestrate@localhost"),
+    ("GIT_COMMITTER_NAME", "orchestrate"),
+    ("GIT_COMMITTER_EMAIL", "orchestrate@localhost"),
+];
+
+/// Runs git `args` in `dir` with `env`; its output, or the error of a failure.
+fn git_bytes(dir: &Path, args: &[&str], env: &[(&str, &OsStr)]) -> Result<Vec<u8>, CheckoutError> {
+    let out = super::command(dir)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .output()?;
+    if out.status.success() {
+        return Ok(out.stdout);
+    }
+    Err(failed(dir, args, &out.stderr))
+}
+
+fn failed(dir: &Path, args: &[&str], stderr: &[u8]) -> CheckoutError {
+    let said = String::from_utf8_lossy(stderr);
+    CheckoutError::Git {
+        command: args.join(" "),
+        dir: dir.display().to_string(),
+        message: said.trim().lines().last().unwrap_or("failed").to_owned(),
+    }
+}
+
+/// As [`git_bytes`], its output as trimmed text.
+fn git(dir: &Path, args: &[&str], env: &[(&str, &OsStr)]) -> Result<String, CheckoutError> {
+    let out = git_bytes(dir, args, env)?;
+    Ok(String::from_utf8_lossy(&out).trim().to_owned())
+}
+
+/// Where a folder is in its repository.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Place {
+    /// The top of the work tree.
+    pub root: PathBuf,
+    /// The folder's path below it (empty at the top).
+    pub prefix: PathBuf,
+}
+
+/// The repository `dir` is in, and where in it.
+pub fn place(dir: &Path) -> Result<Place, CheckoutError> {
+    let found = git(dir, &["rev-parse", "--show-toplevel", "--show-prefix"], &[])
+        .map_err(|_| CheckoutError::NoRepository(dir.display().to_string()))?;
+    let mut lines = found.lines();
+    let root = PathBuf::from(lines.next().unwrap_or_default());
+    let prefix = PathBuf::from(lines.next().unwrap_or_default());
+    Ok(Place { root, prefix })
+}
+
+/// The work tree at `root` as it is now, as a commit on top of its `HEAD`:
+/// tracked files as they are on disk, untracked files that are not ignored
+/// included, ignored ones not. It is made with an index of its own in
+/// `scratch` (a folder of the caller's), so the repository's index, branches and
+/// stash are untouched; the commit is referenced by nothing.
+pub fn snapshot(root: &Path, scratch: &Path) -> Result<String, CheckoutError> {
+    let head = git(
+        root,
+        &["rev-parse", "--verify", "--quiet", "HEAD^{commit}"],
+        &[],
+    )
+    .map_err(|_| CheckoutError::NoCommits(root.display().to_string()))?;
+    std::fs::create_dir_all(scratch)?;
+    let index = scratch.join(format!("index.{}", crate::protocol::SessionId::new()));
+    let env = [("GIT_INDEX_FILE", index.as_os_str())];
+    let made = (|| {
+        git(root, &["read-tree", &head], &env)?;
+        git(root, &["add", "--all", "--", "."], &env)?;
+        let tree = git(root, &["write-tree"], &env)?;
+        let mut with_identity: Vec<(&str, &OsStr)> =
+            IDENTITY.iter().map(|(k, v)| (*k, OsStr::new(*v))).collect();
+        with_identity.extend(env);
+        git(
+            root,
+            &[
+                "commit-tree",
+                &tree,
+                "-p",
+                &head,
+                "-m",
+                "orchestrate: snapshot",
+            ],
+            &with_identity,
+        )
+    })();
+    let _ = std::fs::remove_file(&index);
+    made
+}
+
+/// A clone of the repository at `root` in `dest` (which must not exist yet)
+/// that shares its objects, with its work tree at `commit` (detached) and no
+/// remote: a clone's git cannot reach the repository it came from.
+pub fn clone(root: &Path, dest: &Path, commit: &str) -> Result<(), CheckoutError> {
+    let dest_text = dest.to_string_lossy();
+    let root_text = root.to_string_lossy();
+    git(
+        root,
+        &[
+            "clone",
+            "--quiet",
+            "--shared",
+            "--no-checkout",
+            "--",
+            &root_text,
+            &dest_text,
+        ],
+        &[],
+    )?;
+    git(dest, &["remote", "remove", "origin"], &[])?;
+    git(dest, &["checkout", "--quiet", "--detach", commit], &[])?;
+    Ok(())
+}
+
+/// Whether `name` is a branch name git takes.
+pub fn valid_branch(root: &Path, name: &str) -> bool {
+    !name.starts_with('-') && git(root, &["check-ref-format", "--branch", name], &[]).is_ok()
+}
+
+/// Fetches `commit` of the clone at `clone` into the repository at `root` as
+/// branch `branch` (checked first; every object checked as it arrives).
+pub fn fetch(root: &Path, clone: &Path, commit: &str, branch: &str) -> Result<(), CheckoutError> {
+    if !valid_branch(root, branch) {
+        return Err(CheckoutError::BranchName(branch.to_owned()));
+    }
+    // A ref in the clone to fetch by: git hands out only what a ref names.
+    let carried = "refs/orchestrate/result";
+    git(clone, &["update-ref", carried, commit], &[])?;
+    let clone_text = clone.to_string_lossy();
+    let refspec = format!("+{carried}:refs/heads/{branch}");
+    git(
+        root,
+        &[
+            "-c",
+            "transfer.fsckObjects=true",
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--",
+            &clone_text,
+            &refspec,
+        ],
+        &[],
+    )?;
+    Ok(())
+}
+
+/// One path a merge changes in the work tree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PathChange {
+    /// The path, from the top of the work tree.
+    pub path: String,
+    /// Its content after the merge; `None`: removed.
+    pub after: Option<Blob>,
+    /// Its content in the snapshot the merge was made against; `None`: absent.
+    /// The file must still be this when the change is written.
+    pub before: Option<Blob>,
+}
+
+/// A file's content in a tree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Blob {
+    /// The object.
+    pub oid: String,
+    /// Its mode (`100644`, `100755`, `120000` for a link).
+    pub mode: String,
+}
+
+/// What merging a clone's work back would do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MergePlan {
+    /// Nothing changed.
+    Nothing,
+    /// These paths change; no conflict.
+    Clean(Vec<PathChange>),
+    /// These paths conflict: nothing may be written.
+    Conflict(Vec<String>),
+}
+
+/// Works out the three-way merge of `theirs` (a commit of the repository at
+/// `root`) into `ours` (a snapshot of its work tree) against `base` (the
+/// snapshot the clone started from), without touching the work tree: the
+/// paths it changes, or the paths in conflict.
+pub fn plan_merge(
+    root: &Path,
+    base: &str,
+    ours: &str,
+    theirs: &str,
+) -> Result<MergePlan, CheckoutError> {
+    if tree_of(root, base)? == tree_of(root, theirs)? {
+        return Ok(MergePlan::Nothing);
+    }
+    let merge_base = format!("--merge-base={base}");
+    let args = [
+        "merge-tree",
+        "--write-tree",
+        "-z",
+        "--name-only",
+        "--no-messages",
+        &merge_base,
+        ours,
+        theirs,
+    ];
+    let out = super::command(root)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut parts = text.split('\0');
+    let tree = parts.next().unwrap_or_default().trim().to_owned();
+    match out.status.code() {
+        Some(0) => {}
+        Some(1) => {
+            let paths: Vec<String> = parts
+                .map(|p| p.trim_matches('\n').to_owned())
+                .filter(|p| !p.is_empty())
+                .collect();
+            return Ok(MergePlan::Conflict(paths));
+        }
+        _ => return Err(failed(root, &args, &out.stderr)),
+    }
+    let changes = changed(root, ours, &tree)?;
+    Ok(if changes.is_empty() {
+        MergePlan::Nothing
+    } else {
+        MergePlan::Clean(changes)
+    })
+}
+
+fn tree_of(root: &Path, commit: &str) -> Result<String, CheckoutError> {
+    git(
+        root,
+        &["rev-parse", "--verify", &format!("{commit}^{{tree}}")],
+        &[],
+    )
+}
+
+/// The paths whose content differs between trees `from` and `to`, each with
+/// its content in both.
+fn changed(root: &Path, from: &str, to: &str) -> Result<Vec<PathChange>, CheckoutError> {
+    let out = git_bytes(
+        root,
+        &[
+            "diff-tree",
+            "-r",
+            "-z",
+            "--no-renames",
+            "--no-ext-diff",
+            from,
+            to,
+        ],
+        &[],
+    )?;
+    // Records: ":<old mode> <new mode> <old oid> <new oid> <status>\0<path>\0".
+    let mut fields = out.split(|b| *b == 0).filter(|f| !f.is_empty());
+    let mut changes = Vec::new();
+    while let (Some(meta), Some(path)) = (fields.next(), fields.next()) {
+        let meta = String::from_utf8_lossy(meta);
+        let words: Vec<&str> = meta.trim_start_matches(':').split(' ').collect();
+        let [old_mode, new_mode, old_oid, new_oid, _status] = words[..] else {
+            continue;
+        };
+        let blob = |mode: &str, oid: &str| {
+            (mode != "000000").then(|| Blob {
+                oid: oid.to_owned(),
+                mode: mode.to_owned(),
+            })
+        };
+        changes.push(PathChange {
+            path: String::from_utf8_lossy(path).into_owned(),
+            before: blob(old_mode, old_oid),
+            after: blob(new_mode, new_oid),
+        });
+    }
+    Ok(changes)
+}
+
+/// The bytes of blob `oid`.
+pub fn read_blob(root: &Path, oid: &str) -> Result<Vec<u8>, CheckoutError> {
+    git_bytes(root, &["cat-file", "blob", oid], &[])
+}
+
+#[cfg(test)]
+mod tests;
