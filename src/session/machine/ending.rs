@@ -18,17 +18,21 @@ impl Machine {
             return;
         };
         run.cancelled = Some(seq);
-        match &run.phase {
-            Phase::Streaming { stream, .. } => {
-                let stream = *stream;
-                self.emit(Effect::CancelStream { stream });
-            }
-            Phase::Tools(turn) => {
-                let turn = turn.seq;
-                self.emit(Effect::CancelTools { turn });
-            }
-            Phase::Backoff { .. } | Phase::Starting => self.end_cancelled(now),
+        if !self.cut_current() {
+            self.end_cancelled(now);
         }
+    }
+
+    /// Cuts what the run is doing now (its stream, or its running tool calls),
+    /// to end once that is back; `false` when it is between them.
+    fn cut_current(&mut self) -> bool {
+        let cut = match self.run.as_ref().map(|r| &r.phase) {
+            Some(Phase::Streaming { stream, .. }) => Effect::CancelStream { stream: *stream },
+            Some(Phase::Tools(turn)) => Effect::CancelTools { turn: turn.seq },
+            Some(Phase::Backoff { .. } | Phase::Starting) | None => return false,
+        };
+        self.emit(cut);
+        true
     }
 
     /// The run is to stop, for `reason` (someone asked; a budget ran out): it
@@ -57,16 +61,8 @@ impl Machine {
             return;
         }
         run.timed_out = true;
-        match &run.phase {
-            Phase::Streaming { stream, .. } => {
-                let stream = *stream;
-                self.emit(Effect::CancelStream { stream });
-            }
-            Phase::Tools(turn) => {
-                let turn = turn.seq;
-                self.emit(Effect::CancelTools { turn });
-            }
-            Phase::Backoff { .. } | Phase::Starting => self.end_halted(now),
+        if !self.cut_current() {
+            self.end_halted(now);
         }
     }
 
