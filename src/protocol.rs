@@ -305,6 +305,11 @@ pub enum EventKind {
         /// the call's arguments hold, so its result does not repeat it).
         #[serde(default)]
         created: bool,
+        /// The diff is held whole elsewhere in the session's journal (the
+        /// call's result, or for a created file its arguments), so the
+        /// journal's copy of this event leaves it out. Not serialized.
+        #[serde(skip)]
+        held: bool,
     },
     /// A tool call ended.
     ToolFinished {

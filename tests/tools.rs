@@ -212,6 +212,7 @@ async fn an_edit_publishes_its_diff() {
                 path,
                 diff,
                 created: false,
+                ..
             } => Some((call_id.clone(), path.clone(), diff.clone())),
             _ => None,
         })

@@ -74,11 +74,15 @@ where
                 .then(|| runs::spent_so_far(&state, &run));
             let mut cli = cli;
             if let (Some(_), Some(limits)) = (&carried, lead.limits) {
-                cli.max_cost = cli.max_cost.or(limits.max_cost_usd);
-                cli.max_tokens = cli.max_tokens.or(limits.max_tokens);
+                // What the journal says is taken only where the flags would
+                // have taken it (a positive amount).
+                let cost = limits.max_cost_usd.filter(|c| c.is_finite() && *c > 0.0);
+                cli.max_cost = cli.max_cost.or(cost);
+                cli.max_tokens = cli.max_tokens.or(limits.max_tokens.filter(|t| *t > 0));
+                let timeout = limits.timeout_ms.filter(|t| *t > 0);
                 cli.timeout = cli
                     .timeout
-                    .or(limits.timeout_ms.map(std::time::Duration::from_millis));
+                    .or(timeout.map(std::time::Duration::from_millis));
             }
             let lead = Lead::Resume {
                 run: run.id,

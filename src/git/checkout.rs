@@ -9,6 +9,7 @@
 //! Blocking: callers run these on the blocking pool.
 
 use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// Why a checkout could not be made or merged.
@@ -171,7 +172,9 @@ pub fn fetch(root: &Path, clone: &Path, commit: &str, branch: &str) -> Result<()
     let carried = "refs/orchestrate/result";
     git(clone, &["update-ref", carried, commit], &[])?;
     let clone_text = clone.to_string_lossy();
-    let refspec = format!("+{carried}:refs/heads/{branch}");
+    // Not forced: a branch of that name that holds other work is refused, not
+    // moved.
+    let refspec = format!("{carried}:refs/heads/{branch}");
     git(
         root,
         &[
@@ -193,8 +196,8 @@ pub fn fetch(root: &Path, clone: &Path, commit: &str, branch: &str) -> Result<()
 /// One path a merge changes in the work tree.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PathChange {
-    /// The path, from the top of the work tree.
-    pub path: String,
+    /// The path, from the top of the work tree, as git names it (any bytes).
+    pub path: PathBuf,
     /// Its content after the merge; `None`: removed.
     pub after: Option<Blob>,
     /// Its content in the snapshot the merge was made against; `None`: absent.
@@ -219,7 +222,7 @@ pub enum MergePlan {
     /// These paths change; no conflict.
     Clean(Vec<PathChange>),
     /// These paths conflict: nothing may be written.
-    Conflict(Vec<String>),
+    Conflict(Vec<PathBuf>),
 }
 
 /// Works out the three-way merge of `theirs` (a commit of the repository at
@@ -250,15 +253,18 @@ pub fn plan_merge(
         .args(args)
         .stdin(std::process::Stdio::null())
         .output()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut parts = text.split('\0');
-    let tree = parts.next().unwrap_or_default().trim().to_owned();
+    // "<tree>\0" (or "<tree>\n" when clean), then each conflicted path and
+    // "\0"; paths are bytes, taken as they are.
+    let mut parts = out.stdout.split(|b| *b == 0);
+    let tree = String::from_utf8_lossy(parts.next().unwrap_or_default())
+        .trim()
+        .to_owned();
     match out.status.code() {
         Some(0) => {}
         Some(1) => {
-            let paths: Vec<String> = parts
-                .map(|p| p.trim_matches('\n').to_owned())
+            let paths: Vec<PathBuf> = parts
                 .filter(|p| !p.is_empty())
+                .map(|p| PathBuf::from(std::ffi::OsStr::from_bytes(p)))
                 .collect();
             return Ok(MergePlan::Conflict(paths));
         }
@@ -312,7 +318,7 @@ fn changed(root: &Path, from: &str, to: &str) -> Result<Vec<PathChange>, Checkou
             })
         };
         changes.push(PathChange {
-            path: String::from_utf8_lossy(path).into_owned(),
+            path: PathBuf::from(std::ffi::OsStr::from_bytes(path)),
             before: blob(old_mode, old_oid),
             after: blob(new_mode, new_oid),
         });

@@ -7,9 +7,9 @@
 //! session's events land in its journal in the order it published them, among
 //! its own records: a turn's last `turn_finished` before the run's terminal
 //! record, and so under the sync that makes the terminal record durable. (A
-//! recorder subscribed to the bus fell behind at ten thousand sub-agents, wrote
-//! those events after the terminal record's sync, and left every journal to be
-//! synced once more.)
+//! recorder subscribed to the bus would fall behind at ten thousand sub-agents,
+//! write those events after the terminal record's sync, and leave every journal
+//! to be synced once more.)
 //!
 //! It does not own durability: the transcript records a resumed session needs are
 //! appended by the session itself and synced at its turn boundaries, where it can
@@ -25,7 +25,6 @@ use serde::Serialize;
 use super::{Elided, Journal};
 use crate::events::Keeper;
 use crate::protocol::{Event, EventKind};
-use crate::tools::MAX_RESULT_BYTES;
 
 /// Appends one session's lifecycle events to its journal, once it has one.
 #[derive(Debug)]
@@ -93,15 +92,11 @@ struct EventLine<'a> {
     elided: Option<Elided>,
 }
 
-/// Room in a result for what a tool says before its diff.
-const SUMMARY_ROOM: usize = 8 * 1024;
-
 /// The journal's copy of an event that repeats what the session's messages
 /// hold, without it, and what it left out; `None` for an event kept whole.
 /// A call's arguments are in the assistant message that made it; a turn's text
-/// is that message's; a created file's diff is the call's content; any other
-/// diff is in the call's result, unless it is too long for a result to hold
-/// whole.
+/// is that message's; a diff the session marked as held is in the call's
+/// result, or for a created file is the call's content.
 fn lean(kind: &EventKind) -> Option<(EventKind, Elided)> {
     let elided = |field: &str, text: &str| Elided {
         field: field.to_owned(),
@@ -141,17 +136,17 @@ fn lean(kind: &EventKind) -> Option<(EventKind, Elided)> {
             path,
             diff,
             created,
-        } if !diff.is_empty() && (*created || diff.len() + SUMMARY_ROOM <= MAX_RESULT_BYTES) => {
-            Some((
-                EventKind::FileChanged {
-                    call_id: call_id.clone(),
-                    path: path.clone(),
-                    diff: String::new(),
-                    created: *created,
-                },
-                elided("diff", diff),
-            ))
-        }
+            held,
+        } if *held && !diff.is_empty() => Some((
+            EventKind::FileChanged {
+                call_id: call_id.clone(),
+                path: path.clone(),
+                diff: String::new(),
+                created: *created,
+                held: true,
+            },
+            elided("diff", diff),
+        )),
         _ => None,
     }
 }
@@ -243,25 +238,22 @@ mod tests {
             cost_usd: None,
         });
         assert_eq!(elided.unwrap().field, "text");
-        let change = |diff: String, created| EventKind::FileChanged {
+        let change = |diff: &str, held| EventKind::FileChanged {
             call_id: "c1".into(),
             path: "a.txt".into(),
-            diff,
-            created,
+            diff: diff.into(),
+            created: false,
+            held,
         };
-        let (kind, elided) = kept(change("-a\n+b\n".into(), false));
-        assert_eq!(kind, change(String::new(), false));
+        let (kind, elided) = kept(change("-a\n+b\n", true));
+        // (`held` is not kept: it only decides what the journal keeps.)
+        assert_eq!(kind, change("", false));
         assert_eq!(elided.unwrap().bytes, 6);
-        // Too long for a result to hold whole: the journal keeps it, unless the
-        // file was created (its content is the call's).
-        let long = "+x\n".repeat(MAX_RESULT_BYTES / 3);
+        // Held nowhere else (a result cut short, a call cut off after its
+        // write): the journal keeps it.
         assert_eq!(
-            kept(change(long.clone(), false)),
-            (change(long.clone(), false), None)
-        );
-        assert_eq!(
-            kept(change(long.clone(), true)).0,
-            change(String::new(), true)
+            kept(change("-a\n+b\n", false)),
+            (change("-a\n+b\n", false), None)
         );
         // Nothing to leave out: the event as published.
         let queued = EventKind::PromptQueued { waiting: 1 };

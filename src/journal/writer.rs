@@ -10,7 +10,7 @@
 //! sync asks for its own file only: a file whose session did not ask stays due
 //! until it does (or until a sync of everything), so a fan-out's journals are
 //! each synced for their own sessions and not at every other session's turn
-//! boundary (five `fdatasync`s per sub-agent became two or three). A turn
+//! boundary (two or three `fdatasync`s per sub-agent, not five). A turn
 //! boundary's request may wait up to [`SOON`] for its session's next sync, which
 //! then covers it in one `fdatasync` (one per sub-agent of a fan-out: its end).
 

@@ -142,7 +142,11 @@ pub(super) fn sessions(state: &StateDir) -> Sessions {
             .and_then(|id| indexed.entries.get(&id))
             .filter(|known| Some(known.stamp) == stamp);
         match known {
-            Some(known) => found.entries.push(known.clone()),
+            // Its name is the folder's, whatever the index says.
+            Some(known) => found.entries.push(Entry {
+                file: entry.file_name().to_string_lossy().into_owned(),
+                ..known.clone()
+            }),
             None => match (stamp, summarize(&path)) {
                 (Some(stamp), Ok(Some(summary))) => {
                     let file = entry.file_name().to_string_lossy().into_owned();

@@ -125,6 +125,13 @@ fn unsupported(
         } else {
             ""
         };
+        // A key is the file's: shown quoted when it holds a line break or
+        // another control character, so it cannot pass for a line of ours.
+        let key = if key.chars().any(char::is_control) {
+            format!("{key:?}")
+        } else {
+            key.to_owned()
+        };
         format!(
             "{}: {key} is not supported yet and is ignored{effect}",
             path.display()

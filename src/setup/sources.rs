@@ -110,10 +110,15 @@ impl Sources {
         if let Some(home) = &home {
             settings.extend(read(home.join(".claude/settings.json"), Origin::User)?);
         }
-        settings.extend(read(
-            workspace.join(".claude/settings.json"),
-            Origin::Workspace,
-        )?);
+        // A workspace that is the home folder has one settings file, the
+        // person's, not a second copy of the workspace's.
+        let shared = workspace.join(".claude/settings.json");
+        let same_file = |a: &Path, b: &Path| matches!((a.canonicalize(), b.canonicalize()), (Ok(a), Ok(b)) if a == b);
+        let is_users = (home.as_ref())
+            .is_some_and(|home| same_file(&home.join(".claude/settings.json"), &shared));
+        if !is_users {
+            settings.extend(read(shared, Origin::Workspace)?);
+        }
         settings.extend(read(
             workspace.join(".claude/settings.local.json"),
             Origin::Workspace,

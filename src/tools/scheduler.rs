@@ -37,6 +37,14 @@ pub fn plan(calls: &[Concurrency]) -> Vec<Batch> {
                     });
                 }
             },
+            // A call that names no resource may touch anything.
+            Concurrency::Unsafe { resources } if resources.is_empty() => {
+                touched = Some(vec!["*"]);
+                batches.push(Batch {
+                    calls: vec![i],
+                    parallel: false,
+                });
+            }
             Concurrency::Unsafe { resources } => match (batches.last_mut(), touched.as_mut()) {
                 (Some(b), Some(touched)) if disjoint(touched, resources) => {
                     b.calls.push(i);
@@ -310,6 +318,10 @@ mod tests {
             on("e.txt"),
             unsafe_(),
             on("f.txt"),
+            Concurrency::Unsafe {
+                resources: Vec::new(),
+            },
+            on("g.txt"),
         ];
         let batches: Vec<(Vec<usize>, bool)> = (plan(&calls).into_iter())
             .map(|b| (b.calls, b.parallel))
@@ -323,6 +335,8 @@ mod tests {
                 (vec![5, 6], true),
                 (vec![7], false),
                 (vec![8], false),
+                (vec![9], false),
+                (vec![10], false),
             ]
         );
     }

@@ -128,7 +128,12 @@ fn apply(root: &Path, plan: &MergePlan) {
             .before
             .as_ref()
             .map(|b| read_blob(root, &b.oid).unwrap());
-        assert_eq!(now, before, "{} changed under the merge", change.path);
+        assert_eq!(
+            now,
+            before,
+            "{} changed under the merge",
+            change.path.display()
+        );
         match &change.after {
             Some(blob) => std::fs::write(&path, read_blob(root, &blob.oid).unwrap()).unwrap(),
             None => std::fs::remove_file(&path).unwrap(),
@@ -219,7 +224,7 @@ fn two_writers_of_one_line_merge_once_and_the_other_is_a_conflict_left_on_its_br
         &base,
         "orchestrate/run/second",
     );
-    assert_eq!(plan, MergePlan::Conflict(vec!["lib.rs".to_owned()]));
+    assert_eq!(plan, MergePlan::Conflict(vec![PathBuf::from("lib.rs")]));
     assert_eq!(
         read(&root.join("lib.rs")),
         merged,
@@ -228,6 +233,11 @@ fn two_writers_of_one_line_merge_once_and_the_other_is_a_conflict_left_on_its_br
     assert!(!merged.contains("<<<<<<<"));
     let kept = plain(root, &["show", "orchestrate/run/second:lib.rs"]);
     assert!(kept.contains("    222"), "{kept}");
+    // A branch of that name holding other work is refused, not moved.
+    let other = snapshot(&first, &scratch.path().join("again")).unwrap();
+    assert!(fetch(root, &first, &other, "orchestrate/run/second").is_err());
+    let still = plain(root, &["show", "orchestrate/run/second:lib.rs"]);
+    assert_eq!(still, kept);
 }
 
 #[test]

@@ -274,6 +274,7 @@ fn the_files_a_run_changed_are_listed_with_lines_added_and_removed() {
                 path: path.into(),
                 diff: diff.into(),
                 created: false,
+                held: false,
             },
         )
     };
