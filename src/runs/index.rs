@@ -258,9 +258,9 @@ fn write_index(folder: &Path, indexed: &Indexed, entries: &[Entry]) {
     for (run, mut journals) in by_run {
         let unchanged = indexed.files.get(&run).is_some_and(|held| {
             held.len() == journals.len()
-                && journals
-                    .iter()
-                    .all(|e| indexed.entries.get(&e.session) == Some(*e))
+                && journals.iter().all(|e| {
+                    held.contains(&e.session) && indexed.entries.get(&e.session) == Some(*e)
+                })
         });
         if unchanged {
             continue;
