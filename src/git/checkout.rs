@@ -98,7 +98,9 @@ pub fn place(dir: &Path) -> Result<Place, CheckoutError> {
 /// tracked files as they are on disk, untracked files that are not ignored
 /// included, ignored ones not. It is made with an index of its own in
 /// `scratch` (a folder of the caller's), so the repository's index, branches and
-/// stash are untouched; the commit is referenced by nothing.
+/// stash are untouched; the commit is referenced by nothing. That index starts
+/// as a copy of the repository's, whose record of each file's size and time
+/// spares reading the files that did not change (without one, from `HEAD`).
 pub fn snapshot(root: &Path, scratch: &Path) -> Result<String, CheckoutError> {
     let head = git(
         root,
@@ -110,7 +112,10 @@ pub fn snapshot(root: &Path, scratch: &Path) -> Result<String, CheckoutError> {
     let index = scratch.join(format!("index.{}", crate::protocol::SessionId::new()));
     let env = [("GIT_INDEX_FILE", index.as_os_str())];
     let made = (|| {
-        git(root, &["read-tree", &head], &env)?;
+        let own = git(root, &["rev-parse", "--git-path", "index"], &[])?;
+        if std::fs::copy(root.join(own), &index).is_err() {
+            git(root, &["read-tree", &head], &env)?;
+        }
         git(root, &["add", "--all", "--", "."], &env)?;
         let tree = git(root, &["write-tree"], &env)?;
         let mut with_identity: Vec<(&str, &OsStr)> =

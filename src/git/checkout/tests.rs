@@ -59,6 +59,10 @@ fn a_snapshot_holds_the_work_tree_as_it_is_and_touches_nothing() {
     std::fs::write(root.join("build.log"), "ignored\n").unwrap();
     std::fs::write(root.join("staged.rs"), "staged\n").unwrap();
     plain(root, &["add", "staged.rs"]);
+    // Staged, then changed again: the file as it is on disk counts.
+    std::fs::write(root.join(".gitignore"), "*.log\n# staged\n").unwrap();
+    plain(root, &["add", ".gitignore"]);
+    std::fs::write(root.join(".gitignore"), "*.log\n# on disk\n").unwrap();
     let before = untouched_state(root);
     let scratch = tempfile::tempdir().unwrap();
     let snap = snapshot(root, scratch.path()).unwrap();
@@ -70,6 +74,15 @@ fn a_snapshot_holds_the_work_tree_as_it_is_and_touches_nothing() {
         [".gitignore", "lib.rs", "new.rs", "staged.rs"]
     );
     assert_eq!(plain(root, &["show", &format!("{snap}:lib.rs")]), "changed");
+    let ignore = plain(root, &["show", &format!("{snap}:.gitignore")]);
+    assert_eq!(ignore, "*.log\n# on disk");
+    // A repository whose index is gone snapshots from HEAD all the same.
+    std::fs::remove_file(root.join(".git/index")).unwrap();
+    let again = snapshot(root, scratch.path()).unwrap();
+    assert_eq!(
+        plain(root, &["rev-parse", &format!("{again}^{{tree}}")]),
+        plain(root, &["rev-parse", &format!("{snap}^{{tree}}")])
+    );
     assert_eq!(
         plain(root, &["rev-parse", &format!("{snap}^")]),
         plain(root, &["rev-parse", "HEAD"])
