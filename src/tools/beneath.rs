@@ -8,6 +8,7 @@
 
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
@@ -111,6 +112,32 @@ impl Beneath {
             let _ = rustix::fs::unlinkat(&dir, &tmp, rustix::fs::AtFlags::empty());
         }
         written
+    }
+
+    /// Removes the file at `path` (absolute, in the workspace; not a folder),
+    /// from a descriptor of its folder opened beneath the workspace.
+    pub(crate) fn remove(&self, path: &Path) -> std::io::Result<()> {
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(std::io::Error::other("not a file's path"));
+        };
+        let dir = self.open(parent, OFlags::PATH | OFlags::DIRECTORY, Mode::empty())?;
+        self.not_led_into_protected(path, &self.landed(&dir)?.join(name))?;
+        rustix::fs::unlinkat(&dir, name, rustix::fs::AtFlags::empty())?;
+        Ok(())
+    }
+
+    /// Makes the file at `path` executable (by whoever may read it) or not,
+    /// from a descriptor of the file opened beneath the workspace.
+    pub(crate) fn set_executable(&self, path: &Path, executable: bool) -> std::io::Result<()> {
+        let file = self.read(path)?;
+        let mode = file.metadata()?.permissions().mode() & 0o7777;
+        let mode = if executable {
+            mode | ((mode & 0o444) >> 2)
+        } else {
+            mode & !0o111
+        };
+        rustix::fs::fchmod(&file, Mode::from_raw_mode(mode))?;
+        Ok(())
     }
 
     /// The folder `dir` (absolute, in the workspace), made with its missing

@@ -81,6 +81,37 @@ impl FileState {
         .map_err(|e| ToolError::Failed(format!("the {what} was interrupted: {e}")))?
     }
 
+    /// Runs `write` on the blocking pool holding the write locks of every path
+    /// of `paths` (canonical), taken in path order so that two such writers
+    /// cannot each wait for the other; as [`FileState::locked`] otherwise.
+    pub(crate) async fn locked_all<T: Send + 'static>(
+        self: &Arc<Self>,
+        paths: &[PathBuf],
+        what: &str,
+        write: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+    ) -> Result<T, ToolError> {
+        let mut paths = paths.to_vec();
+        paths.sort();
+        paths.dedup();
+        let mut guards = Vec::with_capacity(paths.len());
+        for path in &paths {
+            guards.push(self.lock(path).await);
+        }
+        let state = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let done = write();
+            drop(guards);
+            for path in &paths {
+                state
+                    .locks
+                    .remove_if(path, |_, mutex| Arc::strong_count(mutex) == 1);
+            }
+            done
+        })
+        .await
+        .map_err(|e| ToolError::Failed(format!("the {what} was interrupted: {e}")))?
+    }
+
     /// Takes the write lock of `path`, waiting for other writers.
     async fn lock(&self, path: &Path) -> OwnedMutexGuard<()> {
         let mutex = self.locks.entry(path.to_owned()).or_default().clone();

@@ -1,0 +1,154 @@
+use std::path::Path;
+
+use super::*;
+use crate::git::checkout::{clone, fetch, plan_merge, snapshot};
+
+/// Plain `git args` in `dir` for a test's set-up.
+fn plain(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A repository (canonical path) with `lib.rs`, `gone.rs` and `agents/a.md`
+/// committed, and a clone of its work tree: (repository, scratch, clone, base).
+fn set_up() -> (tempfile::TempDir, tempfile::TempDir, PathBuf, String) {
+    let repo = tempfile::tempdir().unwrap();
+    let root = repo.path();
+    plain(root, &["init", "-q", "-b", "main"]);
+    std::fs::create_dir(root.join("agents")).unwrap();
+    std::fs::write(root.join("agents/a.md"), "a role\n").unwrap();
+    std::fs::write(root.join("lib.rs"), "one\ntwo\nthree\n").unwrap();
+    std::fs::write(root.join("gone.rs"), "to remove\n").unwrap();
+    plain(root, &["add", "."]);
+    plain(root, &["commit", "-q", "-m", "first"]);
+    let scratch = tempfile::tempdir().unwrap();
+    let base = snapshot(root, &scratch.path().join("s")).unwrap();
+    let dest = scratch.path().join("clone");
+    clone(root, &dest, &base).unwrap();
+    (repo, scratch, dest, base)
+}
+
+/// The plan of merging `clone`'s work back into `root`.
+fn plan(root: &Path, scratch: &Path, clone: &Path, base: &str) -> MergePlan {
+    let theirs = snapshot(clone, &scratch.join("t")).unwrap();
+    fetch(root, clone, &theirs, "orchestrate/run/a").unwrap();
+    let ours = snapshot(root, &scratch.join("o")).unwrap();
+    plan_merge(root, base, &ours, &theirs).unwrap()
+}
+
+fn private() -> Arc<[PathBuf]> {
+    Arc::from(Vec::new())
+}
+
+#[tokio::test]
+async fn a_clean_plan_is_written_whole_with_modes_and_removals() {
+    let (repo, scratch, dest, base) = set_up();
+    let root = repo.path().canonicalize().unwrap();
+    std::fs::write(dest.join("lib.rs"), "one\n2\nthree\nfour\n").unwrap();
+    std::fs::remove_file(dest.join("gone.rs")).unwrap();
+    std::fs::create_dir(dest.join("bin")).unwrap();
+    std::fs::write(dest.join("bin/run.sh"), "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(
+        dest.join("bin/run.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let plan = plan(&root, scratch.path(), &dest, &base);
+    let files = Arc::new(FileState::default());
+    let merged = apply(&files, &root, private(), plan).await.unwrap();
+    let Merged::Merged {
+        files: written,
+        added,
+        removed,
+    } = merged
+    else {
+        panic!("{merged:?}")
+    };
+    let mut written = written;
+    written.sort();
+    assert_eq!(
+        written,
+        [
+            PathBuf::from("bin/run.sh"),
+            "gone.rs".into(),
+            "lib.rs".into()
+        ]
+    );
+    assert_eq!((added, removed), (3, 2));
+    assert_eq!(
+        std::fs::read_to_string(root.join("lib.rs")).unwrap(),
+        "one\n2\nthree\nfour\n"
+    );
+    assert!(!root.join("gone.rs").exists());
+    let mode = std::fs::metadata(root.join("bin/run.sh"))
+        .unwrap()
+        .permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o111,
+        0o111
+    );
+    // Uncommitted: the person's index and history are theirs.
+    assert_eq!(plain(&root, &["log", "--oneline"]).lines().count(), 1);
+    assert_eq!(files.retained().0, 0, "no lock is left behind");
+}
+
+#[tokio::test]
+async fn a_file_changed_since_the_plan_or_a_protected_one_stops_the_whole_merge() {
+    let (repo, scratch, dest, base) = set_up();
+    let root = repo.path().canonicalize().unwrap();
+    std::fs::write(dest.join("lib.rs"), "one\n2\nthree\n").unwrap();
+    std::fs::write(dest.join("new.rs"), "new\n").unwrap();
+    let planned = plan(&root, scratch.path(), &dest, &base);
+    // The person edits lib.rs after the plan was worked out.
+    std::fs::write(root.join("lib.rs"), "mine\n").unwrap();
+    let files = Arc::new(FileState::default());
+    let merged = apply(&files, &root, private(), planned).await.unwrap();
+    assert_eq!(
+        merged,
+        Merged::Conflict {
+            files: vec!["lib.rs".into()]
+        }
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("lib.rs")).unwrap(),
+        "mine\n"
+    );
+    assert!(
+        !root.join("new.rs").exists(),
+        "nothing of the merge was written"
+    );
+
+    // A role file changed in the clone is not brought into the person's tree.
+    let (repo, scratch, dest, base) = set_up();
+    let root = repo.path().canonicalize().unwrap();
+    std::fs::write(dest.join("agents/a.md"), "a role, rewritten\n").unwrap();
+    std::fs::write(dest.join("lib.rs"), "one\n2\nthree\n").unwrap();
+    let planned = plan(&root, scratch.path(), &dest, &base);
+    let merged = apply(&files, &root, private(), planned).await.unwrap();
+    assert_eq!(
+        merged,
+        Merged::Conflict {
+            files: vec!["agents/a.md".into()]
+        }
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("agents/a.md")).unwrap(),
+        "a role\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("lib.rs")).unwrap(),
+        "one\ntwo\nthree\n"
+    );
+}
