@@ -136,6 +136,9 @@ pub enum RunError {
         /// How many it names.
         count: usize,
     },
+    /// The run's journal cannot be read.
+    #[error("{0}")]
+    Unreadable(JournalError),
 }
 
 /// Every run of the workspace whose state is `state`, newest first. Journals
@@ -328,7 +331,24 @@ pub fn find(state: &StateDir, prefix: Option<&str>) -> Result<Run, RunError> {
                 .filter(|id| id.to_string().starts_with(prefix))
                 .collect();
             match matching.as_slice() {
-                [] => return Err(RunError::Unknown(prefix.to_owned())),
+                // A journal of that name that could not be read says why.
+                [] => {
+                    let named = |e: &JournalError| {
+                        let path = match e {
+                            JournalError::Io { path, .. }
+                            | JournalError::Corrupt { path, .. }
+                            | JournalError::Headless { path }
+                            | JournalError::Newer { path, .. } => path,
+                        };
+                        (path.file_name().and_then(|n| n.to_str()))
+                            .is_some_and(|name| !prefix.is_empty() && name.starts_with(prefix))
+                    };
+                    let mut unreadable = sessions.unreadable;
+                    return Err(match unreadable.iter().position(named) {
+                        Some(at) => RunError::Unreadable(unreadable.swap_remove(at)),
+                        None => RunError::Unknown(prefix.to_owned()),
+                    });
+                }
                 [id] => *id,
                 _ => {
                     return Err(RunError::Ambiguous {
@@ -339,13 +359,16 @@ pub fn find(state: &StateDir, prefix: Option<&str>) -> Result<Run, RunError> {
             }
         }
     };
-    let journals = runs[&id]
-        .iter()
-        .filter_map(|e| {
-            let path = state.sessions().join(&e.file);
-            read_journal(&path).ok().map(|read| (path, read))
-        })
-        .collect();
+    let mut journals = Vec::new();
+    for entry in &runs[&id] {
+        let path = state.sessions().join(&entry.file);
+        match read_journal(&path) {
+            Ok(read) => journals.push((path, read)),
+            // The lead's is the run: without it there is nothing to show.
+            Err(e) if entry.session == id => return Err(RunError::Unreadable(e)),
+            Err(_) => {}
+        }
+    }
     let (found, _) = runs_of(state, journals);
     found
         .into_iter()

@@ -505,6 +505,22 @@ mod tests {
     }
 
     #[test]
+    fn a_run_whose_journal_cannot_be_read_is_named_with_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let (state, _, second) = two_runs(dir.path());
+        let journal = state.journal(second);
+        let text = std::fs::read_to_string(&journal).unwrap();
+        let newer = format!("\"format\":{}", crate::journal::FORMAT + 1);
+        let text = text.replacen(&format!("\"format\":{}", crate::journal::FORMAT), &newer, 1);
+        std::fs::write(&journal, text).unwrap();
+        let prefix = second.to_string()[..30].to_owned();
+        let err = crate::runs::find(&state, Some(&prefix))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("written by a newer orchestrate"), "{err}");
+    }
+
+    #[test]
     fn a_run_is_found_by_a_prefix_of_its_id_through_the_index() {
         let dir = tempfile::tempdir().unwrap();
         let (state, first, second) = two_runs(dir.path());

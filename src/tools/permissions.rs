@@ -255,13 +255,21 @@ pub fn always_rules(
     }
 }
 
-/// Remembers "always" answers, per session, as the rules they allow.
+/// Remembers "always" answers, per session, as the rules they allow; and
+/// puts questions one at a time, so that an "always" covers the calls that
+/// were waiting to ask the same.
 #[derive(Debug, Default)]
 pub struct Remembered {
     always: Mutex<Vec<(SessionId, crate::tools::rules::Rule)>>,
+    asking: tokio::sync::Mutex<()>,
 }
 
 impl Remembered {
+    /// The turn to ask a person: held while a question waits for its answer.
+    pub(crate) async fn turn_to_ask(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.asking.lock().await
+    }
+
     /// Whether a person already said "always" in this session to what allows
     /// this call.
     pub fn allows(&self, session: SessionId, tool: &str, input: &serde_json::Value) -> bool {
@@ -448,6 +456,12 @@ impl Gate {
                     events.publish(crate::protocol::EventKind::AwaitingPermission {
                         tool: tool.to_owned(),
                     });
+                }
+                // One question at a time: one answered "always" while this
+                // call waited its turn covers it.
+                let _turn = self.remembered.turn_to_ask().await;
+                if !asked_by_rule && self.remembered.allows(session, tool, input) {
+                    return Ok(());
                 }
                 match self.approver.ask(request.clone()).await {
                     Answer::Yes => Ok(()),

@@ -181,3 +181,63 @@ fn a_protected_path_is_told_from_where_the_path_leads() {
         &ws
     ));
 }
+
+/// Answers "always" to each question once let: a person slow to answer.
+#[derive(Debug)]
+struct SlowAlways {
+    asked: std::sync::atomic::AtomicUsize,
+    answers: tokio::sync::Semaphore,
+}
+
+impl Approver for SlowAlways {
+    fn ask(&self, _request: PermissionRequest) -> BoxFuture<'_, Answer> {
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async {
+            self.answers.acquire().await.unwrap().forget();
+            Answer::Always
+        })
+    }
+}
+
+#[tokio::test]
+async fn an_always_answer_covers_the_calls_that_waited_to_ask() {
+    use std::sync::atomic::Ordering;
+    let approver = std::sync::Arc::new(SlowAlways {
+        asked: Default::default(),
+        answers: tokio::sync::Semaphore::new(0),
+    });
+    let gate = Gate {
+        mode: PermissionMode::Default,
+        agent: "coder".into(),
+        approver: approver.clone(),
+        remembered: std::sync::Arc::default(),
+        events: None,
+        bash_rules: std::sync::Arc::from(Vec::new()),
+        role_deny: std::sync::Arc::from(Vec::new()),
+        rules: std::sync::Arc::default(),
+        saver: None,
+    };
+    let (_dir, ctx) = crate::tools::test_context();
+    let write = |file: &str| serde_json::json!({"file_path": file, "content": "x"});
+    let (first, second) = (write("a.txt"), write("b.txt"));
+    // Both calls want a question at once; the person answers the first only
+    // once it is asked, then no more.
+    let answer = async {
+        while approver.asked.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        approver.answers.add_permits(1);
+    };
+    let both = async {
+        tokio::join!(
+            gate.check(&ctx, "Write", false, &first),
+            gate.check(&ctx, "Write", false, &second),
+            answer
+        )
+    };
+    let (a, b, ()) = tokio::time::timeout(std::time::Duration::from_secs(10), both)
+        .await
+        .expect("a call waited for an answer that never came");
+    assert!(a.is_ok() && b.is_ok());
+    assert_eq!(approver.asked.load(Ordering::SeqCst), 1);
+}
