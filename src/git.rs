@@ -117,25 +117,29 @@ fn filter_drivers(dir: &Path) -> Vec<String> {
     drivers
 }
 
+/// Plain `git args` in `dir` for a test's set-up: an identity, and no
+/// configuration of the machine's; its output, trimmed.
+#[cfg(test)]
+pub(crate) fn plain(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Runs `git args` in `dir` as set up, for the tests' own set-up.
-    fn plain(dir: &Path, args: &[&str]) {
-        let done = std::process::Command::new("git")
-            .current_dir(dir)
-            .args(args)
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .output()
-            .unwrap();
-        assert!(
-            done.status.success(),
-            "{}",
-            String::from_utf8_lossy(&done.stderr)
-        );
-    }
 
     #[test]
     fn a_repositorys_planted_programs_never_run_through_orchestrates_git() {

@@ -2,24 +2,7 @@ use std::path::Path;
 
 use super::*;
 use crate::git::checkout::{clone, fetch, plan_merge, snapshot};
-
-/// Plain `git args` in `dir` for a test's set-up.
-fn plain(dir: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .current_dir(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-        .args(args)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
+use crate::git::plain;
 
 /// A repository (canonical path) with `lib.rs`, `gone.rs` and `agents/a.md`
 /// committed, and a clone of its work tree: (repository, scratch, clone, base).

@@ -1,25 +1,7 @@
 use std::path::Path;
 
 use super::*;
-
-/// Runs plain `git args` in `dir` for a test's set-up, with an identity and no
-/// configuration of the machine's.
-fn plain(dir: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .current_dir(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-        .args(args)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
+use crate::git::plain;
 
 /// A repository with one commit: `lib.rs` of three functions, and `*.log` ignored.
 fn repository() -> tempfile::TempDir {
