@@ -60,6 +60,12 @@ impl Tool for Edit {
         false
     }
 
+    /// A cancel stops a write still waiting for its file; one begun is quick
+    /// and is waited for, so what it changed is reported.
+    fn ends_on_cancel(&self) -> bool {
+        true
+    }
+
     fn concurrency(&self, input: &Value) -> Concurrency {
         super::unsafe_on_path(input)
     }
@@ -78,7 +84,7 @@ impl Tool for Edit {
             let beneath = ctx.beneath();
             let files_state = ctx.files.clone();
             ctx.files
-                .locked(&path.clone(), "edit", move || {
+                .locked(&path.clone(), "edit", &ctx.cancel, move || {
                     let summary = edit(
                         session,
                         &files_state,

@@ -55,17 +55,30 @@ pub struct FileState {
 
 impl FileState {
     /// Runs `write` on the blocking pool while holding the write lock of `path`
-    /// (canonical). The lock travels with the blocking work: a cancel that
-    /// drops this future must not free the path while the write is still going
-    /// on. The lock's entry goes once nobody holds or waits for it. `what` names
-    /// the work in the error if it dies.
+    /// (canonical). A `cancel` while it waits for the lock means the write never
+    /// begins; once begun it is not cut short (it is quick, and its caller waits
+    /// for it: the file tools end on a cancel with what they did). The lock
+    /// travels with the blocking work: a cancel that drops this future must not
+    /// free the path while the write is still going on. The lock's entry goes
+    /// once nobody holds or waits for it. `what` names the work in the error if
+    /// it dies.
     pub(crate) async fn locked<T: Send + 'static>(
         self: &Arc<Self>,
         path: &Path,
         what: &str,
+        cancel: &tokio_util::sync::CancellationToken,
         write: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
     ) -> Result<T, ToolError> {
-        let guard = self.lock(path).await;
+        let guard = tokio::select! {
+            biased;
+            () = cancel.cancelled() => None,
+            guard = self.lock(path) => Some(guard).filter(|_| !cancel.is_cancelled()),
+        };
+        let Some(guard) = guard else {
+            self.locks
+                .remove_if(path, |_, mutex| Arc::strong_count(mutex) == 1);
+            return Err(ToolError::Cancelled);
+        };
         let state = self.clone();
         let path = path.to_owned();
         tokio::task::spawn_blocking(move || {
@@ -368,9 +381,42 @@ mod tests {
         assert!(files.lock(a).now_or_never().is_some());
         // A write done, its path's lock goes.
         let written = files
-            .locked(Path::new("/ws/c.txt"), "write", || Ok(1))
+            .locked(Path::new("/ws/c.txt"), "write", &Default::default(), || {
+                Ok(1)
+            })
             .await;
         assert_eq!(written.unwrap(), 1);
         assert!(!files.locks.contains_key(Path::new("/ws/c.txt")));
+    }
+
+    #[tokio::test]
+    async fn a_write_cancelled_while_it_waits_for_its_lock_never_begins() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let files = Arc::new(FileState::default());
+        let path = Path::new("/ws/a.txt");
+        let held = files.lock(path).await;
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let began = Arc::new(AtomicBool::new(false));
+        let waiting = {
+            let (files, cancel, began) = (files.clone(), cancel.clone(), began.clone());
+            tokio::spawn(async move {
+                files
+                    .locked(path, "write", &cancel, move || {
+                        began.store(true, Ordering::SeqCst);
+                        Ok(())
+                    })
+                    .await
+            })
+        };
+        cancel.cancel();
+        let result = waiting.await.unwrap();
+        assert!(matches!(result, Err(ToolError::Cancelled)), "{result:?}");
+        drop(held);
+        assert!(!began.load(Ordering::SeqCst), "a cancelled write began");
+        // Not cancelled: it begins, and finishes, whatever comes after.
+        let done = files
+            .locked(path, "write", &Default::default(), || Ok(7))
+            .await;
+        assert_eq!(done.unwrap(), 7);
     }
 }

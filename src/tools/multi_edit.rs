@@ -61,6 +61,12 @@ impl Tool for MultiEdit {
         false
     }
 
+    /// A cancel stops a write still waiting for its file; one begun is quick
+    /// and is waited for, so what it changed is reported.
+    fn ends_on_cancel(&self) -> bool {
+        true
+    }
+
     fn concurrency(&self, input: &Value) -> Concurrency {
         super::unsafe_on_path(input)
     }
@@ -84,7 +90,7 @@ impl Tool for MultiEdit {
             let beneath = ctx.beneath();
             let files_state = ctx.files.clone();
             ctx.files
-                .locked(&path.clone(), "edit", move || {
+                .locked(&path.clone(), "edit", &ctx.cancel, move || {
                     let file = (&beneath, path.as_path(), shown.as_str());
                     let summary = apply((session, &files_state), file, &input.edits, &changes)?;
                     files_state.record_read(session, &path);

@@ -42,6 +42,12 @@ impl Tool for Write {
         false
     }
 
+    /// A cancel stops a write still waiting for its file; one begun is quick
+    /// and is waited for, so what it changed is reported.
+    fn ends_on_cancel(&self) -> bool {
+        true
+    }
+
     fn concurrency(&self, input: &Value) -> Concurrency {
         super::unsafe_on_path(input)
     }
@@ -60,7 +66,7 @@ impl Tool for Write {
             let beneath = ctx.beneath();
             let files_state = ctx.files.clone();
             ctx.files
-                .locked(&path.clone(), "write", move || {
+                .locked(&path.clone(), "write", &ctx.cancel, move || {
                     if path.is_dir() {
                         return Err(ToolError::Failed(format!("{shown} is a directory")));
                     }
