@@ -138,6 +138,25 @@ pub fn snapshot(root: &Path, scratch: &Path) -> Result<String, CheckoutError> {
     made
 }
 
+/// Keeps `commit` (a snapshot) in the repository at `root` while a clone may
+/// need it: a ref under `refs/orchestrate/snapshots/`, which no branch, tag or
+/// stash listing shows, so that `git gc` there cannot prune what a clone
+/// sharing its objects stands on. [`unpin`] lets it go.
+pub fn pin(root: &Path, commit: &str) -> Result<(), CheckoutError> {
+    git(root, &["update-ref", &pinned(commit), commit], &[])?;
+    Ok(())
+}
+
+/// Lets a snapshot [`pin`] kept go.
+pub fn unpin(root: &Path, commit: &str) -> Result<(), CheckoutError> {
+    git(root, &["update-ref", "-d", &pinned(commit)], &[])?;
+    Ok(())
+}
+
+fn pinned(commit: &str) -> String {
+    format!("refs/orchestrate/snapshots/{commit}")
+}
+
 /// A clone of the repository at `root` in `dest` (which must not exist yet)
 /// that shares its objects, with its work tree at `commit` (detached) and no
 /// remote: a clone's git cannot reach the repository it came from.

@@ -74,6 +74,33 @@ fn a_snapshot_holds_the_work_tree_as_it_is_and_touches_nothing() {
 }
 
 #[test]
+fn a_pinned_snapshot_outlives_a_gc_and_an_unpinned_one_goes() {
+    let repo = repository();
+    let root = repo.path();
+    std::fs::write(root.join("new.rs"), "untracked\n").unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let snap = snapshot(root, scratch.path()).unwrap();
+    pin(root, &snap).unwrap();
+    let gc = |root: &Path| plain(root, &["gc", "--quiet", "--prune=now"]);
+    gc(root);
+    assert_eq!(plain(root, &["cat-file", "-t", &snap]), "commit");
+    assert_eq!(
+        plain(root, &["branch", "--list"]),
+        "* main",
+        "no branch shows it"
+    );
+    unpin(root, &snap).unwrap();
+    plain(root, &["reflog", "expire", "--expire=now", "--all"]);
+    gc(root);
+    let gone = std::process::Command::new("git")
+        .current_dir(root)
+        .args(["cat-file", "-e", &snap])
+        .status()
+        .unwrap();
+    assert!(!gone.success(), "the unpinned snapshot was kept");
+}
+
+#[test]
 fn a_folder_outside_git_or_a_repository_without_commits_is_named() {
     let outside = tempfile::tempdir().unwrap();
     let err = place(outside.path()).unwrap_err();
