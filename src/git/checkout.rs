@@ -21,6 +21,12 @@ pub enum CheckoutError {
     /// The repository has no commit to start from.
     #[error("the repository at {0} has no commits yet")]
     NoCommits(String),
+    /// The git installed is older than checkouts need.
+    #[error("git {found} is older than {MIN_GIT} (private checkouts need it)")]
+    OldGit {
+        /// The version found.
+        found: String,
+    },
     /// A branch name git would not take.
     #[error("{0:?} is not a valid branch name")]
     BranchName(String),
@@ -37,6 +43,46 @@ pub enum CheckoutError {
     /// A file could not be read or written.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+}
+
+/// The oldest git checkouts work with (`merge-tree --write-tree`).
+pub const MIN_GIT: &str = "2.38";
+
+/// Where a checkout of `dir`'s repository can be made, and what it will lack
+/// (one line each); why not, when it cannot: no repository, no commit, a git
+/// older than [`MIN_GIT`].
+pub fn usable(dir: &Path) -> Result<(Place, Vec<String>), CheckoutError> {
+    let version = git(dir, &["--version"], &[])?;
+    let found = version.trim_start_matches("git version ").to_owned();
+    if !at_least(&found, MIN_GIT) {
+        return Err(CheckoutError::OldGit { found });
+    }
+    let place = place(dir)?;
+    git(
+        &place.root,
+        &["rev-parse", "--verify", "--quiet", "HEAD^{commit}"],
+        &[],
+    )
+    .map_err(|_| CheckoutError::NoCommits(place.root.display().to_string()))?;
+    let mut lacks = Vec::new();
+    if place.root.join(".gitmodules").is_file() {
+        lacks.push("its submodules are not initialised in a checkout".to_owned());
+    }
+    let attributes = crate::small_file::read_to_string(&place.root.join(".gitattributes"), 1 << 20)
+        .unwrap_or_default();
+    if attributes.contains("filter=lfs") {
+        lacks.push(
+            "its Git LFS files are not fetched into a checkout (their pointers are)".to_owned(),
+        );
+    }
+    Ok((place, lacks))
+}
+
+/// Whether version `found` (`2.47.1`, `2.39.2.windows.1`) is at least `least`.
+fn at_least(found: &str, least: &str) -> bool {
+    let numbers =
+        |v: &str| -> Vec<u32> { v.split('.').map_while(|part| part.parse().ok()).collect() };
+    numbers(found) >= numbers(least)
 }
 
 /// Who the commits orchestrate makes are by, whatever the configuration says.

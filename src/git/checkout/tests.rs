@@ -74,6 +74,43 @@ fn a_snapshot_holds_the_work_tree_as_it_is_and_touches_nothing() {
 }
 
 #[test]
+fn where_a_checkout_cannot_be_made_or_will_lack_something_is_said() {
+    for (found, ok) in [
+        ("2.47.1", true),
+        ("2.38.0", true),
+        ("2.39.2.windows.1", true),
+        ("2.37.9", false),
+        ("1.9", false),
+    ] {
+        assert_eq!(at_least(found, MIN_GIT), ok, "{found}");
+    }
+    let outside = tempfile::tempdir().unwrap();
+    assert!(matches!(
+        usable(outside.path()),
+        Err(CheckoutError::NoRepository(_))
+    ));
+    plain(outside.path(), &["init", "-q"]);
+    assert!(matches!(
+        usable(outside.path()),
+        Err(CheckoutError::NoCommits(_))
+    ));
+    let repo = repository();
+    let (place, lacks) = usable(repo.path()).unwrap();
+    assert_eq!(
+        (place.prefix.as_os_str().is_empty(), lacks.len()),
+        (true, 0)
+    );
+    std::fs::write(repo.path().join(".gitmodules"), "[submodule \"x\"]\n").unwrap();
+    std::fs::write(
+        repo.path().join(".gitattributes"),
+        "*.bin filter=lfs diff=lfs merge=lfs -text\n",
+    )
+    .unwrap();
+    let (_, lacks) = usable(repo.path()).unwrap();
+    assert_eq!(lacks.len(), 2, "{lacks:?}");
+}
+
+#[test]
 fn a_pinned_snapshot_outlives_a_gc_and_an_unpinned_one_goes() {
     let repo = repository();
     let root = repo.path();
