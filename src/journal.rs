@@ -50,6 +50,13 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         limits: Option<Limits>,
     },
+    /// The limits of the run in progress from here on: a run carried on by
+    /// `resume` with limits of its own (the flags given then) keeps them for
+    /// the next `resume`.
+    Limits {
+        /// The limits.
+        limits: Limits,
+    },
     /// A prompt joined the run in progress; the next message is that prompt.
     PromptJoined {
         /// The prompt's id.

@@ -476,6 +476,7 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
                 after_start = true;
                 continue;
             }
+            Record::Limits { limits: given } => limits = Some(*given),
             Record::Message {
                 message: Message::User { content },
             } if after_start && task.is_none() => task = Some(content.clone()),

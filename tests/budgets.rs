@@ -880,4 +880,14 @@ async fn a_run_carried_on_is_held_to_what_is_left_of_its_budget() {
     let lead = terminal(&seen, true);
     assert_eq!(lead["reason"], json!("budget: tokens"), "{lead}");
     assert_eq!(mock.request_count(), 0, "no request on a spent budget");
+    // Limits a later resume gave (journaled after) are the ones that hold.
+    let dir = workspace("");
+    let lead = died_after_with(dir.path(), 10, 500, &json!({"max_tokens": 100}));
+    let journal = crate::support::harness::state(dir.path()).journal(lead);
+    let mut lines = std::fs::read_to_string(&journal).unwrap();
+    lines.push_str("{\"record\":\"limits\",\"limits\":{\"max_tokens\":10000}}\n");
+    std::fs::write(&journal, lines).unwrap();
+    let out = run_on(&mock, dir.path(), &["resume"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "a fresh budget was given\n");
 }

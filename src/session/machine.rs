@@ -207,6 +207,11 @@ impl Machine {
                 let resumed = resume::resume(records);
                 machine.transcript = resumed.transcript;
                 machine.resume = resumed.active;
+                // A run carried on under limits of its own keeps them for the
+                // next time it is carried on.
+                if let (Some(_), Some(limits)) = (&machine.resume, machine.run_limits()) {
+                    machine.emit(Effect::Journal(vec![Record::Limits { limits }]));
+                }
             }
             None => {
                 let spec = &machine.spec;

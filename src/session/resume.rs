@@ -55,7 +55,7 @@ pub(crate) fn resume(records: &[Record]) -> Resumed {
     let mut pairing = Pairing::default();
     for record in records {
         match record {
-            Record::Header { .. } | Record::Event { .. } => {}
+            Record::Header { .. } | Record::Event { .. } | Record::Limits { .. } => {}
             Record::RunStarted { prompt, .. } => {
                 pairing.close(&mut transcript);
                 turns_before = 0;

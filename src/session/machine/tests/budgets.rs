@@ -16,6 +16,7 @@ use crate::model_info::ModelInfo;
 use crate::protocol::{Outcome, RunStats, SessionId};
 use crate::session::budget::{Budget, RunMeter};
 use crate::session::machine::Input;
+use crate::session::queue::PromptQueue;
 use crate::tools::Spending;
 
 fn priced() -> ModelInfo {
@@ -182,6 +183,41 @@ fn a_leads_run_journals_its_limits_and_a_sub_agents_does_not() {
         (None, Some(50), Some(90_000))
     );
     assert_eq!(started(Some(SessionId::new())), Some(None));
+}
+
+#[test]
+fn a_lead_carried_on_under_limits_of_its_own_journals_them() {
+    let meter = |tokens| {
+        Arc::new(RunMeter::new(
+            Budget {
+                max_tokens: Some(tokens),
+                ..Budget::default()
+            },
+            Instant::now(),
+        ))
+    };
+    let mut spec = spec();
+    spec.meter = Some(meter(50));
+    let mut first = Sim::new(spec.clone());
+    first.prompt("go");
+    let journal = first.journal.clone();
+    // Carried on with other limits: they are journaled after what was there.
+    spec.meter = Some(meter(500));
+    let resumed = Sim::resume(spec.clone(), journal.clone(), PromptQueue::default(), 2);
+    let added = &resumed.journal[journal.len()..];
+    assert!(
+        matches!(added.first(), Some(Record::Limits { limits }) if limits.max_tokens == Some(500)),
+        "{added:?}"
+    );
+    // Without limits, or with nothing to carry on, nothing is added.
+    spec.meter = None;
+    let plain = Sim::resume(spec, journal, PromptQueue::default(), 2);
+    assert!(
+        !plain
+            .journal
+            .iter()
+            .any(|r| matches!(r, Record::Limits { .. }))
+    );
 }
 
 #[test]

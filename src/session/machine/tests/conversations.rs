@@ -43,6 +43,7 @@ fn record_names(journal: &[Record]) -> Vec<String> {
                 Message::Tool(r) => format!("result {}", r.tool_call_id),
             },
             Record::Compacted { .. } => "compacted".to_owned(),
+            Record::Limits { .. } => "limits".to_owned(),
             Record::Terminal { .. } => "terminal".to_owned(),
             Record::Event { .. } => "event".to_owned(),
         })
