@@ -211,6 +211,7 @@ fn read_index(folder: &Path) -> Indexed {
     for file in files.flatten() {
         let path = file.path();
         let Some(run) = index_run(&path) else {
+            forget_if_abandoned(&file);
             continue;
         };
         let Ok(bytes) = crate::small_file::read(&path, MAX_FILE) else {
@@ -229,6 +230,25 @@ fn read_index(folder: &Path) -> Indexed {
         }
     }
     indexed
+}
+
+/// How long a fresh index file may wait to be renamed into place before it
+/// counts as left by a process that died mid-write.
+const ABANDONED: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Removes a fresh index file (`.<run>.…`) a process that died left behind.
+fn forget_if_abandoned(file: &std::fs::DirEntry) {
+    let fresh = file
+        .file_name()
+        .to_str()
+        .is_some_and(|n| n.starts_with('.'));
+    let old = (file.metadata().ok())
+        .and_then(|m| m.modified().ok())
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age > ABANDONED);
+    if fresh && old {
+        let _ = std::fs::remove_file(file.path());
+    }
 }
 
 /// The run an index file is named for.
@@ -502,6 +522,27 @@ mod tests {
         assert_eq!(shown(&state), whole);
         assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "kept");
         assert!(!std::fs::symlink_metadata(&path).unwrap().is_symlink());
+    }
+
+    #[test]
+    fn a_fresh_index_file_left_by_a_dead_process_is_removed_and_a_new_one_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let (state, _, _) = two_runs(dir.path());
+        shown(&state);
+        let folder = state.dir().join("index");
+        let (left, writing) = (folder.join(".run.1.a"), folder.join(".run.2.b"));
+        for path in [&left, &writing] {
+            std::fs::write(path, "half").unwrap();
+        }
+        let long_ago = std::time::SystemTime::now() - 2 * ABANDONED;
+        std::fs::File::options()
+            .write(true)
+            .open(&left)
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+        shown(&state);
+        assert!(!left.exists() && writing.exists());
     }
 
     #[test]
