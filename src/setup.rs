@@ -234,9 +234,6 @@ pub fn prepare(
     }
     let limits = limits::merge(user, repository, &sources.repository.path);
     notes.extend(limits.warnings);
-    // A file read twice (a workspace that is the home folder) is told of once.
-    let mut told = std::collections::HashSet::new();
-    notes.retain(|note| told.insert(note.clone()));
     let mut file = user.clone().merged(repository.clone());
     file.model_info = limits.model_info;
     file.compaction = limits.compact_at.map(|threshold| config::CompactionEntry {
