@@ -205,7 +205,7 @@ impl Outcome {
 /// One thing that happened, stamped with where it happened.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Event {
-    /// Process-wide sequence number, increasing.
+    /// The runtime's sequence number, increasing.
     pub seq: u64,
     /// The session it concerns.
     pub session: SessionId,
