@@ -118,9 +118,7 @@ fn write_all(root: &Path, beneath: &Beneath, changes: &[PathChange]) -> Result<M
 fn counted(before: Option<&[u8]>, after: Option<&[u8]>) -> (usize, usize) {
     let text = |b: Option<&[u8]>| String::from_utf8_lossy(b.unwrap_or_default()).into_owned();
     let (old, new) = (text(before), text(after));
-    let diff = similar::TextDiff::configure()
-        .timeout(crate::tools::DIFF_TIME_LIMIT)
-        .diff_lines(&old, &new);
+    let (diff, _) = crate::tools::line_diff(&old, &new);
     diff.iter_all_changes()
         .fold((0, 0), |(plus, minus), change| match change.tag() {
             similar::ChangeTag::Insert => (plus + 1, minus),

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use indicatif::{MultiProgress, ProgressDrawTarget};
 use orchestrate::cli::{self, Cli};
 use orchestrate::keys::{self, Keys, Taken};
-use orchestrate::tools::bash::launcher::{self, Launched};
+use orchestrate::tools::bash::launcher;
 use orchestrate::tools::permissions::{Approver, DenyAll};
 use orchestrate::ui::TerminalApprover;
 
@@ -27,22 +27,7 @@ fn main() -> ExitCode {
     // Re-executed as a Bash command's launcher: that, and nothing else. First, while
     // the process has a single thread.
     if let Some(launched) = launcher::run_if_asked() {
-        return match launched {
-            Launched::Exit { code, notes } => {
-                for note in notes {
-                    eprintln!("orchestrate: {note}");
-                }
-                code
-            }
-            Launched::Report(text) => {
-                print!("{text}");
-                ExitCode::SUCCESS
-            }
-            Launched::Failed(message) => {
-                eprintln!("orchestrate: {message}");
-                ExitCode::from(125)
-            }
-        };
+        return launched.finish(&mut std::io::stdout(), &mut std::io::stderr());
     }
     // Not dumpable: a process without privileges over this one (a Bash command in a
     // user namespace of its own, or one of another user) cannot read its memory,

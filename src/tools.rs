@@ -509,7 +509,7 @@ pub(crate) fn full_diff(old: &str, new: &str, context: usize) -> String {
 
 /// The line diff of `old` to `new`, computed within [`DIFF_TIME_LIMIT`], and whether
 /// it ran out of time: then it is still correct and complete, but coarse.
-fn line_diff<'a>(old: &'a str, new: &'a str) -> (similar::TextDiff<'a, 'a, str>, bool) {
+pub(crate) fn line_diff<'a>(old: &'a str, new: &'a str) -> (similar::TextDiff<'a, 'a, str>, bool) {
     let started = std::time::Instant::now();
     let diff = similar::TextDiff::configure()
         .timeout(DIFF_TIME_LIMIT)

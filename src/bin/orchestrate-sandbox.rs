@@ -7,24 +7,11 @@
 
 use std::process::ExitCode;
 
-use orchestrate::tools::bash::launcher::{self, Launched};
+use orchestrate::tools::bash::launcher;
 
 fn main() -> ExitCode {
     match launcher::run_if_asked() {
-        Some(Launched::Exit { code, notes }) => {
-            for note in notes {
-                eprintln!("orchestrate: {note}");
-            }
-            code
-        }
-        Some(Launched::Report(text)) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
-        Some(Launched::Failed(message)) => {
-            eprintln!("orchestrate: {message}");
-            ExitCode::from(125)
-        }
+        Some(launched) => launched.finish(&mut std::io::stdout(), &mut std::io::stderr()),
         None => {
             eprintln!(
                 "orchestrate-sandbox: the launcher of orchestrate's sandboxed commands; orchestrate runs it, not a person"

@@ -433,7 +433,7 @@ fn reaches(rule: &Rule, run: &Program) -> Reach {
 
 /// `path` with its `.` and `..` taken out, without touching the file system
 /// (`/ws/src/../.env` is `/ws/.env`).
-fn normalized(path: &std::path::Path) -> std::path::PathBuf {
+pub(crate) fn normalized(path: &std::path::Path) -> std::path::PathBuf {
     use std::path::Component;
     let mut out = std::path::PathBuf::new();
     for part in path.components() {

@@ -114,6 +114,29 @@ pub enum Launched {
     Failed(String),
 }
 
+impl Launched {
+    /// Tells what the launcher did on `out` and `err` (the process's stdout
+    /// and stderr), as above; the process's exit code.
+    pub fn finish(self, out: &mut dyn std::io::Write, err: &mut dyn std::io::Write) -> ExitCode {
+        match self {
+            Self::Exit { code, notes } => {
+                for note in notes {
+                    let _ = writeln!(err, "orchestrate: {note}");
+                }
+                code
+            }
+            Self::Report(text) => {
+                let _ = write!(out, "{text}");
+                ExitCode::SUCCESS
+            }
+            Self::Failed(message) => {
+                let _ = writeln!(err, "orchestrate: {message}");
+                ExitCode::from(125)
+            }
+        }
+    }
+}
+
 /// One command to launch, as the stages pass it on in their arguments.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Spec {

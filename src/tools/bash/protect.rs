@@ -193,27 +193,12 @@ fn follow_configs(
 /// A path a config points to: read-only where it is; made first when it is
 /// missing in the workspace (elsewhere a command cannot make it).
 fn protect_pointed(workspace: &Path, path: &Path, folder: bool, found: &mut Protected) {
-    let path = normal(path);
+    let path = crate::tools::rules::normalized(path);
     if exists(&path) {
         found.read_only(path);
     } else if path.starts_with(workspace) {
         found.made_read_only(path, folder);
     }
-}
-
-/// `path` with its `.` and `..` parts taken out, as written (no link followed).
-fn normal(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for part in path.components() {
-        match part {
-            std::path::Component::ParentDir => {
-                out.pop();
-            }
-            std::path::Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 /// The protected names at `workspace`'s root that exist now.
