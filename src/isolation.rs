@@ -55,7 +55,7 @@ pub async fn apply(
     let locks: Vec<PathBuf> = changes.iter().map(|c| root.join(&c.path)).collect();
     let root = root.to_owned();
     files
-        .locked_all(&locks, "merge", move || {
+        .locked_all(&locks, "merge", &Default::default(), move || {
             let beneath = Beneath::new(root.clone(), private);
             write_all(&root, &beneath, &changes)
         })

@@ -55,13 +55,7 @@ pub struct FileState {
 
 impl FileState {
     /// Runs `write` on the blocking pool while holding the write lock of `path`
-    /// (canonical). A `cancel` while it waits for the lock means the write never
-    /// begins; once begun it is not cut short (it is quick, and its caller waits
-    /// for it: the file tools end on a cancel with what they did). The lock
-    /// travels with the blocking work: a cancel that drops this future must not
-    /// free the path while the write is still going on. The lock's entry goes
-    /// once nobody holds or waits for it. `what` names the work in the error if
-    /// it dies.
+    /// (canonical): [`FileState::locked_all`] of that one path.
     pub(crate) async fn locked<T: Send + 'static>(
         self: &Arc<Self>,
         path: &Path,
@@ -69,38 +63,24 @@ impl FileState {
         cancel: &tokio_util::sync::CancellationToken,
         write: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
     ) -> Result<T, ToolError> {
-        let guard = tokio::select! {
-            biased;
-            () = cancel.cancelled() => None,
-            guard = self.lock(path) => Some(guard).filter(|_| !cancel.is_cancelled()),
-        };
-        let Some(guard) = guard else {
-            self.locks
-                .remove_if(path, |_, mutex| Arc::strong_count(mutex) == 1);
-            return Err(ToolError::Cancelled);
-        };
-        let state = self.clone();
-        let path = path.to_owned();
-        tokio::task::spawn_blocking(move || {
-            let done = write();
-            drop(guard);
-            // Only the table holds it now: nobody waits for this path.
-            state
-                .locks
-                .remove_if(&path, |_, mutex| Arc::strong_count(mutex) == 1);
-            done
-        })
-        .await
-        .map_err(|e| ToolError::Failed(format!("the {what} was interrupted: {e}")))?
+        self.locked_all(&[path.to_owned()], what, cancel, write)
+            .await
     }
 
     /// Runs `write` on the blocking pool holding the write locks of every path
     /// of `paths` (canonical), taken in path order so that two such writers
-    /// cannot each wait for the other; as [`FileState::locked`] otherwise.
+    /// cannot each wait for the other. A `cancel` while it waits for them means
+    /// the write never begins; once begun it is not cut short (it is quick, and
+    /// its caller waits for it: the file tools end on a cancel with what they
+    /// did). The locks travel with the blocking work: a cancel that drops this
+    /// future must not free a path while the write is still going on. A lock's
+    /// entry goes once nobody holds or waits for it. `what` names the work in
+    /// the error if it dies.
     pub(crate) async fn locked_all<T: Send + 'static>(
         self: &Arc<Self>,
         paths: &[PathBuf],
         what: &str,
+        cancel: &tokio_util::sync::CancellationToken,
         write: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
     ) -> Result<T, ToolError> {
         let mut paths = paths.to_vec();
@@ -108,21 +88,38 @@ impl FileState {
         paths.dedup();
         let mut guards = Vec::with_capacity(paths.len());
         for path in &paths {
-            guards.push(self.lock(path).await);
+            let guard = tokio::select! {
+                biased;
+                () = cancel.cancelled() => None,
+                guard = self.lock(path) => Some(guard).filter(|_| !cancel.is_cancelled()),
+            };
+            match guard {
+                Some(guard) => guards.push(guard),
+                None => {
+                    drop(guards);
+                    self.release(&paths);
+                    return Err(ToolError::Cancelled);
+                }
+            }
         }
         let state = self.clone();
         tokio::task::spawn_blocking(move || {
             let done = write();
             drop(guards);
-            for path in &paths {
-                state
-                    .locks
-                    .remove_if(path, |_, mutex| Arc::strong_count(mutex) == 1);
-            }
+            state.release(&paths);
             done
         })
         .await
         .map_err(|e| ToolError::Failed(format!("the {what} was interrupted: {e}")))?
+    }
+
+    /// Drops the lock entries of `paths` that only the table holds now: nobody
+    /// holds or waits for them.
+    fn release(&self, paths: &[PathBuf]) {
+        for path in paths {
+            self.locks
+                .remove_if(path, |_, mutex| Arc::strong_count(mutex) == 1);
+        }
     }
 
     /// Takes the write lock of `path`, waiting for other writers.
@@ -408,8 +405,25 @@ mod tests {
                     .await
             })
         };
+        // It waits behind the held lock (the table, the holder and the waiter
+        // hold the entry) before the cancel comes.
+        let contended = async {
+            while files
+                .locks
+                .get(path)
+                .is_none_or(|m| Arc::strong_count(&m) < 3)
+            {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), contended)
+            .await
+            .expect("the write never waited for the lock");
         cancel.cancel();
-        let result = waiting.await.unwrap();
+        let result = tokio::time::timeout(std::time::Duration::from_secs(10), waiting)
+            .await
+            .expect("the cancelled write still waits for the lock")
+            .unwrap();
         assert!(matches!(result, Err(ToolError::Cancelled)), "{result:?}");
         drop(held);
         assert!(!began.load(Ordering::SeqCst), "a cancelled write began");
