@@ -181,6 +181,18 @@ pub enum JournalError {
     },
 }
 
+impl JournalError {
+    /// The journal it is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::Io { path, .. }
+            | Self::Corrupt { path, .. }
+            | Self::Headless { path }
+            | Self::Newer { path, .. } => path,
+        }
+    }
+}
+
 /// A line of a journal that is not a record (damaged on disk, or written by
 /// hand): skipped, and named to the person.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -334,13 +334,7 @@ pub fn find(state: &StateDir, prefix: Option<&str>) -> Result<Run, RunError> {
                 // A journal of that name that could not be read says why.
                 [] => {
                     let named = |e: &JournalError| {
-                        let path = match e {
-                            JournalError::Io { path, .. }
-                            | JournalError::Corrupt { path, .. }
-                            | JournalError::Headless { path }
-                            | JournalError::Newer { path, .. } => path,
-                        };
-                        (path.file_name().and_then(|n| n.to_str()))
+                        (e.path().file_name().and_then(|n| n.to_str()))
                             .is_some_and(|name| !prefix.is_empty() && name.starts_with(prefix))
                     };
                     let mut unreadable = sessions.unreadable;

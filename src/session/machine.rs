@@ -207,9 +207,16 @@ impl Machine {
                 let resumed = resume::resume(records);
                 machine.transcript = resumed.transcript;
                 machine.resume = resumed.active;
-                // A run carried on under limits of its own keeps them for the
-                // next time it is carried on.
-                if let (Some(_), Some(limits)) = (&machine.resume, machine.run_limits()) {
+                // A run carried on under limits other than its journal's keeps
+                // them for the next time it is carried on.
+                let journaled = records.iter().rev().find_map(|r| match r {
+                    Record::Limits { limits } => Some(Some(*limits)),
+                    Record::RunStarted { limits, .. } => Some(*limits),
+                    _ => None,
+                });
+                if let (Some(_), Some(limits)) = (&machine.resume, machine.run_limits())
+                    && journaled != Some(Some(limits))
+                {
                     machine.emit(Effect::Journal(vec![Record::Limits { limits }]));
                 }
             }

@@ -209,7 +209,16 @@ fn a_lead_carried_on_under_limits_of_its_own_journals_them() {
         matches!(added.first(), Some(Record::Limits { limits }) if limits.max_tokens == Some(500)),
         "{added:?}"
     );
-    // Without limits, or with nothing to carry on, nothing is added.
+    // The same limits again, or none: nothing is added.
+    let mut again = resumed.journal.clone();
+    again.truncate(journal.len() + 1);
+    let same = Sim::resume(spec.clone(), again.clone(), PromptQueue::default(), 2);
+    assert_eq!(
+        same.journal.len(),
+        again.len(),
+        "{:?}",
+        &same.journal[again.len()..]
+    );
     spec.meter = None;
     let plain = Sim::resume(spec, journal, PromptQueue::default(), 2);
     assert!(
