@@ -303,23 +303,18 @@ fn by_run(entries: &[index::Entry]) -> HashMap<SessionId, Vec<&index::Entry>> {
     runs
 }
 
-/// What `run`, in progress, had spent when its process ended (its agents'
-/// journals read again).
-pub fn spent_so_far(state: &StateDir, run: &Run) -> spent::Spent {
-    let read = |id| {
-        read_journal(&state.journal(id))
-            .map(|c| c.records)
-            .unwrap_or_default()
-    };
-    let others: Vec<Vec<Record>> = (run.agents.iter().skip(1))
-        .map(|a| read(a.session))
-        .collect();
-    spent::spent(&read(run.id), &others)
-}
-
 /// The run named by `prefix` (a unique prefix of its id), or the newest run:
 /// found in the runs' index, then its journals read whole.
 pub fn find(state: &StateDir, prefix: Option<&str>) -> Result<Run, RunError> {
+    find_with_spent(state, prefix).map(|(run, _)| run)
+}
+
+/// [`find`], and what the run in progress had spent when its process ended
+/// (from the same reading of its journals): what `resume` holds it to.
+pub fn find_with_spent(
+    state: &StateDir,
+    prefix: Option<&str>,
+) -> Result<(Run, spent::Spent), RunError> {
     let sessions = index::sessions(state);
     let runs = by_run(&sessions.entries);
     let mut ids: Vec<SessionId> = runs.keys().copied().collect();
@@ -363,11 +358,20 @@ pub fn find(state: &StateDir, prefix: Option<&str>) -> Result<Run, RunError> {
             Err(_) => {}
         }
     }
+    let is_lead = |c: &Contents| matches!(c.records.first(), Some(Record::Header { session, .. }) if *session == id);
+    let lead: &[Record] = (journals.iter())
+        .find(|(_, c)| is_lead(c))
+        .map_or(&[], |(_, c)| &c.records);
+    let others: Vec<&[Record]> = (journals.iter())
+        .filter(|(_, c)| !is_lead(c))
+        .map(|(_, c)| c.records.as_slice())
+        .collect();
+    let spent = spent::spent(lead, &others);
     let (found, _) = runs_of(state, journals);
-    found
-        .into_iter()
+    let run = (found.into_iter())
         .find(|run| run.id == id)
-        .ok_or_else(|| RunError::Unknown(id.to_string()))
+        .ok_or_else(|| RunError::Unknown(id.to_string()))?;
+    Ok((run, spent))
 }
 
 /// Groups sessions into runs (a session's run is its header's, or for journals

@@ -34,7 +34,7 @@ where
         }
     };
     let (prefix, prompt) = run_and_prompt(id, prompt);
-    let run = match runs::find(&state, prefix.as_deref()) {
+    let (run, spent) = match runs::find_with_spent(&state, prefix.as_deref()) {
         Ok(run) => run,
         Err(e) => {
             let _ = writeln!(err, "orchestrate: {e}");
@@ -70,8 +70,7 @@ where
         (_, prompt) => {
             // Carried on, not followed up: held to what is left of its budget,
             // the limits it was given unless the flags say otherwise.
-            let carried = (lead.outcome.is_none() && lead.unfinished)
-                .then(|| runs::spent_so_far(&state, &run));
+            let carried = (lead.outcome.is_none() && lead.unfinished).then_some(spent);
             let mut cli = cli;
             if let (Some(_), Some(limits)) = (&carried, lead.limits) {
                 // What the journal says is taken only where the flags would

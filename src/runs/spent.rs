@@ -24,19 +24,19 @@ pub struct Spent {
 
 /// The spending of the run in progress whose lead journaled `lead` and whose
 /// other agents journaled `others`.
-pub fn spent(lead: &[Record], others: &[Vec<Record>]) -> Spent {
+pub fn spent(lead: &[Record], others: &[&[Record]]) -> Spent {
     let current = lead
         .iter()
         .rposition(|r| matches!(r, Record::RunStarted { .. }))
         .map_or(lead, |at| &lead[at..]);
-    let events = |records: &[Record]| -> Vec<(Option<u64>, EventKind)> {
+    fn events(records: &[Record]) -> Vec<(Option<u64>, &EventKind)> {
         (records.iter())
             .filter_map(|r| match r {
-                Record::Event { event, at, .. } => Some((*at, event.kind.clone())),
+                Record::Event { event, at, .. } => Some((*at, &event.kind)),
                 _ => None,
             })
             .collect()
-    };
+    }
     let own = events(current);
     let start = own.iter().find_map(|(at, _)| *at);
     // Each process that ran it starts a stretch.
@@ -148,7 +148,7 @@ mod tests {
             at(12_000, turn(20)),
             at(13_000, EventKind::PromptQueued { waiting: 0 }),
         ];
-        let spent = spent(&lead, &[worker]);
+        let spent = spent(&lead, &[&worker]);
         assert_eq!(spent.stats.usage.total(), 35);
         assert_eq!(spent.stats.cost_usd, Some(1.5));
         // 10 000 to 13 000, then 90 000 000 to 90 002 000.
