@@ -192,18 +192,34 @@ mod tests {
         assert_eq!(line, record);
     }
 
-    /// The journal's line of `kind`, read back as a record.
-    fn kept(kind: EventKind) -> (EventKind, Option<Elided>) {
+    /// A recorder of a fresh session's journal in a folder of its own.
+    fn recording() -> (
+        tempfile::TempDir,
+        Journal,
+        SessionId,
+        std::path::PathBuf,
+        Recorder,
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::start().unwrap();
         let id = SessionId::new();
         let path = crate::state::StateDir::at(dir.path(), std::path::Path::new("/w")).journal(id);
         let recorder = Recorder::new(journal.clone(), path.clone());
-        let started = EventKind::SessionStarted {
+        (dir, journal, id, path, recorder)
+    }
+
+    fn started() -> EventKind {
+        EventKind::SessionStarted {
             model: "m".into(),
             resumed: false,
             memory: Vec::new(),
-        };
+        }
+    }
+
+    /// The journal's line of `kind`, read back as a record.
+    fn kept(kind: EventKind) -> (EventKind, Option<Elided>) {
+        let (_dir, journal, id, path, recorder) = recording();
+        let started = started();
         recorder.keep(&event(id, 0, started));
         recorder.keep(&event(id, 1, kind));
         futures::executor::block_on(journal.sync()).unwrap();
@@ -262,16 +278,8 @@ mod tests {
 
     #[tokio::test]
     async fn events_are_kept_from_the_sessions_start_and_never_its_terminal() {
-        let dir = tempfile::tempdir().unwrap();
-        let journal = Journal::start().unwrap();
-        let id = SessionId::new();
-        let path = crate::state::StateDir::at(dir.path(), std::path::Path::new("/w")).journal(id);
-        let recorder = Recorder::new(journal.clone(), path.clone());
-        let started = EventKind::SessionStarted {
-            model: "m".into(),
-            resumed: false,
-            memory: Vec::new(),
-        };
+        let (_dir, journal, id, path, recorder) = recording();
+        let started = started();
         let terminal = EventKind::Terminal {
             prompts: vec![1],
             outcome: crate::protocol::Outcome::Cancelled {
