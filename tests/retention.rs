@@ -17,28 +17,22 @@ use orchestrate::{Outcome, Retained, ToolRegistry};
 use serde_json::{Value, json};
 
 use crate::support::harness;
-use crate::support::mock_llm::{MockLlm, Recorded, Reply};
+use crate::support::mock_llm::{MockLlm, Reply};
 
 const WORKER: &str = "You are a worker.";
 const CHILD: &str = "ORCHESTRATE_RETENTION_CHILD";
 const FAN_OUTS: usize = 5;
 const PIECES: usize = 200;
 
-fn answered(request: &Recorded) -> bool {
-    let messages = request.body["messages"].as_array().unwrap();
-    messages.iter().any(|m| m["role"] == "tool")
-}
-
 /// Workers write `out/<their task>.txt`, then say done; the lead fans out
 /// [`PIECES`] Task calls, then says merged.
 async fn mock() -> MockLlm {
     MockLlm::start_with(|request, _| {
-        let messages = request.body["messages"].as_array().unwrap();
-        let worker = messages[0]["content"] == WORKER;
-        match (worker, answered(request)) {
+        let worker = request.system() == WORKER;
+        match (worker, request.results() > 0) {
             (_, true) => Reply::text(if worker { "done" } else { "merged" }),
             (true, false) => {
-                let task = messages[1]["content"].as_str().unwrap_or("x").replace(' ', "-");
+                let task = request.body["messages"][1]["content"].as_str().unwrap_or("x").replace(' ', "-");
                 let path = format!("out/{task}.txt");
                 Reply::tool_calls(&[("w", "Write", json!({"file_path": path, "content": "x\n"}))])
             }

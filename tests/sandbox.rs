@@ -239,16 +239,8 @@ async fn a_racing_bash_in_a_parallel_sub_agent_cannot_lead_a_write_out_of_the_wo
     );
     const ROUNDS: usize = 6;
     let mock = MockLlm::start_with(move |request: &Recorded, _| {
-        let system = request.body["messages"][0]["content"]
-            .as_str()
-            .unwrap_or("");
-        let answered = request.body["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|m| m["role"] == "tool")
-            .count();
-        match system {
+        let answered = request.results();
+        match request.system() {
             s if s.starts_with("You are the flipper.") && answered == 0 => {
                 Reply::tool_calls(&[("f", "Bash", json!({ "command": flips }))])
             }

@@ -191,9 +191,7 @@ async fn a_child_that_fails_after_saying_something_hands_back_its_last_output() 
     use crate::support::mock_llm::{ev_finish, ev_role, ev_text, ev_tool_args, ev_tool_start};
     // The worker says where it got to and reads a file; its next request is refused.
     let answered = MockLlm::start_with(|request, _| {
-        let messages = request.body["messages"].as_array().unwrap();
-        let has_results = messages.iter().any(|m| m["role"] == "tool");
-        match (system(request) == WORKER, has_results) {
+        match (request.system() == WORKER, request.results() > 0) {
             (true, false) => Reply::stream(vec![
                 ev_role(),
                 ev_text("Half of piece 1 is done; reading the rest."),

@@ -75,6 +75,20 @@ pub struct Recorded {
     pub at: Instant,
 }
 
+impl Recorded {
+    /// The request's system prompt: its first message's text (empty without one).
+    pub fn system(&self) -> &str {
+        self.body["messages"][0]["content"].as_str().unwrap_or("")
+    }
+
+    /// How many tool results the request carries.
+    pub fn results(&self) -> usize {
+        self.body["messages"]
+            .as_array()
+            .map_or(0, |m| m.iter().filter(|m| m["role"] == "tool").count())
+    }
+}
+
 /// What the mock answers to one chat-completion request.
 #[derive(Clone, Debug)]
 pub enum Reply {

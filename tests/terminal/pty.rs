@@ -362,26 +362,17 @@ async fn a_question_abandoned_by_a_cancel_gives_the_live_tree_back() {
     let finish = Gate::new();
     let mock = MockLlm::start_with({
         let finish = finish.clone();
-        move |request, _| {
-            let system = request.body["messages"][0]["content"]
-                .as_str()
-                .unwrap_or("");
-            let answered = request.body["messages"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|m| m["role"] == "tool");
-            match (system.starts_with("You are a worker."), answered) {
-                (true, _) => {
-                    Reply::tool_calls(&[("b1", "Bash", json!({ "command": "touch pwned" }))])
-                }
-                (false, false) => Reply::tool_calls(&[(
-                    "t1",
-                    "Task",
-                    json!({"description": "work", "prompt": "work", "subagent_type": "worker"}),
-                )]),
-                (false, true) => Reply::text("done").with_end(End::HoldAfter(0, finish.clone())),
-            }
+        move |request, _| match (
+            request.system().starts_with("You are a worker."),
+            request.results() > 0,
+        ) {
+            (true, _) => Reply::tool_calls(&[("b1", "Bash", json!({ "command": "touch pwned" }))]),
+            (false, false) => Reply::tool_calls(&[(
+                "t1",
+                "Task",
+                json!({"description": "work", "prompt": "work", "subagent_type": "worker"}),
+            )]),
+            (false, true) => Reply::text("done").with_end(End::HoldAfter(0, finish.clone())),
         }
     })
     .await;
