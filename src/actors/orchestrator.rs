@@ -280,7 +280,7 @@ impl Actor for OrchestratorActor {
                 reply,
             } => {
                 let resumed = state.sessions.get(&parent).is_some_and(|e| e.resumed);
-                match state.children.find((parent, call, reply), resumed) {
+                match state.children.find(parent, call, reply, resumed) {
                     Lookup::Known(question, child) => answer(state, question, child),
                     Lookup::Waiting(Some(dir)) => {
                         let myself = myself.clone();
@@ -541,7 +541,7 @@ fn answer(state: &OrchestratorState, question: Question, child: Option<SessionId
         };
         (id, whereabouts)
     });
-    let _ = question.2.send(found);
+    let _ = question.send(found);
 }
 
 /// Spawns the actor of session `id`: a new one (`ready` answered once it has
