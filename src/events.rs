@@ -31,21 +31,25 @@ struct BusInner {
     subscribers: Mutex<Subscribers>,
 }
 
+impl BusInner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Subscribers> {
+        // A panic while holding this lock cannot leave the Vec inconsistent.
+        self.subscribers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 #[derive(Debug, Default)]
 struct Subscribers {
     /// Those that see every event.
     all: Vec<Subscriber>,
     /// Those that see one session's events only (a parent waiting on its child):
     /// kept apart so that a fan-out of N children costs N deliveries, not N².
+    /// Each goes with its stream ([`EventStream`]'s drop), whether or not its
+    /// session publishes again.
     by_session: std::collections::HashMap<SessionId, Vec<Subscriber>>,
-    /// Subscriptions to one session made since the last sweep of those nobody
-    /// reads (of a session that publishes nothing more, which delivery would
-    /// have pruned).
-    since_sweep: usize,
 }
-
-/// Every this many subscriptions to one session, those nobody reads are swept.
-const SWEEP_EVERY: usize = 256;
 
 #[derive(Debug)]
 struct Subscriber {
@@ -124,17 +128,9 @@ impl EventBus {
     }
 
     fn watch_session(&self, session: SessionId, sees: Sees) -> EventStream {
-        let (subscriber, stream) = Subscriber::new(sees);
-        let mut subscribers = self.lock();
-        subscribers.since_sweep += 1;
-        if subscribers.since_sweep >= SWEEP_EVERY {
-            subscribers.since_sweep = 0;
-            subscribers.by_session.retain(|_, watchers| {
-                watchers.retain(|s| !s.tx.is_closed());
-                !watchers.is_empty()
-            });
-        }
-        subscribers
+        let (subscriber, mut stream) = Subscriber::new(sees);
+        stream.watching = Some((Arc::downgrade(&self.inner), session));
+        self.lock()
             .by_session
             .entry(session)
             .or_default()
@@ -142,31 +138,13 @@ impl EventBus {
         stream
     }
 
-    /// Drops the subscriptions to `session`'s events that nobody reads any
-    /// more (it has stopped: no event of its will prune them on delivery).
-    pub fn prune(&self, session: SessionId) {
-        let mut subscribers = self.lock();
-        if let Some(watchers) = subscribers.by_session.get_mut(&session) {
-            watchers.retain(|s| !s.tx.is_closed());
-            if watchers.is_empty() {
-                subscribers.by_session.remove(&session);
-            }
-        }
-        subscribers.all.retain(|s| !s.tx.is_closed());
-    }
-
-    /// Sessions with subscriptions of their own, and subscriptions to all.
-    pub fn retained(&self) -> (usize, usize) {
-        let subscribers = self.lock();
-        (subscribers.by_session.len(), subscribers.all.len())
+    /// Sessions with subscriptions of their own.
+    pub(crate) fn retained(&self) -> usize {
+        self.lock().by_session.len()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Subscribers> {
-        // A panic while holding this lock cannot leave the Vec inconsistent.
-        self.inner
-            .subscribers
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner.lock()
     }
 
     /// Stamps and delivers one event. Holding the lock while stamping keeps every
@@ -224,6 +202,7 @@ impl Subscriber {
         let stream = EventStream {
             rx,
             backlog: backlog.clone(),
+            watching: None,
         };
         let subscriber = Self { tx, backlog, sees };
         (subscriber, stream)
@@ -249,6 +228,26 @@ pub struct EventStream {
     /// a Task call waiting on each of ten thousand sub-agents would pay each).
     rx: mpsc::UnboundedReceiver<Arc<Event>>,
     backlog: Arc<AtomicUsize>,
+    /// The session it watches, on its bus: its subscription goes with it.
+    watching: Option<(std::sync::Weak<BusInner>, SessionId)>,
+}
+
+impl Drop for EventStream {
+    fn drop(&mut self) {
+        let Some((bus, session)) = &self.watching else {
+            return;
+        };
+        let Some(bus) = bus.upgrade() else {
+            return;
+        };
+        let mut subscribers = bus.lock();
+        if let Some(watchers) = subscribers.by_session.get_mut(session) {
+            watchers.retain(|s| !Arc::ptr_eq(&s.backlog, &self.backlog));
+            if watchers.is_empty() {
+                subscribers.by_session.remove(session);
+            }
+        }
+    }
 }
 
 /// The event itself: taken when this was its last subscriber, copied otherwise.
@@ -414,5 +413,24 @@ mod tests {
             kinds(&mut every),
             [end(&id.to_string()), end(&other.to_string())]
         );
+    }
+
+    #[test]
+    fn a_subscription_to_a_session_goes_with_its_stream() {
+        let bus = EventBus::default();
+        let (one, other) = (SessionId::new(), SessionId::new());
+        let first = bus.subscribe_session(one);
+        let second = bus.subscribe_session_terminal(one);
+        let third = bus.subscribe_session_lifecycle(other);
+        assert_eq!(bus.retained(), 2);
+        drop(first);
+        assert_eq!(bus.retained(), 2, "the session still has a watcher");
+        drop(second);
+        assert_eq!(bus.retained(), 1);
+        drop(third);
+        assert_eq!(bus.retained(), 0);
+        // A stream that outlives its bus drops quietly.
+        let orphan = EventBus::default().subscribe_session(one);
+        drop(orphan);
     }
 }

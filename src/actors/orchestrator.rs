@@ -296,7 +296,7 @@ impl Actor for OrchestratorActor {
             }
             OrchestratorMsg::Retained(reply) => {
                 let (file_locks, file_reads) = state.env.files.retained();
-                let (watched, _) = state.env.bus.retained();
+                let watched = state.env.bus.retained();
                 let _ = reply.send(crate::actors::Retained {
                     sessions: state.sessions.len().max(state.by_actor.len()),
                     children: state.children.len(),
@@ -522,13 +522,11 @@ async fn loaded(
 }
 
 /// Drops what the runtime kept for session `id`, which has ended: the files it
-/// read, its "always" answers, the sub-agents its calls started, the
-/// subscriptions to it nobody reads.
+/// read, its "always" answers, the sub-agents its calls started.
 fn forget(state: &mut OrchestratorState, id: SessionId) {
     state.env.files.forget(id);
     state.env.remembered.forget(id);
     state.children.forget(id);
-    state.env.bus.prune(id);
 }
 
 /// Answers a question for the session a call started, with where it is.

@@ -135,8 +135,6 @@ impl Handle {
         };
         let outcome = wait_for_outcome(&mut events, prompt_id).await;
         guard.child = None;
-        // Unsubscribed first: the session's stop prunes what nobody reads.
-        drop(events);
         self.stop_session(child);
         Ok(outcome)
     }
