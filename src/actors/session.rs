@@ -238,8 +238,7 @@ impl Actor for SessionActor {
             myself.stop(Some("nobody waits for it".into()));
             return Ok(());
         }
-        if let Some(meter) = &state.spec.meter {
-            let mut reached = meter.watch();
+        if let Some(mut reached) = state.spec.meter.as_ref().and_then(|m| m.watch()) {
             let session = myself.clone();
             let watch = tokio::spawn(async move {
                 if let Ok(limit) = reached.wait_for(Option::is_some).await

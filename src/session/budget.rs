@@ -102,9 +102,12 @@ impl RunMeter {
         }
     }
 
-    /// Tells the first limit the run reaches (at once, when it has already).
-    pub fn watch(&self) -> tokio::sync::watch::Receiver<Option<&'static str>> {
-        self.reached.subscribe()
+    /// Tells the first limit of spending (cost, tokens) the run reaches (at
+    /// once, when it has already); `None` when it has no such limit (time is
+    /// each session's own alarm).
+    pub fn watch(&self) -> Option<tokio::sync::watch::Receiver<Option<&'static str>>> {
+        let spends = self.budget.max_cost_usd.is_some() || self.budget.max_tokens.is_some();
+        spends.then(|| self.reached.subscribe())
     }
 
     /// When the run's time is up.
