@@ -272,7 +272,11 @@ fn run(spec: &Spec) -> Result<(ExitCode, Vec<String>), String> {
         }
     }
     let here = std::env::current_dir().unwrap_or_default();
-    let before = super::protect::present(&here);
+    // What is set aside afterwards is only in force with a namespace to protect.
+    let before = match spec.user_namespace {
+        true => super::protect::present(&here),
+        false => Vec::new(),
+    };
     let child = shell(&spec.command)?;
     let group = Pid::from_child(&child);
     let exited = match wait_or_lifeline(&child) {
