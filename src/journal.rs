@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::conversation::Message;
-use crate::protocol::{Event, Outcome, SessionId};
+use crate::protocol::{Changes, Checkout, Event, Outcome, SessionId};
 
 /// One line of a journal.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -40,6 +40,9 @@ pub enum Record {
         /// The journal's format ([`FORMAT`] when written by this build).
         #[serde(default = "unnumbered")]
         format: u32,
+        /// An isolated sub-agent's private checkout.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        checkout: Option<Checkout>,
     },
     /// A run began; the next message is its prompt.
     RunStarted {
@@ -86,6 +89,32 @@ pub enum Record {
         /// How.
         outcome: Outcome,
     },
+    /// An isolated sub-agent's work, committed in its checkout (by its
+    /// caller's Task call, once the sub-agent's run ended).
+    Committed {
+        /// The commit.
+        commit: String,
+    },
+    /// That commit, fetched into the parent's repository as a branch.
+    Fetched {
+        /// The branch.
+        branch: String,
+        /// The commit.
+        commit: String,
+    },
+    /// The merge into the parent's tree began, against this snapshot of it
+    /// (a merge cut off is done again against the same).
+    Merging {
+        /// The snapshot commit of the parent's tree.
+        ours: String,
+    },
+    /// What became of the work: merged into the parent's tree, or why not.
+    Merged {
+        /// What became of it.
+        result: Changes,
+    },
+    /// The checkout was removed.
+    CheckoutRemoved,
     /// A lifecycle event of the session (a tool finished, a retry, a restart...),
     /// recorded from the event bus for the record; a resumed session ignores it.
     Event {

@@ -7,6 +7,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::conversation::Usage;
 
+mod changes;
+
+pub use self::changes::{Changes, Checkout};
+
 /// Identifies one session (conversation). Time-ordered (UUIDv7), so journal file
 /// names sort by creation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -360,6 +364,35 @@ pub enum EventKind {
         /// The crash.
         reason: String,
     },
+    /// The sub-agent works in a private checkout of its parent's repository.
+    Isolated {
+        /// Where it works.
+        path: String,
+        /// The snapshot commit of its parent's tree it started from.
+        base: String,
+    },
+    /// The sub-agent wanted a private checkout and shares its parent's tree.
+    Shared {
+        /// Why it could not have one.
+        reason: String,
+    },
+    /// The sub-agent's changes were merged into its parent's tree.
+    Merged {
+        /// The files, from the top of the work tree.
+        files: Vec<String>,
+        /// Lines added.
+        added: usize,
+        /// Lines removed.
+        removed: usize,
+    },
+    /// The sub-agent's changes conflict with its parent's tree: none were
+    /// written, and they are kept on `branch`.
+    Conflicted {
+        /// The files in conflict.
+        files: Vec<String>,
+        /// The branch that holds the work.
+        branch: String,
+    },
     /// A run ended (or, with no `prompts`, the whole session did).
     Terminal {
         /// The prompts the run answered, by the ids [`crate::Handle::prompt`]
@@ -406,6 +439,10 @@ impl EventKind {
             | Self::Compacted { .. }
             | Self::Todos { .. }
             | Self::Restarted { .. }
+            | Self::Isolated { .. }
+            | Self::Shared { .. }
+            | Self::Merged { .. }
+            | Self::Conflicted { .. }
             | Self::Terminal { .. } => false,
         }
     }

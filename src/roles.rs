@@ -56,6 +56,10 @@ pub struct Role {
     pub permission_mode: Option<PermissionMode>,
     /// Its color in the progress display.
     pub color: Option<String>,
+    /// Whether its sub-agents work in a private checkout (`isolation:
+    /// worktree`) or in their parent's tree (`none`); `None`: the run's
+    /// default decides.
+    pub isolation: Option<Isolation>,
     /// The system prompt.
     pub prompt: String,
     /// Where it came from (a path, or `built-in:NAME.md`).
@@ -119,15 +123,37 @@ pub const KNOWN_TOOLS: [&str; 11] = [
 ];
 
 /// Claude Code fields this version accepts without acting on them yet.
-const ACCEPTED_FIELDS: [&str; 7] = [
+const ACCEPTED_FIELDS: [&str; 6] = [
     "hooks",
     "memory",
     "skills",
-    "isolation",
     "background",
     "effort",
     "initialPrompt",
 ];
+
+/// Where a sub-agent works: Claude Code's `isolation` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isolation {
+    /// A private checkout of its parent's repository (`worktree`).
+    Worktree,
+    /// Its parent's tree (`none`).
+    None,
+}
+
+impl std::str::FromStr for Isolation {
+    type Err = String;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        match value {
+            "worktree" => Ok(Self::Worktree),
+            "none" => Ok(Self::None),
+            other => Err(format!(
+                "unknown isolation {other:?} (expected worktree or none)"
+            )),
+        }
+    }
+}
 
 /// Colors the progress display can show.
 pub const COLORS: [&str; 9] = [
@@ -285,9 +311,18 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
         }
         other => other,
     };
+    let isolation = match string("isolation")? {
+        None => None,
+        Some(value) => Some(
+            value
+                .parse::<Isolation>()
+                .map_err(|message| err(line_of("isolation"), message))?,
+        ),
+    };
     let mut warnings = Vec::new();
     for (key, value) in &fields {
         let known = [
+            "isolation",
             "name",
             "description",
             "tools",
@@ -349,6 +384,7 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
         budget,
         permission_mode,
         color,
+        isolation,
         prompt: body.trim().to_owned(),
         source: path.to_owned(),
         mcp,

@@ -78,6 +78,12 @@ pub struct Agent {
     pub unfinished: bool,
     /// The limits its last run was given, as journaled (a lead's, when it had any).
     pub limits: Option<Limits>,
+    /// Its private checkout, when it was isolated.
+    pub checkout: Option<crate::protocol::Checkout>,
+    /// What became of its checkout's changes, once its caller brought them back.
+    pub changes: Option<crate::protocol::Changes>,
+    /// Its checkout was removed.
+    pub checkout_removed: bool,
 }
 
 /// One run of a workspace.
@@ -464,6 +470,7 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
     let mut task = None;
     let mut after_start = false;
     let mut limits = None;
+    let (mut checkout, mut changes, mut checkout_removed) = (None, None, false);
     for record in records {
         match record {
             Record::RunStarted { limits: given, .. } => {
@@ -498,7 +505,14 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
                 EventKind::ToolStarted { .. } => running.tool_calls += 1,
                 _ => {}
             },
-            Record::Header { .. }
+            Record::Header {
+                checkout: given, ..
+            } => checkout = given.clone(),
+            Record::Merged { result } => changes = Some(result.clone()),
+            Record::CheckoutRemoved => checkout_removed = true,
+            Record::Committed { .. }
+            | Record::Fetched { .. }
+            | Record::Merging { .. }
             | Record::Compacted { .. }
             | Record::PromptJoined { .. }
             | Record::ToolStarted { .. }
@@ -524,6 +538,9 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
         cost,
         task: task.unwrap_or_default(),
         limits,
+        checkout,
+        changes,
+        checkout_removed,
     }
 }
 

@@ -113,6 +113,8 @@ pub struct Handle {
     closed: CancellationToken,
     /// The run's MCP servers.
     mcp: Arc<crate::mcp::McpHub>,
+    /// What the runtime's private checkouts share.
+    checkouts: Arc<delegate::Checkouts>,
 }
 
 impl std::ops::Deref for Runtime {
@@ -176,6 +178,7 @@ impl Runtime {
             .await
             .map_err(|e| SessionError::Spawn(e.to_string()))?;
         let handle = Handle {
+            checkouts: Arc::default(),
             orchestrator,
             bus,
             journal,
@@ -411,7 +414,10 @@ impl Launcher for Handle {
         prompt: String,
         cancel: CancellationToken,
         resumed: bool,
-    ) -> BoxFuture<'_, Result<Option<Outcome>, SessionError>> {
-        Box::pin(Handle::delegate(self, spec, prompt, cancel, resumed))
+        isolate: Option<crate::isolation::Isolate>,
+    ) -> BoxFuture<'_, Result<crate::task::Delegated, SessionError>> {
+        Box::pin(Handle::delegate(
+            self, spec, prompt, cancel, resumed, isolate,
+        ))
     }
 }

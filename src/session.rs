@@ -77,6 +77,9 @@ pub struct SessionSpec {
     /// name for a top-level session; a sub-agent's adds its role and the call that
     /// spawned it to its parent's.
     pub place: String,
+    /// The private checkout it works in, for an isolated sub-agent: its tools
+    /// treat the checkout as the workspace.
+    pub checkout: Option<crate::protocol::Checkout>,
 }
 
 impl SessionSpec {
@@ -110,6 +113,7 @@ impl SessionSpec {
             deny_rules: Arc::from([]),
             memory: Vec::new(),
             provider: None,
+            checkout: None,
         }
     }
 }

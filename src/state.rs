@@ -197,6 +197,21 @@ impl StateDir {
         self.runs().join(format!("{run}.lock"))
     }
 
+    /// The folder of the private checkouts of isolated sub-agents.
+    pub fn checkouts(&self) -> PathBuf {
+        self.dir.join("checkouts")
+    }
+
+    /// The private checkout of sub-agent `session`.
+    pub fn checkout(&self, session: SessionId) -> PathBuf {
+        self.checkouts().join(session.to_string())
+    }
+
+    /// Where temporary indexes of snapshots are made.
+    pub fn scratch(&self) -> PathBuf {
+        self.checkouts().join(".scratch")
+    }
+
     /// The folder of the MCP servers' logs.
     pub fn mcp_logs(&self) -> PathBuf {
         self.dir.join("mcp")

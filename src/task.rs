@@ -21,9 +21,10 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{SessionError, ToolError};
+use crate::isolation::{Isolate, Policy};
 use crate::memory::Memory;
 use crate::models::{Model, Models};
-use crate::protocol::{EventKind, Outcome, SessionId};
+use crate::protocol::{Changes, EventKind, Outcome, SessionId};
 use crate::roles::ModelChoice;
 use crate::roles::catalog::Catalog;
 use crate::session::budget::RunMeter;
@@ -55,6 +56,8 @@ pub trait Launcher: Send + Sync + std::fmt::Debug + 'static {
     /// `parent` and `tool_call_id`): when `resumed` (the call was started by an
     /// earlier incarnation of its caller), the sub-agent that start began, if
     /// there is one (its recorded result when it finished); else a new one.
+    /// With `isolate`, a new sub-agent works in a private checkout of that
+    /// tree, and its work is brought back when it ends.
     /// Returns the sub-agent's outcome, `None` if it went away without one. The
     /// sub-agent is cancelled when `cancel` is, and only then.
     fn delegate(
@@ -63,7 +66,17 @@ pub trait Launcher: Send + Sync + std::fmt::Debug + 'static {
         prompt: String,
         cancel: CancellationToken,
         resumed: bool,
-    ) -> BoxFuture<'_, Result<Option<Outcome>, SessionError>>;
+        isolate: Option<Isolate>,
+    ) -> BoxFuture<'_, Result<Delegated, SessionError>>;
+}
+
+/// What a delegation came to.
+#[derive(Clone, Debug, Default)]
+pub struct Delegated {
+    /// The sub-agent's outcome; `None` if it went away without one.
+    pub outcome: Option<Outcome>,
+    /// What became of its changes, when it worked in a private checkout.
+    pub changes: Option<Changes>,
 }
 
 /// What every Task tool of a run shares.
@@ -90,6 +103,9 @@ pub struct TaskEnv {
     memory: Arc<Memory>,
     /// The run's MCP servers, whose tools a sub-agent's role may use.
     mcp: Option<Arc<crate::mcp::McpHub>>,
+    /// Which sub-agents work in a private checkout when their role does not
+    /// say.
+    isolation: Policy,
     /// Sub-agents' system prompts (a role's prompt with the memory), one per role
     /// prompt: ten thousand sub-agents of a role share one copy, not ten thousand
     /// copies of the project's memory.
@@ -119,8 +135,16 @@ impl TaskEnv {
             meter: None,
             memory: Arc::default(),
             mcp: None,
+            isolation: Policy::default(),
             prompts: Mutex::default(),
         }
+    }
+
+    /// Sub-agents whose role does not say work in a private checkout as
+    /// `policy` says.
+    pub fn with_isolation(mut self, policy: Policy) -> Self {
+        self.isolation = policy;
+        self
     }
 
     /// The system prompt of a sub-agent whose role's prompt is `role_prompt`: that
@@ -190,13 +214,14 @@ impl Task {
         Self { env, caller }
     }
 
-    /// The session spec of a sub-agent of role `name`, or why there is none.
+    /// The session spec of a sub-agent of role `name`, and whether it works in
+    /// a private checkout; or why there is none.
     fn child_spec(
         &self,
         name: &str,
         parent: SessionId,
         call_id: &str,
-    ) -> Result<SessionSpec, ToolError> {
+    ) -> Result<(SessionSpec, crate::isolation::Wanted), ToolError> {
         let catalog = self
             .env
             .catalog
@@ -216,6 +241,7 @@ impl Task {
         let mut offered: Vec<&str> = self.env.tools.names();
         offered.push("Task");
         let allowed = role.allowed_tools(&offered);
+        let isolated = crate::isolation::wanted(self.env.isolation, role.isolation, &allowed);
         let mut tools = self.env.tools.only(&allowed);
         if let Some(hub) = &self.env.mcp {
             tools = tools.with_source(Arc::new(crate::mcp::tools_for(
@@ -266,7 +292,7 @@ impl Task {
         spec.permission_mode = permission_mode;
         spec.parent = Some(parent);
         spec.tool_call_id = Some(call_id.to_owned());
-        Ok(spec)
+        Ok((spec, isolated))
     }
 
     fn roles_summary(&self) -> String {
@@ -333,7 +359,18 @@ impl Tool for Task {
                     "prompt is empty: say what the sub-agent should do and report".into(),
                 ));
             }
-            let spec = self.child_spec(&input.subagent_type, ctx.session, &ctx.call_id)?;
+            let (spec, isolated) =
+                self.child_spec(&input.subagent_type, ctx.session, &ctx.call_id)?;
+            // A sub-agent of an isolated one shares its parent's checkout,
+            // which is private already.
+            let wanted = isolated != crate::isolation::Wanted::No;
+            let isolate = (wanted && ctx.checkout.is_none()).then(|| Isolate {
+                from: ctx.workspace.clone(),
+                run: ctx.run,
+                files: ctx.files.clone(),
+                private: ctx.private.clone(),
+                asked: isolated == crate::isolation::Wanted::Asked,
+            });
             let agent = spec.agent.clone();
             // Waits in FIFO order for a slot (shown as queued); a cancel drops the wait.
             let level = (self.caller.depth as usize).min(self.env.slots.len() - 1);
@@ -357,18 +394,22 @@ impl Tool for Task {
                     slot.map_err(|_| ToolError::Failed("the run is shutting down".into()))?
                 }
             };
-            let outcome = self
+            let Delegated { outcome, changes } = self
                 .env
                 .launcher
-                .delegate(spec, input.prompt, ctx.cancel.clone(), ctx.resumed)
+                .delegate(spec, input.prompt, ctx.cancel.clone(), ctx.resumed, isolate)
                 .await
                 .map_err(|e| ToolError::Failed(format!("the sub-agent could not start: {e}")))?;
             if let Some(outcome) = &outcome {
                 ctx.spent.add(outcome.stats());
             }
+            // What became of an isolated sub-agent's changes comes first.
+            let changes = changes
+                .map(|c| format!("{}\n", c.line()))
+                .unwrap_or_default();
             match outcome {
                 Some(Outcome::Finished { text, stats, .. }) => {
-                    Ok(format!("{text}\n\n{}", footer(&agent, &stats)))
+                    Ok(format!("{changes}{text}\n\n{}", footer(&agent, &stats)))
                 }
                 Some(Outcome::Failed {
                     class,
@@ -382,7 +423,7 @@ impl Tool for Task {
                         format!("\nIts last output:\n{partial}")
                     };
                     Err(ToolError::Failed(format!(
-                        "the {agent} sub-agent failed ({class}): {message}{partial}"
+                        "{changes}the {agent} sub-agent failed ({class}): {message}{partial}"
                     )))
                 }
                 Some(Outcome::Cancelled { .. }) => Err(ToolError::Cancelled),
@@ -393,13 +434,13 @@ impl Tool for Task {
                     partial,
                     stats,
                 }) => Ok(format!(
-                    "[the {agent} sub-agent was stopped ({reason}) before it finished; its work so far:]\n{partial}\n\n{}",
+                    "{changes}[the {agent} sub-agent was stopped ({reason}) before it finished; its work so far:]\n{partial}\n\n{}",
                     footer(&agent, &stats)
                 )),
                 // Its time ran out (its own `timeout`): like a stop, its partial
                 // work is the result.
                 Some(Outcome::TimedOut { partial, stats }) => Ok(format!(
-                    "[the {agent} sub-agent's time ran out before it finished; its work so far:]\n{partial}\n\n{}",
+                    "{changes}[the {agent} sub-agent's time ran out before it finished; its work so far:]\n{partial}\n\n{}",
                     footer(&agent, &stats)
                 )),
                 None => Err(ToolError::Failed(format!(
@@ -435,8 +476,9 @@ mod tests {
             _prompt: String,
             _cancel: CancellationToken,
             _resumed: bool,
-        ) -> BoxFuture<'_, Result<Option<Outcome>, SessionError>> {
-            Box::pin(async { Ok(None) })
+            _isolate: Option<Isolate>,
+        ) -> BoxFuture<'_, Result<Delegated, SessionError>> {
+            Box::pin(async { Ok(Delegated::default()) })
         }
     }
 

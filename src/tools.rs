@@ -53,6 +53,11 @@ pub enum Concurrency {
 pub struct ToolContext {
     /// The workspace root every path is resolved against.
     pub workspace: PathBuf,
+    /// The private checkout the workspace is in, for an isolated sub-agent: the
+    /// whole clone (its git directory too) is what its commands may write.
+    pub checkout: Option<PathBuf>,
+    /// The run the calling session belongs to.
+    pub run: SessionId,
     /// Places no tool may touch, even inside the workspace (canonical): the run's
     /// own state ([`crate::state::StateDir::private`]), which a workspace that is
     /// `$HOME` contains.
@@ -203,6 +208,8 @@ impl ToolContext {
     pub fn new(workspace: PathBuf, session: SessionId) -> Self {
         Self {
             workspace,
+            checkout: None,
+            run: session,
             private: Arc::from([]),
             read_deny: ReadDeny::default(),
             session,
@@ -220,7 +227,15 @@ impl ToolContext {
     /// it, and one in a private place.
     pub fn resolve(&self, path: &str) -> Result<PathBuf, ToolError> {
         let resolved = sandbox::resolve(&self.workspace, path)?;
-        sandbox::refuse_private(&resolved, &self.private, path)?;
+        // A private place that holds the workspace (a private checkout's) is
+        // not refused: the path is inside the workspace already.
+        let private: Vec<PathBuf> = self
+            .private
+            .iter()
+            .filter(|place| !self.workspace.starts_with(place))
+            .cloned()
+            .collect();
+        sandbox::refuse_private(&resolved, &private, path)?;
         Ok(resolved)
     }
 

@@ -17,6 +17,7 @@ mod control;
 mod conversation;
 mod faults;
 mod fixtures;
+mod isolation;
 mod journals;
 mod mcp;
 mod permissions;

@@ -141,6 +141,44 @@ pub(crate) struct SessionState {
     runners: HashMap<ActorId, (u64, usize, String)>,
     /// Waits for the run's shared budget to be spent, to say so at once.
     budget_watch: Option<AbortOnDrop>,
+    /// Where its tools work: the runtime's workspace, or its private checkout.
+    place: Arc<Place>,
+}
+
+/// Where a session's tools work.
+#[derive(Debug)]
+pub(crate) struct Place {
+    /// Its run.
+    pub(crate) run: SessionId,
+    /// The folder every path is resolved against.
+    pub(crate) workspace: PathBuf,
+    /// The private checkout that folder is in, for an isolated sub-agent.
+    pub(crate) checkout: Option<PathBuf>,
+    /// The run's permission rules, their relative paths from `workspace`.
+    pub(crate) rules: Arc<crate::tools::rules::Rules>,
+}
+
+impl Place {
+    /// Where a session of `run` running `spec` works in `env`.
+    fn of(run: SessionId, spec: &SessionSpec, env: &SessionEnv) -> Self {
+        match &spec.checkout {
+            None => Self {
+                run,
+                workspace: env.workspace.clone(),
+                checkout: None,
+                rules: env.rules.clone(),
+            },
+            Some(checkout) => Self {
+                run,
+                workspace: checkout.workdir.clone(),
+                checkout: Some(checkout.root.clone()),
+                rules: Arc::new(crate::tools::rules::Rules {
+                    workspace: checkout.workdir.clone(),
+                    ..(*env.rules).clone()
+                }),
+            },
+        }
+    }
 }
 
 /// The highest prompt stamp a journal holds.
@@ -196,7 +234,9 @@ impl Actor for SessionActor {
             seed: rand::random(),
         };
         let (machine, effects) = Machine::start(machine_args, records.as_deref());
+        let place = Arc::new(Place::of(run, &spec, &env));
         let mut state = SessionState {
+            place,
             id,
             machine,
             publisher,

@@ -89,6 +89,11 @@ pub struct Cli {
     /// Sub-agents running at once at each level across the run; the rest wait in order.
     #[arg(long, value_name = "N", default_value_t = task::DEFAULT_MAX_PARALLEL, global = true)]
     pub max_parallel: usize,
+    /// Which sub-agents work in a private git checkout when their role does not
+    /// say: auto (those that may edit files, in a git repository), worktree
+    /// (all) or none.
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = parse_isolation, global = true)]
+    pub isolation: crate::isolation::Policy,
     /// Levels of sub-agents below the lead (0: no sub-agents).
     #[arg(long, value_name = "N", default_value_t = task::DEFAULT_MAX_DEPTH, global = true)]
     pub max_depth: u32,
@@ -202,6 +207,16 @@ pub enum SessionsAction {
         /// The run: a unique prefix of its id.
         id: String,
     },
+    /// Remove the git branches and leftover checkouts of runs older than an age.
+    Prune {
+        /// How old a run must be (`30d`, `12h`, `90m`).
+        #[arg(long, value_name = "AGE", default_value = "7d", value_parser = parse_age)]
+        older_than: std::time::Duration,
+    },
+}
+
+fn parse_age(text: &str) -> Result<std::time::Duration, String> {
+    crate::session::budget::parse_duration(text)
 }
 
 /// `orchestrate mcp …`
@@ -226,6 +241,10 @@ pub enum AgentsAction {
 }
 
 fn parse_mode(value: &str) -> Result<PermissionMode, String> {
+    value.parse()
+}
+
+fn parse_isolation(value: &str) -> Result<crate::isolation::Policy, String> {
     value.parse()
 }
 

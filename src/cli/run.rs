@@ -441,6 +441,7 @@ fn lead_spec(
                 .with_models(plan.models.clone())
                 .with_meter(meter.clone())
                 .with_memory(plan.memory.clone())
+                .with_isolation(cli.isolation)
                 .with_mcp(mcp),
         );
         let caller = Caller {

@@ -2,6 +2,8 @@
 //! of agents with its final answer. Everything is read from the journals
 //! ([`crate::runs`]); nothing here runs a model.
 
+mod checkouts;
+
 use std::collections::HashMap;
 use std::io::Write;
 use std::process::ExitCode;
@@ -47,7 +49,8 @@ pub(super) fn run(
                 for damaged in &run.damaged {
                     let _ = writeln!(err, "orchestrate: warning: {damaged}");
                 }
-                let _ = write!(out, "{}", show(&run));
+                let checkouts = checkouts::section(&run, &state);
+                let _ = write!(out, "{}", show(&run, &checkouts));
                 ExitCode::from(exit::DONE)
             }
             Err(e) => {
@@ -55,6 +58,22 @@ pub(super) fn run(
                 ExitCode::from(exit::USAGE)
             }
         },
+        Some(SessionsAction::Prune { older_than }) => {
+            let listing = runs::summaries(&state);
+            let runs: Vec<Run> = listing
+                .runs
+                .iter()
+                .filter_map(|r| runs::find(&state, Some(&r.id.to_string())).ok())
+                .collect();
+            let said = checkouts::prune(&runs, *older_than, SystemTime::now());
+            if said.is_empty() {
+                let _ = writeln!(out, "nothing to prune");
+            }
+            for line in said {
+                let _ = writeln!(out, "{line}");
+            }
+            ExitCode::from(exit::DONE)
+        }
     }
 }
 
@@ -85,9 +104,10 @@ pub(super) fn list(runs: &[Summary]) -> String {
     text
 }
 
-/// One run: its agents as a tree, each with its outcome and counters, then the
+/// One run: its agents as a tree, each with its outcome and counters, then
+/// `checkouts` (what its isolated agents left, and its disk use), then the
 /// lead's answer (or what it had said).
-pub(super) fn show(run: &Run) -> String {
+pub(super) fn show(run: &Run, checkouts: &str) -> String {
     let mut text = format!(
         "run {}  {}  started {}\ntask: {}\n\n",
         run.id,
@@ -133,6 +153,7 @@ pub(super) fn show(run: &Run) -> String {
         tokens(run.tokens()),
         dollars(run.cost())
     ));
+    text.push_str(&format!("\n{checkouts}"));
     let (heading, answer) = match &run.lead().outcome {
         Some(Outcome::Finished { text, .. }) => ("answer", text.as_str()),
         Some(Outcome::Failed { message, .. }) => ("failed", message.as_str()),

@@ -148,6 +148,16 @@ pub fn place(dir: &Path) -> Result<Place, CheckoutError> {
 /// as a copy of the repository's, whose record of each file's size and time
 /// spares reading the files that did not change (without one, from `HEAD`).
 pub fn snapshot(root: &Path, scratch: &Path) -> Result<String, CheckoutError> {
+    snapshot_without(root, scratch, &[])
+}
+
+/// As [`snapshot`], leaving out the places `leave_out` names (absolute; the
+/// run's own state, when the work tree holds it).
+pub fn snapshot_without(
+    root: &Path,
+    scratch: &Path,
+    leave_out: &[PathBuf],
+) -> Result<String, CheckoutError> {
     let head = git(
         root,
         &["rev-parse", "--verify", "--quiet", "HEAD^{commit}"],
@@ -158,11 +168,35 @@ pub fn snapshot(root: &Path, scratch: &Path) -> Result<String, CheckoutError> {
     let index = scratch.join(format!("index.{}", crate::protocol::SessionId::new()));
     let env = [("GIT_INDEX_FILE", index.as_os_str())];
     let made = (|| {
-        let own = git(root, &["rev-parse", "--git-path", "index"], &[])?;
-        if std::fs::copy(root.join(own), &index).is_err() {
+        let own = root.join(git(root, &["rev-parse", "--git-path", "index"], &[])?);
+        // A regular file only: a clone's index is the model's to make (a FIFO
+        // would hold the copy forever).
+        let regular = std::fs::symlink_metadata(&own).is_ok_and(|m| m.is_file());
+        if !regular || std::fs::copy(own, &index).is_err() {
             git(root, &["read-tree", &head], &env)?;
         }
         git(root, &["add", "--all", "--", "."], &env)?;
+        // Taken out again after (an exclude pathspec naming an ignored
+        // place makes `add` fail).
+        for place in leave_out {
+            let Ok(rel) = place.strip_prefix(root) else {
+                continue;
+            };
+            if rel.as_os_str().is_empty() {
+                continue;
+            }
+            let literal = format!(":(literal){}", rel.display());
+            let args = [
+                "rm",
+                "-r",
+                "-q",
+                "--cached",
+                "--ignore-unmatch",
+                "--",
+                &literal,
+            ];
+            git(root, &args, &env)?;
+        }
         let tree = git(root, &["write-tree"], &env)?;
         let mut with_identity: Vec<(&str, &OsStr)> =
             IDENTITY.iter().map(|(k, v)| (*k, OsStr::new(*v))).collect();
@@ -394,6 +428,81 @@ fn changed(root: &Path, from: &str, to: &str) -> Result<Vec<PathChange>, Checkou
         });
     }
     Ok(changes)
+}
+
+/// Deletes the branches under `prefix` (`orchestrate/0193abcd/`) in the
+/// repository at `root`; the names deleted.
+pub fn delete_branches(root: &Path, prefix: &str) -> Result<Vec<String>, CheckoutError> {
+    let listed = git(
+        root,
+        &[
+            "for-each-ref",
+            "--format=%(refname)",
+            &format!("refs/heads/{prefix}"),
+        ],
+        &[],
+    )?;
+    let mut deleted = Vec::new();
+    for name in listed.lines().filter(|l| !l.is_empty()) {
+        git(root, &["update-ref", "-d", name], &[])?;
+        deleted.push(name.trim_start_matches("refs/heads/").to_owned());
+    }
+    Ok(deleted)
+}
+
+/// Whether commits `a` and `b` of the repository at `root` hold the same tree.
+pub fn same_tree(root: &Path, a: &str, b: &str) -> Result<bool, CheckoutError> {
+    Ok(tree_of(root, a)? == tree_of(root, b)?)
+}
+
+/// The files of the work tree at `root` that git ignores and does not track,
+/// from its top.
+pub fn ignored_files(root: &Path) -> Result<Vec<PathBuf>, CheckoutError> {
+    let out = git_bytes(
+        root,
+        &[
+            "ls-files",
+            "-z",
+            "--others",
+            "--ignored",
+            "--exclude-standard",
+        ],
+        &[],
+    )?;
+    Ok(out
+        .split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .map(|p| PathBuf::from(OsStr::from_bytes(p)))
+        .collect())
+}
+
+/// Checks that the clone at `dest` is still its own repository, whatever its
+/// model-written git directory says: `.git` a real folder, which git takes
+/// as the clone's git directory and `dest` as its work tree (a `.git` file
+/// or a `core.worktree` would send git elsewhere).
+pub fn still_own(dest: &Path) -> Result<(), CheckoutError> {
+    let dir = dest.join(".git");
+    let meta = std::fs::symlink_metadata(&dir)?;
+    let refuse = |why: &str| CheckoutError::Git {
+        command: "rev-parse".into(),
+        dir: dest.display().to_string(),
+        message: format!("the checkout is not its own repository any more: {why}"),
+    };
+    if !meta.is_dir() {
+        return Err(refuse(".git is not a folder"));
+    }
+    let found = git(
+        dest,
+        &["rev-parse", "--absolute-git-dir", "--show-toplevel"],
+        &[],
+    )?;
+    let mut lines = found.lines().map(Path::new);
+    if lines.next() != Some(dir.as_path()) || lines.next() != Some(dest) {
+        return Err(refuse(
+            "its git directory or work tree is configured elsewhere",
+        ));
+    }
+    Ok(())
 }
 
 /// The bytes of blob `oid`.

@@ -50,7 +50,9 @@ async fn a_clean_plan_is_written_whole_with_modes_and_removals() {
     .unwrap();
     let plan = plan(&root, scratch.path(), &dest, &base);
     let files = Arc::new(FileState::default());
-    let merged = apply(&files, &root, private(), plan).await.unwrap();
+    let merged = apply(&files, &root, Path::new(""), private(), plan)
+        .await
+        .unwrap();
     let Merged::Merged {
         files: written,
         added,
@@ -97,7 +99,9 @@ async fn a_file_changed_since_the_plan_or_a_protected_one_stops_the_whole_merge(
     // The person edits lib.rs after the plan was worked out.
     std::fs::write(root.join("lib.rs"), "mine\n").unwrap();
     let files = Arc::new(FileState::default());
-    let merged = apply(&files, &root, private(), planned).await.unwrap();
+    let merged = apply(&files, &root, Path::new(""), private(), planned)
+        .await
+        .unwrap();
     assert_eq!(
         merged,
         Merged::Conflict {
@@ -119,7 +123,9 @@ async fn a_file_changed_since_the_plan_or_a_protected_one_stops_the_whole_merge(
     std::fs::write(dest.join("agents/a.md"), "a role, rewritten\n").unwrap();
     std::fs::write(dest.join("lib.rs"), "one\n2\nthree\n").unwrap();
     let planned = plan(&root, scratch.path(), &dest, &base);
-    let merged = apply(&files, &root, private(), planned).await.unwrap();
+    let merged = apply(&files, &root, Path::new(""), private(), planned)
+        .await
+        .unwrap();
     assert_eq!(
         merged,
         Merged::Conflict {
@@ -134,4 +140,52 @@ async fn a_file_changed_since_the_plan_or_a_protected_one_stops_the_whole_merge(
         std::fs::read_to_string(root.join("lib.rs")).unwrap(),
         "one\ntwo\nthree\n"
     );
+}
+
+#[tokio::test]
+async fn a_merge_done_again_writes_nothing_twice_and_says_the_same() {
+    let (repo, scratch, dest, base) = set_up();
+    let root = repo.path().canonicalize().unwrap();
+    std::fs::write(dest.join("lib.rs"), "one\n2\nthree\n").unwrap();
+    std::fs::write(dest.join("new.rs"), "new\n").unwrap();
+    let planned = plan(&root, scratch.path(), &dest, &base);
+    let files = Arc::new(FileState::default());
+    let first = apply(&files, &root, Path::new(""), private(), planned.clone())
+        .await
+        .unwrap();
+    // Cut off after one of its files: the person's tree has lib.rs merged.
+    std::fs::remove_file(root.join("new.rs")).unwrap();
+    let again = apply(&files, &root, Path::new(""), private(), planned)
+        .await
+        .unwrap();
+    assert_eq!(again, first);
+    assert_eq!(
+        std::fs::read_to_string(root.join("new.rs")).unwrap(),
+        "new\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("lib.rs")).unwrap(),
+        "one\n2\nthree\n"
+    );
+}
+
+#[tokio::test]
+async fn only_the_parents_place_in_the_tree_is_merged() {
+    let (repo, scratch, dest, base) = set_up();
+    let root = repo.path().canonicalize().unwrap();
+    std::fs::write(dest.join("lib.rs"), "one\n2\nthree\n").unwrap();
+    std::fs::create_dir(dest.join("src")).unwrap();
+    std::fs::write(dest.join("src/x.rs"), "x\n").unwrap();
+    let planned = plan(&root, scratch.path(), &dest, &base);
+    let files = Arc::new(FileState::default());
+    let merged = apply(&files, &root, Path::new("src"), private(), planned)
+        .await
+        .unwrap();
+    assert_eq!(
+        merged,
+        Merged::Conflict {
+            files: vec!["lib.rs".into()]
+        }
+    );
+    assert!(!root.join("src/x.rs").exists());
 }

@@ -21,6 +21,7 @@ fn a_claude_code_role_parses_whole() {
             budget: Budget::default(),
             permission_mode: Some(PermissionMode::AcceptEdits),
             color: Some("green".into()),
+            isolation: None,
             prompt: "You write code.".into(),
             source: "agents/coder.md".into(),
             mcp: RoleServers::default(),
@@ -244,4 +245,24 @@ mod properties {
             prop_assert_eq!(role.prompt.trim(), prompt.trim());
         }
     }
+}
+
+#[test]
+fn isolation_is_claude_codes_field_and_values() {
+    let role = |value: &str| {
+        parse(
+            "w.md",
+            &format!("---\nname: w\ndescription: d\nisolation: {value}\n---\nx\n"),
+        )
+    };
+    assert_eq!(
+        role("worktree").unwrap().isolation,
+        Some(Isolation::Worktree)
+    );
+    assert_eq!(role("none").unwrap().isolation, Some(Isolation::None));
+    let wrong = role("container").unwrap_err();
+    assert_eq!(
+        wrong.to_string(),
+        "w.md:4: unknown isolation \"container\" (expected worktree or none)"
+    );
 }

@@ -364,6 +364,7 @@ mod tests {
                 tool_call_id: parent.map(|_| "t1".into()),
                 run: Some(run),
                 format: crate::journal::FORMAT,
+                checkout: None,
             },
             Record::RunStarted {
                 prompt: 1,

@@ -8,17 +8,24 @@
 //! A sub-agent is cancelled only when its call is: a parent that crashes leaves
 //! its sub-agents running, for its next incarnation to find.
 
+mod isolated;
+
+pub(crate) use self::isolated::Checkouts;
+
 use tokio_util::sync::CancellationToken;
 
+use self::isolated::Work;
 use super::Handle;
 use crate::actors::orchestrator::{OrchestratorMsg, Whereabouts};
 use crate::conversation::Message;
 use crate::error::SessionError;
 use crate::events::EventStream;
+use crate::isolation::Isolate;
 use crate::journal::{Record, read_journal};
 use crate::protocol::{EventKind, Outcome, SessionId};
 use crate::session::SessionSpec;
 use crate::session::queue::QueuedPrompt;
+use crate::task::Delegated;
 
 /// What a sub-agent's journal says about a delegation of `prompt`.
 #[derive(Clone, Debug, PartialEq)]
@@ -84,7 +91,7 @@ enum Reached {
     /// Running: its events, and where the call's prompt is.
     Running(SessionId, EventStream, Prompt),
     /// Its run for this prompt ended already.
-    Ended(Outcome),
+    Ended(SessionId, Outcome),
 }
 
 /// Where a found or started sub-agent's prompt is.
@@ -109,43 +116,70 @@ impl Handle {
         prompt: String,
         cancel: CancellationToken,
         resumed: bool,
-    ) -> Result<Option<Outcome>, SessionError> {
+        isolate: Option<Isolate>,
+    ) -> Result<Delegated, SessionError> {
         let mut guard = CancelWithCall {
             handle: self.clone(),
             child: None,
             cancel,
         };
+        let (agent, parent) = (spec.agent.clone(), spec.parent);
+        let mut work = Work::default();
         // Boxed: the finding and starting (with the spec) are over once the
         // sub-agent runs, and the wait, which lasts its whole run, keeps only the
         // little it needs.
-        let (child, mut events, sent) =
-            match Box::pin(self.reach(spec, &prompt, resumed, &mut guard)).await? {
-                Reached::Running(child, events, sent) => (child, events, sent),
-                Reached::Ended(outcome) => return Ok(Some(outcome)),
-            };
-        // `reach` has told the guard of `child`.
-        if guard.cancel.is_cancelled() {
-            // Cancelled while it was being found or started: the guard ends it.
-            return Ok(None);
-        }
-        let prompt_id = match sent {
-            Prompt::Unsent => Some(self.prompt(child, prompt)),
-            Prompt::Sent(seq) => Some(seq),
-            Prompt::Taken => None,
+        let reached = Box::pin(self.reach(
+            spec,
+            &prompt,
+            resumed,
+            isolate.as_ref(),
+            &mut work,
+            &mut guard,
+        ))
+        .await?;
+        let (child, outcome) = match reached {
+            Reached::Ended(child, outcome) => (child, Some(outcome)),
+            Reached::Running(child, mut events, sent) => {
+                // `reach` has told the guard of `child`.
+                if guard.cancel.is_cancelled() {
+                    // Cancelled while it was being found or started: the guard ends it.
+                    if let (Some(isolate), true) = (&isolate, work.checkout.is_some()) {
+                        self.bring_back(child, &agent, parent, work, None, isolate)
+                            .await?;
+                    }
+                    return Ok(Delegated::default());
+                }
+                let prompt_id = match sent {
+                    Prompt::Unsent => Some(self.prompt(child, prompt)),
+                    Prompt::Sent(seq) => Some(seq),
+                    Prompt::Taken => None,
+                };
+                let outcome = wait_for_outcome(&mut events, prompt_id).await;
+                guard.child = None;
+                self.stop_session(child);
+                (child, outcome)
+            }
         };
-        let outcome = wait_for_outcome(&mut events, prompt_id).await;
-        guard.child = None;
-        self.stop_session(child);
-        Ok(outcome)
+        let changes = match &isolate {
+            Some(isolate) if work.checkout.is_some() => {
+                self.bring_back(child, &agent, parent, work, outcome.as_ref(), isolate)
+                    .await?
+            }
+            _ => None,
+        };
+        Ok(Delegated { outcome, changes })
     }
 
     /// Finds the sub-agent of a resumed call, or starts it: running (with its
     /// events, and whether it still needs the prompt), or already ended.
+    /// A sub-agent's checkout, made or found in its journal, goes in `work`.
     async fn reach(
         &self,
-        spec: SessionSpec,
+        mut spec: SessionSpec,
         prompt: &str,
         resumed: bool,
+        isolate: Option<&Isolate>,
+        work: &mut Work,
         guard: &mut CancelWithCall,
     ) -> Result<Reached, SessionError> {
         let found = match (resumed, spec.parent, &spec.tool_call_id) {
@@ -165,6 +199,8 @@ impl Handle {
                     Ok(Ok(read)) => read.records,
                     _ => Vec::new(),
                 };
+                *work = isolated::work(&records);
+                spec.checkout = work.checkout.clone();
                 match (recorded(&records, prompt), whereabouts) {
                     (Recorded::Ended(outcome), whereabouts) => {
                         guard.child = None;
@@ -172,9 +208,13 @@ impl Handle {
                         if whereabouts != Whereabouts::Journaled {
                             self.stop_session(child);
                         }
-                        return Ok(Reached::Ended(outcome));
+                        return Ok(Reached::Ended(child, outcome));
                     }
-                    (Recorded::Other, _) => self.start_child(spec, prompt, guard).await?,
+                    (Recorded::Other, _) => {
+                        *work = Work::default();
+                        spec.checkout = None;
+                        self.start_child(spec, prompt, isolate, work, guard).await?
+                    }
                     (Recorded::Running, Whereabouts::Journaled) => {
                         self.resume_session(child, spec).await?;
                         (child, events, Prompt::Taken)
@@ -193,7 +233,7 @@ impl Handle {
                     }
                 }
             }
-            None => self.start_child(spec, prompt, guard).await?,
+            None => self.start_child(spec, prompt, isolate, work, guard).await?,
         };
         Ok(Reached::Running(child, events, sent))
     }
@@ -202,13 +242,21 @@ impl Handle {
     /// events before it can publish any, and known to `guard` before it is asked
     /// for: a call cancelled while it starts cancels and stops it (the
     /// Orchestrator takes the start before the cancel), never one it replaced.
+    /// With `isolate`, it works in a private checkout made for it first
+    /// (which goes in `work`).
     async fn start_child(
         &self,
-        spec: SessionSpec,
+        mut spec: SessionSpec,
         prompt: &str,
+        isolate: Option<&Isolate>,
+        work: &mut Work,
         guard: &mut CancelWithCall,
     ) -> Result<(SessionId, EventStream, Prompt), SessionError> {
         let child = SessionId::new();
+        if let Some(isolate) = isolate {
+            self.isolate(child, &mut spec, isolate).await;
+            work.checkout = spec.checkout.clone();
+        }
         guard.child = Some(child);
         let events = self.bus.subscribe_session_terminal(child);
         let seq = self.stamp();
@@ -217,8 +265,16 @@ impl Handle {
             text: prompt.to_owned(),
             steer: false,
         };
+        let checkout = spec.checkout.clone();
         if let Err(e) = self.start_with(child, spec, Some(queued)).await {
-            // Nothing started: a cancel has nobody to stop.
+            // Nothing started: a cancel has nobody to stop, and its checkout
+            // holds nothing.
+            if let Some(checkout) = checkout {
+                let _ =
+                    tokio::task::spawn_blocking(move || crate::isolation::steps::remove(&checkout))
+                        .await;
+                work.checkout = None;
+            }
             guard.child = None;
             return Err(e);
         }

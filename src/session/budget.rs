@@ -141,7 +141,7 @@ impl RunMeter {
 }
 
 /// Reads a duration as people write one: `90` or `90s` (seconds), `500ms`, `5m`,
-/// `2h`, or parts together (`1h30m`).
+/// `2h`, `7d`, or parts together (`1h30m`).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let bad = || format!("{text:?} is not a duration (write it as 90s, 5m, 1h30m or 500ms)");
     let text = text.trim();
@@ -162,6 +162,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             "s" => Duration::from_secs(n),
             "m" => Duration::from_secs(n.saturating_mul(60)),
             "h" => Duration::from_secs(n.saturating_mul(3600)),
+            "d" => Duration::from_secs(n.saturating_mul(86_400)),
             _ => return Err(bad()),
         };
         total = total.saturating_add(part);
@@ -184,6 +185,7 @@ mod tests {
         assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
         assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
         for bad in ["", "0s", "5 minutes", "m", "1.5h", "-3s"] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }

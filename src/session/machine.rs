@@ -230,6 +230,7 @@ impl Machine {
                     tool_call_id: spec.tool_call_id.clone(),
                     run: Some(args.run),
                     format: crate::journal::FORMAT,
+                    checkout: spec.checkout.clone(),
                 }];
                 for message in &spec.history {
                     records.push(Record::Message {
@@ -245,6 +246,13 @@ impl Machine {
             resumed: journal.is_some(),
             memory: machine.spec.memory.clone(),
         });
+        if let (Some(checkout), None) = (&machine.spec.checkout, journal) {
+            let isolated = EventKind::Isolated {
+                path: checkout.workdir.display().to_string(),
+                base: checkout.base.clone(),
+            };
+            machine.publish(isolated);
+        }
         let effects = std::mem::take(&mut machine.out);
         (machine, effects)
     }

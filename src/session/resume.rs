@@ -55,7 +55,14 @@ pub(crate) fn resume(records: &[Record]) -> Resumed {
     let mut pairing = Pairing::default();
     for record in records {
         match record {
-            Record::Header { .. } | Record::Event { .. } | Record::Limits { .. } => {}
+            Record::Header { .. }
+            | Record::Event { .. }
+            | Record::Limits { .. }
+            | Record::Committed { .. }
+            | Record::Fetched { .. }
+            | Record::Merging { .. }
+            | Record::Merged { .. }
+            | Record::CheckoutRemoved => {}
             Record::RunStarted { prompt, .. } => {
                 pairing.close(&mut transcript);
                 turns_before = 0;

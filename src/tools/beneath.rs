@@ -28,6 +28,16 @@ const RETRIES: usize = 8;
 impl Beneath {
     /// The workspace `root` (canonical), less `private`.
     pub(crate) fn new(root: PathBuf, private: Arc<[PathBuf]>) -> Self {
+        // A private place that holds the root (a private checkout's) is not
+        // one to refuse: everything opened is beneath the root already.
+        let private = match private.iter().any(|place| root.starts_with(place)) {
+            false => private,
+            true => private
+                .iter()
+                .filter(|place| !root.starts_with(place))
+                .cloned()
+                .collect(),
+        };
         Self { root, private }
     }
 

@@ -44,6 +44,8 @@ pub struct Display {
     /// How many rows the terminal shows, looked up again at every refresh (none
     /// when the tree is not live).
     fits: usize,
+    /// Warnings said already (each is said once a run).
+    warned: std::collections::HashSet<String>,
 }
 
 impl Display {
@@ -67,6 +69,7 @@ impl Display {
             bars: Vec::new(),
             ended: Vec::new(),
             fits,
+            warned: std::collections::HashSet::new(),
         }
     }
 
@@ -82,6 +85,11 @@ impl Display {
     /// Takes `event` into the board and shows what it changed: the rows it
     /// touched on the live tree, or its plain line on `err`.
     pub fn show(&mut self, event: &Event, err: &mut dyn Write) {
+        if let crate::protocol::EventKind::Shared { reason } = &event.kind
+            && self.warned.insert(reason.clone())
+        {
+            self.warn(&format!("sub-agents share the workspace: {reason}"), err);
+        }
         if matches!(self.mode, Progress::Off) {
             return;
         }
@@ -116,16 +124,21 @@ impl Display {
     /// Shows what a reload of the role files found, above the live tree or as
     /// plain lines (also under `--json` and `--quiet`: stdout stays clean).
     pub(crate) fn reloaded(&self, reload: &Reload, err: &mut dyn Write) {
-        let lines = reload.problems.iter().chain(&reload.warnings);
-        for line in lines.map(|l| format!("orchestrate: warning: {l}")) {
-            let line = visible(&line, Shown::Line);
-            match &self.mode {
-                Progress::Live(multi) => {
-                    let _ = multi.println(line);
-                }
-                Progress::Plain | Progress::Off => {
-                    let _ = writeln!(err, "{line}");
-                }
+        for line in reload.problems.iter().chain(&reload.warnings) {
+            self.warn(line, err);
+        }
+    }
+
+    /// Says `line` as a warning, above the live tree or as a plain line.
+    fn warn(&self, line: &str, err: &mut dyn Write) {
+        let said = format!("orchestrate: warning: {line}");
+        let line = visible(&said, Shown::Line);
+        match &self.mode {
+            Progress::Live(multi) => {
+                let _ = multi.println(line);
+            }
+            Progress::Plain | Progress::Off => {
+                let _ = writeln!(err, "{line}");
             }
         }
     }
@@ -218,6 +231,10 @@ impl Display {
         let files = progress::files_changed(&self.board);
         if !files.is_empty() {
             let _ = write!(err, "\n{files}");
+        }
+        let checkouts = progress::checkouts(&self.board);
+        if !checkouts.is_empty() {
+            let _ = write!(err, "\n{checkouts}");
         }
     }
 }

@@ -12,6 +12,7 @@ mod render;
 pub(crate) mod test_events;
 mod text;
 
+pub use self::board::Isolated;
 pub use self::board::{Board, Row, State};
-pub use self::render::{files_changed, plain_line, render_row, state_text, summary};
+pub use self::render::{checkouts, files_changed, plain_line, render_row, state_text, summary};
 pub use self::text::{clock, count, dollars, paint, short_call, tokens};

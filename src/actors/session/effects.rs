@@ -147,10 +147,12 @@ impl SessionState {
             index,
             tool: spec.tools.get(&call.name),
             ctx: ToolContext {
-                workspace: self.env.workspace.clone(),
+                workspace: self.place.workspace.clone(),
+                checkout: self.place.checkout.clone(),
+                run: self.place.run,
                 private: self.env.private.clone(),
                 read_deny: crate::tools::ReadDeny::new(
-                    self.env.rules.clone(),
+                    self.place.rules.clone(),
                     spec.deny_rules.clone(),
                 ),
                 session: self.id,
@@ -171,7 +173,7 @@ impl SessionState {
                 events: Some(self.publisher.clone()),
                 bash_rules: spec.bash_rules.clone(),
                 role_deny: spec.deny_rules.clone(),
-                rules: self.env.rules.clone(),
+                rules: self.place.rules.clone(),
                 saver: self.env.saver.clone(),
             },
             session: myself.clone(),

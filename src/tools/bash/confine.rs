@@ -63,22 +63,41 @@ pub struct Launch {
 impl Launch {
     /// The launcher's instructions for `command` run in `workspace`, with
     /// `private` hidden from it (in a user namespace only: without one, a mount
-    /// namespace cannot be had).
-    pub(super) fn spec(&self, command: &str, workspace: &Path, private: &[PathBuf]) -> Spec {
-        let hidden = match self.user_namespace {
-            // Never a place that holds the workspace: the command works there.
-            true => private
-                .iter()
-                .filter(|place| !workspace.starts_with(place))
-                .cloned()
-                .collect(),
-            false => Vec::new(),
+    /// namespace cannot be had). `checkout`: the private checkout the workspace
+    /// is in (an isolated sub-agent's), which the command may write whole and
+    /// which stays visible inside the private place that holds it.
+    pub(super) fn spec(
+        &self,
+        command: &str,
+        workspace: &Path,
+        checkout: Option<&Path>,
+        private: &[PathBuf],
+    ) -> Spec {
+        let own = checkout.unwrap_or(workspace);
+        let (hidden, shown) = match self.user_namespace {
+            true => {
+                // A place that holds the workspace is hidden only when it is a
+                // private checkout's (the checkout shown through it); any other
+                // is left: the command works there.
+                let hidden: Vec<PathBuf> = private
+                    .iter()
+                    .filter(|place| checkout.is_some() || !own.starts_with(place))
+                    .filter(|place| place.parent().is_some())
+                    .cloned()
+                    .collect();
+                let shown = checkout
+                    .filter(|c| hidden.iter().any(|place| c.starts_with(place)))
+                    .map(Path::to_path_buf);
+                (hidden, shown)
+            }
+            false => (Vec::new(), None),
         };
         Spec {
             user_namespace: self.user_namespace,
             hidden,
+            shown,
             writable: self.writable.as_ref().map(|paths| {
-                std::iter::once(workspace.to_path_buf())
+                std::iter::once(own.to_path_buf())
                     .chain(paths.iter().cloned())
                     .collect()
             }),
@@ -252,29 +271,48 @@ mod tests {
             writable: Some(vec!["/tmp".into()]),
         };
         let private = [PathBuf::from("/h/.local/state/orchestrate"), "/w/s".into()];
-        let spec = launch.spec("make", Path::new("/w"), &private);
+        let spec = launch.spec("make", Path::new("/w"), None, &private);
         assert_eq!(spec.writable, Some(vec!["/w".into(), "/tmp".into()]));
         assert_eq!(spec.command, "make");
         // Without a user namespace nothing can be hidden.
         assert!(spec.hidden.is_empty());
-        let unconfined = Launch::default().spec("make", Path::new("/w"), &private);
+        let unconfined = Launch::default().spec("make", Path::new("/w"), None, &private);
         assert_eq!(unconfined.writable, None);
         let namespaced = Launch {
             user_namespace: true,
             writable: None,
         };
         assert_eq!(
-            namespaced.spec("make", Path::new("/w"), &private).hidden,
+            namespaced
+                .spec("make", Path::new("/w"), None, &private)
+                .hidden,
             private
         );
         // A place that holds the workspace is not hidden from it.
         let around = [PathBuf::from("/"), "/w".into()];
         assert!(
             namespaced
-                .spec("make", Path::new("/w/x"), &around)
+                .spec("make", Path::new("/w/x"), None, &around)
                 .hidden
                 .is_empty()
         );
+        // A private checkout in the state root: the state hidden, the checkout
+        // shown through it and writable whole, from a folder inside it.
+        let state = PathBuf::from("/h/.local/state/orchestrate");
+        let checkout = state.join("k/checkouts/c1");
+        let isolated = Launch {
+            user_namespace: true,
+            writable: Some(vec!["/tmp".into()]),
+        }
+        .spec(
+            "make",
+            &checkout.join("sub"),
+            Some(&checkout),
+            std::slice::from_ref(&state),
+        );
+        assert_eq!(isolated.hidden, vec![state]);
+        assert_eq!(isolated.shown, Some(checkout.clone()));
+        assert_eq!(isolated.writable, Some(vec![checkout, "/tmp".into()]));
     }
 
     #[test]

@@ -70,7 +70,11 @@ pub(super) async fn start(
     let (lifeline_end, lifeline) = std::io::pipe()?;
     // Never killed on drop: the launcher must live to kill what the command left.
     let child = Command::new(super::launcher::executable())
-        .args(launch.spec(command, workspace, &ctx.private).args("run"))
+        .args(
+            launch
+                .spec(command, workspace, ctx.checkout.as_deref(), &ctx.private)
+                .args("run"),
+        )
         .current_dir(workspace)
         .env_clear()
         .envs(env)

@@ -145,6 +145,10 @@ pub(super) struct Spec {
     /// Places the shell must not see: each is covered by an empty tmpfs in a
     /// mount namespace of its own (needs the user namespace).
     pub(super) hidden: Vec<PathBuf>,
+    /// A folder inside a hidden place that stays visible at its path (a
+    /// private checkout in the run's state): the folders between are
+    /// traversable, not listable.
+    pub(super) shown: Option<PathBuf>,
     /// Apply Landlock, with writes allowed under these paths.
     pub(super) writable: Option<Vec<PathBuf>>,
     /// The shell command.
@@ -160,6 +164,10 @@ impl Spec {
         }
         for path in &self.hidden {
             args.push("--hide".into());
+            args.push(path.clone().into_os_string());
+        }
+        if let Some(path) = &self.shown {
+            args.push("--show".into());
             args.push(path.clone().into_os_string());
         }
         if let Some(writable) = &self.writable {
@@ -184,6 +192,10 @@ impl Spec {
                 Some("--hide") => {
                     let path = args.next().ok_or("launcher: --hide needs a path")?;
                     spec.hidden.push(PathBuf::from(path));
+                }
+                Some("--show") => {
+                    let path = args.next().ok_or("launcher: --show needs a path")?;
+                    spec.shown = Some(PathBuf::from(path));
                 }
                 Some("--write") => {
                     let path = args.next().ok_or("launcher: --write needs a path")?;
@@ -252,7 +264,7 @@ fn run(spec: &Spec) -> Result<(ExitCode, Vec<String>), String> {
             MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
         )
         .map_err(|e| format!("the sandbox could not make its mounts private: {e}"))?;
-        hide(&spec.hidden)
+        hide(&spec.hidden, spec.shown.as_deref())
             .map_err(|e| format!("the sandbox could not hide orchestrate's state: {e}"))?;
         protect().map_err(|e| {
             format!("the sandbox could not make the repository's git config and agents' files read-only: {e}")
@@ -517,8 +529,13 @@ const HOST_SOCKETS: [&str; 4] = [
 /// mounted below it), so that none can be renamed away and a folder of the
 /// command's own put in its place; then the working folder is entered again,
 /// through the new mounts. A place that does not exist has nothing to hide.
-fn hide(places: &[PathBuf]) -> rustix::io::Result<()> {
-    use rustix::mount::{MountFlags, mount, mount_bind, mount_bind_recursive};
+/// `shown`, a folder inside a hidden place, is bound back at its own path
+/// inside the tmpfs (through a descriptor taken before it was covered), the
+/// folders leading to it traversable but not listable.
+fn hide(places: &[PathBuf], shown: Option<&Path>) -> rustix::io::Result<()> {
+    use rustix::mount::{MountFlags, mount, mount_bind, mount_bind_recursive, mount_remount};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::DirBuilderExt;
     let places: Vec<&Path> = places
         .iter()
         .map(PathBuf::as_path)
@@ -534,18 +551,59 @@ fn hide(places: &[PathBuf]) -> rustix::io::Result<()> {
     for folder in above {
         mount_bind_recursive(folder, folder)?;
     }
+    // Taken before anything covers it: the way back to the shown folder.
+    let kept = match shown {
+        Some(path) => Some((
+            path,
+            rustix::fs::open(
+                path,
+                rustix::fs::OFlags::PATH
+                    | rustix::fs::OFlags::DIRECTORY
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )?,
+        )),
+        None => None,
+    };
+    let flags = MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
     for place in places {
-        if place.is_dir() {
+        if !place.is_dir() {
+            mount_bind("/dev/null", place)?;
+            continue;
+        }
+        let Some((path, fd)) = kept.as_ref().filter(|(path, _)| path.starts_with(place)) else {
             mount(
                 "orchestrate-hidden",
                 place,
                 "tmpfs",
-                MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+                MountFlags::RDONLY | flags,
                 Some(c"size=4k,mode=000"),
             )?;
-        } else {
-            mount_bind("/dev/null", place)?;
+            continue;
+        };
+        mount(
+            "orchestrate-hidden",
+            place,
+            "tmpfs",
+            flags,
+            Some(c"size=4k,mode=711"),
+        )?;
+        let mut folder = place.to_path_buf();
+        for part in path
+            .strip_prefix(place)
+            .unwrap_or(Path::new(""))
+            .components()
+        {
+            folder.push(part);
+            std::fs::DirBuilder::new()
+                .mode(0o711)
+                .create(&folder)
+                .map_err(|e| {
+                    rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO)
+                })?;
         }
+        mount_bind_recursive(format!("/proc/self/fd/{}", fd.as_raw_fd()).as_str(), *path)?;
+        mount_remount(place, MountFlags::RDONLY | flags, c"size=4k,mode=711")?;
     }
     // The working folder was entered before the mounts; a path relative to it
     // would still lead through the old ones.
@@ -679,6 +737,7 @@ mod tests {
                 "/h/.local/state/orchestrate".into(),
                 "/run/user/0/orchestrate".into(),
             ],
+            shown: Some("/h/.local/state/orchestrate/k/checkouts/c1".into()),
             writable: Some(vec!["/w s".into(), "/tmp".into()]),
             command: "echo -- --write x".into(),
         };

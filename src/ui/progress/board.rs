@@ -83,6 +83,20 @@ pub struct Row {
     pub started_ms: u64,
     /// When it ended.
     pub ended_ms: Option<u64>,
+    /// Its private checkout and what became of its changes; `None`: it
+    /// works in its parent's tree.
+    pub checkout: Option<Isolated>,
+}
+
+/// An isolated agent's checkout, as its row shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Isolated {
+    /// It works in a private checkout.
+    Working,
+    /// Its changes were merged: the files, lines added and removed.
+    Merged(Vec<String>, usize, usize),
+    /// Its changes conflict: the files, and the branch that holds them.
+    Conflict(Vec<String>, String),
 }
 
 impl Row {
@@ -106,6 +120,9 @@ pub struct Board {
     /// For each row, its parent's last child before it came (whose branch mark
     /// it changes from `└` to `├`).
     previous_sibling: Vec<Option<usize>>,
+    /// What each isolated agent changed in its checkout, by row: counted in
+    /// `files` only once merged.
+    unmerged: HashMap<usize, std::collections::BTreeMap<String, (u64, u64)>>,
 }
 
 impl Board {
@@ -174,6 +191,7 @@ impl Board {
                     queued: 0,
                     started_ms: now_ms,
                     ended_ms: None,
+                    checkout: None,
                 });
                 let index = self.rows.len() - 1;
                 self.index.insert(event.session, index);
@@ -225,9 +243,33 @@ impl Board {
             }
             EventKind::FileChanged { path, diff, .. } => {
                 let (added, removed) = diff_stat(diff);
-                let counts = self.files.entry(path.clone()).or_default();
+                let files = match row.checkout {
+                    Some(_) => self.unmerged.entry(index).or_default(),
+                    None => &mut self.files,
+                };
+                let counts = files.entry(path.clone()).or_default();
                 counts.0 += added;
                 counts.1 += removed;
+            }
+            EventKind::Isolated { .. } => row.checkout = Some(Isolated::Working),
+            EventKind::Shared { .. } => {}
+            EventKind::Merged {
+                files,
+                added,
+                removed,
+            } => {
+                row.checkout = Some(Isolated::Merged(files.clone(), *added, *removed));
+                let mut changed = self.unmerged.remove(&index).unwrap_or_default();
+                for file in files {
+                    let (plus, minus) = changed.remove(file).unwrap_or_default();
+                    let counts = self.files.entry(file.clone()).or_default();
+                    counts.0 += plus;
+                    counts.1 += minus;
+                }
+            }
+            EventKind::Conflicted { files, branch } => {
+                row.checkout = Some(Isolated::Conflict(files.clone(), branch.clone()));
+                self.unmerged.remove(&index);
             }
             EventKind::SubagentQueued { waiting: true, .. } => row.queued += 1,
             EventKind::SubagentQueued { waiting: false, .. } => {

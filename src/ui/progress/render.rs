@@ -2,7 +2,7 @@
 //! line for each lifecycle event (no terminal), and the summary table at the end.
 //! It does not change the board (`board`) nor draw anything.
 
-use super::board::{Board, State};
+use super::board::{Board, Isolated, State};
 use super::text::{clip, clock, count, dollars, short_call, tokens};
 use crate::protocol::{Event, EventKind, Outcome};
 
@@ -57,6 +57,14 @@ pub fn render_row(board: &Board, index: usize, now_ms: u64) -> String {
     }
     if row.compacted > 0 {
         state.push_str(&format!(" · compacted −{}", tokens(row.compacted)));
+    }
+    match &row.checkout {
+        None => {}
+        Some(Isolated::Working) => state.push_str(" · isolated"),
+        Some(Isolated::Merged(_, added, removed)) => {
+            state.push_str(&format!(" · merged +{added} −{removed}"))
+        }
+        Some(Isolated::Conflict(..)) => state.push_str(" · conflict"),
     }
     format!(
         "{:<16} {:<44} {:>8} {:>7}   {}",
@@ -134,6 +142,21 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
         EventKind::RateLimited { delay_ms } => format!(
             "rate limited: waiting {:.1}s with every agent on this provider",
             *delay_ms as f64 / 1000.0
+        ),
+        EventKind::Isolated { path, .. } => format!("isolated in {path}"),
+        // Said once for the run, as a warning (`Display`).
+        EventKind::Shared { .. } => return None,
+        EventKind::Merged {
+            files,
+            added,
+            removed,
+        } => format!(
+            "merged +{added} −{removed} ({})",
+            clip(&files.join(", "), 80)
+        ),
+        EventKind::Conflicted { files, branch } => format!(
+            "conflict in {}: nothing merged, its work is on branch {branch}",
+            clip(&files.join(", "), 80)
         ),
         EventKind::Terminal { outcome, .. } => match outcome {
             Outcome::Finished { stats, .. } => format!(
@@ -219,6 +242,26 @@ pub fn summary(board: &Board, now_ms: u64) -> String {
         .collect();
     if !todos.is_empty() {
         out.push_str(&format!("todos done: {}\n", todos.join(", ")));
+    }
+    out
+}
+
+/// What became of the isolated agents' changes: the files each merged, and
+/// every branch left for the person; empty when no agent was isolated.
+pub fn checkouts(board: &Board) -> String {
+    let mut out = String::new();
+    for row in board.rows() {
+        match &row.checkout {
+            Some(Isolated::Merged(files, ..)) if !files.is_empty() => {
+                out.push_str(&format!("{} merged: {}\n", row.label, files.join(", ")));
+            }
+            Some(Isolated::Conflict(files, branch)) => out.push_str(&format!(
+                "{} not merged (conflict in {}): its work is on branch {branch}\n",
+                row.label,
+                files.join(", ")
+            )),
+            _ => {}
+        }
     }
     out
 }

@@ -46,6 +46,11 @@ fn record_names(journal: &[Record]) -> Vec<String> {
             Record::Limits { .. } => "limits".to_owned(),
             Record::Terminal { .. } => "terminal".to_owned(),
             Record::Event { .. } => "event".to_owned(),
+            Record::Committed { .. }
+            | Record::Fetched { .. }
+            | Record::Merging { .. }
+            | Record::Merged { .. }
+            | Record::CheckoutRemoved => "checkout".to_owned(),
         })
         .collect()
 }

@@ -554,6 +554,10 @@ pub(super) fn event_name(event: &EventKind) -> &'static str {
         EventKind::RateLimited { .. } => "rate_limited",
         EventKind::Compacted { .. } => "compacted",
         EventKind::Todos { .. } => "todos",
+        EventKind::Isolated { .. } => "isolated",
+        EventKind::Shared { .. } => "shared",
+        EventKind::Merged { .. } => "merged",
+        EventKind::Conflicted { .. } => "conflicted",
         EventKind::Terminal { .. } => "terminal",
     }
 }
