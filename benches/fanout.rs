@@ -92,6 +92,8 @@ fn main() {
         Some("tasks") => run_tasks(&args[1], args[2].parse().unwrap()),
         Some("cli") => run_cli(&args[1], args[2].parse().unwrap(), Work::Read),
         Some("cli-write") => run_cli(&args[1], args[2].parse().unwrap(), Work::Write),
+        Some("cli-shared") => run_cli(&args[1], args[2].parse().unwrap(), Work::Shared),
+        Some("cli-isolated") => run_cli(&args[1], args[2].parse().unwrap(), Work::Isolated),
         Some("idle") => run_idle(args.get(1).map_or(IDLE, |n| n.parse().unwrap())),
         _ => drive(&args),
     }
@@ -194,6 +196,20 @@ fn drive(sizes: &[String]) {
             }
         }
     }
+    if case("writers") {
+        println!(
+            "\n8 writers in a git repository of {REPOSITORY_FILES} files, sharing its tree or each in a private checkout; ideal {ideal:?}"
+        );
+        println!(
+            "{:>6} {:<12} {:>10} {:>8} {:>12} {:>9}",
+            "N", "client", "wall", "ratio", "to terminal", "CPU"
+        );
+        for _ in 0..rounds {
+            for work in [Work::Shared, Work::Isolated] {
+                failures += u32::from(!child.cli_row(8, ideal, work));
+            }
+        }
+    }
     let _ = mock.kill();
     let _ = mock.wait();
     if case("idle") {
@@ -292,6 +308,11 @@ enum Work {
     /// Write a file of their own (about 2 KB), then run a command on it: each
     /// call waits for its journal's sync, the command runs in the sandbox.
     Write,
+    /// As `Write`, in a git repository, sharing its tree (`--isolation none`).
+    Shared,
+    /// As `Write`, in a git repository, each worker in a private checkout
+    /// merged back (`--isolation worktree`).
+    Isolated,
 }
 
 impl Work {
@@ -299,6 +320,8 @@ impl Work {
         match self {
             Self::Read => "cli",
             Self::Write => "cli-write",
+            Self::Shared => "cli-shared",
+            Self::Isolated => "cli-isolated",
         }
     }
 
@@ -306,6 +329,8 @@ impl Work {
         match self {
             Self::Read => "read-only",
             Self::Write => "Write+Bash",
+            Self::Shared => "shared tree",
+            Self::Isolated => "isolated",
         }
     }
 
@@ -313,7 +338,16 @@ impl Work {
     fn prompt(self, n: usize) -> String {
         match self {
             Self::Read => format!("do {n} pieces"),
-            Self::Write => format!("write {n} pieces"),
+            Self::Write | Self::Shared | Self::Isolated => format!("write {n} pieces"),
+        }
+    }
+
+    /// The `--isolation` it runs with, when it runs in a repository.
+    fn isolation(self) -> Option<&'static str> {
+        match self {
+            Self::Read | Self::Write => None,
+            Self::Shared => Some("none"),
+            Self::Isolated => Some("worktree"),
         }
     }
 }
@@ -326,8 +360,15 @@ impl Work {
 fn run_cli(url: &str, n: usize, work: Work) {
     let workspace = workspace();
     write_worker_role(&workspace.path().join("agents"));
+    let isolation = match work.isolation() {
+        Some(mode) => {
+            repository(workspace.path());
+            format!(" --isolation {mode}")
+        }
+        None => String::new(),
+    };
     let command = format!(
-        "stty rows 50 cols 160; exec {} --base-url {url} --model mock-model --max-parallel {n} --permission-mode bypassPermissions '{}'",
+        "stty rows 50 cols 160; exec {} --base-url {url} --model mock-model --max-parallel {n} --permission-mode bypassPermissions{isolation} '{}'",
         env!("CARGO_BIN_EXE_orchestrate"),
         work.prompt(n),
     );
@@ -348,7 +389,8 @@ fn run_cli(url: &str, n: usize, work: Work) {
         "the run did not answer: {}",
         shown.chars().rev().take(2000).collect::<String>()
     );
-    if let Work::Write = work {
+    if let Work::Write | Work::Shared | Work::Isolated = work {
+        // Isolated, the workers' files are merged back into the tree.
         let written = std::fs::read_dir(workspace.path().join("work")).map_or(0, |d| d.count());
         assert_eq!(
             written,
@@ -362,6 +404,37 @@ fn run_cli(url: &str, n: usize, work: Work) {
         out.stdout.len(),
         stat_ms(13) - cpu
     );
+}
+
+/// Files of the repository the writers' cases run in.
+const REPOSITORY_FILES: usize = 1000;
+
+/// Makes `dir` a git repository of [`REPOSITORY_FILES`] committed files (4 KB
+/// each, in 10 folders), its roles and state ignored.
+fn repository(dir: &std::path::Path) {
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .current_dir(dir)
+            .args(args)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "b")
+            .env("GIT_AUTHOR_EMAIL", "b@x")
+            .env("GIT_COMMITTER_NAME", "b")
+            .env("GIT_COMMITTER_EMAIL", "b@x")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}");
+    };
+    git(&["init", "-q", "-b", "main"]);
+    for f in 0..REPOSITORY_FILES {
+        let folder = dir.join(format!("src/m{}", f % 10));
+        std::fs::create_dir_all(&folder).unwrap();
+        let body = format!("fn f{f}() -> u32 {{ {f} }}\n").repeat(160);
+        std::fs::write(folder.join(format!("f{f}.rs")), body).unwrap();
+    }
+    std::fs::write(dir.join(".gitignore"), "state/\nagents/\n").unwrap();
+    git(&["add", "."]);
+    git(&["commit", "-q", "-m", "start"]);
 }
 
 /// Writes the Task fan-out's `worker` role into `dir`.

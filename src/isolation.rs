@@ -92,9 +92,9 @@ pub struct Isolate {
     pub files: Arc<FileState>,
     /// The places no write may land.
     pub private: Arc<[PathBuf]>,
-    /// Asked for (`worktree`), not only wanted where possible (`auto`):
-    /// a tree outside any repository is said as a warning too.
-    pub asked: bool,
+    /// Whether the sub-agent wants a checkout of its own; one its journal
+    /// records is brought back whatever this says.
+    pub wanted: Wanted,
 }
 
 /// The branch that keeps sub-agent `session`'s work (of role `role`, in run
@@ -189,8 +189,11 @@ fn write_all(
             b.as_ref()
                 .is_none_or(|b| matches!(b.mode.as_str(), "100644" | "100755"))
         };
+        // Protected where the file tools would ask: at the top of the work
+        // tree and at the parent's place in it.
         if !change.path.starts_with(prefix)
             || is_protected(root, &path)
+            || is_protected(&root.join(prefix), &path)
             || !plain(&change.before)
             || !plain(&change.after)
         {
@@ -200,7 +203,11 @@ fn write_all(
         let now = match beneath.read_bytes(&path) {
             Ok(bytes) => Some(bytes),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(failed(&format!("{}: {e}", change.path.display()))),
+            // Not a regular file, or in a private place: not merged.
+            Err(_) => {
+                refused.push(change.path.clone());
+                continue;
+            }
         };
         let before = change.before.as_ref().map(&blob).transpose()?;
         let after = change.after.as_ref().map(&blob).transpose()?;
@@ -220,6 +227,12 @@ fn write_all(
         added += plus;
         removed += minus;
         if *done {
+            // Its content is there already; its mode may not be.
+            if let Some(blob) = &change.after {
+                beneath
+                    .set_executable(path, blob.mode == "100755")
+                    .map_err(|e| failed(&format!("{}: {e}", change.path.display())))?;
+            }
             continue;
         }
         let written = match (after, &change.after) {
@@ -237,8 +250,16 @@ fn write_all(
     })
 }
 
-/// Lines added and removed going from `before` to `after`.
+/// Files larger than this are not diffed to count their lines.
+const MAX_COUNTED: usize = 4 << 20;
+
+/// Lines added and removed going from `before` to `after` (none counted for
+/// a file past [`MAX_COUNTED`]).
 fn counted(before: Option<&[u8]>, after: Option<&[u8]>) -> (usize, usize) {
+    let size = |b: Option<&[u8]>| b.map_or(0, <[u8]>::len);
+    if size(before).max(size(after)) > MAX_COUNTED {
+        return (0, 0);
+    }
     let text = |b: Option<&[u8]>| String::from_utf8_lossy(b.unwrap_or_default()).into_owned();
     let (old, new) = (text(before), text(after));
     let (diff, _) = crate::tools::line_diff(&old, &new);

@@ -370,6 +370,9 @@ pub enum EventKind {
         path: String,
         /// The snapshot commit of its parent's tree it started from.
         base: String,
+        /// What the checkout lacks (submodules, LFS files), one line each.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        lacks: Vec<String>,
     },
     /// The sub-agent wanted a private checkout and shares its parent's tree.
     Shared {
@@ -390,6 +393,20 @@ pub enum EventKind {
     Conflicted {
         /// The files in conflict.
         files: Vec<String>,
+        /// The branch that holds the work.
+        branch: String,
+    },
+    /// Bringing the sub-agent's work back failed: nothing was merged, and its
+    /// checkout is kept where it is.
+    Unmerged {
+        /// What failed.
+        reason: String,
+        /// The checkout.
+        checkout: String,
+    },
+    /// The sub-agent did not finish its work (it failed or was cancelled):
+    /// its changes were not merged, and are kept on `branch`.
+    Kept {
         /// The branch that holds the work.
         branch: String,
     },
@@ -443,6 +460,8 @@ impl EventKind {
             | Self::Shared { .. }
             | Self::Merged { .. }
             | Self::Conflicted { .. }
+            | Self::Kept { .. }
+            | Self::Unmerged { .. }
             | Self::Terminal { .. } => false,
         }
     }

@@ -56,9 +56,9 @@ pub struct Role {
     pub permission_mode: Option<PermissionMode>,
     /// Its color in the progress display.
     pub color: Option<String>,
-    /// Whether its sub-agents work in a private checkout (`isolation:
-    /// worktree`) or in their parent's tree (`none`); `None`: the run's
-    /// default decides.
+    /// Whether an agent of this role, started by a Task call, works in a
+    /// private checkout (`isolation: worktree`) or in its caller's tree
+    /// (`none`); `None`: the run's default decides.
     pub isolation: Option<Isolation>,
     /// The system prompt.
     pub prompt: String,

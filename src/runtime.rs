@@ -197,6 +197,8 @@ impl Runtime {
 
     /// Stops every session and the Orchestrator, and flushes the journals.
     pub async fn shutdown(self) {
+        // Cancelled sub-agents' work still going to their branches first.
+        self.handle.checkouts.settle().await;
         self.handle.orchestrator.stop(Some("shutdown".into()));
         let _ = self.join.await;
         // Whatever an MCP server's actor did not get to stop is killed now.

@@ -363,14 +363,26 @@ impl Tool for Task {
                 self.child_spec(&input.subagent_type, ctx.session, &ctx.call_id)?;
             // A sub-agent of an isolated one shares its parent's checkout,
             // which is private already.
-            let wanted = isolated != crate::isolation::Wanted::No;
-            let isolate = (wanted && ctx.checkout.is_none()).then(|| Isolate {
-                from: ctx.workspace.clone(),
-                run: ctx.run,
-                files: ctx.files.clone(),
-                private: ctx.private.clone(),
-                asked: isolated == crate::isolation::Wanted::Asked,
-            });
+            let (mut spec, wanted) = (spec, isolated);
+            let isolate = match &ctx.checkout {
+                // A sub-agent of an isolated one works in its parent's
+                // checkout, which is private already.
+                Some(checkout) => {
+                    spec.checkout = Some(crate::protocol::Checkout {
+                        workdir: ctx.workspace.clone(),
+                        borrowed: true,
+                        ..(**checkout).clone()
+                    });
+                    None
+                }
+                None => Some(Isolate {
+                    from: ctx.workspace.clone(),
+                    run: ctx.run,
+                    files: ctx.files.clone(),
+                    private: ctx.private.clone(),
+                    wanted,
+                }),
+            };
             let agent = spec.agent.clone();
             // Waits in FIFO order for a slot (shown as queued); a cancel drops the wait.
             let level = (self.caller.depth as usize).min(self.env.slots.len() - 1);

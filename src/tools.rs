@@ -53,9 +53,10 @@ pub enum Concurrency {
 pub struct ToolContext {
     /// The workspace root every path is resolved against.
     pub workspace: PathBuf,
-    /// The private checkout the workspace is in, for an isolated sub-agent: the
-    /// whole clone (its git directory too) is what its commands may write.
-    pub checkout: Option<PathBuf>,
+    /// The private checkout the workspace is in, for an isolated sub-agent (or
+    /// one of its sub-agents): the whole clone (its git directory too) is what
+    /// its commands may write.
+    pub checkout: Option<Arc<crate::protocol::Checkout>>,
     /// The run the calling session belongs to.
     pub run: SessionId,
     /// Places no tool may touch, even inside the workspace (canonical): the run's

@@ -335,10 +335,14 @@ async fn bash_in_a_checkout_cannot_write_the_persons_tree_or_git_directory() {
     let dir = repository();
     let root = dir.path().canonicalize().unwrap();
     let config_before = std::fs::read(root.join(".git/config")).unwrap();
+    let state_dir = state(&root);
     let attempt = format!(
         "pwd; echo x > {root}/pwned; echo '[core]' >> {root}/.git/config; touch {root}/.git/hooks/pre-commit; \
+         ls {checkouts} || echo unlisted; ls {sessions} || echo hidden; \
          echo y > mine.txt && git add mine.txt && git -c user.name=a -c user.email=a@x commit -qm mine && echo committed",
-        root = root.display()
+        root = root.display(),
+        checkouts = state_dir.checkouts().display(),
+        sessions = state_dir.sessions().display(),
     );
     let mock = MockLlm::start_with(move |request: &Recorded, _| {
         if request.system().starts_with(CODER) {
@@ -600,4 +604,124 @@ async fn a_merge_cut_off_by_kill_9_is_done_once_when_the_run_is_resumed() {
     );
     assert!(checkouts(&root).is_empty());
     assert_eq!(branches(&root).len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_agent_of_an_isolated_one_works_in_its_checkout() {
+    let dir = repository();
+    let root = dir.path().canonicalize().unwrap();
+    let roles = root.join(".claude/agents");
+    std::fs::create_dir_all(&roles).unwrap();
+    std::fs::write(
+        roles.join("nester.md"),
+        "---\nname: nester\ndescription: Delegates.\nisolation: worktree\n---\nYou nest.\n",
+    )
+    .unwrap();
+    let mock = MockLlm::start_with(|request: &Recorded, _| {
+        if request.system().starts_with(CODER) {
+            return edit(request, "    2", "    22");
+        }
+        if request.system().starts_with("You nest.") {
+            return match request.results() {
+                0 => Reply::tool_calls(&[(
+                    "inner",
+                    "Task",
+                    json!({"description": "b", "prompt": "b", "subagent_type": "coder"}),
+                )]),
+                _ => Reply::text("nested done"),
+            };
+        }
+        match request.results() {
+            0 => Reply::tool_calls(&[(
+                "outer",
+                "Task",
+                json!({"description": "nest", "prompt": "nest", "subagent_type": "nester"}),
+            )]),
+            _ => Reply::text("done"),
+        }
+    })
+    .await;
+    let mut args = BYPASS.to_vec();
+    args.extend(["--json", "nest"]);
+    let out = run_on(&mock, &root, &args, &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(root.join("lib.rs")).unwrap(),
+        LIB.replace("    2\n", "    22\n")
+    );
+    // The nester's result says the merge; the coder's (inside it) has none.
+    let outer = &results(&mock)[0].1;
+    assert!(
+        outer.starts_with("changes: merged (1 file, +1 \u{2212}1)"),
+        "{outer}"
+    );
+    let nester_last = mock
+        .requests()
+        .into_iter()
+        .rfind(|r| r.system().starts_with("You nest."))
+        .unwrap();
+    let inner = &harness::tool_results(&nester_last)[0].1;
+    assert!(inner.starts_with("edited"), "{inner}");
+    let isolated = text(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(r#""type":"isolated""#))
+        .count();
+    assert_eq!(isolated, 1, "one checkout, the nester's");
+    assert_eq!(branches(&root).len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_coders_work_is_kept_on_its_branch_and_not_merged() {
+    use crate::support::mock_llm::{End, Gate};
+    let held = Gate::new();
+    let mock = MockLlm::start_with({
+        let held = held.clone();
+        move |request: &Recorded, _| {
+            if request.system().starts_with(CODER) {
+                // Its third turn never ends: it is mid-run when Ctrl-C comes.
+                return match request.results() {
+                    2 => Reply::text("almost").with_end(End::HoldAfter(1, held.clone())),
+                    _ => edit(request, "    2", "    22"),
+                };
+            }
+            match request.results() {
+                0 => tasks(&["b"]),
+                _ => Reply::text("done"),
+            }
+        }
+    })
+    .await;
+    let dir = repository();
+    let root = dir.path().canonicalize().unwrap();
+    let mut args = BYPASS.to_vec();
+    args.push("change b");
+    let child = command_on(&mock, &root, &args, &[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the coder is in its third turn", || {
+        mock.requests()
+            .iter()
+            .any(|r| r.system().starts_with(CODER) && r.results() == 2)
+    })
+    .await;
+    let pid = child.id().unwrap().to_string();
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = tokio::time::timeout(DEADLINE, child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(root.join("lib.rs")).unwrap(), LIB);
+    let kept = branches(&root);
+    assert_eq!(kept.len(), 1, "{}", text(&out.stderr));
+    let on_branch = git(&root, &["show", &format!("{}:lib.rs", kept[0])]);
+    assert_eq!(on_branch, LIB.replace("    2\n", "    22\n"));
+    assert!(checkouts(&root).is_empty(), "{:?}", checkouts(&root));
+    held.open();
 }

@@ -153,7 +153,7 @@ pub(crate) struct Place {
     /// The folder every path is resolved against.
     pub(crate) workspace: PathBuf,
     /// The private checkout that folder is in, for an isolated sub-agent.
-    pub(crate) checkout: Option<PathBuf>,
+    pub(crate) checkout: Option<Arc<crate::protocol::Checkout>>,
     /// The run's permission rules, their relative paths from `workspace`.
     pub(crate) rules: Arc<crate::tools::rules::Rules>,
 }
@@ -171,7 +171,7 @@ impl Place {
             Some(checkout) => Self {
                 run,
                 workspace: checkout.workdir.clone(),
-                checkout: Some(checkout.root.clone()),
+                checkout: Some(Arc::new(checkout.clone())),
                 rules: Arc::new(crate::tools::rules::Rules {
                     workspace: checkout.workdir.clone(),
                     ..(*env.rules).clone()

@@ -1,10 +1,12 @@
 //! Private checkouts, in git: a work tree as it is now as a snapshot commit (the
 //! person's index, branches and stash untouched), a clone that shares the
-//! repository's objects with its work tree at a snapshot, and the three-way
-//! merge of what a clone changed back onto the repository's work tree, worked
-//! out whole before anything is written. Every git here is [`super::command`]'s
-//! (no program of a repository's runs), with explicit directories; a clone's
-//! git directory is treated as written by the model.
+//! repository's objects with its work tree at a snapshot, a clone's work tree
+//! committed and kept as a branch by the repository's own git directory, and
+//! the three-way merge of what a clone changed back onto the repository's work
+//! tree, worked out whole before anything is written. Every git here is
+//! [`super::command`]'s (no program of a repository's runs), with explicit
+//! directories; a clone's git directory is written by the model, so once made
+//! it is never used again.
 //!
 //! Blocking: callers run these on the blocking pool.
 
@@ -93,13 +95,72 @@ const IDENTITY: [(&str, &str); 4] = [
     ("GIT_COMMITTER_EMAIL", "orchestrate@localhost"),
 ];
 
+/// How long one git of a checkout's may take: a FIFO where git reads (a
+/// `.gitignore`, a config include) would otherwise hold it forever.
+const GIT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Runs `command` (in a process group of its own) to its end, or until
+/// [`GIT_DEADLINE`], when its group is killed and the run fails.
+fn output_within(mut command: std::process::Command) -> std::io::Result<std::process::Output> {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()?;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if started.elapsed() > GIT_DEADLINE {
+            if let Some(group) = rustix::process::Pid::from_raw(child.id() as i32) {
+                let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+            }
+            let _ = child.wait();
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("git took longer than {} s", GIT_DEADLINE.as_secs()),
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    Ok(std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    })
+}
+
 /// Runs git `args` in `dir` with `env`; its output, or the error of a failure.
 fn git_bytes(dir: &Path, args: &[&str], env: &[(&str, &OsStr)]) -> Result<Vec<u8>, CheckoutError> {
-    let out = super::command(dir)
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(std::process::Stdio::null())
-        .output()?;
+    let mut command = super::command(dir);
+    command.args(args).envs(env.iter().copied());
+    let out = output_within(command)?;
     if out.status.success() {
         return Ok(out.stdout);
     }
@@ -219,22 +280,23 @@ pub fn snapshot_without(
 }
 
 /// Keeps `commit` (a snapshot) in the repository at `root` while a clone may
-/// need it: a ref under `refs/orchestrate/snapshots/`, which no branch, tag or
+/// need it: a ref under `refs/orchestrate/snapshots/` named `name` (the
+/// clone's, so that two clones of one snapshot keep it each), which no branch, tag or
 /// stash listing shows, so that `git gc` there cannot prune what a clone
 /// sharing its objects stands on. [`unpin`] lets it go.
-pub fn pin(root: &Path, commit: &str) -> Result<(), CheckoutError> {
-    git(root, &["update-ref", &pinned(commit), commit], &[])?;
+pub fn pin(root: &Path, name: &str, commit: &str) -> Result<(), CheckoutError> {
+    git(root, &["update-ref", &pinned(name), commit], &[])?;
     Ok(())
 }
 
-/// Lets a snapshot [`pin`] kept go.
-pub fn unpin(root: &Path, commit: &str) -> Result<(), CheckoutError> {
-    git(root, &["update-ref", "-d", &pinned(commit)], &[])?;
+/// Lets go the snapshot [`pin`] kept as `name`.
+pub fn unpin(root: &Path, name: &str) -> Result<(), CheckoutError> {
+    git(root, &["update-ref", "-d", &pinned(name)], &[])?;
     Ok(())
 }
 
-fn pinned(commit: &str) -> String {
-    format!("refs/orchestrate/snapshots/{commit}")
+fn pinned(name: &str) -> String {
+    format!("refs/orchestrate/snapshots/{name}")
 }
 
 /// A clone of the repository at `root` in `dest` (which must not exist yet)
@@ -266,34 +328,58 @@ pub fn valid_branch(root: &Path, name: &str) -> bool {
     !name.starts_with('-') && git(root, &["check-ref-format", "--branch", name], &[]).is_ok()
 }
 
-/// Fetches `commit` of the clone at `clone` into the repository at `root` as
-/// branch `branch` (checked first; every object checked as it arrives).
-pub fn fetch(root: &Path, clone: &Path, commit: &str, branch: &str) -> Result<(), CheckoutError> {
+/// The work tree at `work_tree` (a clone's, which the model wrote) as a commit
+/// on top of `base` in the repository at `root`, made with the repository's
+/// own git directory and an index of its own in `scratch`: nothing of the
+/// clone's git directory (its config, hooks, refs, index or objects) is read
+/// or written. Ignored files (by the work tree's ignore files and the
+/// repository's exclude file) are left out.
+pub fn commit_work_tree(
+    root: &Path,
+    work_tree: &Path,
+    base: &str,
+    scratch: &Path,
+) -> Result<String, CheckoutError> {
+    let git_dir = PathBuf::from(git(root, &["rev-parse", "--absolute-git-dir"], &[])?);
+    std::fs::create_dir_all(scratch)?;
+    let index = scratch.join(format!("index.{}", crate::protocol::SessionId::new()));
+    let env = [
+        ("GIT_DIR", git_dir.as_os_str()),
+        ("GIT_WORK_TREE", work_tree.as_os_str()),
+        ("GIT_INDEX_FILE", index.as_os_str()),
+    ];
+    let in_tree = work_tree.to_string_lossy();
+    let made = (|| {
+        git(root, &["read-tree", base], &env)?;
+        git(root, &["-C", &in_tree, "add", "--all", "--", "."], &env)?;
+        let tree = git(root, &["write-tree"], &env)?;
+        let mut with_identity: Vec<(&str, &OsStr)> =
+            IDENTITY.iter().map(|(k, v)| (*k, OsStr::new(*v))).collect();
+        with_identity.extend(env);
+        git(
+            root,
+            &["commit-tree", &tree, "-p", base, "-m", "orchestrate: work"],
+            &with_identity,
+        )
+    })();
+    let _ = std::fs::remove_file(&index);
+    made
+}
+
+/// Makes branch `branch` of the repository at `root` point at `commit`
+/// (the name checked first): never moved when it exists and holds other
+/// work, and left as it is when it holds this commit already.
+pub fn create_branch(root: &Path, branch: &str, commit: &str) -> Result<(), CheckoutError> {
     if !valid_branch(root, branch) {
         return Err(CheckoutError::BranchName(branch.to_owned()));
     }
-    // A ref in the clone to fetch by: git hands out only what a ref names.
-    let carried = "refs/orchestrate/result";
-    git(clone, &["update-ref", carried, commit], &[])?;
-    let clone_text = clone.to_string_lossy();
-    // Not forced: a branch of that name that holds other work is refused, not
-    // moved.
-    let refspec = format!("{carried}:refs/heads/{branch}");
-    git(
-        root,
-        &[
-            "-c",
-            "transfer.fsckObjects=true",
-            "fetch",
-            "--quiet",
-            "--no-tags",
-            "--no-write-fetch-head",
-            "--",
-            &clone_text,
-            &refspec,
-        ],
-        &[],
-    )?;
+    let name = format!("refs/heads/{branch}");
+    let held = git(root, &["rev-parse", "--verify", "--quiet", &name], &[]);
+    if held.is_ok_and(|held| held == commit) {
+        return Ok(());
+    }
+    // The empty old value: only when no branch of that name exists.
+    git(root, &["update-ref", &name, commit, ""], &[])?;
     Ok(())
 }
 
@@ -353,10 +439,9 @@ pub fn plan_merge(
         ours,
         theirs,
     ];
-    let out = super::command(root)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()?;
+    let mut command = super::command(root);
+    command.args(args);
+    let out = output_within(command)?;
     // "<tree>\0" (or "<tree>\n" when clean), then each conflicted path and
     // "\0"; paths are bytes, taken as they are.
     let mut parts = out.stdout.split(|b| *b == 0);
@@ -430,24 +515,17 @@ fn changed(root: &Path, from: &str, to: &str) -> Result<Vec<PathChange>, Checkou
     Ok(changes)
 }
 
-/// Deletes the branches under `prefix` (`orchestrate/0193abcd/`) in the
-/// repository at `root`; the names deleted.
-pub fn delete_branches(root: &Path, prefix: &str) -> Result<Vec<String>, CheckoutError> {
-    let listed = git(
-        root,
-        &[
-            "for-each-ref",
-            "--format=%(refname)",
-            &format!("refs/heads/{prefix}"),
-        ],
-        &[],
-    )?;
-    let mut deleted = Vec::new();
-    for name in listed.lines().filter(|l| !l.is_empty()) {
-        git(root, &["update-ref", "-d", name], &[])?;
-        deleted.push(name.trim_start_matches("refs/heads/").to_owned());
-    }
-    Ok(deleted)
+/// Whether the repository at `root` has branch `branch`.
+pub fn branch_exists(root: &Path, branch: &str) -> bool {
+    let name = format!("refs/heads/{branch}");
+    git(root, &["rev-parse", "--verify", "--quiet", &name], &[]).is_ok()
+}
+
+/// Deletes branch `branch` of the repository at `root` unless it is the one
+/// checked out (git refuses that).
+pub fn delete_branch(root: &Path, branch: &str) -> Result<(), CheckoutError> {
+    git(root, &["branch", "-D", "--quiet", "--", branch], &[])?;
+    Ok(())
 }
 
 /// Whether commits `a` and `b` of the repository at `root` hold the same tree.
@@ -474,35 +552,6 @@ pub fn ignored_files(root: &Path) -> Result<Vec<PathBuf>, CheckoutError> {
         .filter(|p| !p.is_empty())
         .map(|p| PathBuf::from(OsStr::from_bytes(p)))
         .collect())
-}
-
-/// Checks that the clone at `dest` is still its own repository, whatever its
-/// model-written git directory says: `.git` a real folder, which git takes
-/// as the clone's git directory and `dest` as its work tree (a `.git` file
-/// or a `core.worktree` would send git elsewhere).
-pub fn still_own(dest: &Path) -> Result<(), CheckoutError> {
-    let dir = dest.join(".git");
-    let meta = std::fs::symlink_metadata(&dir)?;
-    let refuse = |why: &str| CheckoutError::Git {
-        command: "rev-parse".into(),
-        dir: dest.display().to_string(),
-        message: format!("the checkout is not its own repository any more: {why}"),
-    };
-    if !meta.is_dir() {
-        return Err(refuse(".git is not a folder"));
-    }
-    let found = git(
-        dest,
-        &["rev-parse", "--absolute-git-dir", "--show-toplevel"],
-        &[],
-    )?;
-    let mut lines = found.lines().map(Path::new);
-    if lines.next() != Some(dir.as_path()) || lines.next() != Some(dest) {
-        return Err(refuse(
-            "its git directory or work tree is configured elsewhere",
-        ));
-    }
-    Ok(())
 }
 
 /// The bytes of blob `oid`.

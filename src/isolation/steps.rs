@@ -42,16 +42,19 @@ pub fn make(
         return Err(CheckoutError::BranchName(branch));
     }
     let base = checkout::snapshot_without(&into, scratch, leave_out)?;
-    checkout::pin(&into, &base)?;
+    let name = pin_name(dest);
+    checkout::pin(&into, &name, &base)?;
     let made = checkout::clone(&into, dest, &base).and_then(|()| {
         include_ignored(&into, dest, leave_out)?;
+        // A folder the snapshot holds nothing of (empty, or all ignored).
+        std::fs::create_dir_all(dest.join(&prefix))?;
         Ok(dest.canonicalize()?)
     });
     let root = match made {
         Ok(root) => root,
         Err(e) => {
             let _ = std::fs::remove_dir_all(dest);
-            let _ = checkout::unpin(&into, &base);
+            let _ = checkout::unpin(&into, &name);
             return Err(e);
         }
     };
@@ -63,6 +66,8 @@ pub fn make(
             prefix,
             base,
             branch,
+            lacks: lacks.clone(),
+            borrowed: false,
         },
         lacks,
     })
@@ -126,22 +131,28 @@ fn include_ignored(root: &Path, dest: &Path, leave_out: &[PathBuf]) -> Result<()
     Ok(())
 }
 
+/// The name of the ref that keeps a checkout's base: the checkout's own.
+fn pin_name(dest: &Path) -> String {
+    dest.file_name()
+        .map_or_else(|| "checkout".into(), |n| n.to_string_lossy().into_owned())
+}
+
 /// Commits the checkout's work tree as it is (what its sub-agent changed,
-/// committed or not) with an index in `scratch`; the commit.
+/// committed or not) in the parent's repository, on top of its base, with an
+/// index in `scratch`; the commit. The clone's git directory, which the model
+/// wrote, is not used.
 pub fn commit(checkout: &Checkout, scratch: &Path) -> Result<String, CheckoutError> {
-    checkout::still_own(&checkout.root)?;
-    checkout::snapshot(&checkout.root, scratch)
+    checkout::commit_work_tree(&checkout.into, &checkout.root, &checkout.base, scratch)
 }
 
 /// Whether `commit` changes nothing of the tree the checkout started from.
 pub fn unchanged(checkout: &Checkout, commit: &str) -> Result<bool, CheckoutError> {
-    checkout::same_tree(&checkout.root, &checkout.base, commit)
+    checkout::same_tree(&checkout.into, &checkout.base, commit)
 }
 
-/// Fetches `commit` from the checkout into the parent's repository as the
-/// checkout's branch.
-pub fn fetch(checkout: &Checkout, commit: &str) -> Result<(), CheckoutError> {
-    checkout::fetch(&checkout.into, &checkout.root, commit, &checkout.branch)
+/// Keeps `commit` as the checkout's branch in the parent's repository.
+pub fn keep(checkout: &Checkout, commit: &str) -> Result<(), CheckoutError> {
+    checkout::create_branch(&checkout.into, &checkout.branch, commit)
 }
 
 /// The parent's tree as it is now, as a snapshot commit (less `leave_out`).
@@ -163,7 +174,7 @@ pub fn plan(checkout: &Checkout, ours: &str, theirs: &str) -> Result<MergePlan, 
 /// unwritable is made writable first.
 pub fn remove(checkout: &Checkout) -> Result<(), CheckoutError> {
     remove_tree(&checkout.root)?;
-    let _ = checkout::unpin(&checkout.into, &checkout.base);
+    let _ = checkout::unpin(&checkout.into, &pin_name(&checkout.root));
     Ok(())
 }
 

@@ -1,7 +1,7 @@
 use std::path::Path;
 
 use super::*;
-use crate::git::checkout::{clone, fetch, plan_merge, snapshot};
+use crate::git::checkout::{clone, commit_work_tree, create_branch, plan_merge, snapshot};
 use crate::git::plain;
 
 /// A repository (canonical path) with `lib.rs`, `gone.rs` and `agents/a.md`
@@ -25,8 +25,8 @@ fn set_up() -> (tempfile::TempDir, tempfile::TempDir, PathBuf, String) {
 
 /// The plan of merging `clone`'s work back into `root`.
 fn plan(root: &Path, scratch: &Path, clone: &Path, base: &str) -> MergePlan {
-    let theirs = snapshot(clone, &scratch.join("t")).unwrap();
-    fetch(root, clone, &theirs, "orchestrate/run/a").unwrap();
+    let theirs = commit_work_tree(root, clone, base, &scratch.join("t")).unwrap();
+    create_branch(root, "orchestrate/run/a", &theirs).unwrap();
     let ours = snapshot(root, &scratch.join("o")).unwrap();
     plan_merge(root, base, &ours, &theirs).unwrap()
 }

@@ -23,6 +23,13 @@ pub struct Checkout {
     pub base: String,
     /// The branch its work is kept on in the parent's repository.
     pub branch: String,
+    /// What the checkout lacks (submodules, LFS files), one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lacks: Vec<String>,
+    /// Its parent's, worked in by a sub-agent of an isolated sub-agent: never
+    /// brought back or removed by it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub borrowed: bool,
 }
 
 /// What became of an isolated sub-agent's changes.
@@ -57,6 +64,14 @@ pub enum Changes {
         /// The branch that holds the work.
         branch: String,
     },
+    /// Not merged because a step of bringing it back failed; the work is in
+    /// the checkout, which is kept.
+    Unmerged {
+        /// What failed.
+        reason: String,
+        /// The checkout, kept.
+        checkout: String,
+    },
 }
 
 impl Changes {
@@ -82,6 +97,9 @@ impl Changes {
                 )
             }
             Self::Kept { branch } => format!("changes: not merged (branch {branch})"),
+            Self::Unmerged { reason, checkout } => {
+                format!("changes: not merged: {reason} (its checkout is kept at {checkout})")
+            }
         }
     }
 
@@ -89,7 +107,7 @@ impl Changes {
     pub fn left_on(&self) -> Option<&str> {
         match self {
             Self::Conflict { branch, .. } | Self::Kept { branch } => Some(branch),
-            Self::None | Self::Merged { .. } => None,
+            Self::None | Self::Merged { .. } | Self::Unmerged { .. } => None,
         }
     }
 }

@@ -67,21 +67,55 @@ pub(crate) fn recorded(records: &[Record], prompt: &str) -> Recorded {
 /// Cancels a sub-agent whose delegation is dropped because its call was
 /// cancelled, at whatever point (finding, resuming or waiting for it); one dropped
 /// for any other reason (its parent crashed) keeps running.
+/// A cancelled sub-agent's private checkout is brought back once it has
+/// ended: its work kept on its branch, not merged.
 struct CancelWithCall {
     handle: Handle,
     /// The sub-agent, once known.
     child: Option<SessionId>,
     cancel: CancellationToken,
+    /// Its own checkout's work, with what bringing it back needs.
+    keep: Option<Keep>,
 }
+
+/// What bringing a cancelled sub-agent's checkout back needs.
+struct Keep {
+    work: Work,
+    isolate: Isolate,
+    agent: String,
+    parent: Option<SessionId>,
+}
+
+/// How long a cancelled sub-agent is waited for before its checkout's work is
+/// kept anyway.
+const CANCELLED_END: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Drop for CancelWithCall {
     fn drop(&mut self) {
-        if let Some(child) = self.child
-            && self.cancel.is_cancelled()
+        let Some(child) = self.child.filter(|_| self.cancel.is_cancelled()) else {
+            return;
+        };
+        // Subscribed before the cancel: its end is not missed.
+        let mut ended = self.handle.bus.subscribe_session_terminal(child);
+        // The sub-agent ends its run as cancelled, then stops.
+        self.handle.cancel(child);
+        self.handle.stop_session(child);
+        if let (Some(keep), Ok(runtime)) = (self.keep.take(), tokio::runtime::Handle::try_current())
         {
-            // The sub-agent ends its run as cancelled, then stops.
-            self.handle.cancel(child);
-            self.handle.stop_session(child);
+            let handle = self.handle.clone();
+            let task = runtime.spawn(async move {
+                let _ = tokio::time::timeout(CANCELLED_END, ended.recv()).await;
+                let Keep {
+                    work,
+                    isolate,
+                    agent,
+                    parent,
+                } = keep;
+                handle
+                    .bring_back(child, &agent, parent, work, None, &isolate)
+                    .await;
+            });
+            self.handle.checkouts.pending(task);
         }
     }
 }
@@ -122,6 +156,7 @@ impl Handle {
             handle: self.clone(),
             child: None,
             cancel,
+            keep: None,
         };
         let (agent, parent) = (spec.agent.clone(), spec.parent);
         let mut work = Work::default();
@@ -137,16 +172,22 @@ impl Handle {
             &mut guard,
         ))
         .await?;
+        let own = work.checkout.as_ref().is_some_and(|c| !c.borrowed);
         let (child, outcome) = match reached {
             Reached::Ended(child, outcome) => (child, Some(outcome)),
             Reached::Running(child, mut events, sent) => {
+                if let (Some(isolate), true) = (&isolate, own) {
+                    guard.keep = Some(Keep {
+                        work: work.clone(),
+                        isolate: isolate.clone(),
+                        agent: agent.clone(),
+                        parent,
+                    });
+                }
                 // `reach` has told the guard of `child`.
                 if guard.cancel.is_cancelled() {
-                    // Cancelled while it was being found or started: the guard ends it.
-                    if let (Some(isolate), true) = (&isolate, work.checkout.is_some()) {
-                        self.bring_back(child, &agent, parent, work, None, isolate)
-                            .await?;
-                    }
+                    // Cancelled while it was being found or started: the guard
+                    // ends it, then keeps its checkout's work.
                     return Ok(Delegated::default());
                 }
                 let prompt_id = match sent {
@@ -156,14 +197,15 @@ impl Handle {
                 };
                 let outcome = wait_for_outcome(&mut events, prompt_id).await;
                 guard.child = None;
+                guard.keep = None;
                 self.stop_session(child);
                 (child, outcome)
             }
         };
         let changes = match &isolate {
-            Some(isolate) if work.checkout.is_some() => {
+            Some(isolate) if own => {
                 self.bring_back(child, &agent, parent, work, outcome.as_ref(), isolate)
-                    .await?
+                    .await
             }
             _ => None,
         };
@@ -253,7 +295,7 @@ impl Handle {
         guard: &mut CancelWithCall,
     ) -> Result<(SessionId, EventStream, Prompt), SessionError> {
         let child = SessionId::new();
-        if let Some(isolate) = isolate {
+        if let Some(isolate) = isolate.filter(|i| i.wanted != crate::isolation::Wanted::No) {
             self.isolate(child, &mut spec, isolate).await;
             work.checkout = spec.checkout.clone();
         }

@@ -246,10 +246,13 @@ impl Machine {
             resumed: journal.is_some(),
             memory: machine.spec.memory.clone(),
         });
-        if let (Some(checkout), None) = (&machine.spec.checkout, journal) {
+        if let (Some(checkout), None) = (&machine.spec.checkout, journal)
+            && !checkout.borrowed
+        {
             let isolated = EventKind::Isolated {
                 path: checkout.workdir.display().to_string(),
                 base: checkout.base.clone(),
+                lacks: checkout.lacks.clone(),
             };
             machine.publish(isolated);
         }

@@ -85,10 +85,21 @@ impl Display {
     /// Takes `event` into the board and shows what it changed: the rows it
     /// touched on the live tree, or its plain line on `err`.
     pub fn show(&mut self, event: &Event, err: &mut dyn Write) {
-        if let crate::protocol::EventKind::Shared { reason } = &event.kind
-            && self.warned.insert(reason.clone())
-        {
-            self.warn(&format!("sub-agents share the workspace: {reason}"), err);
+        use crate::protocol::EventKind;
+        let warning = match &event.kind {
+            EventKind::Shared { reason } => {
+                vec![format!("sub-agents share the workspace: {reason}")]
+            }
+            EventKind::Isolated { lacks, .. } => lacks
+                .iter()
+                .map(|lack| format!("a private checkout is partial: {lack}"))
+                .collect(),
+            _ => Vec::new(),
+        };
+        for line in warning {
+            if self.warned.insert(line.clone()) {
+                self.warn(&line, err);
+            }
         }
         if matches!(self.mode, Progress::Off) {
             return;

@@ -79,17 +79,26 @@ fn kib(bytes: u64) -> String {
 }
 
 /// Removes the branches and checkouts of the runs in `runs` that started
-/// more than `age` ago and are not running; one line for each thing removed.
-pub(super) fn prune(runs: &[Run], age: Duration, now: SystemTime) -> Vec<String> {
+/// more than `age` ago and are not running, and the folders in `state`'s
+/// checkouts that no journal names (a checkout whose sub-agent never
+/// started) as old; one line for each thing removed.
+pub(super) fn prune(runs: &[Run], state: &StateDir, age: Duration, now: SystemTime) -> Vec<String> {
     let mut said = Vec::new();
+    let old = |time: SystemTime| now.duration_since(time).is_ok_and(|d| d > age);
+    let named: Vec<&Path> = runs
+        .iter()
+        .flat_map(|r| &r.agents)
+        .filter_map(|a| a.checkout.as_ref())
+        .map(|c| c.root.as_path())
+        .collect();
     for run in runs {
-        let old = now.duration_since(run.started).is_ok_and(|d| d > age);
-        if !old || run.status == RunStatus::Running {
+        if !old(run.started) || run.status == RunStatus::Running {
             continue;
         }
-        let prefix = format!("orchestrate/{}/", &run.id.to_string()[..8]);
-        let mut repositories: Vec<&Path> = Vec::new();
-        for checkout in run.agents.iter().filter_map(|a| a.checkout.as_ref()) {
+        for agent in &run.agents {
+            let Some(checkout) = agent.checkout.as_ref().filter(|c| !c.borrowed) else {
+                continue;
+            };
             if checkout.root.exists() {
                 match steps::remove(checkout) {
                     Ok(()) => said.push(format!("removed checkout {}", checkout.root.display())),
@@ -98,15 +107,28 @@ pub(super) fn prune(runs: &[Run], age: Duration, now: SystemTime) -> Vec<String>
                     }
                 }
             }
-            if !repositories.contains(&checkout.into.as_path()) {
-                repositories.push(&checkout.into);
+            let exists = checkout::branch_exists(&checkout.into, &checkout.branch);
+            if exists {
+                match checkout::delete_branch(&checkout.into, &checkout.branch) {
+                    Ok(()) => said.push(format!("deleted branch {}", checkout.branch)),
+                    Err(e) => said.push(format!("{}: {e}", checkout.into.display())),
+                }
             }
         }
-        for repository in repositories {
-            match checkout::delete_branches(repository, &prefix) {
-                Ok(deleted) => said.extend(deleted.iter().map(|b| format!("deleted branch {b}"))),
-                Err(e) => said.push(format!("{}: {e}", repository.display())),
-            }
+    }
+    let folders = std::fs::read_dir(state.checkouts())
+        .into_iter()
+        .flatten()
+        .flatten();
+    for folder in folders {
+        let path = folder.path();
+        let unnamed = path.file_name().is_some_and(|n| n != ".scratch")
+            && !named
+                .iter()
+                .any(|root| root.file_name() == path.file_name());
+        let made = folder.metadata().and_then(|m| m.modified());
+        if unnamed && made.is_ok_and(old) && steps::remove_tree(&path).is_ok() {
+            said.push(format!("removed checkout {}", path.display()));
         }
     }
     said

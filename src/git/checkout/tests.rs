@@ -117,7 +117,7 @@ fn a_pinned_snapshot_outlives_a_gc_and_an_unpinned_one_goes() {
     std::fs::write(root.join("new.rs"), "untracked\n").unwrap();
     let scratch = tempfile::tempdir().unwrap();
     let snap = snapshot(root, scratch.path()).unwrap();
-    pin(root, &snap).unwrap();
+    pin(root, "c1", &snap).unwrap();
     let gc = |root: &Path| plain(root, &["gc", "--quiet", "--prune=now"]);
     gc(root);
     assert_eq!(plain(root, &["cat-file", "-t", &snap]), "commit");
@@ -126,7 +126,7 @@ fn a_pinned_snapshot_outlives_a_gc_and_an_unpinned_one_goes() {
         "* main",
         "no branch shows it"
     );
-    unpin(root, &snap).unwrap();
+    unpin(root, "c1").unwrap();
     plain(root, &["reflog", "expire", "--expire=now", "--all"]);
     gc(root);
     let gone = std::process::Command::new("git")
@@ -203,8 +203,8 @@ fn apply(root: &Path, plan: &MergePlan) {
 /// Merges the clone at `clone` (started from `base`) back into `root` as
 /// branch `branch`: its plan.
 fn merge_back(root: &Path, scratch: &Path, clone: &Path, base: &str, branch: &str) -> MergePlan {
-    let theirs = snapshot(clone, &scratch.join("theirs")).unwrap();
-    fetch(root, clone, &theirs, branch).unwrap();
+    let theirs = commit_work_tree(root, clone, base, &scratch.join("theirs")).unwrap();
+    create_branch(root, branch, &theirs).unwrap();
     let ours = snapshot(root, &scratch.join("ours")).unwrap();
     plan_merge(root, base, &ours, &theirs).unwrap()
 }
@@ -293,8 +293,8 @@ fn two_writers_of_one_line_merge_once_and_the_other_is_a_conflict_left_on_its_br
     let kept = plain(root, &["show", "orchestrate/run/second:lib.rs"]);
     assert!(kept.contains("    222"), "{kept}");
     // A branch of that name holding other work is refused, not moved.
-    let other = snapshot(&first, &scratch.path().join("again")).unwrap();
-    assert!(fetch(root, &first, &other, "orchestrate/run/second").is_err());
+    let other = commit_work_tree(root, &first, &base, &scratch.path().join("again")).unwrap();
+    assert!(create_branch(root, "orchestrate/run/second", &other).is_err());
     let still = plain(root, &["show", "orchestrate/run/second:lib.rs"]);
     assert_eq!(still, kept);
 }
@@ -333,7 +333,7 @@ fn a_clones_planted_monitor_and_hooks_never_run_and_a_bad_branch_name_is_refused
     apply(root, &plan);
     assert!(!marker.exists(), "a program the clone named ran");
     for bad in ["-x", "a..b", "orchestrate/run/bad name", "x.lock"] {
-        let err = fetch(root, &dest, &base, bad).unwrap_err();
+        let err = create_branch(root, bad, &base).unwrap_err();
         assert!(matches!(err, CheckoutError::BranchName(_)), "{bad}: {err}");
     }
 }

@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::error::SessionError;
 use crate::events::Publisher;
 use crate::git::checkout::{CheckoutError, MergePlan};
 use crate::isolation::{self, Isolate, Merged, steps};
@@ -28,9 +27,28 @@ pub(crate) struct Checkouts {
     /// Trees no checkout can be made of, why, and whether because they are in
     /// no repository: asked once.
     unusable: Mutex<HashMap<PathBuf, (String, bool)>>,
+    /// Cancelled sub-agents' checkouts being brought back, which the
+    /// runtime's shutdown waits for.
+    pending: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Checkouts {
+    /// Keeps `task` (a cancelled sub-agent's checkout brought back) for
+    /// [`Self::settle`].
+    pub(super) fn pending(&self, task: tokio::task::JoinHandle<()>) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        pending.retain(|t| !t.is_finished());
+        pending.push(task);
+    }
+
+    /// Waits for the cancelled sub-agents' checkouts being brought back.
+    pub(crate) async fn settle(&self) {
+        let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        for task in pending {
+            let _ = task.await;
+        }
+    }
+
     fn merge_lock(&self, tree: &Path) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = self.merging.lock().unwrap_or_else(|e| e.into_inner());
         locks.entry(tree.to_owned()).or_default().clone()
@@ -99,7 +117,7 @@ impl Handle {
     ) {
         let publisher = Publisher::new(self.bus.clone(), child, spec.parent, &spec.agent);
         let say = |reason: String, no_repository: bool| {
-            if isolate.asked || !no_repository {
+            if isolate.wanted == isolation::Wanted::Asked || !no_repository {
                 publisher.publish(EventKind::Shared { reason });
             }
         };
@@ -121,69 +139,116 @@ impl Handle {
             steps::make(&from, &dest, &scratch, branch, &private)
         })
         .await
-        .unwrap_or_else(|e| Err(CheckoutError::Io(std::io::Error::other(e.to_string()))))
-        .map_err(|e| {
-            let no_repository = matches!(e, CheckoutError::NoRepository(_));
-            (e.to_string(), no_repository)
-        });
+        .unwrap_or_else(|e| Err(CheckoutError::Io(std::io::Error::other(e.to_string()))));
         match made {
-            Ok(made) => {
-                for lack in made.lacks {
-                    publisher.publish(EventKind::Shared {
-                        reason: format!("the checkout is partial: {lack}"),
-                    });
+            Ok(made) => spec.checkout = Some(made.checkout),
+            Err(e) => {
+                let no_repository = matches!(e, CheckoutError::NoRepository(_));
+                let reason = format!("no private checkout: {e}");
+                // What this run cannot change is asked once; anything else (a
+                // lock held a moment, a full disk) is tried again next time.
+                let lasting = matches!(
+                    e,
+                    CheckoutError::NoRepository(_)
+                        | CheckoutError::NoCommits(_)
+                        | CheckoutError::OldGit { .. }
+                );
+                if lasting {
+                    let mut known = self
+                        .checkouts
+                        .unusable
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner());
+                    known.insert(isolate.from.clone(), (reason.clone(), no_repository));
                 }
-                spec.checkout = Some(made.checkout);
-            }
-            Err((reason, no_repository)) => {
-                let reason = format!("no private checkout: {reason}");
-                let mut known = self
-                    .checkouts
-                    .unusable
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                known.insert(isolate.from.clone(), (reason.clone(), no_repository));
-                drop(known);
                 say(reason, no_repository);
             }
         }
     }
 
     /// Brings sub-agent `child`'s work back from its checkout, carrying on
-    /// from the steps `work` has recorded: committed, fetched as its branch,
+    /// from the steps `work` has recorded: committed, kept as its branch,
     /// merged into its parent's tree (only for an outcome that is its work:
-    /// finished, stopped or timed out), the checkout removed. What became of
-    /// the changes; `None` when it had no checkout.
+    /// finished, stopped or timed out), the checkout removed; each step's
+    /// record durable before the next step. What became of the changes
+    /// (`None` when it had no checkout of its own); a step that fails leaves
+    /// the checkout where it is and says so.
     pub(super) async fn bring_back(
         &self,
         child: SessionId,
         agent: &str,
         parent: Option<SessionId>,
-        mut work: Work,
+        work: Work,
         outcome: Option<&Outcome>,
         isolate: &Isolate,
-    ) -> Result<Option<Changes>, SessionError> {
-        let Some(checkout) = work.checkout.clone() else {
-            return Ok(None);
+    ) -> Option<Changes> {
+        let checkout = work.checkout.clone().filter(|c| !c.borrowed)?;
+        let root = checkout.root.display().to_string();
+        let changes = match self
+            .bring_back_steps(child, work, checkout, outcome, isolate)
+            .await
+        {
+            Ok(changes) => changes,
+            Err(reason) => Changes::Unmerged {
+                reason,
+                checkout: root,
+            },
         };
+        let publisher = Publisher::new(self.bus.clone(), child, parent, agent);
+        match &changes {
+            Changes::Merged {
+                files,
+                added,
+                removed,
+                ..
+            } => publisher.publish(EventKind::Merged {
+                files: files.clone(),
+                added: *added,
+                removed: *removed,
+            }),
+            Changes::Conflict { files, branch } => publisher.publish(EventKind::Conflicted {
+                files: files.clone(),
+                branch: branch.clone(),
+            }),
+            Changes::Kept { branch } => publisher.publish(EventKind::Kept {
+                branch: branch.clone(),
+            }),
+            Changes::Unmerged { reason, checkout } => publisher.publish(EventKind::Unmerged {
+                reason: reason.clone(),
+                checkout: checkout.clone(),
+            }),
+            Changes::None => {}
+        }
+        Some(changes)
+    }
+
+    /// Appends `record` to sub-agent `child`'s journal and waits until it is
+    /// durable.
+    async fn record(&self, child: SessionId, record: Record) -> Result<(), String> {
         let path = self.state.journal(child);
-        let journal = |records: Vec<Record>| {
-            self.journal
-                .append_all(&path, &records)
-                .map_err(SessionError::Journal)
-        };
-        let failed = |e: String| SessionError::Journal(format!("the sub-agent's checkout: {e}"));
+        self.journal.append(&path, &record)?;
+        self.journal.sync_file(&path).await
+    }
+
+    /// [`Self::bring_back`]'s steps.
+    async fn bring_back_steps(
+        &self,
+        child: SessionId,
+        mut work: Work,
+        checkout: Checkout,
+        outcome: Option<&Outcome>,
+        isolate: &Isolate,
+    ) -> Result<Changes, String> {
         let scratch = self.state.scratch();
         let commit = match work.committed.clone() {
             Some(commit) => commit,
             None => {
                 let (c, s) = (checkout.clone(), scratch.clone());
-                let commit = blocking(move || steps::commit(&c, &s))
-                    .await
-                    .map_err(failed)?;
-                journal(vec![Record::Committed {
+                let commit = blocking(move || steps::commit(&c, &s)).await?;
+                let committed = Record::Committed {
                     commit: commit.clone(),
-                }])?;
+                };
+                self.record(child, committed).await?;
                 commit
             }
         };
@@ -191,58 +256,34 @@ impl Handle {
             Some(result) => result,
             None => {
                 let result = self
-                    .merge(&checkout, &commit, &mut work, outcome, isolate, &journal)
-                    .await
-                    .map_err(failed)?;
-                journal(vec![Record::Merged {
+                    .merge(child, &checkout, &commit, &mut work, outcome, isolate)
+                    .await?;
+                let merged = Record::Merged {
                     result: result.clone(),
-                }])?;
-                self.journal
-                    .sync_file(&path)
-                    .await
-                    .map_err(SessionError::Journal)?;
-                let publisher = Publisher::new(self.bus.clone(), child, parent, agent);
-                match &result {
-                    Changes::Merged {
-                        files,
-                        added,
-                        removed,
-                        ..
-                    } => publisher.publish(EventKind::Merged {
-                        files: files.clone(),
-                        added: *added,
-                        removed: *removed,
-                    }),
-                    Changes::Conflict { files, branch } => {
-                        publisher.publish(EventKind::Conflicted {
-                            files: files.clone(),
-                            branch: branch.clone(),
-                        })
-                    }
-                    Changes::None | Changes::Kept { .. } => {}
-                }
+                };
+                self.record(child, merged).await?;
                 result
             }
         };
         if !work.removed {
             let c = checkout.clone();
-            blocking(move || steps::remove(&c)).await.map_err(failed)?;
-            journal(vec![Record::CheckoutRemoved])?;
+            blocking(move || steps::remove(&c)).await?;
+            self.record(child, Record::CheckoutRemoved).await?;
         }
-        Ok(Some(result))
+        Ok(result)
     }
 
     /// The merge of `commit` (the checkout's work) into its parent's tree:
-    /// fetched as its branch, then, for an outcome that is its work, merged
-    /// one at a time with the other merges into that tree.
+    /// kept as its branch, then, for an outcome that is its work, merged one
+    /// at a time with the other merges into that tree.
     async fn merge(
         &self,
+        child: SessionId,
         checkout: &Checkout,
         commit: &str,
         work: &mut Work,
         outcome: Option<&Outcome>,
         isolate: &Isolate,
-        journal: &impl Fn(Vec<Record>) -> Result<(), SessionError>,
     ) -> Result<Changes, String> {
         let (c, t) = (checkout.clone(), commit.to_owned());
         if blocking(move || steps::unchanged(&c, &t)).await? {
@@ -251,12 +292,12 @@ impl Handle {
         let branch = checkout.branch.clone();
         if !work.fetched {
             let (c, t) = (checkout.clone(), commit.to_owned());
-            blocking(move || steps::fetch(&c, &t)).await?;
-            journal(vec![Record::Fetched {
+            blocking(move || steps::keep(&c, &t)).await?;
+            let fetched = Record::Fetched {
                 branch: branch.clone(),
                 commit: commit.to_owned(),
-            }])
-            .map_err(|e| e.to_string())?;
+            };
+            self.record(child, fetched).await?;
         }
         let its_work = matches!(
             outcome,
@@ -276,7 +317,8 @@ impl Handle {
                     isolate.private.clone(),
                 );
                 let ours = blocking(move || steps::ours(&c, &s, &p)).await?;
-                journal(vec![Record::Merging { ours: ours.clone() }]).map_err(|e| e.to_string())?;
+                let merging = Record::Merging { ours: ours.clone() };
+                self.record(child, merging).await?;
                 ours
             }
         };
@@ -291,8 +333,17 @@ impl Handle {
         )
         .await
         .map_err(|e| e.to_string())?;
+        // From the parent's place, as its own tools name them.
         let text = |files: Vec<PathBuf>| -> Vec<String> {
-            files.iter().map(|f| f.display().to_string()).collect()
+            files
+                .iter()
+                .map(|f| {
+                    f.strip_prefix(&checkout.prefix)
+                        .unwrap_or(f)
+                        .display()
+                        .to_string()
+                })
+                .collect()
         };
         Ok(match merged {
             Merged::Nothing => Changes::None,
@@ -327,6 +378,8 @@ mod tests {
             prefix: PathBuf::new(),
             base: "b".into(),
             branch: "orchestrate/0193/coder-1".into(),
+            lacks: Vec::new(),
+            borrowed: false,
         };
         let header = Record::Header {
             session: SessionId::new(),

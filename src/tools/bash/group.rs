@@ -72,7 +72,12 @@ pub(super) async fn start(
     let child = Command::new(super::launcher::executable())
         .args(
             launch
-                .spec(command, workspace, ctx.checkout.as_deref(), &ctx.private)
+                .spec(
+                    command,
+                    workspace,
+                    ctx.checkout.as_ref().map(|c| c.root.as_path()),
+                    &ctx.private,
+                )
                 .args("run"),
         )
         .current_dir(workspace)

@@ -531,7 +531,8 @@ const HOST_SOCKETS: [&str; 4] = [
 /// through the new mounts. A place that does not exist has nothing to hide.
 /// `shown`, a folder inside a hidden place, is bound back at its own path
 /// inside the tmpfs (through a descriptor taken before it was covered), the
-/// folders leading to it traversable but not listable.
+/// folders leading to it traversable but not listable (mode 0111, even to
+/// their owner).
 fn hide(places: &[PathBuf], shown: Option<&Path>) -> rustix::io::Result<()> {
     use rustix::mount::{MountFlags, mount, mount_bind, mount_bind_recursive, mount_remount};
     use std::os::fd::AsRawFd;
@@ -586,7 +587,7 @@ fn hide(places: &[PathBuf], shown: Option<&Path>) -> rustix::io::Result<()> {
             place,
             "tmpfs",
             flags,
-            Some(c"size=4k,mode=711"),
+            Some(c"size=4k,mode=111"),
         )?;
         let mut folder = place.to_path_buf();
         for part in path
@@ -596,14 +597,14 @@ fn hide(places: &[PathBuf], shown: Option<&Path>) -> rustix::io::Result<()> {
         {
             folder.push(part);
             std::fs::DirBuilder::new()
-                .mode(0o711)
+                .mode(0o111)
                 .create(&folder)
                 .map_err(|e| {
                     rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO)
                 })?;
         }
         mount_bind_recursive(format!("/proc/self/fd/{}", fd.as_raw_fd()).as_str(), *path)?;
-        mount_remount(place, MountFlags::RDONLY | flags, c"size=4k,mode=711")?;
+        mount_remount(place, MountFlags::RDONLY | flags, c"size=4k,mode=111")?;
     }
     // The working folder was entered before the mounts; a path relative to it
     // would still lead through the old ones.

@@ -97,6 +97,11 @@ pub enum Isolated {
     Merged(Vec<String>, usize, usize),
     /// Its changes conflict: the files, and the branch that holds them.
     Conflict(Vec<String>, String),
+    /// Its changes were not merged (it did not finish): the branch that
+    /// holds them.
+    Kept(String),
+    /// Bringing its changes back failed: the checkout that holds them.
+    Unmerged(String),
 }
 
 impl Row {
@@ -269,6 +274,14 @@ impl Board {
             }
             EventKind::Conflicted { files, branch } => {
                 row.checkout = Some(Isolated::Conflict(files.clone(), branch.clone()));
+                self.unmerged.remove(&index);
+            }
+            EventKind::Unmerged { checkout, .. } => {
+                row.checkout = Some(Isolated::Unmerged(checkout.clone()));
+                self.unmerged.remove(&index);
+            }
+            EventKind::Kept { branch } => {
+                row.checkout = Some(Isolated::Kept(branch.clone()));
                 self.unmerged.remove(&index);
             }
             EventKind::SubagentQueued { waiting: true, .. } => row.queued += 1,

@@ -65,6 +65,7 @@ pub fn render_row(board: &Board, index: usize, now_ms: u64) -> String {
             state.push_str(&format!(" · merged +{added} −{removed}"))
         }
         Some(Isolated::Conflict(..)) => state.push_str(" · conflict"),
+        Some(Isolated::Kept(_) | Isolated::Unmerged(_)) => state.push_str(" · not merged"),
     }
     format!(
         "{:<16} {:<44} {:>8} {:>7}   {}",
@@ -158,6 +159,13 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
             "conflict in {}: nothing merged, its work is on branch {branch}",
             clip(&files.join(", "), 80)
         ),
+        EventKind::Unmerged { reason, checkout } => format!(
+            "not merged: {}; its checkout is kept at {checkout}",
+            clip(reason, 100)
+        ),
+        EventKind::Kept { branch } => {
+            format!("not merged (it did not finish): its work is on branch {branch}")
+        }
         EventKind::Terminal { outcome, .. } => match outcome {
             Outcome::Finished { stats, .. } => format!(
                 "done · {} · {} · {} tok · {}",
@@ -259,6 +267,14 @@ pub fn checkouts(board: &Board) -> String {
                 "{} not merged (conflict in {}): its work is on branch {branch}\n",
                 row.label,
                 files.join(", ")
+            )),
+            Some(Isolated::Unmerged(checkout)) => out.push_str(&format!(
+                "{} not merged: its work is in its checkout, kept at {checkout}\n",
+                row.label
+            )),
+            Some(Isolated::Kept(branch)) => out.push_str(&format!(
+                "{} not merged (it did not finish): its work is on branch {branch}\n",
+                row.label
             )),
             _ => {}
         }

@@ -558,6 +558,8 @@ pub(super) fn event_name(event: &EventKind) -> &'static str {
         EventKind::Shared { .. } => "shared",
         EventKind::Merged { .. } => "merged",
         EventKind::Conflicted { .. } => "conflicted",
+        EventKind::Kept { .. } => "kept",
+        EventKind::Unmerged { .. } => "unmerged",
         EventKind::Terminal { .. } => "terminal",
     }
 }
