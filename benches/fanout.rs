@@ -9,6 +9,9 @@
 //! (`script`), drawing its live tree, for the Task fan-out of `FANOUT_CLI` sizes:
 //! once with workers whose tool turn has no effects, once with workers that
 //! Write a file of their own and run a command on it (`wc -l`, in the sandbox).
+//! `FANOUT_CASES=writers` runs it with 8 such writers in a git repository of 1 000
+//! files, sharing its tree (`--isolation none`) or each in a private checkout
+//! merged back (`--isolation worktree`).
 //! `FANOUT_TOOLS=standard` gives the session fan-out's agents the standard tools
 //! besides Probe, so every request carries their specs, as a real agent's does.
 //!
@@ -174,6 +177,22 @@ fn drive(sizes: &[String]) {
             }
         }
     }
+    // The binary's cases: a title, then for each round, each size and each
+    // kind of work, a row.
+    let mut binary = |title: String, sizes: &[usize], works: &[Work]| {
+        println!("\n{title}; ideal {ideal:?}");
+        println!(
+            "{:>6} {:<12} {:>10} {:>8} {:>12} {:>9}",
+            "N", "client", "wall", "ratio", "to terminal", "CPU"
+        );
+        for _ in 0..rounds {
+            for n in sizes {
+                for work in works {
+                    failures += u32::from(!child.cli_row(*n, ideal, *work));
+                }
+            }
+        }
+    };
     if case("cli") {
         // `FANOUT_CLI=500,2000`: the Task fan-out's sizes for the binary.
         let sizes: Vec<usize> = std::env::var("FANOUT_CLI")
@@ -181,34 +200,14 @@ fn drive(sizes: &[String]) {
             .split(',')
             .map(|n| n.parse().unwrap())
             .collect();
-        println!(
-            "\nthe orchestrate binary on a terminal (50 rows), the same Task fan-out; ideal {ideal:?}"
-        );
-        println!(
-            "{:>6} {:<12} {:>10} {:>8} {:>12} {:>9}",
-            "N", "client", "wall", "ratio", "to terminal", "CPU"
-        );
-        for _ in 0..rounds {
-            for n in &sizes {
-                for work in [Work::Read, Work::Write] {
-                    failures += u32::from(!child.cli_row(*n, ideal, work));
-                }
-            }
-        }
+        let title = "the orchestrate binary on a terminal (50 rows), the same Task fan-out";
+        binary(title.into(), &sizes, &[Work::Read, Work::Write]);
     }
     if case("writers") {
-        println!(
-            "\n8 writers in a git repository of {REPOSITORY_FILES} files, sharing its tree or each in a private checkout; ideal {ideal:?}"
+        let title = format!(
+            "8 writers in a git repository of {REPOSITORY_FILES} files, sharing its tree or each in a private checkout"
         );
-        println!(
-            "{:>6} {:<12} {:>10} {:>8} {:>12} {:>9}",
-            "N", "client", "wall", "ratio", "to terminal", "CPU"
-        );
-        for _ in 0..rounds {
-            for work in [Work::Shared, Work::Isolated] {
-                failures += u32::from(!child.cli_row(8, ideal, work));
-            }
-        }
+        binary(title, &[8], &[Work::Shared, Work::Isolated]);
     }
     let _ = mock.kill();
     let _ = mock.wait();

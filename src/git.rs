@@ -11,8 +11,11 @@
 pub mod checkout;
 pub mod config;
 
+use std::collections::HashMap;
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::SystemTime;
 
 /// Config that names no program of the repository's, given on git's command
 /// line (it outranks the repository's): no monitor, no hooks, `cat` as the
@@ -92,9 +95,34 @@ fn quiet() -> [(OsString, OsString); 3] {
     ]
 }
 
+/// The filter drivers the repository in `dir` configures, read once per
+/// folder while its `.git/config` is unchanged (a checkout's git runs dozens
+/// of commands in the same repository).
+fn filter_drivers(dir: &Path) -> Vec<String> {
+    type Known = HashMap<PathBuf, (Option<SystemTime>, Vec<String>)>;
+    static KNOWN: Mutex<Option<Known>> = Mutex::new(None);
+    let changed = std::fs::metadata(dir.join(".git/config"))
+        .and_then(|m| m.modified())
+        .ok();
+    let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    let known = known.get_or_insert_with(HashMap::new);
+    if let Some((at, drivers)) = known.get(dir)
+        && changed.is_some()
+        && *at == changed
+    {
+        return drivers.clone();
+    }
+    let drivers = read_filter_drivers(dir);
+    if known.len() > 64 {
+        known.clear();
+    }
+    known.insert(dir.to_owned(), (changed, drivers.clone()));
+    drivers
+}
+
 /// The filter drivers the repository in `dir` configures (`filter.NAME.*`),
 /// read by a git that runs nothing (`git config` starts no program).
-fn filter_drivers(dir: &Path) -> Vec<String> {
+fn read_filter_drivers(dir: &Path) -> Vec<String> {
     let listed = std::process::Command::new("git")
         .current_dir(dir)
         .args(["config", "--name-only", "--get-regexp", r"^filter\."])

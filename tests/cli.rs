@@ -112,6 +112,21 @@ pub(crate) async fn run_on(
         .unwrap()
 }
 
+/// Ctrl-C for the running binary `child` (a SIGINT); what it left when it
+/// exited.
+pub(crate) async fn interrupt(child: tokio::process::Child) -> Output {
+    let pid = child.id().unwrap().to_string();
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    tokio::time::timeout(DEADLINE, child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
 pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -337,16 +352,7 @@ async fn ctrl_c_cancels_gracefully_prints_the_partial_answer_and_exits_130() {
         .spawn()
         .unwrap();
     crate::support::harness::wait_until("five words were sent", || mock.frames_sent() >= 6).await;
-    let pid = child.id().unwrap().to_string();
-    let kill = std::process::Command::new("kill")
-        .args(["-INT", &pid])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let out = tokio::time::timeout(DEADLINE, child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let out = interrupt(child).await;
     assert_eq!(out.status.code(), Some(130));
     assert_eq!(text(&out.stderr), "orchestrate: cancelled\n");
     let stdout = text(&out.stdout);

@@ -107,6 +107,35 @@ fn edit(request: &Recorded, old: &str, new: &str) -> Reply {
     }
 }
 
+/// A mock whose lead gives one coder a piece, and whose coder runs `command`
+/// in Bash, then says it is done.
+async fn bash_coder(command: String) -> MockLlm {
+    MockLlm::start_with(move |request: &Recorded, _| {
+        if request.system().starts_with(CODER) {
+            return match request.results() {
+                0 => Reply::tool_calls(&[("b", "Bash", json!({ "command": command }))]),
+                _ => Reply::text("ran it"),
+            };
+        }
+        match request.results() {
+            0 => tasks(&["run it"]),
+            _ => Reply::text("done"),
+        }
+    })
+    .await
+}
+
+/// The tool results of the last request of a sub-agent whose system prompt
+/// starts with `system`.
+fn results_of(mock: &MockLlm, system: &str) -> Vec<(String, String)> {
+    let last = mock
+        .requests()
+        .into_iter()
+        .rfind(|r| r.system().starts_with(system))
+        .unwrap();
+    harness::tool_results(&last)
+}
+
 /// The branches orchestrate left in the repository at `root`.
 fn branches(root: &Path) -> Vec<String> {
     git(
@@ -306,12 +335,7 @@ async fn the_persons_uncommitted_and_untracked_work_is_carried_in_and_kept() {
     let out = run_on(&mock, root, &args, &[]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     // The coder saw the untracked notes in its checkout.
-    let coder_last = mock
-        .requests()
-        .into_iter()
-        .rfind(|r| r.system().starts_with(CODER))
-        .unwrap();
-    let seen = harness::tool_results(&coder_last);
+    let seen = results_of(&mock, CODER);
     assert!(seen[0].1.contains("the person's notes"), "{seen:?}");
     assert_eq!(
         std::fs::read_to_string(root.join("lib.rs")).unwrap(),
@@ -344,29 +368,12 @@ async fn bash_in_a_checkout_cannot_write_the_persons_tree_or_git_directory() {
         checkouts = state_dir.checkouts().display(),
         sessions = state_dir.sessions().display(),
     );
-    let mock = MockLlm::start_with(move |request: &Recorded, _| {
-        if request.system().starts_with(CODER) {
-            return match request.results() {
-                0 => Reply::tool_calls(&[("b", "Bash", json!({ "command": attempt }))]),
-                _ => Reply::text("tried"),
-            };
-        }
-        match request.results() {
-            0 => tasks(&["escape"]),
-            _ => Reply::text("done"),
-        }
-    })
-    .await;
+    let mock = bash_coder(attempt).await;
     let mut args = BYPASS.to_vec();
     args.push("try to escape");
     let out = run_on(&mock, &root, &args, &[]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let coder_last = mock
-        .requests()
-        .into_iter()
-        .rfind(|r| r.system().starts_with(CODER))
-        .unwrap();
-    let said = &harness::tool_results(&coder_last)[0].1;
+    let said = &results_of(&mock, CODER)[0].1;
     let checkouts = state(&root).checkouts();
     assert!(said.starts_with(&checkouts.display().to_string()), "{said}");
     assert!(
@@ -399,19 +406,7 @@ async fn a_monitor_or_hook_planted_in_a_clone_never_runs() {
          echo z >> lib.rs",
         ran = ran.display()
     );
-    let mock = MockLlm::start_with(move |request: &Recorded, _| {
-        if request.system().starts_with(CODER) {
-            return match request.results() {
-                0 => Reply::tool_calls(&[("b", "Bash", json!({ "command": plant }))]),
-                _ => Reply::text("planted"),
-            };
-        }
-        match request.results() {
-            0 => tasks(&["plant"]),
-            _ => Reply::text("done"),
-        }
-    })
-    .await;
+    let mock = bash_coder(plant).await;
     // Unsandboxed, so that the planting succeeds.
     let mut args = BYPASS.to_vec();
     args.extend(["--sandbox", "off", "plant"]);
@@ -655,12 +650,7 @@ async fn a_sub_agent_of_an_isolated_one_works_in_its_checkout() {
         outer.starts_with("changes: merged (1 file, +1 \u{2212}1)"),
         "{outer}"
     );
-    let nester_last = mock
-        .requests()
-        .into_iter()
-        .rfind(|r| r.system().starts_with("You nest."))
-        .unwrap();
-    let inner = &harness::tool_results(&nester_last)[0].1;
+    let inner = &results_of(&mock, "You nest.")[0].1;
     assert!(inner.starts_with("edited"), "{inner}");
     let isolated = text(&out.stdout)
         .lines()
@@ -706,16 +696,7 @@ async fn a_cancelled_coders_work_is_kept_on_its_branch_and_not_merged() {
             .any(|r| r.system().starts_with(CODER) && r.results() == 2)
     })
     .await;
-    let pid = child.id().unwrap().to_string();
-    let kill = std::process::Command::new("kill")
-        .args(["-INT", &pid])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let out = tokio::time::timeout(DEADLINE, child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let out = crate::cli::interrupt(child).await;
     assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
     assert_eq!(std::fs::read_to_string(root.join("lib.rs")).unwrap(), LIB);
     let kept = branches(&root);

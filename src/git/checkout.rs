@@ -54,8 +54,16 @@ pub const MIN_GIT: &str = "2.38";
 /// (one line each); why not, when it cannot: no repository, no commit, a git
 /// older than [`MIN_GIT`].
 pub fn usable(dir: &Path) -> Result<(Place, Vec<String>), CheckoutError> {
-    let version = git(dir, &["--version"], &[])?;
-    let found = version.trim_start_matches("git version ").to_owned();
+    // The git on the path, asked once.
+    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let found = match VERSION.get() {
+        Some(found) => found.clone(),
+        None => {
+            let version = git(dir, &["--version"], &[])?;
+            let found = version.trim_start_matches("git version ").to_owned();
+            VERSION.get_or_init(|| found).clone()
+        }
+    };
     if !at_least(&found, MIN_GIT) {
         return Err(CheckoutError::OldGit { found });
     }
@@ -258,25 +266,29 @@ pub fn snapshot_without(
             ];
             git(root, &args, &env)?;
         }
-        let tree = git(root, &["write-tree"], &env)?;
-        let mut with_identity: Vec<(&str, &OsStr)> =
-            IDENTITY.iter().map(|(k, v)| (*k, OsStr::new(*v))).collect();
-        with_identity.extend(env);
-        git(
-            root,
-            &[
-                "commit-tree",
-                &tree,
-                "-p",
-                &head,
-                "-m",
-                "orchestrate: snapshot",
-            ],
-            &with_identity,
-        )
+        commit_index(root, &env, &head, "orchestrate: snapshot")
     })();
     let _ = std::fs::remove_file(&index);
     made
+}
+
+/// The index `env` names, as a commit on `parent` with `message`, by
+/// orchestrate whatever the configuration says.
+fn commit_index(
+    root: &Path,
+    env: &[(&str, &OsStr)],
+    parent: &str,
+    message: &str,
+) -> Result<String, CheckoutError> {
+    let tree = git(root, &["write-tree"], env)?;
+    let mut with_identity: Vec<(&str, &OsStr)> =
+        IDENTITY.iter().map(|(k, v)| (*k, OsStr::new(*v))).collect();
+    with_identity.extend(env);
+    git(
+        root,
+        &["commit-tree", &tree, "-p", parent, "-m", message],
+        &with_identity,
+    )
 }
 
 /// Keeps `commit` (a snapshot) in the repository at `root` while a clone may
@@ -352,15 +364,7 @@ pub fn commit_work_tree(
     let made = (|| {
         git(root, &["read-tree", base], &env)?;
         git(root, &["-C", &in_tree, "add", "--all", "--", "."], &env)?;
-        let tree = git(root, &["write-tree"], &env)?;
-        let mut with_identity: Vec<(&str, &OsStr)> =
-            IDENTITY.iter().map(|(k, v)| (*k, OsStr::new(*v))).collect();
-        with_identity.extend(env);
-        git(
-            root,
-            &["commit-tree", &tree, "-p", base, "-m", "orchestrate: work"],
-            &with_identity,
-        )
+        commit_index(root, &env, base, "orchestrate: work")
     })();
     let _ = std::fs::remove_file(&index);
     made

@@ -31,6 +31,10 @@ fn plan(root: &Path, scratch: &Path, clone: &Path, base: &str) -> MergePlan {
     plan_merge(root, base, &ours, &theirs).unwrap()
 }
 
+fn read(root: &Path, name: &str) -> String {
+    std::fs::read_to_string(root.join(name)).unwrap()
+}
+
 fn private() -> Arc<[PathBuf]> {
     Arc::from(Vec::new())
 }
@@ -72,10 +76,7 @@ async fn a_clean_plan_is_written_whole_with_modes_and_removals() {
         ]
     );
     assert_eq!((added, removed), (3, 2));
-    assert_eq!(
-        std::fs::read_to_string(root.join("lib.rs")).unwrap(),
-        "one\n2\nthree\nfour\n"
-    );
+    assert_eq!(read(&root, "lib.rs"), "one\n2\nthree\nfour\n");
     assert!(!root.join("gone.rs").exists());
     let mode = std::fs::metadata(root.join("bin/run.sh"))
         .unwrap()
@@ -108,10 +109,7 @@ async fn a_file_changed_since_the_plan_or_a_protected_one_stops_the_whole_merge(
             files: vec!["lib.rs".into()]
         }
     );
-    assert_eq!(
-        std::fs::read_to_string(root.join("lib.rs")).unwrap(),
-        "mine\n"
-    );
+    assert_eq!(read(&root, "lib.rs"), "mine\n");
     assert!(
         !root.join("new.rs").exists(),
         "nothing of the merge was written"
@@ -132,14 +130,8 @@ async fn a_file_changed_since_the_plan_or_a_protected_one_stops_the_whole_merge(
             files: vec!["agents/a.md".into()]
         }
     );
-    assert_eq!(
-        std::fs::read_to_string(root.join("agents/a.md")).unwrap(),
-        "a role\n"
-    );
-    assert_eq!(
-        std::fs::read_to_string(root.join("lib.rs")).unwrap(),
-        "one\ntwo\nthree\n"
-    );
+    assert_eq!(read(&root, "agents/a.md"), "a role\n");
+    assert_eq!(read(&root, "lib.rs"), "one\ntwo\nthree\n");
 }
 
 #[tokio::test]
@@ -159,14 +151,8 @@ async fn a_merge_done_again_writes_nothing_twice_and_says_the_same() {
         .await
         .unwrap();
     assert_eq!(again, first);
-    assert_eq!(
-        std::fs::read_to_string(root.join("new.rs")).unwrap(),
-        "new\n"
-    );
-    assert_eq!(
-        std::fs::read_to_string(root.join("lib.rs")).unwrap(),
-        "one\n2\nthree\n"
-    );
+    assert_eq!(read(&root, "new.rs"), "new\n");
+    assert_eq!(read(&root, "lib.rs"), "one\n2\nthree\n");
 }
 
 #[tokio::test]
