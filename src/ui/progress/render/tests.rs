@@ -323,3 +323,64 @@ fn a_todo_list_shows_on_the_row_in_its_line_and_in_the_summary() {
     );
     assert!(summary(&board, 0).ends_with("todos done: orchestrator 1/3\n"));
 }
+
+#[test]
+fn an_isolated_agents_row_says_what_became_of_its_changes() {
+    let lead = SessionId::new();
+    let (a, b) = (SessionId::new(), SessionId::new());
+    let mut board = Board::new();
+    let apply = |board: &mut Board, id, kind| {
+        board
+            .apply(&event(id, Some(lead), "coder", kind), Duration::ZERO)
+            .unwrap()
+    };
+    let isolated = || EventKind::Isolated {
+        path: "/s/checkouts/x".into(),
+        base: "b".into(),
+        lacks: Vec::new(),
+    };
+    let i = apply(&mut board, a, isolated());
+    assert!(
+        render_row(&board, i, 0).contains(" · isolated"),
+        "{}",
+        render_row(&board, i, 0)
+    );
+    // What it changed in its checkout counts once merged, and only then.
+    let diff = "@@ -1 +1,2 @@\n-x\n+y\n+z\n";
+    let changed = EventKind::FileChanged {
+        call_id: "c".into(),
+        path: "lib.rs".into(),
+        diff: diff.into(),
+        created: false,
+        held: false,
+    };
+    apply(&mut board, a, changed.clone());
+    assert_eq!(files_changed(&board), "");
+    let merged = EventKind::Merged {
+        files: vec!["lib.rs".into()],
+        added: 2,
+        removed: 1,
+    };
+    apply(&mut board, a, merged);
+    assert!(render_row(&board, i, 0).contains(" · merged +2 −1"));
+    assert_eq!(files_changed(&board), "files changed:\n  lib.rs  +2 −1\n");
+    // A conflict changes nothing of the parent's tree.
+    let j = apply(&mut board, b, isolated());
+    apply(&mut board, b, changed);
+    let conflicted = EventKind::Conflicted {
+        files: vec!["lib.rs".into()],
+        branch: "orchestrate/0193/coder-2".into(),
+    };
+    apply(&mut board, b, conflicted.clone());
+    assert!(render_row(&board, j, 0).contains(" · conflict"));
+    assert_eq!(files_changed(&board), "files changed:\n  lib.rs  +2 −1\n");
+    assert_eq!(
+        checkouts(&board),
+        "coder#1 merged: lib.rs\ncoder#2 not merged (conflict in lib.rs): its work is on branch orchestrate/0193/coder-2\n"
+    );
+    let line = plain_line(&board, j, &event(b, Some(lead), "coder", conflicted), 0).unwrap();
+    assert_eq!(
+        line,
+        "[00:00] coder#2: conflict in lib.rs: nothing merged, its work is on branch orchestrate/0193/coder-2"
+    );
+}
