@@ -1,6 +1,6 @@
 //! Git run so that it runs no program a repository names: its config can name
 //! a file-system monitor, hooks, a pager, an editor, an ssh command, credential
-//! helpers, a signing program, a transport and filter drivers, each a command
+//! helpers, a signing program, a transport, filter and merge drivers, each a command
 //! git would start. orchestrate's own git invocations are made through
 //! [`command`] (a diff among them with `--no-ext-diff`: an empty `diff.external`
 //! does not turn an external diff off, it runs a program named ""); sandboxed
@@ -34,7 +34,8 @@ pub const SAFE_CONFIG: [(&str, &str); 9] = [
 ];
 
 /// `git` in `dir`, configured by [`SAFE_CONFIG`], with every filter driver the
-/// repository's config defines turned into a no-op, no terminal prompt and no
+/// repository's config defines turned into a no-op (and every merge driver
+/// into `false`: a merge that would run it is a conflict), no terminal prompt and no
 /// optional locks (a `git status` beside the person's own does not take
 /// `index.lock`).
 pub fn command(dir: &Path) -> std::process::Command {
@@ -43,9 +44,17 @@ pub fn command(dir: &Path) -> std::process::Command {
     for (key, value) in SAFE_CONFIG {
         git.arg("-c").arg(format!("{key}={value}"));
     }
-    for driver in filter_drivers(dir) {
+    for driver in drivers(dir) {
+        if let Some(merge) = driver.strip_prefix("merge.") {
+            // A merge that would need it conflicts instead.
+            git.arg("-c").arg(format!("merge.{merge}.driver=false"));
+            continue;
+        }
+        let Some(filter) = driver.strip_prefix("filter.") else {
+            continue;
+        };
         for (part, value) in [("clean", "cat"), ("smudge", "cat"), ("process", "")] {
-            git.arg("-c").arg(format!("filter.{driver}.{part}={value}"));
+            git.arg("-c").arg(format!("filter.{filter}.{part}={value}"));
         }
     }
     git.envs(quiet());
@@ -95,10 +104,10 @@ fn quiet() -> [(OsString, OsString); 3] {
     ]
 }
 
-/// The filter drivers the repository in `dir` configures, read once per
+/// The filter and merge drivers the repository in `dir` configures, read once per
 /// folder while its `.git/config` is unchanged (a checkout's git runs dozens
 /// of commands in the same repository).
-fn filter_drivers(dir: &Path) -> Vec<String> {
+fn drivers(dir: &Path) -> Vec<String> {
     type Known = HashMap<PathBuf, (Option<SystemTime>, Vec<String>)>;
     static KNOWN: Mutex<Option<Known>> = Mutex::new(None);
     let changed = std::fs::metadata(dir.join(".git/config"))
@@ -112,7 +121,7 @@ fn filter_drivers(dir: &Path) -> Vec<String> {
     {
         return drivers.clone();
     }
-    let drivers = read_filter_drivers(dir);
+    let drivers = read_drivers(dir);
     if known.len() > 64 {
         known.clear();
     }
@@ -120,12 +129,18 @@ fn filter_drivers(dir: &Path) -> Vec<String> {
     drivers
 }
 
-/// The filter drivers the repository in `dir` configures (`filter.NAME.*`),
-/// read by a git that runs nothing (`git config` starts no program).
-fn read_filter_drivers(dir: &Path) -> Vec<String> {
+/// The filter and merge drivers the repository in `dir` configures
+/// (`filter.NAME.*`, `merge.NAME.*`, as `filter.NAME` and `merge.NAME`), read
+/// by a git that runs nothing (`git config` starts no program).
+fn read_drivers(dir: &Path) -> Vec<String> {
     let listed = std::process::Command::new("git")
         .current_dir(dir)
-        .args(["config", "--name-only", "--get-regexp", r"^filter\."])
+        .args([
+            "config",
+            "--name-only",
+            "--get-regexp",
+            r"^(filter|merge)\.",
+        ])
         .envs(quiet())
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -136,8 +151,9 @@ fn read_filter_drivers(dir: &Path) -> Vec<String> {
     let mut drivers: Vec<String> = String::from_utf8_lossy(&listed.stdout)
         .lines()
         .filter_map(|key| {
-            let (driver, _) = key.strip_prefix("filter.")?.rsplit_once('.')?;
-            Some(driver.to_owned())
+            let (kind, rest) = key.split_once('.')?;
+            let (driver, _) = rest.rsplit_once('.')?;
+            Some(format!("{kind}.{driver}"))
         })
         .collect();
     drivers.sort();

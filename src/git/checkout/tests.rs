@@ -337,3 +337,24 @@ fn a_clones_planted_monitor_and_hooks_never_run_and_a_bad_branch_name_is_refused
         assert!(matches!(err, CheckoutError::BranchName(_)), "{bad}: {err}");
     }
 }
+
+#[test]
+fn a_merge_driver_the_repository_names_never_runs() {
+    let repo = repository();
+    let root = repo.path();
+    let scratch = tempfile::tempdir().unwrap();
+    let marker = scratch.path().join("ran");
+    std::fs::write(root.join(".gitattributes"), "*.rs merge=evil\n").unwrap();
+    plain(root, &["add", ".gitattributes"]);
+    plain(root, &["commit", "-q", "-m", "attributes"]);
+    let driver = format!("touch {}; exit 0", marker.display());
+    plain(root, &["config", "merge.evil.driver", &driver]);
+    let base = snapshot(root, scratch.path()).unwrap();
+    let dest = scratch.path().join("clone");
+    clone(root, &dest, &base).unwrap();
+    edit(&dest, "    2\n", "    22\n");
+    edit(root, "    2\n", "    222\n");
+    let plan = merge_back(root, scratch.path(), &dest, &base, "orchestrate/run/d");
+    assert_eq!(plan, MergePlan::Conflict(vec![PathBuf::from("lib.rs")]));
+    assert!(!marker.exists(), "the repository's merge driver ran");
+}
