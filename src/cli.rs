@@ -25,6 +25,7 @@ pub mod exit;
 mod flags;
 mod mcp;
 mod resume;
+mod rewind;
 mod run;
 mod sessions;
 mod setup;
@@ -67,6 +68,9 @@ where
             return sessions::run(&cli, action.as_ref(), &env, out, err);
         }
         Some(Command::Ps) => return control::ps(&cli, &env, out, err).await,
+        Some(Command::Rewind { id, to, force }) => {
+            return rewind::run(&cli, id.as_deref(), *to, *force, &env, out, err);
+        }
         Some(Command::Mcp { action }) => {
             return mcp::run(&cli, action, &env, approver, out, err).await;
         }

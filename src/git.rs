@@ -9,6 +9,7 @@
 //! read-only as well).
 
 pub mod checkout;
+pub mod checkpoint;
 pub mod config;
 
 use std::collections::HashMap;

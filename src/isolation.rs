@@ -95,6 +95,8 @@ pub struct Isolate {
     /// Whether the sub-agent wants a checkout of its own; one its journal
     /// records is brought back whatever this says.
     pub wanted: Wanted,
+    /// The run's checkpoints, one taken before each merge into the workspace.
+    pub checkpoints: Option<Arc<crate::git::checkpoint::Checkpoints>>,
 }
 
 /// The branch that keeps sub-agent `session`'s work (of role `role`, in run

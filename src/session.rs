@@ -80,6 +80,8 @@ pub struct SessionSpec {
     /// The private checkout it works in, for an isolated sub-agent: its tools
     /// treat the checkout as the workspace.
     pub checkout: Option<crate::protocol::Checkout>,
+    /// The run's checkpoints of its workspace, taken before its first change.
+    pub checkpoints: Option<Arc<crate::git::checkpoint::Checkpoints>>,
 }
 
 impl SessionSpec {
@@ -114,6 +116,7 @@ impl SessionSpec {
             memory: Vec::new(),
             provider: None,
             checkout: None,
+            checkpoints: None,
         }
     }
 }

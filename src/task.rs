@@ -106,6 +106,8 @@ pub struct TaskEnv {
     /// Which sub-agents work in a private checkout when their role does not
     /// say.
     isolation: Policy,
+    /// The run's checkpoints of its workspace.
+    checkpoints: Option<Arc<crate::git::checkpoint::Checkpoints>>,
     /// Sub-agents' system prompts (a role's prompt with the memory), one per role
     /// prompt: ten thousand sub-agents of a role share one copy, not ten thousand
     /// copies of the project's memory.
@@ -136,8 +138,19 @@ impl TaskEnv {
             memory: Arc::default(),
             mcp: None,
             isolation: Policy::default(),
+            checkpoints: None,
             prompts: Mutex::default(),
         }
+    }
+
+    /// Sub-agents take the run's checkpoints of its workspace before they
+    /// change it.
+    pub fn with_checkpoints(
+        mut self,
+        checkpoints: Option<Arc<crate::git::checkpoint::Checkpoints>>,
+    ) -> Self {
+        self.checkpoints = checkpoints;
+        self
     }
 
     /// Sub-agents whose role does not say work in a private checkout as
@@ -285,6 +298,7 @@ impl Task {
         spec.deny_rules = role.deny_rules.as_slice().into();
         spec.budget = role.budget;
         spec.meter = self.env.meter.clone();
+        spec.checkpoints = self.env.checkpoints.clone();
         match &self.env.models {
             Some(models) => models.describe(&mut spec),
             None => spec.model_info = crate::model_info::builtin(&spec.model).unwrap_or_default(),
@@ -381,6 +395,7 @@ impl Tool for Task {
                     files: ctx.files.clone(),
                     private: ctx.private.clone(),
                     wanted,
+                    checkpoints: ctx.checkpoints.clone(),
                 }),
             };
             let agent = spec.agent.clone();

@@ -59,6 +59,9 @@ pub struct ToolContext {
     pub checkout: Option<Arc<crate::protocol::Checkout>>,
     /// The run the calling session belongs to.
     pub run: SessionId,
+    /// The run's checkpoints of the workspace: one is taken before the first
+    /// call that may change it. `None` in a private checkout.
+    pub checkpoints: Option<Arc<crate::git::checkpoint::Checkpoints>>,
     /// Places no tool may touch, even inside the workspace (canonical): the run's
     /// own state ([`crate::state::StateDir::private`]), which a workspace that is
     /// `$HOME` contains.
@@ -211,6 +214,7 @@ impl ToolContext {
             workspace,
             checkout: None,
             run: session,
+            checkpoints: None,
             private: Arc::from([]),
             read_deny: ReadDeny::default(),
             session,

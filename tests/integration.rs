@@ -29,6 +29,7 @@ mod rate_limits;
 mod replay;
 mod resume;
 mod retention;
+mod rewind;
 mod sandbox;
 mod state;
 mod subagents;

@@ -21,7 +21,7 @@ const BYPASS: [&str; 2] = ["--permission-mode", "bypassPermissions"];
 const CODER: &str = "You are a careful software engineer";
 
 /// Runs `git args` in `dir` as the person would; its output.
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let out = std::process::Command::new("git")
         .current_dir(dir)
         .args(args)
@@ -37,11 +37,11 @@ fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 /// Three functions, far enough apart that each can change on its own.
-const LIB: &str = "fn a() {\n    1\n}\n\nfn b() {\n    2\n}\n\nfn c() {\n    3\n}\n";
+pub(crate) const LIB: &str = "fn a() {\n    1\n}\n\nfn b() {\n    2\n}\n\nfn c() {\n    3\n}\n";
 
 /// A repository with `lib.rs` committed (`.local/`, where the binary keeps its
 /// state in the tests, ignored as a person's home repository would).
-fn repository() -> tempfile::TempDir {
+pub(crate) fn repository() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     git(root, &["init", "-q", "-b", "main"]);
@@ -137,7 +137,7 @@ fn results_of(mock: &MockLlm, system: &str) -> Vec<(String, String)> {
 }
 
 /// The branches orchestrate left in the repository at `root`.
-fn branches(root: &Path) -> Vec<String> {
+pub(crate) fn branches(root: &Path) -> Vec<String> {
     git(
         root,
         &[
@@ -211,6 +211,21 @@ async fn three_coders_editing_three_functions_of_one_file_are_all_merged() {
         branches(root).len(),
         3,
         "each agent's work is on its branch"
+    );
+    // Checkpoints: before the first change, before each merge, at the end.
+    let checkpoints = git(
+        root,
+        &[
+            "for-each-ref",
+            "--format=%(subject)",
+            "refs/orchestrate/checkpoints/",
+        ],
+    );
+    let merges = checkpoints.matches("before merging orchestrate/").count();
+    assert_eq!(
+        (checkpoints.lines().count(), merges),
+        (5, 3),
+        "{checkpoints}"
     );
     assert!(checkouts(root).is_empty(), "{:?}", checkouts(root));
     assert_eq!(stderr.matches(" merged: lib.rs").count(), 3, "{stderr}");

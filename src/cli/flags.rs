@@ -176,6 +176,19 @@ pub enum Command {
         /// A follow-up prompt.
         prompt: Option<String>,
     },
+    /// Put the workspace back as it was before a run changed it (the latest run
+    /// by default), or as another of its checkpoints; the present state is
+    /// checkpointed first, so a rewind can be undone.
+    Rewind {
+        /// The run: a unique prefix of its id (default: the latest run).
+        id: Option<String>,
+        /// The checkpoint to go back to (default: 1, before the run's first change).
+        #[arg(long, value_name = "N")]
+        to: Option<u32>,
+        /// Rewind even over changes made after the run's last checkpoint.
+        #[arg(long)]
+        force: bool,
+    },
     /// Show the agents of the live run(s) in this workspace.
     Ps,
     /// Send a message to a live agent; it joins at the agent's next turn boundary.

@@ -16,6 +16,7 @@ use crate::control::Control;
 use crate::events::EventStream;
 #[cfg(feature = "test-support")]
 use crate::faults::FaultPlan;
+use crate::git::checkpoint::Checkpoints;
 use crate::protocol::{Event, EventKind, Outcome, SessionId};
 use crate::roles::watch::{self, Reload, RoleWatcher};
 use crate::runs::lock::RunLock;
@@ -165,7 +166,23 @@ where
         Lead::Resume { carried, .. } => carried.clone(),
         Lead::New(_) => None,
     };
-    let (spec, mut watcher) = match lead_spec(&cli, &role, plan, runtime.handle(), carried) {
+    // Before the run's first change, and before each merge into it, the
+    // workspace is checkpointed (in a git repository).
+    let checkpoints = Arc::new(Checkpoints::new(
+        plan.workspace
+            .canonicalize()
+            .unwrap_or_else(|_| plan.workspace.clone()),
+        state.scratch(),
+        state
+            .private()
+            .into_iter()
+            .map(|p| p.canonicalize().unwrap_or(p))
+            .collect(),
+    ));
+    checkpoints.locate().await;
+    let lead = (lead, checkpoints.clone());
+    let (spec, mut watcher) = match lead_spec(&cli, &role, plan, runtime.handle(), carried, &lead.1)
+    {
         Ok(lead) => lead,
         Err(e) => {
             let _ = writeln!(err, "orchestrate: {e}");
@@ -184,6 +201,7 @@ where
     // they are found.
     let mut events = runtime.subscribe();
     let control_events = runtime.subscribe();
+    let (lead, checkpoints) = lead;
     let (started, prompt) = match lead {
         Lead::New(task) => (runtime.start_session(spec).await, Some(task)),
         Lead::Resume { run, prompt, .. } => (runtime.resume_session(run, spec).await, prompt),
@@ -196,6 +214,7 @@ where
             return ExitCode::from(exit::FAILED);
         }
     };
+    checkpoints.set_run(id);
     if lock.is_none() {
         match RunLock::acquire(&state, id) {
             Ok(taken) => lock = Some(taken),
@@ -287,6 +306,7 @@ where
     }
     drop(control);
     runtime.shutdown().await;
+    checkpoints.at_end().await;
     drop(lock);
     shown.display.finish(err);
     report(cli.json, outcome, out, err)
@@ -383,6 +403,7 @@ fn lead_spec(
     plan: Setup,
     handle: Handle,
     carried: Option<crate::runs::spent::Spent>,
+    checkpoints: &Arc<Checkpoints>,
 ) -> Result<(SessionSpec, Option<RoleWatcher>), String> {
     let Some(role) = plan.catalog.get(role).cloned() else {
         let names: Vec<&str> = plan.catalog.roles().map(|r| r.name.as_str()).collect();
@@ -442,6 +463,7 @@ fn lead_spec(
                 .with_meter(meter.clone())
                 .with_memory(plan.memory.clone())
                 .with_isolation(cli.isolation)
+                .with_checkpoints(Some(checkpoints.clone()))
                 .with_mcp(mcp),
         );
         let caller = Caller {
@@ -462,6 +484,7 @@ fn lead_spec(
     spec.deny_rules = role.deny_rules.as_slice().into();
     spec.budget = role.budget;
     spec.meter = meter;
+    spec.checkpoints = Some(checkpoints.clone());
     plan.models.describe(&mut spec);
     spec.permission_mode = permission_mode;
     #[cfg(feature = "test-support")]

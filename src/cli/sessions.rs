@@ -49,7 +49,7 @@ pub(super) fn run(
                 for damaged in &run.damaged {
                     let _ = writeln!(err, "orchestrate: warning: {damaged}");
                 }
-                let checkouts = checkouts::section(&run, &state);
+                let checkouts = checkouts::section(&run, &state, &workspace);
                 let _ = write!(out, "{}", show(&run, &checkouts));
                 ExitCode::from(exit::DONE)
             }

@@ -185,7 +185,11 @@ fn failed(dir: &Path, args: &[&str], stderr: &[u8]) -> CheckoutError {
 }
 
 /// As [`git_bytes`], its output as trimmed text.
-fn git(dir: &Path, args: &[&str], env: &[(&str, &OsStr)]) -> Result<String, CheckoutError> {
+pub(super) fn git(
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &OsStr)],
+) -> Result<String, CheckoutError> {
     let out = git_bytes(dir, args, env)?;
     Ok(String::from_utf8_lossy(&out).trim().to_owned())
 }
@@ -227,6 +231,16 @@ pub fn snapshot_without(
     scratch: &Path,
     leave_out: &[PathBuf],
 ) -> Result<String, CheckoutError> {
+    snapshot_as(root, scratch, leave_out, "orchestrate: snapshot")
+}
+
+/// As [`snapshot_without`], the commit's message `message`.
+pub(super) fn snapshot_as(
+    root: &Path,
+    scratch: &Path,
+    leave_out: &[PathBuf],
+    message: &str,
+) -> Result<String, CheckoutError> {
     let head = git(
         root,
         &["rev-parse", "--verify", "--quiet", "HEAD^{commit}"],
@@ -266,7 +280,7 @@ pub fn snapshot_without(
             ];
             git(root, &args, &env)?;
         }
-        commit_index(root, &env, &head, "orchestrate: snapshot")
+        commit_index(root, &env, &head, message)
     })();
     let _ = std::fs::remove_file(&index);
     made
@@ -481,7 +495,7 @@ fn tree_of(root: &Path, commit: &str) -> Result<String, CheckoutError> {
 
 /// The paths whose content differs between trees `from` and `to`, each with
 /// its content in both.
-fn changed(root: &Path, from: &str, to: &str) -> Result<Vec<PathChange>, CheckoutError> {
+pub(super) fn changed(root: &Path, from: &str, to: &str) -> Result<Vec<PathChange>, CheckoutError> {
     let out = git_bytes(
         root,
         &[

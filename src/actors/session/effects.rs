@@ -149,6 +149,11 @@ impl SessionState {
             ctx: ToolContext {
                 workspace: self.place.workspace.clone(),
                 checkout: self.place.checkout.clone(),
+                // A private checkout's changes are not the workspace's.
+                checkpoints: match self.place.checkout {
+                    Some(_) => None,
+                    None => spec.checkpoints.clone(),
+                },
                 run: self.place.run,
                 private: self.env.private.clone(),
                 read_deny: crate::tools::ReadDeny::new(

@@ -117,6 +117,14 @@ async fn run_call(
         () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
         allowed = gate.check(ctx, tool.name(), tool.read_only(), &input) => allowed?,
     }
+    // The run's first call that may change the workspace has a checkpoint
+    // taken first (Task's sub-agents' own calls are theirs).
+    if let Some(checkpoints) = &ctx.checkpoints
+        && !tool.read_only()
+        && !tool.bounds_itself()
+    {
+        checkpoints.before_first_change().await;
+    }
     // The call is made inside the guarded future, so a panic in the synchronous
     // part of an implementation is caught as well.
     let work = AssertUnwindSafe(async move { tool.call(input, ctx).await }).catch_unwind();

@@ -27,10 +27,23 @@ fn size_of(path: &Path) -> u64 {
         .sum()
 }
 
-/// The run's branches left for the person, its checkouts still on disk, and
-/// the disk it takes (journals and checkouts); empty lines left out.
-pub(super) fn section(run: &Run, state: &StateDir) -> String {
+/// The run's checkpoints of `workspace`, its branches left for the person, its
+/// checkouts still on disk, and the disk it takes (journals and checkouts);
+/// empty lines left out.
+pub(super) fn section(run: &Run, state: &StateDir, workspace: &Path) -> String {
     let mut text = String::new();
+    let root = checkout::place(workspace).ok().map(|p| p.root);
+    let points = root
+        .and_then(|root| crate::git::checkpoint::list(&root, run.id).ok())
+        .unwrap_or_default();
+    for point in points {
+        text.push_str(&format!(
+            "checkpoint {}: {} ({})\n",
+            point.n,
+            point.label,
+            &point.commit[..point.commit.len().min(12)]
+        ));
+    }
     for agent in &run.agents {
         if let Some(branch) = agent.changes.as_ref().and_then(Changes::left_on) {
             let why = match &agent.changes {

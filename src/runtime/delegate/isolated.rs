@@ -324,6 +324,11 @@ impl Handle {
         };
         let (c, t, o) = (checkout.clone(), commit.to_owned(), ours);
         let plan: MergePlan = blocking(move || steps::plan(&c, &o, &t)).await?;
+        if let (Some(checkpoints), MergePlan::Clean(_)) = (&isolate.checkpoints, &plan) {
+            checkpoints
+                .before_merge(&checkout.into, &checkout.branch)
+                .await;
+        }
         let merged = isolation::apply(
             &isolate.files,
             &checkout.into,

@@ -1,0 +1,156 @@
+//! `orchestrate rewind [RUN] [--to N] [--force]`: the workspace put back as a
+//! run's checkpoint holds it (by default the latest run's first: before it
+//! changed anything). The present state is checkpointed first, so a rewind
+//! can be undone; changes made after the run's last checkpoint are not
+//! overwritten unless `--force`.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use super::exit;
+use super::flags::Cli;
+use super::setup;
+use crate::git::checkout::{self, CheckoutError};
+use crate::git::checkpoint::{self, Checkpoint};
+use crate::runs::{self, RunStatus};
+
+/// Why a rewind was not done.
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    #[error("{0}")]
+    Said(String),
+    #[error(transparent)]
+    Git(#[from] CheckoutError),
+}
+
+/// Runs `orchestrate rewind`.
+pub(super) fn run(
+    cli: &Cli,
+    id: Option<&str>,
+    to: Option<u32>,
+    force: bool,
+    env: &impl Fn(&str) -> Option<String>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> ExitCode {
+    let (workspace, state) = match setup::state(cli, env) {
+        Ok(found) => found,
+        Err(e) => {
+            let _ = writeln!(err, "orchestrate: {e}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let run = match runs::find(&state, id) {
+        Ok(run) => run,
+        Err(e) => {
+            let _ = writeln!(err, "orchestrate: {e}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    if run.status == RunStatus::Running {
+        let _ = writeln!(
+            err,
+            "orchestrate: run {} is running; stop it (`orchestrate kill`) before rewinding it",
+            run.id
+        );
+        return ExitCode::from(exit::FAILED);
+    }
+    let leave_out: Vec<_> = state
+        .private()
+        .into_iter()
+        .map(|p| p.canonicalize().unwrap_or(p))
+        .collect();
+    match rewind(&workspace, &state.scratch(), &leave_out, run.id, to, force) {
+        Ok(said) => {
+            let _ = writeln!(out, "{said}");
+            ExitCode::from(exit::DONE)
+        }
+        Err(e) => {
+            let _ = writeln!(err, "orchestrate: {e}");
+            ExitCode::from(exit::FAILED)
+        }
+    }
+}
+
+/// Puts the workspace back as checkpoint `to` (default: the first) of `run`
+/// holds it; what was done, in a line.
+fn rewind(
+    workspace: &std::path::Path,
+    scratch: &std::path::Path,
+    leave_out: &[std::path::PathBuf],
+    run: crate::protocol::SessionId,
+    to: Option<u32>,
+    force: bool,
+) -> Result<String, Refused> {
+    let root = checkout::place(workspace)?
+        .root
+        .canonicalize()
+        .map_err(CheckoutError::Io)?;
+    let points = checkpoint::list(&root, run)?;
+    let Some(last) = points.last() else {
+        return Err(Refused::Said(format!(
+            "run {run} took no checkpoint of this workspace: it changed nothing here"
+        )));
+    };
+    let target: &Checkpoint = match to {
+        None => &points[0],
+        Some(n) => points.iter().find(|c| c.n == n).ok_or_else(|| {
+            let known: Vec<String> = points
+                .iter()
+                .map(|c| format!("{} ({})", c.n, c.label))
+                .collect();
+            Refused::Said(format!(
+                "run {run} has no checkpoint {n}; it has {}",
+                known.join(", ")
+            ))
+        })?,
+    };
+    let present = checkout::snapshot_without(&root, scratch, leave_out)?;
+    let changes = checkpoint::changes(&root, &present, &target.commit)?;
+    if changes.is_empty() {
+        return Ok(format!(
+            "the workspace is already as checkpoint {} ({}) holds it",
+            target.n, target.label
+        ));
+    }
+    // What changed since the run's last checkpoint and the rewind would undo.
+    let since: Vec<_> = checkpoint::changes(&root, &last.commit, &present)?
+        .into_iter()
+        .map(|c| c.path)
+        .collect();
+    let mut newer: Vec<String> = changes
+        .iter()
+        .filter(|c| since.contains(&c.path))
+        .map(|c| c.path.display().to_string())
+        .collect();
+    newer.sort();
+    if !newer.is_empty() && !force {
+        return Err(Refused::Said(format!(
+            "{} changed after the run's last checkpoint; rewinding would lose that (--force rewinds anyway)",
+            newer.join(", ")
+        )));
+    }
+    let undo = checkpoint::take(
+        &root,
+        run,
+        &format!("before rewinding to {}", target.n),
+        scratch,
+        leave_out,
+    )?;
+    checkpoint::restore(&root, &target.commit, &changes, scratch)?;
+    checkpoint::take(
+        &root,
+        run,
+        &format!("after rewinding to {}", target.n),
+        scratch,
+        leave_out,
+    )?;
+    let removed = changes.iter().filter(|c| c.after.is_none()).count();
+    Ok(format!(
+        "rewound to checkpoint {} of run {run} ({}): {} files restored, {removed} removed; `orchestrate rewind {run} --to {}` undoes it",
+        target.n,
+        target.label,
+        changes.len() - removed,
+        undo.n
+    ))
+}

@@ -1,0 +1,67 @@
+use super::*;
+use crate::git::plain;
+
+/// A repository with `a.rs` and `b.rs` committed.
+fn repository() -> tempfile::TempDir {
+    let repo = tempfile::tempdir().unwrap();
+    let root = repo.path();
+    plain(root, &["init", "-q", "-b", "main"]);
+    std::fs::write(root.join("a.rs"), "a\n").unwrap();
+    std::fs::write(root.join("b.rs"), "b\n").unwrap();
+    plain(root, &["add", "."]);
+    plain(root, &["commit", "-q", "-m", "first"]);
+    repo
+}
+
+fn read(root: &Path, name: &str) -> Option<String> {
+    std::fs::read_to_string(root.join(name)).ok()
+}
+
+#[test]
+fn checkpoints_are_numbered_listed_and_outlive_a_gc() {
+    let repo = repository();
+    let root = repo.path();
+    let scratch = tempfile::tempdir().unwrap();
+    let run = SessionId::new();
+    std::fs::write(root.join("a.rs"), "a, changed\n").unwrap();
+    let first = take(root, run, "before the first change", scratch.path(), &[]).unwrap();
+    let second = take(root, run, "the run's end", scratch.path(), &[]).unwrap();
+    assert_eq!((first.n, second.n), (1, 2));
+    assert_eq!(list(root, run).unwrap(), [first.clone(), second]);
+    assert!(list(root, SessionId::new()).unwrap().is_empty());
+    plain(root, &["gc", "--quiet", "--prune=now"]);
+    assert_eq!(plain(root, &["cat-file", "-t", &first.commit]), "commit");
+    assert_eq!(
+        plain(root, &["show", &format!("{}:a.rs", first.commit)]),
+        "a, changed"
+    );
+    // The person's branches, index and stash are untouched.
+    assert_eq!(plain(root, &["branch", "--list"]), "* main");
+    assert_eq!(plain(root, &["diff", "--cached", "--name-only"]), "");
+    assert_eq!(plain(root, &["stash", "list"]), "");
+}
+
+#[test]
+fn a_tree_is_put_back_as_a_checkpoint_holds_it() {
+    let repo = repository();
+    let root = repo.path();
+    let scratch = tempfile::tempdir().unwrap();
+    let run = SessionId::new();
+    std::fs::write(root.join("untracked.txt"), "mine\n").unwrap();
+    let before = take(root, run, "before", scratch.path(), &[]).unwrap();
+    // The run changes a file, deletes one, makes one in a new folder.
+    std::fs::write(root.join("a.rs"), "a, by the run\n").unwrap();
+    std::fs::remove_file(root.join("b.rs")).unwrap();
+    std::fs::create_dir(root.join("new")).unwrap();
+    std::fs::write(root.join("new/c.rs"), "c\n").unwrap();
+    let present = checkout::snapshot(root, scratch.path()).unwrap();
+    let changes = changes(root, &present, &before.commit).unwrap();
+    assert_eq!(changes.len(), 3, "{changes:?}");
+    restore(root, &before.commit, &changes, scratch.path()).unwrap();
+    assert_eq!(read(root, "a.rs").as_deref(), Some("a\n"));
+    assert_eq!(read(root, "b.rs").as_deref(), Some("b\n"));
+    assert_eq!(read(root, "new/c.rs"), None);
+    assert!(!root.join("new").exists(), "a folder left empty goes");
+    assert_eq!(read(root, "untracked.txt").as_deref(), Some("mine\n"));
+    assert_eq!(plain(root, &["diff", "--cached", "--name-only"]), "");
+}
