@@ -115,6 +115,20 @@ pub enum Record {
     },
     /// The checkout was removed.
     CheckoutRemoved,
+    /// A check of the sub-agent's work ran (its caller's, after it answered).
+    Checked {
+        /// Which attempt, from 1.
+        attempt: u32,
+        /// Its exit code; `None` when it did not exit (refused, timed out).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit: Option<i32>,
+        /// Whether it passed.
+        passed: bool,
+        /// The prompt the sub-agent is sent next, when it failed with
+        /// attempts left.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prompt: Option<String>,
+    },
     /// A lifecycle event of the session (a tool finished, a retry, a restart...),
     /// recorded from the event bus for the record; a resumed session ignores it.
     Event {

@@ -396,6 +396,24 @@ pub enum EventKind {
         /// The branch that holds the work.
         branch: String,
     },
+    /// The sub-agent answered as done: its check runs now.
+    Checking {
+        /// Which attempt, from 1.
+        attempt: u32,
+        /// Attempts allowed.
+        attempts: u32,
+    },
+    /// The sub-agent's check ran.
+    Checked {
+        /// Which attempt, from 1.
+        attempt: u32,
+        /// Attempts allowed.
+        attempts: u32,
+        /// Its exit code; `null` when it did not exit (refused, timed out).
+        exit_code: Option<i32>,
+        /// Whether it passed.
+        passed: bool,
+    },
     /// Bringing the sub-agent's work back failed: nothing was merged, and its
     /// checkout is kept where it is.
     Unmerged {
@@ -462,6 +480,8 @@ impl EventKind {
             | Self::Conflicted { .. }
             | Self::Kept { .. }
             | Self::Unmerged { .. }
+            | Self::Checking { .. }
+            | Self::Checked { .. }
             | Self::Terminal { .. } => false,
         }
     }

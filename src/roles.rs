@@ -60,6 +60,11 @@ pub struct Role {
     /// private checkout (`isolation: worktree`) or in its caller's tree
     /// (`none`); `None`: the run's default decides.
     pub isolation: Option<Isolation>,
+    /// The shell command that must pass before an agent of this role is done
+    /// (`check`), and how many times it may run (`checkAttempts`).
+    pub check: Option<String>,
+    /// Attempts at the check, when the role says.
+    pub check_attempts: Option<u32>,
     /// The system prompt.
     pub prompt: String,
     /// Where it came from (a path, or `built-in:NAME.md`).
@@ -311,6 +316,19 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
         }
         other => other,
     };
+    let check = string("check")?.filter(|c| !c.trim().is_empty());
+    let check_attempts = match fields.get("checkAttempts").map(|v| &v.value) {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|n| (1..=100).contains(&n)) => {
+            n.as_u64().map(|n| n as u32)
+        }
+        Some(other) => {
+            return Err(err(
+                line_of("checkAttempts"),
+                format!("checkAttempts must be a whole number from 1 to 100, not {other}"),
+            ));
+        }
+    };
     let isolation = match string("isolation")? {
         None => None,
         Some(value) => Some(
@@ -323,6 +341,8 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
     for (key, value) in &fields {
         let known = [
             "isolation",
+            "check",
+            "checkAttempts",
             "name",
             "description",
             "tools",
@@ -385,6 +405,8 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
         permission_mode,
         color,
         isolation,
+        check,
+        check_attempts,
         prompt: body.trim().to_owned(),
         source: path.to_owned(),
         mcp,

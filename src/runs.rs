@@ -511,6 +511,7 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
             Record::Merged { result } => changes = Some(result.clone()),
             Record::CheckoutRemoved => checkout_removed = true,
             Record::Committed { .. }
+            | Record::Checked { .. }
             | Record::Fetched { .. }
             | Record::Merging { .. }
             | Record::Compacted { .. }

@@ -348,6 +348,27 @@ impl Handle {
         let _ = self.orchestrator.cast(OrchestratorMsg::StopRun(session));
     }
 
+    /// Runs `command` with `bash` as live session `session` would run a Bash
+    /// call (its workspace, its permission gate), within `timeout`; `None`
+    /// when the session is not running.
+    pub(crate) async fn run_check(
+        &self,
+        session: SessionId,
+        command: String,
+        bash: Arc<dyn crate::tools::Tool>,
+        timeout: std::time::Duration,
+    ) -> Option<crate::actors::session::check::CheckRun> {
+        ractor::call!(self.orchestrator, |reply| OrchestratorMsg::Check {
+            session,
+            command,
+            bash,
+            timeout,
+            reply,
+        })
+        .ok()
+        .flatten()
+    }
+
     /// Cancels the session's current run and drops the prompts queued before now.
     pub fn cancel(&self, session: SessionId) {
         let seq = self.stamp();
@@ -417,9 +438,10 @@ impl Launcher for Handle {
         cancel: CancellationToken,
         resumed: bool,
         isolate: Option<crate::isolation::Isolate>,
+        check: Option<crate::task::Check>,
     ) -> BoxFuture<'_, Result<crate::task::Delegated, SessionError>> {
         Box::pin(Handle::delegate(
-            self, spec, prompt, cancel, resumed, isolate,
+            self, spec, prompt, cancel, resumed, isolate, check,
         ))
     }
 }

@@ -48,6 +48,57 @@ pub struct TaskInput {
     pub prompt: String,
     /// The role to run, by name.
     pub subagent_type: String,
+    /// A shell command that must exit 0 before the sub-agent's work counts as
+    /// done (run in its workspace when it answers; on failure it is shown the
+    /// output and tries again). Overrides the role's `check`.
+    #[serde(default)]
+    pub check: Option<String>,
+    /// How many times the check may run (default: the role's, else 3).
+    #[serde(default)]
+    pub check_attempts: Option<u32>,
+}
+
+/// Attempts at a check, by default.
+pub const DEFAULT_CHECK_ATTEMPTS: u32 = 3;
+
+/// How long one run of a check may take.
+pub const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// A check that gates a sub-agent's work: run when it answers as done.
+#[derive(Clone, Debug)]
+pub struct Check {
+    /// The shell command; exit 0 passes.
+    pub command: String,
+    /// How many times it may run.
+    pub attempts: u32,
+    /// The Bash tool it runs with.
+    pub bash: Arc<dyn crate::tools::Tool>,
+}
+
+/// How a sub-agent's check went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Checked {
+    /// Whether it passed.
+    pub passed: bool,
+    /// The attempt it passed at, or the attempts it failed.
+    pub attempt: u32,
+    /// Attempts allowed.
+    pub attempts: u32,
+}
+
+impl Checked {
+    /// The Task result's line: `check: passed (attempt 2 of 3)`,
+    /// `check: failed (3 attempts)`.
+    pub fn line(&self) -> String {
+        match self.passed {
+            true => format!(
+                "check: passed (attempt {} of {})",
+                self.attempt, self.attempts
+            ),
+            false if self.attempt == 1 => "check: failed (1 attempt)".to_owned(),
+            false => format!("check: failed ({} attempts)", self.attempt),
+        }
+    }
 }
 
 /// Runs Task calls in sub-agents ([`crate::Handle`] is one).
@@ -67,6 +118,7 @@ pub trait Launcher: Send + Sync + std::fmt::Debug + 'static {
         cancel: CancellationToken,
         resumed: bool,
         isolate: Option<Isolate>,
+        check: Option<Check>,
     ) -> BoxFuture<'_, Result<Delegated, SessionError>>;
 }
 
@@ -77,6 +129,8 @@ pub struct Delegated {
     pub outcome: Option<Outcome>,
     /// What became of its changes, when it worked in a private checkout.
     pub changes: Option<Changes>,
+    /// How its check went, when it had one.
+    pub check: Option<Checked>,
 }
 
 /// What every Task tool of a run shares.
@@ -309,6 +363,43 @@ impl Task {
         Ok((spec, isolated))
     }
 
+    /// The check of a call's sub-agent: the call's, else its role's.
+    fn check(&self, input: &TaskInput) -> Result<Option<Check>, ToolError> {
+        let catalog = self
+            .env
+            .catalog
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let role = catalog.get(&input.subagent_type);
+        let command = input
+            .check
+            .clone()
+            .filter(|c| !c.trim().is_empty())
+            .or_else(|| role.and_then(|r| r.check.clone()));
+        let Some(command) = command else {
+            return Ok(None);
+        };
+        let attempts = input
+            .check_attempts
+            .or_else(|| role.and_then(|r| r.check_attempts))
+            .unwrap_or(DEFAULT_CHECK_ATTEMPTS);
+        if !(1..=100).contains(&attempts) {
+            return Err(ToolError::InvalidInput(format!(
+                "check_attempts must be from 1 to 100, not {attempts}"
+            )));
+        }
+        let bash = self.env.tools.get("Bash").ok_or_else(|| {
+            ToolError::InvalidInput(
+                "a check needs the Bash tool, which this run does not have".into(),
+            )
+        })?;
+        Ok(Some(Check {
+            command,
+            attempts,
+            bash,
+        }))
+    }
+
     fn roles_summary(&self) -> String {
         let catalog = self
             .env
@@ -421,19 +512,35 @@ impl Tool for Task {
                     slot.map_err(|_| ToolError::Failed("the run is shutting down".into()))?
                 }
             };
-            let Delegated { outcome, changes } = self
+            let check = self.check(&input)?;
+            let Delegated {
+                outcome,
+                changes,
+                check,
+            } = self
                 .env
                 .launcher
-                .delegate(spec, input.prompt, ctx.cancel.clone(), ctx.resumed, isolate)
+                .delegate(
+                    spec,
+                    input.prompt,
+                    ctx.cancel.clone(),
+                    ctx.resumed,
+                    isolate,
+                    check,
+                )
                 .await
                 .map_err(|e| ToolError::Failed(format!("the sub-agent could not start: {e}")))?;
             if let Some(outcome) = &outcome {
                 ctx.spent.add(outcome.stats());
             }
-            // What became of an isolated sub-agent's changes comes first.
-            let changes = changes
+            // What became of an isolated sub-agent's changes comes first, then
+            // how its check went.
+            let mut changes = changes
                 .map(|c| format!("{}\n", c.line()))
                 .unwrap_or_default();
+            if let Some(check) = check {
+                changes.push_str(&format!("{}\n", check.line()));
+            }
             match outcome {
                 Some(Outcome::Finished { text, stats, .. }) => {
                     Ok(format!("{changes}{text}\n\n{}", footer(&agent, &stats)))
@@ -504,6 +611,7 @@ mod tests {
             _cancel: CancellationToken,
             _resumed: bool,
             _isolate: Option<Isolate>,
+            _check: Option<Check>,
         ) -> BoxFuture<'_, Result<Delegated, SessionError>> {
             Box::pin(async { Ok(Delegated::default()) })
         }

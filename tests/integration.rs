@@ -9,6 +9,7 @@ mod bounds;
 mod budgets;
 mod cancel;
 mod chaos;
+mod checks;
 mod claude_code;
 mod cli;
 mod compaction;

@@ -104,6 +104,20 @@ pub(crate) enum OrchestratorMsg {
     Stop(SessionId),
     /// End a session's current run at its next turn boundary, as stopped.
     StopRun(SessionId),
+    /// Run a check as a live session would run a Bash command; `None` when it
+    /// is not running.
+    Check {
+        /// The session.
+        session: SessionId,
+        /// The command.
+        command: String,
+        /// The Bash tool it runs with.
+        bash: Arc<dyn crate::tools::Tool>,
+        /// How long it may take.
+        timeout: std::time::Duration,
+        /// Where its result goes.
+        reply: RpcReplyPort<Option<crate::actors::session::check::CheckRun>>,
+    },
     /// The backoff after an MCP server died is over: start it again.
     RestartMcp(String),
     /// Crash a session, for the tests of supervision.
@@ -342,6 +356,38 @@ impl Actor for OrchestratorActor {
                 }
             }
             OrchestratorMsg::StopRun(session) => route(state, session, Routed::Stop),
+            OrchestratorMsg::Check {
+                session,
+                command,
+                bash,
+                timeout,
+                reply,
+            } => {
+                let actor = state.sessions.get(&session).and_then(|e| e.actor.clone());
+                match actor {
+                    Some(actor) => {
+                        // The session answers through a port of its own; its
+                        // answer is passed on without holding this mailbox.
+                        let (port, answer) = tokio::sync::oneshot::channel();
+                        let check = SessionMsg::Check {
+                            command,
+                            bash,
+                            timeout,
+                            reply: port.into(),
+                        };
+                        if actor.cast(check).is_err() {
+                            let _ = reply.send(None);
+                        } else {
+                            tokio::spawn(async move {
+                                let _ = reply.send(answer.await.ok());
+                            });
+                        }
+                    }
+                    None => {
+                        let _ = reply.send(None);
+                    }
+                }
+            }
             OrchestratorMsg::RestartMcp(name) => {
                 mcp_server::spawn(&myself, state, name, true).await;
             }

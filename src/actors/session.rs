@@ -7,6 +7,7 @@
 //! A session is transient under the Orchestrator: after a crash it is started again
 //! from its journal and carries on with the turn it was in.
 
+pub(crate) mod check;
 mod effects;
 pub(crate) mod llm_stream;
 pub(crate) mod tool_runner;
@@ -72,6 +73,18 @@ pub(crate) enum SessionMsg {
     },
     /// The run's shared budget is spent.
     BudgetSpent(&'static str),
+    /// Run a check (`check::CheckRun`): outside the run machine, which it does
+    /// not change.
+    Check {
+        /// The command.
+        command: String,
+        /// The Bash tool it runs with.
+        bash: Arc<dyn crate::tools::Tool>,
+        /// How long it may take.
+        timeout: std::time::Duration,
+        /// Where its result goes.
+        reply: ractor::RpcReplyPort<check::CheckRun>,
+    },
     /// Panic, for the tests of supervision.
     #[cfg(feature = "test-support")]
     Crash,
@@ -93,6 +106,8 @@ impl From<SessionMsg> for Input {
             SessionMsg::StopRun => Self::StopRun,
             SessionMsg::TimeUp { run } => Self::TimeUp { run },
             SessionMsg::BudgetSpent(reason) => Self::BudgetSpent { reason },
+            // Taken in `handle`, never given to the machine.
+            SessionMsg::Check { .. } => Self::PullQueue,
             // Turned into an input inside `handle`: the panic is the session's.
             #[cfg(feature = "test-support")]
             SessionMsg::Crash => panic!("injected fault: the session was crashed from outside"),
@@ -302,6 +317,16 @@ impl Actor for SessionActor {
         // A stop request waits in the queue until taken here, so that one sent
         // while the session was down reaches its next incarnation.
         if matches!(msg, SessionMsg::StopRun) && !state.queue.lock().take_stop() {
+            return Ok(());
+        }
+        if let SessionMsg::Check {
+            command,
+            bash,
+            timeout,
+            reply,
+        } = msg
+        {
+            state.run_check(&command, bash, timeout, reply);
             return Ok(());
         }
         Box::pin(state.drive(&myself, msg.into())).await;

@@ -22,6 +22,8 @@ fn a_claude_code_role_parses_whole() {
             permission_mode: Some(PermissionMode::AcceptEdits),
             color: Some("green".into()),
             isolation: None,
+            check: None,
+            check_attempts: None,
             prompt: "You write code.".into(),
             source: "agents/coder.md".into(),
             mcp: RoleServers::default(),
@@ -264,5 +266,24 @@ fn isolation_is_claude_codes_field_and_values() {
     assert_eq!(
         wrong.to_string(),
         "w.md:4: unknown isolation \"container\" (expected worktree or none)"
+    );
+}
+
+#[test]
+fn a_check_and_its_attempts_are_read() {
+    let role = |fields: &str| {
+        parse(
+            "c.md",
+            &format!("---\nname: c\ndescription: d\n{fields}\n---\nx\n"),
+        )
+    };
+    let checked = role("check: cargo test\ncheckAttempts: 2").unwrap();
+    assert_eq!(checked.check.as_deref(), Some("cargo test"));
+    assert_eq!(checked.check_attempts, Some(2));
+    assert_eq!(
+        role("check: make\ncheckAttempts: 0")
+            .unwrap_err()
+            .to_string(),
+        "c.md:5: checkAttempts must be a whole number from 1 to 100, not 0"
     );
 }

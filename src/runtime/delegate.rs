@@ -8,6 +8,7 @@
 //! A sub-agent is cancelled only when its call is: a parent that crashes leaves
 //! its sub-agents running, for its next incarnation to find.
 
+mod checked;
 mod isolated;
 
 pub(crate) use self::isolated::Checkouts;
@@ -20,12 +21,13 @@ use crate::actors::orchestrator::{OrchestratorMsg, Whereabouts};
 use crate::conversation::Message;
 use crate::error::SessionError;
 use crate::events::EventStream;
+use crate::events::Publisher;
 use crate::isolation::Isolate;
 use crate::journal::{Record, read_journal};
 use crate::protocol::{EventKind, Outcome, SessionId};
 use crate::session::SessionSpec;
 use crate::session::queue::QueuedPrompt;
-use crate::task::Delegated;
+use crate::task::{Check, Delegated};
 
 /// What a sub-agent's journal says about a delegation of `prompt`.
 #[derive(Clone, Debug, PartialEq)]
@@ -55,13 +57,16 @@ pub(crate) fn recorded(records: &[Record], prompt: &str) -> Recorded {
         }) if content == prompt => {}
         _ => return Recorded::Other,
     }
-    records
-        .rev()
-        .find_map(|r| match r {
-            Record::Terminal { outcome } => Some(Recorded::Ended(outcome.clone())),
-            _ => None,
-        })
-        .unwrap_or(Recorded::Running)
+    // The last run's end; a run started after it (a failed check's prompt)
+    // is still to end.
+    for record in records.rev() {
+        match record {
+            Record::Terminal { outcome } => return Recorded::Ended(outcome.clone()),
+            Record::RunStarted { .. } => return Recorded::Running,
+            _ => {}
+        }
+    }
+    Recorded::Running
 }
 
 /// Cancels a sub-agent whose delegation is dropped because its call was
@@ -151,7 +156,10 @@ impl Handle {
         cancel: CancellationToken,
         resumed: bool,
         isolate: Option<Isolate>,
+        check: Option<Check>,
     ) -> Result<Delegated, SessionError> {
+        // Kept to start the sub-agent again for a check, when it had ended.
+        let again = check.as_ref().map(|_| spec.clone());
         let mut guard = CancelWithCall {
             handle: self.clone(),
             child: None,
@@ -173,8 +181,8 @@ impl Handle {
         ))
         .await?;
         let own = work.checkout.as_ref().is_some_and(|c| !c.borrowed);
-        let (child, outcome) = match reached {
-            Reached::Ended(child, outcome) => (child, Some(outcome)),
+        let (child, outcome, again) = match reached {
+            Reached::Ended(child, outcome) => (child, Some(outcome), again),
             Reached::Running(child, mut events, sent) => {
                 if let (Some(isolate), true) = (&isolate, own) {
                     guard.keep = Some(Keep {
@@ -196,12 +204,21 @@ impl Handle {
                     Prompt::Taken => None,
                 };
                 let outcome = wait_for_outcome(&mut events, prompt_id).await;
-                guard.child = None;
-                guard.keep = None;
-                self.stop_session(child);
-                (child, outcome)
+                (child, outcome, None)
             }
         };
+        let publisher = Publisher::new(self.bus.clone(), child, parent, &agent);
+        let (outcome, checked) = match (&check, outcome) {
+            (Some(check), Some(outcome)) => {
+                self.checked(child, &mut guard, check, outcome, &work, again, &publisher)
+                    .await
+            }
+            (_, outcome) => (outcome, None),
+        };
+        if guard.child.take().is_some() {
+            self.stop_session(child);
+        }
+        guard.keep = None;
         let changes = match &isolate {
             Some(isolate) if own => {
                 self.bring_back(child, &agent, parent, work, outcome.as_ref(), isolate)
@@ -209,7 +226,11 @@ impl Handle {
             }
             _ => None,
         };
-        Ok(Delegated { outcome, changes })
+        Ok(Delegated {
+            outcome,
+            changes,
+            check: checked,
+        })
     }
 
     /// Finds the sub-agent of a resumed call, or starts it: running (with its
@@ -382,6 +403,14 @@ mod tests {
         ended.push(Record::Terminal {
             outcome: finished.clone(),
         });
-        assert_eq!(recorded(&ended, "p"), Recorded::Ended(finished));
+        assert_eq!(recorded(&ended, "p"), Recorded::Ended(finished.clone()));
+        // A failed check's prompt started another run, not ended yet.
+        let mut again = ended.clone();
+        again.extend(run("Check `make` failed (exit 2, attempt 1 of 3):\nno"));
+        assert_eq!(recorded(&again, "p"), Recorded::Running);
+        again.push(Record::Terminal {
+            outcome: finished.clone(),
+        });
+        assert_eq!(recorded(&again, "p"), Recorded::Ended(finished));
     }
 }

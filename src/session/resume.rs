@@ -59,6 +59,7 @@ pub(crate) fn resume(records: &[Record]) -> Resumed {
             | Record::Event { .. }
             | Record::Limits { .. }
             | Record::Committed { .. }
+            | Record::Checked { .. }
             | Record::Fetched { .. }
             | Record::Merging { .. }
             | Record::Merged { .. }

@@ -170,17 +170,7 @@ impl SessionState {
                 resumed,
             },
             timeout: spec.tools.timeout(),
-            gate: Gate {
-                mode: spec.permission_mode,
-                agent: spec.agent.clone(),
-                approver: self.env.approver.clone(),
-                remembered: self.env.remembered.clone(),
-                events: Some(self.publisher.clone()),
-                bash_rules: spec.bash_rules.clone(),
-                role_deny: spec.deny_rules.clone(),
-                rules: self.place.rules.clone(),
-                saver: self.env.saver.clone(),
-            },
+            gate: self.gate(),
             session: myself.clone(),
             call: call.clone(),
         };
@@ -195,6 +185,25 @@ impl SessionState {
                 call.id,
                 &format!("the tool could not be started: {e}"),
             )),
+        }
+    }
+}
+
+impl SessionState {
+    /// The permission gate of this session's calls: its mode, its role's
+    /// rules, the run's rules re-rooted where it works.
+    pub(super) fn gate(&self) -> Gate {
+        let spec = &self.spec;
+        Gate {
+            mode: spec.permission_mode,
+            agent: spec.agent.clone(),
+            approver: self.env.approver.clone(),
+            remembered: self.env.remembered.clone(),
+            events: Some(self.publisher.clone()),
+            bash_rules: spec.bash_rules.clone(),
+            role_deny: spec.deny_rules.clone(),
+            rules: self.place.rules.clone(),
+            saver: self.env.saver.clone(),
         }
     }
 }

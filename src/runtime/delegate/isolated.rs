@@ -75,6 +75,12 @@ pub(crate) struct Work {
     pub(crate) result: Option<Changes>,
     /// The checkout is gone.
     pub(crate) removed: bool,
+    /// Checks run so far.
+    pub(crate) checked: u32,
+    /// The last check passed.
+    pub(crate) check_passed: bool,
+    /// The prompt a failed check left to send (none sent after it yet).
+    pub(crate) check_prompt: Option<String>,
 }
 
 /// Reads a sub-agent's journal for its checkout's steps.
@@ -88,6 +94,18 @@ pub(crate) fn work(records: &[Record]) -> Work {
             Record::Merging { ours } => work.merging = Some(ours.clone()),
             Record::Merged { result } => work.result = Some(result.clone()),
             Record::CheckoutRemoved => work.removed = true,
+            Record::Checked {
+                attempt,
+                passed,
+                prompt,
+                ..
+            } => {
+                work.checked = *attempt;
+                work.check_passed = *passed;
+                work.check_prompt = prompt.clone();
+            }
+            // A prompt sent after a failed check: it is not to be sent again.
+            Record::RunStarted { .. } => work.check_prompt = None,
             _ => {}
         }
     }

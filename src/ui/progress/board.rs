@@ -86,6 +86,8 @@ pub struct Row {
     /// Its private checkout and what became of its changes; `None`: it
     /// works in its parent's tree.
     pub checkout: Option<Isolated>,
+    /// Its check: `checking 2/3`, `check passed`, `check failed`.
+    pub check: Option<String>,
 }
 
 /// An isolated agent's checkout, as its row shows it.
@@ -197,6 +199,7 @@ impl Board {
                     started_ms: now_ms,
                     ended_ms: None,
                     checkout: None,
+                    check: None,
                 });
                 let index = self.rows.len() - 1;
                 self.index.insert(event.session, index);
@@ -275,6 +278,21 @@ impl Board {
             EventKind::Conflicted { files, branch } => {
                 row.checkout = Some(Isolated::Conflict(files.clone(), branch.clone()));
                 self.unmerged.remove(&index);
+            }
+            EventKind::Checking { attempt, attempts } => {
+                row.check = Some(format!("checking {attempt}/{attempts}"));
+            }
+            EventKind::Checked {
+                attempt,
+                attempts,
+                passed,
+                ..
+            } => {
+                row.check = Some(match passed {
+                    true => "check passed".to_owned(),
+                    false if attempt == attempts => "check failed".to_owned(),
+                    false => format!("check failed {attempt}/{attempts}"),
+                });
             }
             EventKind::Unmerged { checkout, .. } => {
                 row.checkout = Some(Isolated::Unmerged(checkout.clone()));

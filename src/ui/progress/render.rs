@@ -58,6 +58,9 @@ pub fn render_row(board: &Board, index: usize, now_ms: u64) -> String {
     if row.compacted > 0 {
         state.push_str(&format!(" · compacted −{}", tokens(row.compacted)));
     }
+    if let Some(check) = &row.check {
+        state.push_str(&format!(" · {check}"));
+    }
     match &row.checkout {
         None => {}
         Some(Isolated::Working) => state.push_str(" · isolated"),
@@ -159,6 +162,19 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
             "conflict in {}: nothing merged, its work is on branch {branch}",
             clip(&files.join(", "), 80)
         ),
+        EventKind::Checking { attempt, attempts } => format!("checking {attempt}/{attempts}"),
+        EventKind::Checked {
+            attempt,
+            attempts,
+            exit_code,
+            passed,
+        } => match (passed, exit_code) {
+            (true, _) => format!("check passed (attempt {attempt} of {attempts})"),
+            (false, Some(code)) => {
+                format!("check failed (exit {code}, attempt {attempt} of {attempts})")
+            }
+            (false, None) => format!("check failed (attempt {attempt} of {attempts})"),
+        },
         EventKind::Unmerged { reason, checkout } => format!(
             "not merged: {}; its checkout is kept at {checkout}",
             clip(reason, 100)

@@ -46,6 +46,7 @@ fn record_names(journal: &[Record]) -> Vec<String> {
             Record::Limits { .. } => "limits".to_owned(),
             Record::Terminal { .. } => "terminal".to_owned(),
             Record::Event { .. } => "event".to_owned(),
+            Record::Checked { .. } => "checked".to_owned(),
             Record::Committed { .. }
             | Record::Fetched { .. }
             | Record::Merging { .. }

@@ -560,6 +560,8 @@ pub(super) fn event_name(event: &EventKind) -> &'static str {
         EventKind::Conflicted { .. } => "conflicted",
         EventKind::Kept { .. } => "kept",
         EventKind::Unmerged { .. } => "unmerged",
+        EventKind::Checking { .. } => "checking",
+        EventKind::Checked { .. } => "checked",
         EventKind::Terminal { .. } => "terminal",
     }
 }

@@ -1,0 +1,200 @@
+//! A Task call's check: run in its sub-agent's workspace, as the sub-agent
+//! would run a Bash command, each time the sub-agent answers as done; a
+//! failure is given back to it as a new prompt, until the check passes or its
+//! attempts are spent (then the sub-agent's outcome is `failed`, class
+//! `check`). Each run is journaled in the sub-agent's journal (`checked`), so a
+//! resumed call runs no check twice.
+
+use super::Handle;
+use super::isolated::Work;
+use super::{CancelWithCall, wait_for_outcome};
+use crate::events::Publisher;
+use crate::journal::Record;
+use crate::protocol::{EventKind, Outcome, SessionId};
+use crate::session::SessionSpec;
+use crate::task::{CHECK_TIMEOUT, Check, Checked};
+
+/// Characters of a failed check's output shown to the sub-agent, from its end.
+const TAIL: usize = 8_000;
+
+/// The prompt a failed check gives the sub-agent.
+fn failure(command: &str, exit: Option<i32>, attempt: u32, attempts: u32, output: &str) -> String {
+    let how = match exit {
+        Some(code) => format!("exit {code}"),
+        None => "it did not exit".to_owned(),
+    };
+    let skip = output.chars().count().saturating_sub(TAIL);
+    let tail: String = output.chars().skip(skip).collect();
+    format!("Check `{command}` failed ({how}, attempt {attempt} of {attempts}):\n{tail}")
+}
+
+impl Handle {
+    /// Checks sub-agent `child`'s work after it answered with `outcome`,
+    /// carrying on from the checks `work` has recorded; its final outcome and
+    /// how the check went. `spec`, given when it is not live (a resumed call
+    /// whose sub-agent had ended), starts it again for its next check.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn checked(
+        &self,
+        child: SessionId,
+        guard: &mut CancelWithCall,
+        check: &Check,
+        mut outcome: Outcome,
+        work: &Work,
+        mut spec: Option<SessionSpec>,
+        publisher: &Publisher,
+    ) -> (Option<Outcome>, Option<Checked>) {
+        let attempts = check.attempts;
+        let mut attempt = work.checked;
+        if work.check_passed {
+            let passed = Checked {
+                passed: true,
+                attempt,
+                attempts,
+            };
+            return (Some(outcome), Some(passed));
+        }
+        let failed = |attempt| Checked {
+            passed: false,
+            attempt,
+            attempts,
+        };
+        let mut pending = work.check_prompt.clone();
+        loop {
+            if let Some(prompt) = pending.take() {
+                if let Some(spec) = spec.take() {
+                    self.make_live(child, spec, guard).await;
+                }
+                let mut events = self.bus.subscribe_session_terminal(child);
+                let seq = self.prompt(child, prompt);
+                match wait_for_outcome(&mut events, Some(seq)).await {
+                    Some(next) => outcome = next,
+                    None => return (None, Some(failed(attempt))),
+                }
+            }
+            if !matches!(outcome, Outcome::Finished { .. }) {
+                return (Some(outcome), (attempt > 0).then(|| failed(attempt)));
+            }
+            if attempt >= attempts {
+                return (
+                    Some(spent(&outcome, check, attempts)),
+                    Some(failed(attempts)),
+                );
+            }
+            attempt += 1;
+            publisher.publish(EventKind::Checking { attempt, attempts });
+            if let Some(spec) = spec.take() {
+                self.make_live(child, spec, guard).await;
+            }
+            let run = self
+                .run_check(
+                    child,
+                    check.command.clone(),
+                    check.bash.clone(),
+                    CHECK_TIMEOUT,
+                )
+                .await;
+            let (exit, output, refused) = match run {
+                Some(run) => (run.exit, run.output, run.refused),
+                None => (None, "the sub-agent is not running".to_owned(), true),
+            };
+            let passed = exit == Some(0);
+            let prompt = (!passed && !refused && attempt < attempts)
+                .then(|| failure(&check.command, exit, attempt, attempts, &output));
+            let record = Record::Checked {
+                attempt,
+                exit,
+                passed,
+                prompt: prompt.clone(),
+            };
+            let path = self.state.journal(child);
+            if self.journal.append(&path, &record).is_ok() {
+                let _ = self.journal.sync_file(&path).await;
+            }
+            publisher.publish(EventKind::Checked {
+                attempt,
+                attempts,
+                exit_code: exit,
+                passed,
+            });
+            if passed {
+                let passed = Checked {
+                    passed: true,
+                    attempt,
+                    attempts,
+                };
+                return (Some(outcome), Some(passed));
+            }
+            if refused {
+                let refusal = Outcome::Failed {
+                    class: "check".into(),
+                    message: format!("check `{}` was refused: {output}", check.command),
+                    partial: outcome_text(&outcome),
+                    stats: *outcome.stats(),
+                };
+                return (Some(refusal), Some(failed(attempt)));
+            }
+            match prompt {
+                Some(prompt) => pending = Some(prompt),
+                None => {
+                    return (
+                        Some(spent(&outcome, check, attempts)),
+                        Some(failed(attempts)),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Starts `child`, which is not live, again from its journal.
+    async fn make_live(&self, child: SessionId, spec: SessionSpec, guard: &mut CancelWithCall) {
+        if self.resume_session(child, spec).await.is_ok() {
+            guard.child = Some(child);
+        }
+    }
+}
+
+/// The outcome of a sub-agent whose check's attempts are spent: `failed`,
+/// class `check`, with its last answer.
+fn spent(outcome: &Outcome, check: &Check, attempts: u32) -> Outcome {
+    Outcome::Failed {
+        class: "check".into(),
+        message: format!("check `{}` failed ({attempts} attempts)", check.command),
+        partial: outcome_text(outcome),
+        stats: *outcome.stats(),
+    }
+}
+
+/// What the sub-agent said last.
+fn outcome_text(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Finished { text, .. } => text.clone(),
+        Outcome::Failed { partial, .. }
+        | Outcome::Cancelled { partial, .. }
+        | Outcome::Stopped { partial, .. }
+        | Outcome::TimedOut { partial, .. } => partial.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_check_is_told_in_one_grammar_with_the_tail_of_its_output() {
+        assert_eq!(
+            failure(
+                "cargo test",
+                Some(101),
+                1,
+                3,
+                "test a ... FAILED\nexit code 101"
+            ),
+            "Check `cargo test` failed (exit 101, attempt 1 of 3):\ntest a ... FAILED\nexit code 101"
+        );
+        let long = "x".repeat(TAIL + 10);
+        let said = failure("make", None, 2, 2, &long);
+        assert!(said.starts_with("Check `make` failed (it did not exit, attempt 2 of 2):\n"));
+        assert_eq!(said.lines().nth(1).unwrap().len(), TAIL);
+    }
+}
