@@ -1,6 +1,7 @@
 //! The README's first Quick start command, run as written (with the test build of
 //! the binary instead of `cargo run --release`): a replayed fan-out fixes the sample
-//! project's bug in a scratch copy, its tests pass, and the repository's own copy is
+//! project's bug in a scratch repository (the coder in a private checkout, its fix
+//! merged once its check passes), its tests pass, and the repository's own copy is
 //! untouched.
 
 use std::path::Path;
@@ -72,6 +73,16 @@ async fn the_quick_start_fixes_the_sample_bug_in_a_scratch_copy() {
         stdout.contains("test result: ok. 6 passed; 0 failed"),
         "{stdout}"
     );
+    // The coder worked in a private checkout of the scratch repository; its fix
+    // was merged once `cargo test` passed there.
+    for said in [
+        "coder#1: isolated in ",
+        "coder#1: check passed (attempt 1 of 3)",
+        "coder#1: merged +",
+        "coder#1 merged: src/lib.rs",
+    ] {
+        assert!(stderr.contains(said), "{said:?} not said:\n{stderr}");
+    }
     // The lead fanned out to three sub-agents at once, then a coder; every tool ran.
     for agent in ["explorer#1", "tester#1", "reviewer#1", "coder#1"] {
         assert!(

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The no-network Quick start. Copies the sample project (a small crate with a real
-# bug and a failing test) to a scratch directory, runs `orchestrate "task"` there
+# bug and a failing test) to a scratch git repository, runs `orchestrate "task"` there
 # replaying cassette.jsonl instead of calling a model, then runs the project's tests
 # in the scratch copy. The repository's own files are never touched.
 #
@@ -15,6 +15,13 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/orchestrate-quickstart.XXXXXX")"
 cp -R "$here/project/." "$scratch/"
+# A git repository, as a project is: the coder works in a private checkout of
+# it, and its fix is merged back once `cargo test` passes there.
+printf 'target/\n' > "$scratch/.gitignore"
+git -C "$scratch" init -q -b main
+git -C "$scratch" add -A
+git -C "$scratch" -c user.name=quickstart -c user.email=quickstart@localhost \
+    commit -q -m "the sample project"
 echo "scratch copy of examples/quickstart/project: $scratch"
 if [[ -n "${ORCHESTRATE_BIN:-}" ]]; then
     orchestrate="$ORCHESTRATE_BIN"
