@@ -197,3 +197,68 @@ async fn a_check_a_deny_rule_refuses_never_runs() {
     assert!(result.contains("was refused"), "{result}");
     assert_eq!(std::fs::read_to_string(root.join("lib.rs")).unwrap(), LIB);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_killed_during_a_check_resumes_without_running_a_finished_check_again() {
+    use crate::cli::command_on;
+    use crate::support::harness::wait_until;
+    let tmp = crate::cli::binary_tmp();
+    let marks = tempfile::tempdir_in(&tmp).unwrap();
+    let (started, go) = (marks.path().join("second"), marks.path().join("go"));
+    // The first run fails at once; the second waits for the test's go.
+    let check = format!(
+        "if grep -q fixed lib.rs; then touch {started}; while [ ! -e {go} ]; do sleep 0.05; done; else exit 1; fi",
+        started = started.display(),
+        go = go.display()
+    );
+    let mock = MockLlm::start_with(move |request: &Recorded, _| {
+        if !request.system().starts_with(CODER) {
+            return lead(request, &check, 3);
+        }
+        let (prompt, results) = since_last_prompt(request);
+        match prompt.starts_with("Check `") {
+            false => edit(results, "    2", "    broken"),
+            true => edit(results, "    broken", "    fixed"),
+        }
+    })
+    .await;
+    let dir = repository();
+    let root = dir.path().canonicalize().unwrap();
+    let mut args = BYPASS.to_vec();
+    args.push("change b");
+    let mut child = command_on(&mock, &root, &args, &[])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the second check runs", || started.exists()).await;
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    std::fs::write(&go, "").unwrap();
+    let coder_requests = |mock: &MockLlm| {
+        mock.requests()
+            .iter()
+            .filter(|r| r.system().starts_with(CODER))
+            .count()
+    };
+    let before = coder_requests(&mock);
+    let mut args = BYPASS.to_vec();
+    args.push("resume");
+    let out = run_on(&mock, &root, &args, &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        coder_requests(&mock),
+        before,
+        "the coder is not asked again"
+    );
+    let result = task_result(&mock);
+    assert!(
+        result.starts_with(
+            "changes: merged (1 file, +1 \u{2212}1)\ncheck: passed (attempt 2 of 3)\n"
+        ),
+        "{result}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("lib.rs")).unwrap(),
+        LIB.replace("    2\n", "    fixed\n")
+    );
+}

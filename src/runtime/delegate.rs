@@ -182,7 +182,14 @@ impl Handle {
         .await?;
         let own = work.checkout.as_ref().is_some_and(|c| !c.borrowed);
         let (child, outcome, again) = match reached {
-            Reached::Ended(child, outcome) => (child, Some(outcome), again),
+            // Started again where it worked: its journal's checkout.
+            Reached::Ended(child, outcome) => {
+                let again = again.map(|mut spec| {
+                    spec.checkout = work.checkout.clone();
+                    spec
+                });
+                (child, Some(outcome), again)
+            }
             Reached::Running(child, mut events, sent) => {
                 if let (Some(isolate), true) = (&isolate, own) {
                     guard.keep = Some(Keep {
