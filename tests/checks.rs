@@ -172,6 +172,14 @@ async fn a_check_that_never_passes_fails_the_sub_agent_and_leaves_its_work_on_it
         .map(|e| e["passed"].as_bool().unwrap())
         .collect();
     assert_eq!(passed, [false, false]);
+    // Its run on record failed, class check.
+    let run = orchestrate::runs::list(&harness::state(&root))[0].clone();
+    let coder = run.agents.iter().find(|a| a.role == "coder").unwrap();
+    assert!(
+        matches!(&coder.outcome, Some(orchestrate::protocol::Outcome::Failed { class, .. }) if class == "check"),
+        "{:?}",
+        coder.outcome
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
