@@ -128,6 +128,9 @@ pub enum Record {
         /// attempts left.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         prompt: Option<String>,
+        /// The permission gate refused it: no attempt is made again.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        refused: bool,
     },
     /// A lifecycle event of the session (a tool finished, a retry, a restart...),
     /// recorded from the event bus for the record; a resumed session ignores it.

@@ -357,12 +357,14 @@ impl Handle {
         command: String,
         bash: Arc<dyn crate::tools::Tool>,
         timeout: std::time::Duration,
+        cancel: CancellationToken,
     ) -> Option<crate::actors::session::check::CheckRun> {
         ractor::call!(self.orchestrator, |reply| OrchestratorMsg::Check {
             session,
             command,
             bash,
             timeout,
+            cancel,
             reply,
         })
         .ok()

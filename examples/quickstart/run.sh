@@ -21,7 +21,7 @@ printf 'target/\n' > "$scratch/.gitignore"
 git -C "$scratch" init -q -b main
 git -C "$scratch" add -A
 git -C "$scratch" -c user.name=quickstart -c user.email=quickstart@localhost \
-    commit -q -m "the sample project"
+    -c commit.gpgsign=false -c core.hooksPath=/dev/null commit -q -m "the sample project"
 echo "scratch copy of examples/quickstart/project: $scratch"
 if [[ -n "${ORCHESTRATE_BIN:-}" ]]; then
     orchestrate="$ORCHESTRATE_BIN"

@@ -115,6 +115,8 @@ pub(crate) enum OrchestratorMsg {
         bash: Arc<dyn crate::tools::Tool>,
         /// How long it may take.
         timeout: std::time::Duration,
+        /// Cancelled when the Task call waiting for it is.
+        cancel: tokio_util::sync::CancellationToken,
         /// Where its result goes.
         reply: RpcReplyPort<Option<crate::actors::session::check::CheckRun>>,
     },
@@ -361,6 +363,7 @@ impl Actor for OrchestratorActor {
                 command,
                 bash,
                 timeout,
+                cancel,
                 reply,
             } => {
                 let actor = state.sessions.get(&session).and_then(|e| e.actor.clone());
@@ -373,6 +376,7 @@ impl Actor for OrchestratorActor {
                             command,
                             bash,
                             timeout,
+                            cancel,
                             reply: port.into(),
                         };
                         if actor.cast(check).is_err() {

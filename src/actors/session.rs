@@ -82,6 +82,8 @@ pub(crate) enum SessionMsg {
         bash: Arc<dyn crate::tools::Tool>,
         /// How long it may take.
         timeout: std::time::Duration,
+        /// Cancelled when whoever waits for it is.
+        cancel: CancellationToken,
         /// Where its result goes.
         reply: ractor::RpcReplyPort<check::CheckRun>,
     },
@@ -323,10 +325,11 @@ impl Actor for SessionActor {
             command,
             bash,
             timeout,
+            cancel,
             reply,
         } = msg
         {
-            state.run_check(&command, bash, timeout, reply);
+            state.run_check(&command, bash, timeout, cancel, reply);
             return Ok(());
         }
         Box::pin(state.drive(&myself, msg.into())).await;

@@ -82,10 +82,10 @@ fn rewind(
     to: Option<u32>,
     force: bool,
 ) -> Result<String, Refused> {
-    let root = checkout::place(workspace)?
-        .root
-        .canonicalize()
-        .map_err(CheckoutError::Io)?;
+    let place = checkout::place(workspace)?;
+    let root = place.root.canonicalize().map_err(CheckoutError::Io)?;
+    // Only the workspace's own part of its repository.
+    let prefix: std::path::PathBuf = place.prefix.components().collect();
     let points = checkpoint::list(&root, run)?;
     let Some(last) = points.last() else {
         return Err(Refused::Said(format!(
@@ -106,7 +106,11 @@ fn rewind(
         })?,
     };
     let present = checkout::snapshot_without(&root, scratch, leave_out)?;
-    let changes = checkpoint::changes(&root, &present, &target.commit)?;
+    let gitlink = |b: &Option<checkout::Blob>| b.as_ref().is_some_and(|b| b.mode == "160000");
+    let (changes, nested): (Vec<_>, Vec<_>) = checkpoint::changes(&root, &present, &target.commit)?
+        .into_iter()
+        .filter(|c| c.path.starts_with(&prefix))
+        .partition(|c| !gitlink(&c.before) && !gitlink(&c.after));
     if changes.is_empty() {
         return Ok(format!(
             "the workspace is already as checkpoint {} ({}) holds it",
@@ -137,7 +141,12 @@ fn rewind(
         scratch,
         leave_out,
     )?;
-    checkpoint::restore(&root, &target.commit, &changes, scratch)?;
+    if let Err(e) = checkpoint::restore(&root, &target.commit, &changes, scratch) {
+        return Err(Refused::Said(format!(
+            "the rewind stopped part way: {e}; `orchestrate rewind {run} --to {}` puts back what it changed",
+            undo.n
+        )));
+    }
     checkpoint::take(
         &root,
         run,
@@ -146,11 +155,22 @@ fn rewind(
         leave_out,
     )?;
     let removed = changes.iter().filter(|c| c.after.is_none()).count();
-    Ok(format!(
+    let mut said = format!(
         "rewound to checkpoint {} of run {run} ({}): {} files restored, {removed} removed; `orchestrate rewind {run} --to {}` undoes it",
         target.n,
         target.label,
         changes.len() - removed,
         undo.n
-    ))
+    );
+    if !nested.is_empty() {
+        let names: Vec<String> = nested
+            .iter()
+            .map(|c| c.path.display().to_string())
+            .collect();
+        said.push_str(&format!(
+            "\nleft as they are (repositories inside the workspace): {}",
+            names.join(", ")
+        ));
+    }
+    Ok(said)
 }

@@ -202,6 +202,9 @@ where
     let mut events = runtime.subscribe();
     let control_events = runtime.subscribe();
     let (lead, checkpoints) = lead;
+    if let Lead::Resume { run, .. } = &lead {
+        checkpoints.set_run(*run);
+    }
     let (started, prompt) = match lead {
         Lead::New(task) => (runtime.start_session(spec).await, Some(task)),
         Lead::Resume { run, prompt, .. } => (runtime.resume_session(run, spec).await, prompt),
@@ -285,8 +288,10 @@ where
             () = &mut ctrl_c => {
                 interrupts += 1;
                 if interrupts > 1 {
-                    // Exit now, but not before what is journaled reaches the disk.
+                    // Exit now, but not before what is journaled reaches the disk
+                    // and the workspace's state is checkpointed (bounded).
                     let _ = tokio::time::timeout(Duration::from_secs(1), runtime.sync_journals()).await;
+                    let _ = tokio::time::timeout(Duration::from_secs(2), checkpoints.at_end()).await;
                     let _ = writeln!(err, "orchestrate: interrupted");
                     return ExitCode::from(exit::CANCELLED);
                 }

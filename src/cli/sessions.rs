@@ -65,7 +65,7 @@ pub(super) fn run(
                 .iter()
                 .filter_map(|r| runs::find(&state, Some(&r.id.to_string())).ok())
                 .collect();
-            let said = checkouts::prune(&runs, &state, *older_than, SystemTime::now());
+            let said = checkouts::prune(&runs, &state, &workspace, *older_than, SystemTime::now());
             if said.is_empty() {
                 let _ = writeln!(out, "nothing to prune");
             }

@@ -97,41 +97,31 @@ pub fn changes(root: &Path, present: &str, target: &str) -> Result<Vec<PathChang
 }
 
 /// Puts `changes` (worked out by [`changes`] towards `target`) into the work
-/// tree at `root`: files written as `target` holds them (through an index of
-/// its own in `scratch`: the person's is untouched), files it does not hold
-/// removed.
+/// tree at `root`: files `target` does not hold removed first, deepest first
+/// (with the folders they leave empty), then files written as `target` holds
+/// them (through an index of its own in `scratch`: the person's is
+/// untouched). A path that is a folder in one and a file in the other is
+/// undone in that order.
 pub fn restore(
     root: &Path,
     target: &str,
     changes: &[PathChange],
     scratch: &Path,
 ) -> Result<(), CheckoutError> {
-    let written: Vec<String> = changes
-        .iter()
-        .filter(|c| c.after.is_some())
-        .map(|c| c.path.display().to_string())
-        .collect();
-    if !written.is_empty() {
-        std::fs::create_dir_all(scratch)?;
-        let index = scratch.join(format!("index.{}", SessionId::new()));
-        let env = [("GIT_INDEX_FILE", index.as_os_str())];
-        let done = (|| {
-            git(root, &["read-tree", target], &env)?;
-            let mut args = vec!["checkout-index", "--force", "--quiet", "--"];
-            args.extend(written.iter().map(String::as_str));
-            git(root, &args, &env)
-        })();
-        let _ = std::fs::remove_file(&index);
-        done?;
-    }
-    for change in changes.iter().filter(|c| c.after.is_none()) {
+    let mut removed: Vec<&PathChange> = changes.iter().filter(|c| c.after.is_none()).collect();
+    removed.sort_by_key(|c| std::cmp::Reverse(c.path.components().count()));
+    for change in removed {
         let path = root.join(&change.path);
         match std::fs::remove_file(&path) {
             Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            // Gone already, or under a folder that is a file now.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) => {}
             Err(e) => return Err(e.into()),
         }
-        // Folders it leaves empty go too, up to the top.
         let mut folder = path.parent();
         while let Some(dir) = folder.filter(|d| *d != root && d.starts_with(root)) {
             if std::fs::remove_dir(dir).is_err() {
@@ -140,7 +130,38 @@ pub fn restore(
             folder = dir.parent();
         }
     }
-    Ok(())
+    let written: Vec<String> = changes
+        .iter()
+        .filter(|c| c.after.is_some())
+        .map(|c| c.path.display().to_string())
+        .collect();
+    if written.is_empty() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(scratch)?;
+    let index = scratch.join(format!("index.{}", SessionId::new()));
+    let env = [("GIT_INDEX_FILE", index.as_os_str())];
+    let done = (|| {
+        git(root, &["read-tree", target], &env)?;
+        let mut args = vec!["checkout-index", "--force", "--quiet", "--"];
+        args.extend(written.iter().map(String::as_str));
+        git(root, &args, &env)
+    })();
+    let _ = std::fs::remove_file(&index);
+    done.map(drop)
+}
+
+/// Deletes run `run`'s checkpoints in the repository at `root`; how many.
+pub fn forget(root: &Path, run: SessionId) -> Result<usize, CheckoutError> {
+    let points = list(root, run)?;
+    for point in &points {
+        git(
+            root,
+            &["update-ref", "-d", &format!("{}{}", refs(run), point.n)],
+            &[],
+        )?;
+    }
+    Ok(points.len())
 }
 
 /// A run's checkpoints of its workspace: one before its first change, one
@@ -179,13 +200,16 @@ impl Checkpoints {
     }
 
     /// Names the run (its lead's id), before anything it does can change the
-    /// workspace.
+    /// workspace (until then no checkpoint is taken).
     pub fn set_run(&self, run: SessionId) {
         let _ = self.run.set(run);
     }
 
     /// Takes the checkpoint before the run's first change, once.
     pub async fn before_first_change(&self) {
+        if self.run.get().is_none() {
+            return;
+        }
         self.first
             .get_or_init(|| async {
                 self.take("before the first change").await;

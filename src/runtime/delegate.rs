@@ -181,6 +181,15 @@ impl Handle {
         ))
         .await?;
         let own = work.checkout.as_ref().is_some_and(|c| !c.borrowed);
+        // A cancel from here on keeps its checkout's work on its branch.
+        if let (Some(isolate), true) = (&isolate, own) {
+            guard.keep = Some(Keep {
+                work: work.clone(),
+                isolate: isolate.clone(),
+                agent: agent.clone(),
+                parent,
+            });
+        }
         let (child, outcome, again) = match reached {
             // Started again where it worked: its journal's checkout.
             Reached::Ended(child, outcome) => {
@@ -191,14 +200,6 @@ impl Handle {
                 (child, Some(outcome), again)
             }
             Reached::Running(child, mut events, sent) => {
-                if let (Some(isolate), true) = (&isolate, own) {
-                    guard.keep = Some(Keep {
-                        work: work.clone(),
-                        isolate: isolate.clone(),
-                        agent: agent.clone(),
-                        parent,
-                    });
-                }
                 // `reach` has told the guard of `child`.
                 if guard.cancel.is_cancelled() {
                     // Cancelled while it was being found or started: the guard
@@ -226,9 +227,12 @@ impl Handle {
             self.stop_session(child);
         }
         guard.keep = None;
+        // With a check, only work that passed it merges.
+        let gated = check.is_some() && !checked.is_some_and(|c| c.passed);
+        let merges = if gated { None } else { outcome.as_ref() };
         let changes = match &isolate {
             Some(isolate) if own => {
-                self.bring_back(child, &agent, parent, work, outcome.as_ref(), isolate)
+                self.bring_back(child, &agent, parent, work, merges, isolate)
                     .await
             }
             _ => None,

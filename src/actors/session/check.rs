@@ -46,13 +46,18 @@ impl SessionState {
         command: &str,
         bash: Arc<dyn Tool>,
         timeout: Duration,
+        cancel: CancellationToken,
         reply: RpcReplyPort<CheckRun>,
     ) {
         let ctx = ToolContext {
             workspace: self.place.workspace.clone(),
             checkout: self.place.checkout.clone(),
             run: self.place.run,
-            checkpoints: None,
+            // A check that writes in the shared tree is a change like any.
+            checkpoints: match self.place.checkout {
+                Some(_) => None,
+                None => self.spec.checkpoints.clone(),
+            },
             private: self.env.private.clone(),
             read_deny: crate::tools::ReadDeny::new(
                 self.place.rules.clone(),
@@ -61,7 +66,7 @@ impl SessionState {
             session: self.id,
             files: self.env.files.clone(),
             call_id: format!("check-{}", crate::protocol::SessionId::new()),
-            cancel: CancellationToken::new(),
+            cancel: cancel.clone(),
             changes: Changes::default(),
             spent: Spent::default(),
             events: Some(self.publisher.clone()),
@@ -73,13 +78,26 @@ impl SessionState {
             "timeout": timeout.as_millis().min(u128::from(u64::MAX)) as u64,
         });
         tokio::spawn(async move {
-            let run = match gate.check(&ctx, "Bash", false, &input).await {
+            let asked = tokio::select! {
+                () = cancel.cancelled() => Err(ToolError::Cancelled),
+                asked = gate.check(&ctx, "Bash", false, &input) => asked,
+            };
+            if let (Ok(()), Some(checkpoints)) = (&asked, &ctx.checkpoints) {
+                checkpoints.before_first_change().await;
+            }
+            let call = async {
+                tokio::select! {
+                    () = cancel.cancelled() => Err(ToolError::Cancelled),
+                    ran = bash.call(input, &ctx) => ran,
+                }
+            };
+            let run = match asked {
                 Err(refused) => CheckRun {
                     exit: None,
                     output: refused.to_string(),
                     refused: true,
                 },
-                Ok(()) => match bash.call(input, &ctx).await {
+                Ok(()) => match call.await {
                     Ok(output) => CheckRun {
                         exit: Some(0),
                         output,

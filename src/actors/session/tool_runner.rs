@@ -123,7 +123,10 @@ async fn run_call(
         && !tool.read_only()
         && !tool.bounds_itself()
     {
-        checkpoints.before_first_change().await;
+        tokio::select! {
+            () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
+            () = checkpoints.before_first_change() => {}
+        }
     }
     // The call is made inside the guarded future, so a panic in the synchronous
     // part of an implementation is caught as well.

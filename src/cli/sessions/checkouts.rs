@@ -95,8 +95,15 @@ fn kib(bytes: u64) -> String {
 /// more than `age` ago and are not running, and the folders in `state`'s
 /// checkouts that no journal names (a checkout whose sub-agent never
 /// started) as old; one line for each thing removed.
-pub(super) fn prune(runs: &[Run], state: &StateDir, age: Duration, now: SystemTime) -> Vec<String> {
+pub(super) fn prune(
+    runs: &[Run],
+    state: &StateDir,
+    workspace: &Path,
+    age: Duration,
+    now: SystemTime,
+) -> Vec<String> {
     let mut said = Vec::new();
+    let top = checkout::place(workspace).ok().map(|p| p.root);
     let old = |time: SystemTime| now.duration_since(time).is_ok_and(|d| d > age);
     let named: Vec<&Path> = runs
         .iter()
@@ -107,6 +114,13 @@ pub(super) fn prune(runs: &[Run], state: &StateDir, age: Duration, now: SystemTi
     for run in runs {
         if !old(run.started) || run.status == RunStatus::Running {
             continue;
+        }
+        if let Some(top) = &top {
+            match crate::git::checkpoint::forget(top, run.id) {
+                Ok(0) => {}
+                Ok(n) => said.push(format!("deleted {n} checkpoints of run {}", run.id)),
+                Err(e) => said.push(format!("{}: {e}", top.display())),
+            }
         }
         for agent in &run.agents {
             let Some(checkout) = agent.checkout.as_ref().filter(|c| !c.borrowed) else {

@@ -65,3 +65,25 @@ fn a_tree_is_put_back_as_a_checkpoint_holds_it() {
     assert_eq!(read(root, "untracked.txt").as_deref(), Some("mine\n"));
     assert_eq!(plain(root, &["diff", "--cached", "--name-only"]), "");
 }
+
+#[test]
+fn a_file_that_became_a_folder_and_back_is_undone() {
+    let repo = repository();
+    let root = repo.path();
+    let scratch = tempfile::tempdir().unwrap();
+    let run = SessionId::new();
+    std::fs::create_dir(root.join("dir")).unwrap();
+    std::fs::write(root.join("dir/inner.rs"), "inner\n").unwrap();
+    let before = take(root, run, "before", scratch.path(), &[]).unwrap();
+    // `a.rs` becomes a folder, `dir` a file.
+    std::fs::remove_file(root.join("a.rs")).unwrap();
+    std::fs::create_dir(root.join("a.rs")).unwrap();
+    std::fs::write(root.join("a.rs/x"), "x\n").unwrap();
+    std::fs::remove_dir_all(root.join("dir")).unwrap();
+    std::fs::write(root.join("dir"), "a file now\n").unwrap();
+    let present = checkout::snapshot(root, scratch.path()).unwrap();
+    let changes = changes(root, &present, &before.commit).unwrap();
+    restore(root, &before.commit, &changes, scratch.path()).unwrap();
+    assert_eq!(read(root, "a.rs").as_deref(), Some("a\n"));
+    assert_eq!(read(root, "dir/inner.rs").as_deref(), Some("inner\n"));
+}

@@ -46,6 +46,15 @@ impl Handle {
     ) -> (Option<Outcome>, Option<Checked>) {
         let attempts = check.attempts;
         let mut attempt = work.checked;
+        if work.check_refused {
+            let refusal = Outcome::Failed {
+                class: "check".into(),
+                message: format!("check `{}` was refused", check.command),
+                partial: outcome_text(&outcome),
+                stats: *outcome.stats(),
+            };
+            return (Some(refusal), Some(failed_at(attempt, attempts)));
+        }
         if work.check_passed {
             let passed = Checked {
                 passed: true,
@@ -86,14 +95,22 @@ impl Handle {
             if let Some(spec) = spec.take() {
                 self.make_live(child, spec, guard).await;
             }
+            // Cancelled with the call, and when this wait is dropped.
+            let cancel = guard.cancel.child_token();
+            let _dropped = cancel.clone().drop_guard();
             let run = self
                 .run_check(
                     child,
                     check.command.clone(),
                     check.bash.clone(),
                     CHECK_TIMEOUT,
+                    cancel,
                 )
                 .await;
+            if guard.cancel.is_cancelled() {
+                // Nobody waits for its answer: nothing more is checked or said.
+                return (None, None);
+            }
             let (exit, output, refused) = match run {
                 Some(run) => (run.exit, run.output, run.refused),
                 None => (None, "the sub-agent is not running".to_owned(), true),
@@ -106,6 +123,7 @@ impl Handle {
                 exit,
                 passed,
                 prompt: prompt.clone(),
+                refused,
             };
             let path = self.state.journal(child);
             if self.journal.append(&path, &record).is_ok() {
@@ -151,6 +169,15 @@ impl Handle {
         if self.resume_session(child, spec).await.is_ok() {
             guard.child = Some(child);
         }
+    }
+}
+
+/// A check that failed at `attempt`.
+fn failed_at(attempt: u32, attempts: u32) -> Checked {
+    Checked {
+        passed: false,
+        attempt,
+        attempts,
     }
 }
 

@@ -81,6 +81,8 @@ pub(crate) struct Work {
     pub(crate) check_passed: bool,
     /// The prompt a failed check left to send (none sent after it yet).
     pub(crate) check_prompt: Option<String>,
+    /// The last check was refused.
+    pub(crate) check_refused: bool,
 }
 
 /// Reads a sub-agent's journal for its checkout's steps.
@@ -98,11 +100,13 @@ pub(crate) fn work(records: &[Record]) -> Work {
                 attempt,
                 passed,
                 prompt,
+                refused,
                 ..
             } => {
                 work.checked = *attempt;
                 work.check_passed = *passed;
                 work.check_prompt = prompt.clone();
+                work.check_refused = *refused;
             }
             // A prompt sent after a failed check: it is not to be sent again.
             Record::RunStarted { .. } => work.check_prompt = None,
