@@ -62,6 +62,13 @@ pub fn command(dir: &Path) -> std::process::Command {
     git
 }
 
+/// Whether the repository in `dir` configures a filter driver (Git LFS,
+/// git-crypt, …): its index then holds files in their stored form, not as
+/// they are on disk.
+pub fn filters_configured(dir: &Path) -> bool {
+    drivers(dir).iter().any(|d| d.starts_with("filter."))
+}
+
 /// The environment that makes any git a command runs as safe as [`command`]'s
 /// (less the filters, which only a look at the repository's config can name):
 /// `GIT_CONFIG_COUNT` and its pairs, after any the environment `parent` holds.

@@ -253,9 +253,12 @@ pub(super) fn snapshot_as(
     let made = (|| {
         let own = root.join(git(root, &["rev-parse", "--git-path", "index"], &[])?);
         // A regular file only: a clone's index is the model's to make (a FIFO
-        // would hold the copy forever).
+        // would hold the copy forever). Not where filters are configured: the
+        // index holds their stored form (an LFS pointer), and every file is
+        // read as it is on disk instead (filters are off for this git).
         let regular = std::fs::symlink_metadata(&own).is_ok_and(|m| m.is_file());
-        if !regular || std::fs::copy(own, &index).is_err() {
+        let raw = super::filters_configured(root);
+        if !regular || raw || std::fs::copy(own, &index).is_err() {
             git(root, &["read-tree", &head], &env)?;
         }
         git(root, &["add", "--all", "--", "."], &env)?;

@@ -87,3 +87,25 @@ fn a_file_that_became_a_folder_and_back_is_undone() {
     assert_eq!(read(root, "a.rs").as_deref(), Some("a\n"));
     assert_eq!(read(root, "dir/inner.rs").as_deref(), Some("inner\n"));
 }
+
+#[test]
+fn a_filtered_file_is_kept_and_put_back_as_it_is_on_disk() {
+    let repo = repository();
+    let root = repo.path();
+    // A clean filter that stores something else than the file (as Git LFS
+    // stores a pointer).
+    std::fs::write(root.join(".gitattributes"), "*.bin filter=pointer\n").unwrap();
+    plain(root, &["config", "filter.pointer.clean", "echo pointer"]);
+    plain(root, &["config", "filter.pointer.smudge", "cat"]);
+    std::fs::write(root.join("big.bin"), "the real content\n").unwrap();
+    plain(root, &["add", "."]);
+    plain(root, &["commit", "-q", "-m", "filtered"]);
+    let scratch = tempfile::tempdir().unwrap();
+    let run = SessionId::new();
+    let before = take(root, run, "before", scratch.path(), &[]).unwrap();
+    std::fs::write(root.join("big.bin"), "changed by the run\n").unwrap();
+    let present = checkout::snapshot(root, scratch.path()).unwrap();
+    let changes = changes(root, &present, &before.commit).unwrap();
+    restore(root, &before.commit, &changes, scratch.path()).unwrap();
+    assert_eq!(read(root, "big.bin").as_deref(), Some("the real content\n"));
+}
