@@ -7,7 +7,7 @@
 use serde_json::{Value, json};
 
 use crate::cli::{run_on, text};
-use crate::isolation::{LIB, branches, repository};
+use crate::isolation::{LIB, branches, coder_requests, repository};
 use crate::support::harness;
 use crate::support::mock_llm::{MockLlm, Recorded, Reply};
 
@@ -63,6 +63,22 @@ fn lead(request: &Recorded, check: &str, attempts: u32) -> Reply {
     }
 }
 
+/// A mock whose lead gives one coder a piece with `check`, and whose coder
+/// breaks `lib.rs`, then, told its check failed, fixes it.
+async fn fixing_coder(check: String) -> MockLlm {
+    MockLlm::start_with(move |request: &Recorded, _| {
+        if !request.system().starts_with(CODER) {
+            return lead(request, &check, 3);
+        }
+        let (prompt, results) = since_last_prompt(request);
+        match prompt.starts_with("Check `") {
+            false => edit(results, "    2", "    broken"),
+            true => edit(results, "    broken", "    fixed"),
+        }
+    })
+    .await
+}
+
 /// The lead's Task result.
 fn task_result(mock: &MockLlm) -> String {
     let last = mock
@@ -84,17 +100,7 @@ fn events(stdout: &[u8], kind: &str) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_check_is_shown_to_the_sub_agent_and_its_fix_merged_once_it_passes() {
     let check = "grep -q fixed lib.rs";
-    let mock = MockLlm::start_with(move |request: &Recorded, _| {
-        if !request.system().starts_with(CODER) {
-            return lead(request, check, 3);
-        }
-        let (prompt, results) = since_last_prompt(request);
-        match prompt.starts_with("Check `") {
-            false => edit(results, "    2", "    broken"),
-            true => edit(results, "    broken", "    fixed"),
-        }
-    })
-    .await;
+    let mock = fixing_coder(check.to_owned()).await;
     let dir = repository();
     let root = dir.path().canonicalize().unwrap();
     let mut args = BYPASS.to_vec();
@@ -219,17 +225,7 @@ async fn a_run_killed_during_a_check_resumes_without_running_a_finished_check_ag
         started = started.display(),
         go = go.display()
     );
-    let mock = MockLlm::start_with(move |request: &Recorded, _| {
-        if !request.system().starts_with(CODER) {
-            return lead(request, &check, 3);
-        }
-        let (prompt, results) = since_last_prompt(request);
-        match prompt.starts_with("Check `") {
-            false => edit(results, "    2", "    broken"),
-            true => edit(results, "    broken", "    fixed"),
-        }
-    })
-    .await;
+    let mock = fixing_coder(check).await;
     let dir = repository();
     let root = dir.path().canonicalize().unwrap();
     let mut args = BYPASS.to_vec();
@@ -239,15 +235,8 @@ async fn a_run_killed_during_a_check_resumes_without_running_a_finished_check_ag
         .spawn()
         .unwrap();
     wait_until("the second check runs", || started.exists()).await;
-    child.start_kill().unwrap();
-    child.wait().await.unwrap();
+    crate::isolation::kill_now(&mut child).await;
     std::fs::write(&go, "").unwrap();
-    let coder_requests = |mock: &MockLlm| {
-        mock.requests()
-            .iter()
-            .filter(|r| r.system().starts_with(CODER))
-            .count()
-    };
     let before = coder_requests(&mock);
     let mut args = BYPASS.to_vec();
     args.push("resume");

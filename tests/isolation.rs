@@ -107,6 +107,39 @@ fn edit(request: &Recorded, old: &str, new: &str) -> Reply {
     }
 }
 
+/// A mock whose lead gives coders the prompts `pieces`, and whose coders
+/// each change `old` to `new` in `lib.rs`.
+pub(crate) async fn editing_coders(
+    pieces: &'static [&'static str],
+    old: &'static str,
+    new: &'static str,
+) -> MockLlm {
+    MockLlm::start_with(move |request: &Recorded, _| {
+        if request.system().starts_with(CODER) {
+            return edit(request, old, new);
+        }
+        match request.results() {
+            0 => tasks(pieces),
+            _ => Reply::text("done"),
+        }
+    })
+    .await
+}
+
+/// How many requests the built-in coder made.
+pub(crate) fn coder_requests(mock: &MockLlm) -> usize {
+    mock.requests()
+        .iter()
+        .filter(|r| r.system().starts_with(CODER))
+        .count()
+}
+
+/// Kills the running binary `child` at once (SIGKILL) and waits for it.
+pub(crate) async fn kill_now(child: &mut tokio::process::Child) {
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+}
+
 /// A mock whose lead gives one coder a piece, and whose coder runs `command`
 /// in Bash, then says it is done.
 async fn bash_coder(command: String) -> MockLlm {
@@ -448,16 +481,7 @@ async fn a_workspace_in_a_subfolder_works_in_the_same_subfolder_of_its_checkout(
     std::fs::write(root.join("sub/lib.rs"), LIB).unwrap();
     git(&root, &["add", "."]);
     git(&root, &["commit", "-q", "-m", "sub"]);
-    let mock = MockLlm::start_with(|request: &Recorded, _| {
-        if request.system().starts_with(CODER) {
-            return edit(request, "    2", "    22");
-        }
-        match request.results() {
-            0 => tasks(&["b"]),
-            _ => Reply::text("done"),
-        }
-    })
-    .await;
+    let mock = editing_coders(&["b"], "    2", "    22").await;
     let workspace = root.join("sub");
     let mut args = BYPASS.to_vec();
     args.extend(["--json", "change b"]);
@@ -485,16 +509,7 @@ async fn a_workspace_without_git_is_shared_with_a_warning_when_isolation_was_ask
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     std::fs::write(root.join("lib.rs"), LIB).unwrap();
-    let mock = MockLlm::start_with(|request: &Recorded, _| {
-        if request.system().starts_with(CODER) {
-            return edit(request, "    2", "    22");
-        }
-        match request.results() {
-            0 => tasks(&["b", "b"]),
-            _ => Reply::text("done"),
-        }
-    })
-    .await;
+    let mock = editing_coders(&["b", "b"], "    2", "    22").await;
     // Asked for: the reason is said, once.
     let mut args = BYPASS.to_vec();
     args.extend(["--isolation", "worktree", "change b"]);
@@ -552,16 +567,7 @@ fn stalling_git(bin: &Path, marker: &Path, go: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_merge_cut_off_by_kill_9_is_done_once_when_the_run_is_resumed() {
-    let mock = MockLlm::start_with(|request: &Recorded, _| {
-        if request.system().starts_with(CODER) {
-            return edit(request, "    2", "    22");
-        }
-        match request.results() {
-            0 => tasks(&["b"]),
-            _ => Reply::text("done"),
-        }
-    })
-    .await;
+    let mock = editing_coders(&["b"], "    2", "    22").await;
     let dir = repository();
     let root = dir.path().canonicalize().unwrap();
     let tools = tempfile::tempdir().unwrap();
@@ -579,16 +585,9 @@ async fn a_merge_cut_off_by_kill_9_is_done_once_when_the_run_is_resumed() {
         .spawn()
         .unwrap();
     wait_until("the merge has begun", || marker.exists()).await;
-    child.start_kill().unwrap();
-    child.wait().await.unwrap();
+    kill_now(&mut child).await;
     std::fs::write(&go, "").unwrap();
     assert_eq!(std::fs::read_to_string(root.join("lib.rs")).unwrap(), LIB);
-    let coder_requests = |mock: &MockLlm| {
-        mock.requests()
-            .iter()
-            .filter(|r| r.system().starts_with(CODER))
-            .count()
-    };
     let before = coder_requests(&mock);
     let mut args = BYPASS.to_vec();
     args.push("resume");
