@@ -96,3 +96,79 @@ async fn a_run_is_rewound_refusing_newer_changes_and_the_rewind_undone() {
     assert_eq!(git(&root, &["diff", "--cached", "--name-only"]), "");
     assert_eq!(branches(&root), Vec::<String>::new());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outside_git_the_files_the_file_tools_changed_are_put_back() {
+    let mock = MockLlm::start_with(|request: &Recorded, _| match request.results() {
+        0 => Reply::tool_calls(&[
+            (
+                "w",
+                "Write",
+                json!({"file_path": "new.txt", "content": "new\n"}),
+            ),
+            ("r", "Read", json!({"file_path": "notes.txt"})),
+        ]),
+        2 => Reply::tool_calls(&[(
+            "e",
+            "Edit",
+            json!({"file_path": "notes.txt", "old_string": "mine", "new_string": "the run's"}),
+        )]),
+        _ => Reply::text("changed"),
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("notes.txt"), "mine\n").unwrap();
+    let mut args = BYPASS.to_vec();
+    args.push("change things");
+    let out = run_on(&mock, &root, &args, &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(root.join("notes.txt")).unwrap(),
+        "the run's\n"
+    );
+    let run = orchestrate::runs::list(&state(&root))[0].id.to_string();
+    let show = run_on(&mock, &root, &["sessions", "show", &run[..8]], &[]).await;
+    assert!(
+        text(&show.stdout).contains("checkpoint 1: copies of 2 files"),
+        "{}",
+        text(&show.stdout)
+    );
+
+    let rewound = run_on(&mock, &root, &["rewind"], &[]).await;
+    assert_eq!(rewound.status.code(), Some(0), "{}", text(&rewound.stderr));
+    assert!(
+        text(&rewound.stdout).contains("not what commands did"),
+        "{}",
+        text(&rewound.stdout)
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("notes.txt")).unwrap(),
+        "mine\n"
+    );
+    assert!(!root.join("new.txt").exists());
+
+    // Undone, then a change made since is refused.
+    let again = run_on(&mock, &root, &["rewind", &run, "--to", "2"], &[]).await;
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    assert_eq!(
+        std::fs::read_to_string(root.join("notes.txt")).unwrap(),
+        "the run's\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("new.txt")).unwrap(),
+        "new\n"
+    );
+    std::fs::write(root.join("notes.txt"), "later\n").unwrap();
+    let refused = run_on(&mock, &root, &["rewind", &run], &[]).await;
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        text(&refused.stderr).contains("notes.txt changed after"),
+        "{}",
+        text(&refused.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("notes.txt")).unwrap(),
+        "later\n"
+    );
+}

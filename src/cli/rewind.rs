@@ -11,7 +11,7 @@ use super::exit;
 use super::flags::Cli;
 use super::setup;
 use crate::git::checkout::{self, CheckoutError};
-use crate::git::checkpoint::{self, Checkpoint};
+use crate::git::checkpoint::{self, Checkpoint, outside};
 use crate::runs::{self, RunStatus};
 
 /// Why a rewind was not done.
@@ -60,7 +60,15 @@ pub(super) fn run(
         .into_iter()
         .map(|p| p.canonicalize().unwrap_or(p))
         .collect();
-    match rewind(&workspace, &state.scratch(), &leave_out, run.id, to, force) {
+    let copies = state.dir().join("checkpoints").join(run.id.to_string());
+    let rewound = match checkout::place(&workspace) {
+        Err(CheckoutError::NoRepository(_)) => {
+            let workspace = workspace.canonicalize().unwrap_or(workspace);
+            rewind_outside(&workspace, &copies, run.id, to, force)
+        }
+        _ => rewind(&workspace, &state.scratch(), &leave_out, run.id, to, force),
+    };
+    match rewound {
         Ok(said) => {
             let _ = writeln!(out, "{said}");
             ExitCode::from(exit::DONE)
@@ -70,6 +78,65 @@ pub(super) fn run(
             ExitCode::from(exit::FAILED)
         }
     }
+}
+
+/// Outside a repository: puts back the files checkpoint `to` (default: the
+/// first) of `run` copied in `copies`; what was done, in a line.
+fn rewind_outside(
+    workspace: &std::path::Path,
+    copies: &std::path::Path,
+    run: crate::protocol::SessionId,
+    to: Option<u32>,
+    force: bool,
+) -> Result<String, Refused> {
+    let taken: Vec<u32> = (1..)
+        .take_while(|n| outside::folder(copies, *n).join("manifest.jsonl").exists())
+        .collect();
+    let Some(&last) = taken.last() else {
+        return Err(Refused::Said(format!(
+            "run {run} took no checkpoint of this workspace: its file tools changed nothing here"
+        )));
+    };
+    let n = to.unwrap_or(1);
+    if !taken.contains(&n) {
+        return Err(Refused::Said(format!(
+            "run {run} has no checkpoint {n}; it has 1 to {last}"
+        )));
+    }
+    let target = outside::folder(copies, n);
+    let paths: Vec<_> = outside::manifest(&target)
+        .into_iter()
+        .map(|s| s.path)
+        .collect();
+    let mut newer: Vec<String> =
+        outside::changed_since_end(&outside::folder(copies, last), workspace)
+            .into_iter()
+            .filter(|p| paths.contains(p))
+            .map(|p| p.display().to_string())
+            .collect();
+    newer.sort();
+    if !newer.is_empty() && !force {
+        return Err(Refused::Said(format!(
+            "{} changed after the run's last checkpoint; rewinding would lose that (--force rewinds anyway)",
+            newer.join(", ")
+        )));
+    }
+    let io = |e: std::io::Error| Refused::Said(format!("the rewind stopped: {e}"));
+    let undo = last + 1;
+    let undo_dir = outside::folder(copies, undo);
+    for path in &paths {
+        outside::save(&undo_dir, workspace, &workspace.join(path)).map_err(io)?;
+    }
+    let done = outside::restore(&target, workspace).map_err(|e| {
+        Refused::Said(format!(
+            "the rewind stopped part way: {e}; `orchestrate rewind {run} --to {undo}` puts back what it changed"
+        ))
+    })?;
+    outside::end(&undo_dir, workspace).map_err(io)?;
+    Ok(format!(
+        "rewound to checkpoint {n} of run {run}: {} files put back (outside git a checkpoint holds only what the file tools changed, not what commands did); `orchestrate rewind {run} --to {undo}` undoes it",
+        done.len()
+    ))
 }
 
 /// Puts the workspace back as checkpoint `to` (default: the first) of `run`

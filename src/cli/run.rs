@@ -178,6 +178,7 @@ where
             .into_iter()
             .map(|p| p.canonicalize().unwrap_or(p))
             .collect(),
+        state.dir().join("checkpoints"),
     ));
     checkpoints.locate().await;
     let lead = (lead, checkpoints.clone());

@@ -5,8 +5,13 @@
 //! checkpoint holds it. `Checkpoints` is a run's: it takes one before the
 //! run's first change and before each merge into the workspace.
 //!
+//! Outside a repository a run's checkpoint is copies of the files its file
+//! tools change (`outside`).
+//!
 //! Blocking, but for [`Checkpoints`]' methods, which take them on the
 //! blocking pool.
+
+pub mod outside;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -175,6 +180,8 @@ pub struct Checkpoints {
     scratch: PathBuf,
     /// What a checkpoint leaves out (the run's own state).
     leave_out: Arc<[PathBuf]>,
+    /// Where checkpoints outside a repository are kept (`<run id>/<n>` in it).
+    copies: PathBuf,
     /// The run, once its lead has started.
     run: OnceLock<SessionId>,
     /// The top of the workspace's repository (`None`: in none), looked up once.
@@ -186,12 +193,19 @@ pub struct Checkpoints {
 }
 
 impl Checkpoints {
-    /// The checkpoints of the workspace at `workspace` (canonical).
-    pub fn new(workspace: PathBuf, scratch: PathBuf, leave_out: Arc<[PathBuf]>) -> Self {
+    /// The checkpoints of the workspace at `workspace` (canonical); outside a
+    /// repository, copies kept in `copies`.
+    pub fn new(
+        workspace: PathBuf,
+        scratch: PathBuf,
+        leave_out: Arc<[PathBuf]>,
+        copies: PathBuf,
+    ) -> Self {
         Self {
             workspace,
             scratch,
             leave_out,
+            copies,
             run: OnceLock::new(),
             top: tokio::sync::OnceCell::new(),
             first: tokio::sync::OnceCell::new(),
@@ -227,10 +241,45 @@ impl Checkpoints {
         }
     }
 
+    /// Outside a repository, keeps a copy of the file at `path` (absolute) as
+    /// it is before the run's file tools first change it.
+    pub async fn before_file_change(&self, path: PathBuf) {
+        let Some(run) = self.run.get().copied() else {
+            return;
+        };
+        if self.top().await.is_some() {
+            return;
+        }
+        let dir = outside::folder(&self.copies.join(run.to_string()), 1);
+        let workspace = self.workspace.clone();
+        let saved =
+            tokio::task::spawn_blocking(move || outside::save(&dir, &workspace, &path)).await;
+        match saved {
+            Ok(Ok(true)) => self.taken.store(true, Ordering::SeqCst),
+            Ok(Ok(false)) => tracing::warn!("a file was left out of the checkpoint (it is full)"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "a file was left out of the checkpoint"),
+            Err(e) => tracing::warn!(error = %e, "a file was left out of the checkpoint"),
+        }
+    }
+
     /// Takes the checkpoint of the run's end, when it took any before.
     pub async fn at_end(&self) {
-        if self.taken.load(Ordering::SeqCst) {
+        if !self.taken.load(Ordering::SeqCst) {
+            return;
+        }
+        if self.top().await.is_some() {
             self.take("the run's end").await;
+            return;
+        }
+        let Some(run) = self.run.get().copied() else {
+            return;
+        };
+        let dir = outside::folder(&self.copies.join(run.to_string()), 1);
+        let workspace = self.workspace.clone();
+        if let Ok(Err(e)) =
+            tokio::task::spawn_blocking(move || outside::end(&dir, &workspace)).await
+        {
+            tracing::warn!(error = %e, "the run's end was not noted in its checkpoint");
         }
     }
 

@@ -123,9 +123,23 @@ async fn run_call(
         && !tool.read_only()
         && !tool.bounds_itself()
     {
+        // Outside a repository, the file a file tool is about to change.
+        let file = matches!(tool.name(), "Write" | "Edit" | "MultiEdit")
+            .then(|| {
+                input["file_path"]
+                    .as_str()
+                    .and_then(|p| ctx.resolve(p).ok())
+            })
+            .flatten();
+        let before = async {
+            checkpoints.before_first_change().await;
+            if let Some(file) = file {
+                checkpoints.before_file_change(file).await;
+            }
+        };
         tokio::select! {
             () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
-            () = checkpoints.before_first_change() => {}
+            () = before => {}
         }
     }
     // The call is made inside the guarded future, so a panic in the synchronous

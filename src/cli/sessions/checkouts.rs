@@ -44,6 +44,23 @@ pub(super) fn section(run: &Run, state: &StateDir, workspace: &Path) -> String {
             &point.commit[..point.commit.len().min(12)]
         ));
     }
+    // Outside a repository: copies of what the file tools changed.
+    let copies = state.dir().join("checkpoints").join(run.id.to_string());
+    for n in 1.. {
+        let dir = crate::git::checkpoint::outside::folder(&copies, n);
+        if !dir.join("manifest.jsonl").exists() {
+            break;
+        }
+        let files = crate::git::checkpoint::outside::manifest(&dir).len();
+        let what = if n == 1 {
+            "before the run's file tools changed them"
+        } else {
+            "before a rewind"
+        };
+        text.push_str(&format!(
+            "checkpoint {n}: copies of {files} files, {what}\n"
+        ));
+    }
     for agent in &run.agents {
         if let Some(branch) = agent.changes.as_ref().and_then(Changes::left_on) {
             let why = match &agent.changes {
