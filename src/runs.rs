@@ -510,22 +510,6 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
             } => checkout = given.clone(),
             Record::Merged { result } => changes = Some(result.clone()),
             Record::CheckoutRemoved => checkout_removed = true,
-            // Its check's attempts spent: its work failed, whatever its
-            // last run said.
-            Record::Checked {
-                passed: false,
-                prompt: None,
-                ..
-            } => {
-                if let Some(Outcome::Finished { text, stats, .. }) = &outcome {
-                    outcome = Some(Outcome::Failed {
-                        class: "check".into(),
-                        message: "its check did not pass".into(),
-                        partial: text.clone(),
-                        stats: *stats,
-                    });
-                }
-            }
             Record::Committed { .. }
             | Record::Checked { .. }
             | Record::Fetched { .. }

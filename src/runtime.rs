@@ -321,12 +321,34 @@ impl Handle {
     }
 
     fn send(&self, session: SessionId, text: String, steer: bool) -> u64 {
+        self.send_as(session, text, steer, None)
+    }
+
+    /// Sends `text` to `session` as the prompt of a run that fails at once as
+    /// `failure` says (its check's attempts are spent); the prompt's id.
+    pub(crate) fn fail_run(
+        &self,
+        session: SessionId,
+        text: String,
+        failure: crate::session::queue::Failure,
+    ) -> u64 {
+        self.send_as(session, text, false, Some(failure))
+    }
+
+    fn send_as(
+        &self,
+        session: SessionId,
+        text: String,
+        steer: bool,
+        fails: Option<crate::session::queue::Failure>,
+    ) -> u64 {
         let seq = self.stamp();
         let sent = self.orchestrator.cast(OrchestratorMsg::Prompt {
             session,
             seq,
             text,
             steer,
+            fails,
         });
         if sent.is_err() {
             // The runtime has shut down: whoever waits for this prompt's run must

@@ -178,7 +178,17 @@ async fn a_check_that_never_passes_fails_the_sub_agent_and_leaves_its_work_on_it
         .map(|e| e["passed"].as_bool().unwrap())
         .collect();
     assert_eq!(passed, [false, false]);
-    // Its run on record failed, class check.
+    // Its own last run ended failed, class check: in its events and on record.
+    let ended: Vec<Value> = events(&out.stdout, "terminal")
+        .into_iter()
+        .filter(|e| e["agent"] == "coder")
+        .collect();
+    let last = ended.last().unwrap();
+    assert_eq!(
+        (last["outcome"].as_str(), last["class"].as_str()),
+        (Some("failed"), Some("check")),
+        "{last}"
+    );
     let run = orchestrate::runs::list(&harness::state(&root))[0].clone();
     let coder = run.agents.iter().find(|a| a.role == "coder").unwrap();
     assert!(

@@ -76,6 +76,8 @@ pub(crate) enum OrchestratorMsg {
         text: String,
         /// A message for the run in progress (see [`QueuedPrompt::steer`]).
         steer: bool,
+        /// The run it starts fails at once (see [`QueuedPrompt::fails`]).
+        fails: Option<crate::session::queue::Failure>,
     },
     /// Cancel a session's run.
     Cancel {
@@ -332,8 +334,14 @@ impl Actor for OrchestratorActor {
                 seq,
                 text,
                 steer,
+                fails,
             } => {
-                let prompt = QueuedPrompt { seq, text, steer };
+                let prompt = QueuedPrompt {
+                    seq,
+                    text,
+                    steer,
+                    fails,
+                };
                 route(state, session, Routed::Prompt(prompt));
             }
             OrchestratorMsg::Cancel { session, seq } => {

@@ -338,6 +338,7 @@ impl Handle {
             seq,
             text: prompt.to_owned(),
             steer: false,
+            fails: None,
         };
         let checkout = spec.checkout.clone();
         if let Err(e) = self.start_with(child, spec, Some(queued)).await {

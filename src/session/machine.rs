@@ -556,7 +556,16 @@ impl Machine {
             limits: self.run_limits(),
         };
         self.record_after(started, Message::user(prompt.text));
-        self.begin_turn(now, 1);
+        match prompt.fails {
+            None => self.begin_turn(now, 1),
+            // Decided before it began: no model is asked.
+            Some(failure) => self.end_run(now, |_| Outcome::Failed {
+                class: failure.class,
+                message: failure.message,
+                partial: failure.partial,
+                stats: failure.stats,
+            }),
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 //! crashes.
 
 /// A prompt stamped with its arrival order.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct QueuedPrompt {
     /// Process-wide arrival order; cancels carry one too.
     pub(crate) seq: u64,
@@ -15,6 +15,23 @@ pub(crate) struct QueuedPrompt {
     /// the model is about to give its final answer, instead of waiting for a run
     /// of its own.
     pub(crate) steer: bool,
+    /// The run this prompt starts fails at once, without asking the model (a
+    /// sub-agent's check whose attempts are spent: its last run on record is
+    /// that failure).
+    pub(crate) fails: Option<Failure>,
+}
+
+/// How a run started by a failing prompt ends.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Failure {
+    /// The error class (`check`).
+    pub(crate) class: String,
+    /// What failed.
+    pub(crate) message: String,
+    /// The agent's last answer.
+    pub(crate) partial: String,
+    /// What its answering took.
+    pub(crate) stats: crate::protocol::RunStats,
 }
 
 /// Whether a cancel stamped `cancel` applies to a run answering `prompts`: only if
@@ -127,6 +144,7 @@ mod tests {
             seq,
             text: format!("p{seq}"),
             steer: false,
+            fails: None,
         }
     }
 

@@ -12,6 +12,7 @@ use crate::events::Publisher;
 use crate::journal::Record;
 use crate::protocol::{EventKind, Outcome, SessionId};
 use crate::session::SessionSpec;
+use crate::session::queue::Failure;
 use crate::task::{CHECK_TIMEOUT, Check, Checked};
 
 /// Characters of a failed check's output shown to the sub-agent, from its end.
@@ -46,14 +47,16 @@ impl Handle {
     ) -> (Option<Outcome>, Option<Checked>) {
         let attempts = check.attempts;
         let mut attempt = work.checked;
+        // Its check's failure is on record already (a resumed call).
+        if matches!(&outcome, Outcome::Failed { class, .. } if class == "check") {
+            return (Some(outcome), Some(failed_at(attempt, attempts)));
+        }
         if work.check_refused {
-            let refusal = Outcome::Failed {
-                class: "check".into(),
-                message: format!("check `{}` was refused", check.command),
-                partial: outcome_text(&outcome),
-                stats: *outcome.stats(),
-            };
-            return (Some(refusal), Some(failed_at(attempt, attempts)));
+            let message = format!("check `{}` was refused", check.command);
+            let ended = self
+                .fail_child(child, guard, spec, &message, &outcome, message.clone())
+                .await;
+            return (ended, Some(failed_at(attempt, attempts)));
         }
         if work.check_passed {
             let passed = Checked {
@@ -85,10 +88,11 @@ impl Handle {
                 return (Some(outcome), (attempt > 0).then(|| failed(attempt)));
             }
             if attempt >= attempts {
-                return (
-                    Some(spent(&outcome, check, attempts)),
-                    Some(failed(attempts)),
-                );
+                let message = spent(check, attempts);
+                let ended = self
+                    .fail_child(child, guard, spec, &message, &outcome, message.clone())
+                    .await;
+                return (ended, Some(failed(attempts)));
             }
             attempt += 1;
             publisher.publish(EventKind::Checking { attempt, attempts });
@@ -144,24 +148,51 @@ impl Handle {
                 return (Some(outcome), Some(passed));
             }
             if refused {
-                let refusal = Outcome::Failed {
-                    class: "check".into(),
-                    message: format!("check `{}` was refused: {output}", check.command),
-                    partial: outcome_text(&outcome),
-                    stats: *outcome.stats(),
-                };
-                return (Some(refusal), Some(failed(attempt)));
+                let message = format!("check `{}` was refused: {output}", check.command);
+                let ended = self
+                    .fail_child(child, guard, spec, &message, &outcome, message.clone())
+                    .await;
+                return (ended, Some(failed(attempt)));
             }
             match prompt {
                 Some(prompt) => pending = Some(prompt),
                 None => {
-                    return (
-                        Some(spent(&outcome, check, attempts)),
-                        Some(failed(attempts)),
-                    );
+                    let said = failure(&check.command, exit, attempt, attempts, &output);
+                    let message = spent(check, attempts);
+                    let ended = self
+                        .fail_child(child, guard, spec, &said, &outcome, message)
+                        .await;
+                    return (ended, Some(failed(attempts)));
                 }
             }
         }
+    }
+
+    /// Ends `child`'s work as failed (class `check`): a run of its own, told
+    /// `said`, that fails with `message` without asking its model, so that
+    /// its own outcome on record and in its events is the failure; that
+    /// outcome. `spec` starts it again first when it is not live.
+    async fn fail_child(
+        &self,
+        child: SessionId,
+        guard: &mut CancelWithCall,
+        spec: Option<SessionSpec>,
+        said: &str,
+        answered: &Outcome,
+        message: String,
+    ) -> Option<Outcome> {
+        if let Some(spec) = spec {
+            self.make_live(child, spec, guard).await;
+        }
+        let failure = Failure {
+            class: "check".into(),
+            message,
+            partial: outcome_text(answered),
+            stats: *answered.stats(),
+        };
+        let mut events = self.bus.subscribe_session_terminal(child);
+        let seq = self.fail_run(child, said.to_owned(), failure);
+        wait_for_outcome(&mut events, Some(seq)).await
     }
 
     /// Starts `child`, which is not live, again from its journal.
@@ -181,15 +212,9 @@ fn failed_at(attempt: u32, attempts: u32) -> Checked {
     }
 }
 
-/// The outcome of a sub-agent whose check's attempts are spent: `failed`,
-/// class `check`, with its last answer.
-fn spent(outcome: &Outcome, check: &Check, attempts: u32) -> Outcome {
-    Outcome::Failed {
-        class: "check".into(),
-        message: format!("check `{}` failed ({attempts} attempts)", check.command),
-        partial: outcome_text(outcome),
-        stats: *outcome.stats(),
-    }
+/// What a sub-agent whose check's attempts are spent failed with.
+fn spent(check: &Check, attempts: u32) -> String {
+    format!("check `{}` failed ({attempts} attempts)", check.command)
 }
 
 /// What the sub-agent said last.

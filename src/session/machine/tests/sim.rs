@@ -415,6 +415,7 @@ impl Sim {
             seq,
             text: text.into(),
             steer: false,
+            fails: None,
         });
         self.input(Input::Prompt { seq });
         seq
@@ -427,6 +428,7 @@ impl Sim {
             seq,
             text: text.into(),
             steer: true,
+            fails: None,
         });
         self.input(Input::Prompt { seq });
         seq
