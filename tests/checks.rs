@@ -118,6 +118,8 @@ async fn a_failed_check_is_shown_to_the_sub_agent_and_its_fix_merged_once_it_pas
         ),
         "{result}"
     );
+    // Both of its runs are counted.
+    assert!(result.contains("[coder: 6 turns, 4 tool calls"), "{result}");
     // The coder was told exactly what failed.
     let told = mock
         .requests()

@@ -10,7 +10,7 @@ use super::isolated::Work;
 use super::{CancelWithCall, wait_for_outcome};
 use crate::events::Publisher;
 use crate::journal::Record;
-use crate::protocol::{EventKind, Outcome, SessionId};
+use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
 use crate::session::SessionSpec;
 use crate::session::queue::Failure;
 use crate::task::{CHECK_TIMEOUT, Check, Checked};
@@ -34,8 +34,41 @@ impl Handle {
     /// carrying on from the checks `work` has recorded; its final outcome and
     /// how the check went. `spec`, given when it is not live (a resumed call
     /// whose sub-agent had ended), starts it again for its next check.
+    /// The outcome's counters are those of all its runs.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn checked(
+        &self,
+        child: SessionId,
+        guard: &mut CancelWithCall,
+        check: &Check,
+        outcome: Outcome,
+        work: &Work,
+        spec: Option<SessionSpec>,
+        publisher: &Publisher,
+    ) -> (Option<Outcome>, Option<Checked>) {
+        let mut earlier = RunStats {
+            cost_usd: Some(0.0),
+            ..RunStats::default()
+        };
+        let (outcome, checked) = self
+            .check_runs(
+                child,
+                guard,
+                check,
+                outcome,
+                work,
+                spec,
+                publisher,
+                &mut earlier,
+            )
+            .await;
+        (outcome.map(|o| counting(o, &earlier)), checked)
+    }
+
+    /// [`Self::checked`]'s runs; `earlier` sums the counters of the runs
+    /// before the last.
+    #[allow(clippy::too_many_arguments)]
+    async fn check_runs(
         &self,
         child: SessionId,
         guard: &mut CancelWithCall,
@@ -44,6 +77,7 @@ impl Handle {
         work: &Work,
         mut spec: Option<SessionSpec>,
         publisher: &Publisher,
+        earlier: &mut RunStats,
     ) -> (Option<Outcome>, Option<Checked>) {
         let attempts = check.attempts;
         let mut attempt = work.checked;
@@ -80,7 +114,10 @@ impl Handle {
                 let mut events = self.bus.subscribe_session_terminal(child);
                 let seq = self.prompt(child, prompt);
                 match wait_for_outcome(&mut events, Some(seq)).await {
-                    Some(next) => outcome = next,
+                    Some(next) => {
+                        add(earlier, outcome.stats());
+                        outcome = next;
+                    }
                     None => return (None, Some(failed(attempt))),
                 }
             }
@@ -215,6 +252,29 @@ fn failed_at(attempt: u32, attempts: u32) -> Checked {
 /// What a sub-agent whose check's attempts are spent failed with.
 fn spent(check: &Check, attempts: u32) -> String {
     format!("check `{}` failed ({attempts} attempts)", check.command)
+}
+
+/// `total` plus `more`.
+fn add(total: &mut RunStats, more: &RunStats) {
+    total.turns += more.turns;
+    total.tool_calls += more.tool_calls;
+    total.duration_ms += more.duration_ms;
+    total.charge(&more.usage, more.cost_usd);
+}
+
+/// `outcome` with the counters of the runs before it added to its own.
+fn counting(mut outcome: Outcome, earlier: &RunStats) -> Outcome {
+    let stats = match &mut outcome {
+        Outcome::Finished { stats, .. }
+        | Outcome::Failed { stats, .. }
+        | Outcome::Cancelled { stats, .. }
+        | Outcome::Stopped { stats, .. }
+        | Outcome::TimedOut { stats, .. } => stats,
+    };
+    let mut total = *earlier;
+    add(&mut total, stats);
+    *stats = total;
+    outcome
 }
 
 /// What the sub-agent said last.
