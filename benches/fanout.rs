@@ -806,7 +806,7 @@ fn run_sessions(url: &str, n: usize) {
             let event = events.recv().await.unwrap();
             if let EventKind::Terminal { outcome, .. } = event.kind {
                 match outcome {
-                    Outcome::Finished { stats, .. } => assert_eq!(stats.turns, session_turns()),
+                    Outcome::Completed { stats, .. } => assert_eq!(stats.turns, session_turns()),
                     other => panic!("a session did not finish: {other:?}"),
                 }
                 finished += 1;
@@ -1046,7 +1046,7 @@ fn run_tasks(url: &str, n: usize) {
                     let event = event.unwrap();
                     if let Some(outcome) = event.kind.answer_to(prompt) {
                         match outcome {
-                            Outcome::Finished { .. } => break,
+                            Outcome::Completed { .. } => break,
                             other => panic!("the lead did not finish: {other:?}"),
                         }
                     }

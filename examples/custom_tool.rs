@@ -88,7 +88,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .await;
     match outcome {
-        Some(Outcome::Finished { text, .. }) => println!("{text}"),
+        Some(Outcome::Completed { text, .. }) => println!("{text}"),
         other => eprintln!("{other:?}"),
     }
     runtime.shutdown().await;

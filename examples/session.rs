@@ -48,12 +48,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await;
     println!();
     match outcome {
-        Some(Outcome::Finished { stats, .. }) => eprintln!(
+        Some(Outcome::Completed { stats, .. }) => eprintln!(
             "{} turn(s), {} tokens in, {} out, {} ms",
             stats.turns, stats.usage.input_tokens, stats.usage.output_tokens, stats.duration_ms
         ),
         Some(Outcome::Failed { class, message, .. }) => eprintln!("failed ({class}): {message}"),
-        Some(Outcome::Stopped { reason, .. }) => eprintln!("stopped ({reason})"),
+        Some(Outcome::Partial { reason, .. }) => eprintln!("stopped ({reason})"),
         Some(Outcome::TimedOut { .. }) => eprintln!("timed out"),
         Some(Outcome::Cancelled { .. }) | None => eprintln!("cancelled"),
     }

@@ -118,7 +118,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             other => println!("{}: {}", event.agent, serde_json::to_string(other)?),
         }
         if let Some(outcome) = event.kind.answer_to(prompt) {
-            if let Outcome::Finished { text, .. } = outcome {
+            if let Outcome::Completed { text, .. } = outcome {
                 println!("\nanswer: {text}");
             }
             break;

@@ -119,8 +119,10 @@ pub struct Todo {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
-    /// The model gave its final answer.
-    Finished {
+    /// The model gave its final answer (`completed`; journals written before
+    /// the outcomes were named so say `finished`).
+    #[serde(rename = "completed", alias = "finished")]
+    Completed {
         /// The final answer.
         text: String,
         /// True when the answer was cut by the output token limit.
@@ -155,8 +157,11 @@ pub enum Outcome {
         /// The run's counters.
         stats: RunStats,
     },
-    /// The run was stopped at a turn boundary before the model had finished.
-    Stopped {
+    /// The run was stopped at a turn boundary before the model had finished
+    /// (`partial`: a turn limit, a budget, `stop`; `stopped` in journals
+    /// written before the outcomes were named so).
+    #[serde(rename = "partial", alias = "stopped")]
+    Partial {
         /// Why (`requested`: someone asked for it).
         reason: String,
         /// What the model had said by then.
@@ -170,11 +175,11 @@ impl Outcome {
     /// The run's counters.
     pub fn stats(&self) -> &RunStats {
         match self {
-            Self::Finished { stats, .. }
+            Self::Completed { stats, .. }
             | Self::Failed { stats, .. }
             | Self::Cancelled { stats, .. }
             | Self::TimedOut { stats, .. }
-            | Self::Stopped { stats, .. } => stats,
+            | Self::Partial { stats, .. } => stats,
         }
     }
 
@@ -184,10 +189,10 @@ impl Outcome {
     pub(crate) fn unkept(self, error: &crate::error::SessionError) -> Self {
         match self {
             Self::Failed { .. } => self,
-            Self::Finished { text, stats, .. } => Self::failed(error, text, stats),
+            Self::Completed { text, stats, .. } => Self::failed(error, text, stats),
             Self::Cancelled { partial, stats }
             | Self::TimedOut { partial, stats }
-            | Self::Stopped { partial, stats, .. } => Self::failed(error, partial, stats),
+            | Self::Partial { partial, stats, .. } => Self::failed(error, partial, stats),
         }
     }
 

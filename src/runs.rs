@@ -40,10 +40,10 @@ impl RunStatus {
     pub fn name(self) -> &'static str {
         match self {
             Self::Running => "running",
-            Self::Finished => "finished",
+            Self::Finished => "completed",
             Self::Failed => "failed",
             Self::Cancelled => "cancelled",
-            Self::Stopped => "stopped",
+            Self::Stopped => "partial",
             Self::TimedOut => "timed_out",
             Self::Interrupted => "interrupted",
         }
@@ -417,10 +417,10 @@ fn assemble(sessions: &[(SessionId, Vec<Record>)]) -> Vec<Run> {
 fn status_of(outcome: Option<&Outcome>) -> RunStatus {
     match outcome {
         None => RunStatus::Interrupted,
-        Some(Outcome::Finished { .. }) => RunStatus::Finished,
+        Some(Outcome::Completed { .. }) => RunStatus::Finished,
         Some(Outcome::Failed { .. }) => RunStatus::Failed,
         Some(Outcome::Cancelled { .. }) => RunStatus::Cancelled,
-        Some(Outcome::Stopped { .. }) => RunStatus::Stopped,
+        Some(Outcome::Partial { .. }) => RunStatus::Stopped,
         Some(Outcome::TimedOut { .. }) => RunStatus::TimedOut,
     }
 }

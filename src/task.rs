@@ -533,8 +533,8 @@ impl Tool for Task {
             if let Some(outcome) = &outcome {
                 ctx.spent.add(outcome.stats());
             }
-            // What became of an isolated sub-agent's changes comes first, then
-            // how its check went.
+            // The outcome word first, then what became of an isolated
+            // sub-agent's changes and how its check went.
             let mut changes = changes
                 .map(|c| format!("{}\n", c.line()))
                 .unwrap_or_default();
@@ -542,9 +542,10 @@ impl Tool for Task {
                 changes.push_str(&format!("{}\n", check.line()));
             }
             match outcome {
-                Some(Outcome::Finished { text, stats, .. }) => {
-                    Ok(format!("{changes}{text}\n\n{}", footer(&agent, &stats)))
-                }
+                Some(Outcome::Completed { text, stats, .. }) => Ok(format!(
+                    "completed\n{changes}{text}\n\n{}",
+                    footer(&agent, &stats)
+                )),
                 Some(Outcome::Failed {
                     class,
                     message,
@@ -557,24 +558,24 @@ impl Tool for Task {
                         format!("\nIts last output:\n{partial}")
                     };
                     Err(ToolError::Failed(format!(
-                        "{changes}the {agent} sub-agent failed ({class}): {message}{partial}"
+                        "failed ({class})\n{changes}the {agent} sub-agent failed ({class}): {message}{partial}"
                     )))
                 }
                 Some(Outcome::Cancelled { .. }) => Err(ToolError::Cancelled),
                 // Stopped at a turn boundary: its partial work is the result, and the
                 // caller goes on.
-                Some(Outcome::Stopped {
+                Some(Outcome::Partial {
                     reason,
                     partial,
                     stats,
                 }) => Ok(format!(
-                    "{changes}[the {agent} sub-agent was stopped ({reason}) before it finished; its work so far:]\n{partial}\n\n{}",
+                    "partial ({reason})\n{changes}[the {agent} sub-agent was stopped ({reason}) before it finished; its work so far:]\n{partial}\n\n{}",
                     footer(&agent, &stats)
                 )),
                 // Its time ran out (its own `timeout`): like a stop, its partial
                 // work is the result.
                 Some(Outcome::TimedOut { partial, stats }) => Ok(format!(
-                    "{changes}[the {agent} sub-agent's time ran out before it finished; its work so far:]\n{partial}\n\n{}",
+                    "timed_out\n{changes}[the {agent} sub-agent's time ran out before it finished; its work so far:]\n{partial}\n\n{}",
                     footer(&agent, &stats)
                 )),
                 None => Err(ToolError::Failed(format!(

@@ -301,7 +301,7 @@ async fn a_thinking_signature_goes_back_unchanged_with_the_tool_result() {
     );
     assert_eq!(second["tools"][0]["name"], "lookup");
     assert!(second["tools"][0]["input_schema"].is_object());
-    let Outcome::Finished { stats, .. } = &outcome else {
+    let Outcome::Completed { stats, .. } = &outcome else {
         unreachable!()
     };
     assert_eq!(

@@ -145,7 +145,7 @@ fn turn_costs(events: &[Value], lead: bool) -> Vec<Value> {
 /// What a sub-agent stopped for `reason` hands its parent, up to its duration.
 fn stopped_result(reason: &str, partial: &str, turns: u32, tools: u32, tokens: u64) -> String {
     format!(
-        "[the worker sub-agent was stopped ({reason}) before it finished; its work so far:]\n\
+        "partial ({reason})\n[the worker sub-agent was stopped ({reason}) before it finished; its work so far:]\n\
          {partial}\n\n[worker: {turns} turns, {tools} tool calls, {tokens} tokens, "
     )
 }
@@ -211,7 +211,7 @@ async fn a_role_token_budget_stops_the_sub_agent_and_the_lead_carries_on_with_it
             &worker["stats"]["tool_calls"]
         ),
         (
-            &json!("stopped"),
+            &json!("partial"),
             &json!("budget: tokens"),
             &json!("found half of it"),
             &json!(1),
@@ -232,7 +232,7 @@ async fn a_role_token_budget_stops_the_sub_agent_and_the_lead_carries_on_with_it
     let lead = terminal(&events, true);
     assert_eq!(
         (&lead["outcome"], &lead["text"]),
-        (&json!("finished"), &json!("carried on"))
+        (&json!("completed"), &json!("carried on"))
     );
 }
 
@@ -265,7 +265,7 @@ async fn max_tokens_stops_the_lead_at_its_next_turn_and_exits_one() {
             &lead["stats"]["tool_calls"]
         ),
         (
-            &json!("stopped"),
+            &json!("partial"),
             &json!("budget: tokens"),
             &json!("still looking"),
             &json!(2),
@@ -301,14 +301,14 @@ async fn max_cost_counts_the_sub_agents_spending_and_stops_the_lead() {
     let worker = terminal(&events, false);
     assert_eq!(
         (&worker["outcome"], &worker["text"]),
-        (&json!("finished"), &json!("worker done")),
+        (&json!("completed"), &json!("worker done")),
         "the worker's one turn ends it before any boundary"
     );
     let lead = terminal(&events, true);
     assert_eq!(
         (&lead["outcome"], &lead["reason"], &lead["partial"]),
         (
-            &json!("stopped"),
+            &json!("partial"),
             &json!("budget: cost"),
             &json!("delegating")
         )
@@ -403,13 +403,13 @@ async fn a_role_timeout_stops_the_sub_agent_and_the_lead_carries_on() {
     );
     // The cut turn sent no usage: the worker spent no tokens that were counted.
     let result = lead_task_result(&mock);
-    let expected = "[the worker sub-agent's time ran out before it finished; its work so far:]\n\
+    let expected = "timed_out\n[the worker sub-agent's time ran out before it finished; its work so far:]\n\
          half a thought\n\n[worker: 1 turns, 0 tool calls, 0 tokens, ";
     assert!(result.starts_with(expected), "{result}");
     let lead = terminal(&events, true);
     assert_eq!(
         (&lead["outcome"], &lead["text"]),
-        (&json!("finished"), &json!("carried on"))
+        (&json!("completed"), &json!("carried on"))
     );
 }
 
@@ -499,7 +499,7 @@ async fn the_same_read_five_turns_in_a_row_gets_a_note_then_stops_the_agent() {
             &lead["stats"]["turns"]
         ),
         (
-            &json!("stopped"),
+            &json!("partial"),
             &json!("loop"),
             &json!("try 5"),
             &json!(5)
@@ -606,7 +606,7 @@ async fn cost_follows_the_configured_prices_to_the_cent_with_sub_agents_rolled_u
     assert_eq!(
         listed,
         [
-            "finished",
+            "completed",
             "orchestrator",
             "2",
             "287.5k",
@@ -620,8 +620,8 @@ async fn cost_follows_the_configured_prices_to_the_cent_with_sub_agents_rolled_u
     assert_eq!(
         shown,
         [
-            vec!["orchestrator", "done", "2", "1", "232.5k", "$0.33"],
-            vec!["├", "worker#1", "done", "1", "0", "55.0k", "$0.14"],
+            vec!["orchestrator", "completed", "2", "1", "232.5k", "$0.33"],
+            vec!["├", "worker#1", "completed", "1", "0", "55.0k", "$0.14"],
         ]
     );
     let show = run_on(
@@ -650,7 +650,7 @@ async fn an_unknown_price_is_a_null_cost_and_a_dash() {
     let lead = terminal(&events, true);
     assert_eq!(
         (&lead["outcome"], &lead["stats"]["cost_usd"]),
-        (&json!("finished"), &Value::Null)
+        (&json!("completed"), &Value::Null)
     );
 
     let (listed, shown) = listed_and_shown(&mock, dir.path()).await;
@@ -658,8 +658,8 @@ async fn an_unknown_price_is_a_null_cost_and_a_dash() {
     assert_eq!(
         shown,
         [
-            vec!["orchestrator", "done", "2", "1", "232.5k", "–"],
-            vec!["├", "worker#1", "done", "1", "0", "55.0k", "–"],
+            vec!["orchestrator", "completed", "2", "1", "232.5k", "–"],
+            vec!["├", "worker#1", "completed", "1", "0", "55.0k", "–"],
         ]
     );
 }
@@ -793,7 +793,7 @@ async fn a_sub_agent_that_spends_the_run_s_budget_stops_the_others_at_once() {
     };
     assert_eq!(
         (&hung["outcome"], &hung["reason"]),
-        (&json!("stopped"), &json!("budget: tokens"))
+        (&json!("partial"), &json!("budget: tokens"))
     );
     let lead = terminal(&events, true);
     assert_eq!(lead["reason"], json!("budget: tokens"), "{lead}");
@@ -860,7 +860,7 @@ async fn a_run_carried_on_is_held_to_what_is_left_of_its_budget() {
     let lead = terminal(&seen, true);
     assert_eq!(
         (&lead["outcome"], &lead["reason"]),
-        (&json!("stopped"), &json!("budget: tokens"))
+        (&json!("partial"), &json!("budget: tokens"))
     );
     // Time: it had run 4 s of 3.
     let dir = workspace("");

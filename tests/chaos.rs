@@ -142,7 +142,7 @@ async fn a_hundred_sub_agents_under_mixed_faults_all_finish_and_lose_nothing() {
     .await
     .expect("the fan-out finished");
     runtime.shutdown().await;
-    let Outcome::Finished { text, .. } = &outcome else {
+    let Outcome::Completed { text, .. } = &outcome else {
         panic!("{outcome:?}")
     };
     assert_eq!(text, &format!("all {WORKERS} pieces done"));

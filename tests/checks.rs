@@ -114,7 +114,7 @@ async fn a_failed_check_is_shown_to_the_sub_agent_and_its_fix_merged_once_it_pas
     let result = task_result(&mock);
     assert!(
         result.starts_with(
-            "changes: merged (1 file, +1 \u{2212}1)\ncheck: passed (attempt 2 of 3)\n"
+            "completed\nchanges: merged (1 file, +1 \u{2212}1)\ncheck: passed (attempt 2 of 3)\n"
         ),
         "{result}"
     );
@@ -171,7 +171,7 @@ async fn a_check_that_never_passes_fails_the_sub_agent_and_leaves_its_work_on_it
     let kept = branches(&root);
     assert_eq!(kept.len(), 1);
     let expected = format!(
-        "Error: changes: not merged (branch {})\ncheck: failed (2 attempts)\nthe coder sub-agent failed (check): check `exit 3` failed (2 attempts)",
+        "Error: failed (check)\nchanges: not merged (branch {})\ncheck: failed (2 attempts)\nthe coder sub-agent failed (check): check `exit 3` failed (2 attempts)",
         kept[0]
     );
     assert!(result.starts_with(&expected), "{result}");
@@ -262,7 +262,7 @@ async fn a_run_killed_during_a_check_resumes_without_running_a_finished_check_ag
     let result = task_result(&mock);
     assert!(
         result.starts_with(
-            "changes: merged (1 file, +1 \u{2212}1)\ncheck: passed (attempt 2 of 3)\n"
+            "completed\nchanges: merged (1 file, +1 \u{2212}1)\ncheck: passed (attempt 2 of 3)\n"
         ),
         "{result}"
     );

@@ -306,7 +306,7 @@ async fn json_prints_one_event_per_line() {
     );
     let last = events.last().unwrap();
     assert_eq!(last["type"], "terminal");
-    assert_eq!(last["outcome"], "finished");
+    assert_eq!(last["outcome"], "completed");
     assert_eq!(last["text"], "json answer");
     assert_eq!(last["agent"], "orchestrator");
 }
@@ -651,8 +651,8 @@ async fn without_a_terminal_progress_is_one_plain_line_per_lifecycle_event() {
             .map(|r| r[..5].to_vec())
             .collect::<Vec<_>>(),
         [
-            vec!["orchestrator", "done", "2", "1", "45"],
-            vec!["explorer#1", "done", "1", "0", "15"],
+            vec!["orchestrator", "completed", "2", "1", "45"],
+            vec!["explorer#1", "completed", "1", "0", "15"],
         ]
     );
 }

@@ -56,7 +56,7 @@ async fn a_live_run_is_shown_steered_stopped_and_killed_from_another_terminal() 
                     let firsts: Vec<String> = messages(request)
                         .iter()
                         .filter(|m| m["role"] == "tool")
-                        .map(|m| m["content"].as_str().unwrap_or("").lines().next().unwrap_or("").to_owned())
+                        .map(|m| crate::support::harness::answer(m["content"].as_str().unwrap_or("")).to_owned())
                         .collect();
                     Reply::text(firsts.join(" | "))
                 }

@@ -68,7 +68,7 @@ async fn three_turns_with_parallel_tool_calls_split_mid_json() {
         harness::finished_text(&outcome),
         "Edinburgh, Paris and Rome are all at 12°C."
     );
-    let Outcome::Finished { stats, .. } = &outcome else {
+    let Outcome::Completed { stats, .. } = &outcome else {
         unreachable!()
     };
     assert_eq!((stats.turns, stats.tool_calls), (3, 3));
@@ -260,7 +260,7 @@ async fn a_run_stops_at_max_turns_with_its_partial_work() {
     spec.max_turns = 2;
     let (_dir, runtime, session) = harness::start(&mock, spec).await;
     let (outcome, _) = harness::run(&runtime, session, "loop forever").await;
-    let Outcome::Stopped { reason, stats, .. } = &outcome else {
+    let Outcome::Partial { reason, stats, .. } = &outcome else {
         panic!("{outcome:?}")
     };
     assert_eq!(reason, "budget: turns");

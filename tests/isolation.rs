@@ -232,7 +232,7 @@ async fn three_coders_editing_three_functions_of_one_file_are_all_merged() {
     );
     for (call, result) in results(&mock) {
         assert!(
-            result.starts_with("changes: merged (1 file, +1 \u{2212}1)\n"),
+            result.starts_with("completed\nchanges: merged (1 file, +1 \u{2212}1)\n"),
             "{call}: {result}"
         );
     }
@@ -286,14 +286,16 @@ async fn two_coders_changing_one_line_merge_once_and_report_the_conflict() {
     let results = results(&mock);
     let merged: Vec<_> = results
         .iter()
-        .filter(|(_, r)| r.starts_with("changes: merged (1 file, +1 \u{2212}1)\n"))
+        .filter(|(_, r)| r.starts_with("completed\nchanges: merged (1 file, +1 \u{2212}1)\n"))
         .collect();
     let conflicts: Vec<_> = results
         .iter()
-        .filter(|(_, r)| r.starts_with("changes: conflict in lib.rs (branch orchestrate/"))
+        .filter(|(_, r)| {
+            r.starts_with("completed\nchanges: conflict in lib.rs (branch orchestrate/")
+        })
         .collect();
     assert_eq!((merged.len(), conflicts.len()), (1, 1), "{results:?}");
-    let first_line = conflicts[0].1.lines().next().unwrap();
+    let first_line = conflicts[0].1.lines().nth(1).unwrap();
     let branch = first_line
         .trim_start_matches("changes: conflict in lib.rs (branch ")
         .trim_end_matches(')');
@@ -509,7 +511,7 @@ async fn a_workspace_without_git_is_shared_with_a_warning_when_isolation_was_ask
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     std::fs::write(root.join("lib.rs"), LIB).unwrap();
-    let mock = editing_coders(&["b", "b"], "    2", "    22").await;
+    let mock = editing_coders(&["b", "b"], "    2\n", "    22\n").await;
     // Asked for: the reason is said, once.
     let mut args = BYPASS.to_vec();
     args.extend(["--isolation", "worktree", "change b"]);
@@ -525,7 +527,7 @@ async fn a_workspace_without_git_is_shared_with_a_warning_when_isolation_was_ask
         LIB.replace("    2\n", "    22\n")
     );
     for (_, result) in results(&mock) {
-        assert!(!result.starts_with("changes:"), "{result}");
+        assert!(!result.contains("changes:"), "{result}");
     }
     // Only where possible (`auto`, the default): nothing to say.
     let mut args = BYPASS.to_vec();
@@ -608,7 +610,7 @@ async fn a_merge_cut_off_by_kill_9_is_done_once_when_the_run_is_resumed() {
     assert!(
         results[0]
             .1
-            .starts_with("changes: merged (1 file, +1 \u{2212}1)"),
+            .starts_with("completed\nchanges: merged (1 file, +1 \u{2212}1)"),
         "{results:?}"
     );
     assert!(checkouts(&root).is_empty());
@@ -661,11 +663,11 @@ async fn a_sub_agent_of_an_isolated_one_works_in_its_checkout() {
     // The nester's result says the merge; the coder's (inside it) has none.
     let outer = &results(&mock)[0].1;
     assert!(
-        outer.starts_with("changes: merged (1 file, +1 \u{2212}1)"),
+        outer.starts_with("completed\nchanges: merged (1 file, +1 \u{2212}1)"),
         "{outer}"
     );
     let inner = &results_of(&mock, "You nest.")[0].1;
-    assert!(inner.starts_with("edited"), "{inner}");
+    assert!(inner.starts_with("completed\nedited"), "{inner}");
     let isolated = text(&out.stdout)
         .lines()
         .filter(|l| l.contains(r#""type":"isolated""#))

@@ -131,7 +131,7 @@ async fn a_damaged_line_mid_journal_is_named_and_the_run_carries_on_without_it()
     );
     assert_eq!(text(&listed.stderr).lines().count(), 1);
     assert!(
-        text(&listed.stdout).contains("finished"),
+        text(&listed.stdout).contains("completed"),
         "the run is still listed"
     );
 

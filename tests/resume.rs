@@ -78,7 +78,7 @@ fn tasks(pieces: &[&str]) -> Reply {
 fn merged(request: &Recorded) -> Reply {
     let firsts: Vec<String> = results(request)
         .iter()
-        .map(|r| r.lines().next().unwrap_or("").to_owned())
+        .map(|r| crate::support::harness::answer(r).to_owned())
         .collect();
     Reply::text(format!("merged: {}", firsts.join(" | ")))
 }
@@ -327,7 +327,7 @@ async fn sessions_lists_the_runs_and_shows_one_as_a_tree() {
     assert_eq!(
         &columns[3..],
         [
-            "finished",
+            "completed",
             "orchestrator",
             "3",
             "60",
@@ -354,9 +354,9 @@ async fn sessions_lists_the_runs_and_shows_one_as_a_tree() {
     assert_eq!(
         heads,
         [
-            vec!["orchestrator", "done", "2", "2", "30", "–"],
-            vec!["├", "worker#1", "done", "1", "0", "15", "–"],
-            vec!["├", "worker#2", "done", "1", "0", "15", "–"],
+            vec!["orchestrator", "completed", "2", "2", "30", "–"],
+            vec!["├", "worker#1", "completed", "1", "0", "15", "–"],
+            vec!["├", "worker#2", "completed", "1", "0", "15", "–"],
         ]
     );
     assert!(
@@ -504,7 +504,7 @@ async fn a_kill_two_levels_down_resumes_at_every_depth() {
                 MIDDLE if results(request).is_empty() => task("leaf", "look it up"),
                 MIDDLE => Reply::text(format!(
                     "middle got: {}",
-                    results(request)[0].lines().next().unwrap_or("")
+                    crate::support::harness::answer(&results(request)[0])
                 )),
                 _ if results(request).is_empty() => task("middle", "find out"),
                 _ => merged(request),

@@ -122,7 +122,7 @@ async fn a_runtime_holds_nothing_for_sessions_that_stopped_and_its_peak_memory_s
         let lead = runtime.start_session(harness::spec(tools)).await.unwrap();
         let outcome = runtime.run_prompt(lead, "split it", |_| {}).await;
         assert!(
-            matches!(&outcome, Some(Outcome::Finished { text, .. }) if text == "merged"),
+            matches!(&outcome, Some(Outcome::Completed { text, .. }) if text == "merged"),
             "round {round}: {outcome:?}"
         );
         // While the lead lives, it may look its sub-agents up again; the rest

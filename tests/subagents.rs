@@ -138,7 +138,7 @@ async fn three_task_calls_run_in_parallel_and_come_back_in_call_order() {
     let (outcome, _) = harness::run(&team.runtime, team.lead, "split it three ways").await;
     assert_eq!(harness::finished_text(&outcome), "merged");
     // The lead's two turns and its three children's one turn each, 15 tokens a turn.
-    let orchestrate::Outcome::Finished { stats, .. } = &outcome else {
+    let orchestrate::Outcome::Completed { stats, .. } = &outcome else {
         unreachable!()
     };
     assert_eq!(
@@ -152,7 +152,7 @@ async fn three_task_calls_run_in_parallel_and_come_back_in_call_order() {
     let lead_final = requests.iter().rfind(|r| system(r) != WORKER).unwrap();
     let results: Vec<String> = harness::tool_results(lead_final)
         .into_iter()
-        .map(|(id, content)| format!("{id}={}", content.lines().next().unwrap()))
+        .map(|(id, content)| format!("{id}={}", crate::support::harness::answer(&content)))
         .collect();
     assert_eq!(
         results,
@@ -181,7 +181,7 @@ async fn a_failing_child_is_an_error_result_and_the_lead_still_answers() {
     assert_eq!(failed["tool_call_id"], "t2");
     assert_eq!(
         failed["content"],
-        "Error: the worker sub-agent failed (permanent): HTTP 401: worker key revoked"
+        "Error: failed (permanent)\nthe worker sub-agent failed (permanent): HTTP 401: worker key revoked"
     );
     team.runtime.shutdown().await;
 }
@@ -223,7 +223,7 @@ async fn a_child_that_fails_after_saying_something_hands_back_its_last_output() 
     let failed = results[0]["content"].as_str().unwrap();
     assert!(
         failed.starts_with(
-            "Error: the worker sub-agent failed (permanent): HTTP 401: worker key revoked"
+            "Error: failed (permanent)\nthe worker sub-agent failed (permanent): HTTP 401: worker key revoked"
         ),
         "{failed}"
     );

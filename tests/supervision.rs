@@ -38,7 +38,7 @@ async fn a_panicking_session_is_restarted_from_its_journal_and_finishes() {
     let (outcome, events) = harness::run(&runtime, session, "Weather in Oslo?").await;
 
     assert_eq!(harness::finished_text(&outcome), "Oslo is at 12°C.");
-    let Outcome::Finished { stats, .. } = &outcome else {
+    let Outcome::Completed { stats, .. } = &outcome else {
         unreachable!()
     };
     assert_eq!(stats.turns, 2, "the resumed run kept its turn count");
@@ -87,7 +87,7 @@ async fn a_panicking_session_is_restarted_from_its_journal_and_finishes() {
     assert!(matches!(
         records.last(),
         Some(Record::Terminal {
-            outcome: Outcome::Finished { .. }
+            outcome: Outcome::Completed { .. }
         })
     ));
 }

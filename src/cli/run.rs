@@ -516,7 +516,7 @@ pub(super) fn report(
     err: &mut dyn Write,
 ) -> ExitCode {
     match outcome {
-        Some(Outcome::Finished {
+        Some(Outcome::Completed {
             text, truncated, ..
         }) => {
             if !json {
@@ -547,7 +547,7 @@ pub(super) fn report(
             let _ = writeln!(err, "orchestrate: cancelled");
             ExitCode::from(exit::CANCELLED)
         }
-        Some(Outcome::Stopped {
+        Some(Outcome::Partial {
             reason, partial, ..
         }) => {
             if !json && !partial.is_empty() {

@@ -155,11 +155,11 @@ pub(super) fn show(run: &Run, checkouts: &str) -> String {
     ));
     text.push_str(&format!("\n{checkouts}"));
     let (heading, answer) = match &run.lead().outcome {
-        Some(Outcome::Finished { text, .. }) => ("answer", text.as_str()),
+        Some(Outcome::Completed { text, .. }) => ("answer", text.as_str()),
         Some(Outcome::Failed { message, .. }) => ("failed", message.as_str()),
         Some(
             Outcome::Cancelled { partial, .. }
-            | Outcome::Stopped { partial, .. }
+            | Outcome::Partial { partial, .. }
             | Outcome::TimedOut { partial, .. },
         ) => ("said before it ended", partial.as_str()),
         None => ("interrupted; `orchestrate resume` carries on", ""),
@@ -170,11 +170,11 @@ pub(super) fn show(run: &Run, checkouts: &str) -> String {
 
 fn status(agent: &Agent) -> &'static str {
     match &agent.outcome {
-        Some(Outcome::Finished { .. }) => "done",
+        Some(Outcome::Completed { .. }) => "completed",
         Some(Outcome::Failed { .. }) => "failed",
         Some(Outcome::Cancelled { .. }) => "cancelled",
-        Some(Outcome::Stopped { .. }) => "stopped",
-        Some(Outcome::TimedOut { .. }) => "timed out",
+        Some(Outcome::Partial { .. }) => "partial",
+        Some(Outcome::TimedOut { .. }) => "timed_out",
         None => "unfinished",
     }
 }

@@ -396,7 +396,7 @@ mod tests {
         ];
         if let Some(answer) = answer {
             records.push(Record::Terminal {
-                outcome: Outcome::Finished {
+                outcome: Outcome::Completed {
                     text: answer.into(),
                     truncated: false,
                     stats: Default::default(),

@@ -406,7 +406,7 @@ mod tests {
         assert_eq!(recorded(&[], "p"), Recorded::Unprompted);
         assert_eq!(recorded(&run("p"), "p"), Recorded::Running);
         assert_eq!(recorded(&run("q"), "p"), Recorded::Other);
-        let finished = Outcome::Finished {
+        let finished = Outcome::Completed {
             text: "done".into(),
             truncated: false,
             stats: RunStats::default(),

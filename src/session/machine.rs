@@ -398,7 +398,7 @@ impl Machine {
             Next::Finish(text) => {
                 run.last_text = text.clone();
                 self.run = Some(run);
-                self.end_run(now, |stats| Outcome::Finished {
+                self.end_run(now, |stats| Outcome::Completed {
                     text,
                     truncated: false,
                     stats,
@@ -465,7 +465,7 @@ impl Machine {
             Some(Awaiting::Joining) => self.join(now, prompts),
             Some(Awaiting::Finishing { text, truncated }) if prompts.is_empty() => {
                 // Durable with the terminal record's sync.
-                self.end_run(now, |stats| Outcome::Finished {
+                self.end_run(now, |stats| Outcome::Completed {
                     text,
                     truncated,
                     stats,

@@ -164,7 +164,7 @@ pub fn tool_results(request: &super::mock_llm::Recorded) -> Vec<(String, String)
 /// The final text of a finished run, or a panic naming what happened instead.
 pub fn finished_text(outcome: &Outcome) -> &str {
     match outcome {
-        Outcome::Finished { text, .. } => text,
+        Outcome::Completed { text, .. } => text,
         other => panic!("expected a finished run, got {other:?}"),
     }
 }
@@ -413,4 +413,22 @@ pub async fn start(mock: &MockLlm, spec: SessionSpec) -> (tempfile::TempDir, Run
     let runtime = runtime(mock, dir.path()).await;
     let session = runtime.start_session(spec).await.unwrap();
     (dir, runtime, session)
+}
+
+/// The first line of what a sub-agent said in its Task result: after the
+/// outcome line (`completed`, `partial (…)`, `failed (…)`, `timed_out`) and
+/// the `changes:` and `check:` lines.
+pub fn answer(result: &str) -> &str {
+    let mut lines = result.lines().peekable();
+    if let Some(first) = lines.peek()
+        && (*first == "completed"
+            || *first == "timed_out"
+            || first.starts_with("partial (")
+            || first.starts_with("failed ("))
+    {
+        lines.next();
+    }
+    lines
+        .find(|l| !l.starts_with("changes: ") && !l.starts_with("check: "))
+        .unwrap_or("")
 }

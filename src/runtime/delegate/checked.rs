@@ -121,7 +121,7 @@ impl Handle {
                     None => return (None, Some(failed(attempt))),
                 }
             }
-            if !matches!(outcome, Outcome::Finished { .. }) {
+            if !matches!(outcome, Outcome::Completed { .. }) {
                 return (Some(outcome), (attempt > 0).then(|| failed(attempt)));
             }
             if attempt >= attempts {
@@ -265,10 +265,10 @@ fn add(total: &mut RunStats, more: &RunStats) {
 /// `outcome` with the counters of the runs before it added to its own.
 fn counting(mut outcome: Outcome, earlier: &RunStats) -> Outcome {
     let stats = match &mut outcome {
-        Outcome::Finished { stats, .. }
+        Outcome::Completed { stats, .. }
         | Outcome::Failed { stats, .. }
         | Outcome::Cancelled { stats, .. }
-        | Outcome::Stopped { stats, .. }
+        | Outcome::Partial { stats, .. }
         | Outcome::TimedOut { stats, .. } => stats,
     };
     let mut total = *earlier;
@@ -280,10 +280,10 @@ fn counting(mut outcome: Outcome, earlier: &RunStats) -> Outcome {
 /// What the sub-agent said last.
 fn outcome_text(outcome: &Outcome) -> String {
     match outcome {
-        Outcome::Finished { text, .. } => text.clone(),
+        Outcome::Completed { text, .. } => text.clone(),
         Outcome::Failed { partial, .. }
         | Outcome::Cancelled { partial, .. }
-        | Outcome::Stopped { partial, .. }
+        | Outcome::Partial { partial, .. }
         | Outcome::TimedOut { partial, .. } => partial.clone(),
     }
 }

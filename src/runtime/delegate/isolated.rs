@@ -323,7 +323,7 @@ impl Handle {
         }
         let its_work = matches!(
             outcome,
-            Some(Outcome::Finished { .. } | Outcome::Stopped { .. } | Outcome::TimedOut { .. })
+            Some(Outcome::Completed { .. } | Outcome::Partial { .. } | Outcome::TimedOut { .. })
         );
         if !its_work {
             return Ok(Changes::Kept { branch });

@@ -121,7 +121,7 @@ impl Machine {
         };
         let reason = run.stop.take().unwrap_or_default();
         let partial = run.last_text.clone();
-        self.end_run(now, |stats| Outcome::Stopped {
+        self.end_run(now, |stats| Outcome::Partial {
             reason,
             partial,
             stats,

@@ -347,10 +347,10 @@ impl Board {
                 row.cost = stats.cost_usd.map(|c| c + row.cost_ended);
                 row.cost_ended = row.cost.unwrap_or(row.cost_ended);
                 row.state = match outcome {
-                    Outcome::Finished { .. } => State::Done,
+                    Outcome::Completed { .. } => State::Done,
                     Outcome::Failed { class, .. } => State::Failed(class.clone()),
                     Outcome::Cancelled { .. } => State::Cancelled,
-                    Outcome::Stopped { reason, .. } => State::Stopped(reason.clone()),
+                    Outcome::Partial { reason, .. } => State::Stopped(reason.clone()),
                     Outcome::TimedOut { .. } => State::Stopped("timed out".to_owned()),
                 };
             }
@@ -430,7 +430,7 @@ mod tests {
             agent: "orchestrator".into(),
             kind: EventKind::Terminal {
                 prompts: vec![prompt],
-                outcome: Outcome::Finished {
+                outcome: Outcome::Completed {
                     text: String::new(),
                     truncated: false,
                     stats: RunStats {

@@ -183,7 +183,7 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
             format!("not merged (it did not finish): its work is on branch {branch}")
         }
         EventKind::Terminal { outcome, .. } => match outcome {
-            Outcome::Finished { stats, .. } => format!(
+            Outcome::Completed { stats, .. } => format!(
                 "done · {} · {} · {} tok · {}",
                 count(stats.turns, "turn"),
                 count(stats.tool_calls, "tool"),
@@ -194,7 +194,7 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
             Outcome::Failed { .. } if event.parent.is_none() => "failed".to_owned(),
             Outcome::Failed { message, .. } => format!("failed: {}", clip(message, 100)),
             Outcome::Cancelled { .. } => "cancelled".to_owned(),
-            Outcome::Stopped { reason, .. } => format!("stopped ({reason})"),
+            Outcome::Partial { reason, .. } => format!("stopped ({reason})"),
             Outcome::TimedOut { .. } => "timed out".to_owned(),
         },
         EventKind::PromptQueued { .. }
@@ -229,10 +229,11 @@ pub fn summary(board: &Board, now_ms: u64) -> String {
     );
     for row in board.rows() {
         let status = match &row.state {
-            State::Done => "done",
+            State::Done => "completed",
             State::Failed(_) => "failed",
             State::Cancelled => "cancelled",
-            State::Stopped(_) => "stopped",
+            State::Stopped(reason) if reason == "timed out" => "timed_out",
+            State::Stopped(_) => "partial",
             State::Thinking
             | State::Streaming
             | State::Tool(_)

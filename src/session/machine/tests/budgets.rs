@@ -29,7 +29,7 @@ fn priced() -> ModelInfo {
 
 fn stopped(sim: &Sim, prompt: u64) -> (String, String, RunStats) {
     match sim.outcome(prompt) {
-        Some(Outcome::Stopped {
+        Some(Outcome::Partial {
             reason,
             partial,
             stats,
@@ -64,7 +64,7 @@ fn cost_follows_the_prices_and_sub_agents_roll_up_into_it() {
     sim.running.clear();
     sim.input(done);
     sim.answer(text("done"));
-    let Some(Outcome::Finished { stats, .. }) = sim.outcome(p) else {
+    let Some(Outcome::Completed { stats, .. }) = sim.outcome(p) else {
         panic!("{:?}", sim.terminals())
     };
     let expected = 2.0 * (10.0 + 20.0) / 1e6 + 0.5;
@@ -80,7 +80,7 @@ fn an_unknown_price_anywhere_makes_the_cost_unknown() {
     let mut sim = Sim::new(spec());
     let p = sim.prompt("go");
     sim.answer(text("done"));
-    let Some(Outcome::Finished { stats, .. }) = sim.outcome(p) else {
+    let Some(Outcome::Completed { stats, .. }) = sim.outcome(p) else {
         panic!()
     };
     assert_eq!(stats.cost_usd, None);
@@ -257,7 +257,7 @@ fn time_up_cuts_the_stream_and_keeps_what_it_said() {
     let q = sim.prompt("again");
     sim.input(Input::TimeUp { run: p });
     sim.answer(text("fine"));
-    assert!(matches!(sim.outcome(q), Some(Outcome::Finished { .. })));
+    assert!(matches!(sim.outcome(q), Some(Outcome::Completed { .. })));
 }
 
 #[test]

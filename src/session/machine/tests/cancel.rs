@@ -72,12 +72,12 @@ fn a_cancel_at_every_point_of_a_run_ends_it_exactly_once() {
         let (prompts, outcome) = &terminals[0];
         assert_eq!(prompts, &[1], "after {at}");
         match outcome {
-            Outcome::Finished { .. } => assert!(finished, "after {at}: {outcome:?}"),
+            Outcome::Completed { .. } => assert!(finished, "after {at}: {outcome:?}"),
             Outcome::Cancelled { partial, .. } => {
                 assert!(!finished, "after {at}");
                 assert_eq!(partial, &said, "after {at}");
             }
-            Outcome::Failed { .. } | Outcome::Stopped { .. } | Outcome::TimedOut { .. } => {
+            Outcome::Failed { .. } | Outcome::Partial { .. } | Outcome::TimedOut { .. } => {
                 panic!("after {at}: {outcome:?}")
             }
         }
@@ -115,7 +115,7 @@ fn a_cancel_at_every_point_of_a_run_ends_it_exactly_once() {
         );
         sim.answer(text("ready"));
         assert!(
-            matches!(sim.outcome(next), Some(Outcome::Finished { .. })),
+            matches!(sim.outcome(next), Some(Outcome::Completed { .. })),
             "after {at}"
         );
     }
@@ -129,7 +129,7 @@ fn a_cancel_stamped_before_a_prompt_never_cancels_its_run() {
     assert!(sim.terminals().is_empty());
     assert_eq!(sim.effects.last(), Some(&Effect::CancelDone { seq: p - 1 }));
     sim.answer(text("done"));
-    assert!(matches!(sim.outcome(p), Some(Outcome::Finished { .. })));
+    assert!(matches!(sim.outcome(p), Some(Outcome::Completed { .. })));
 }
 
 #[test]

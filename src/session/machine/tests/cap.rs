@@ -87,7 +87,7 @@ fn a_turn_of_a_hundred_calls_runs_sixty_four_and_refuses_the_rest() {
     assert_eq!(finished, 100);
 
     sim.answer(text("done"));
-    assert!(matches!(sim.outcome(p), Some(Outcome::Finished { .. })));
+    assert!(matches!(sim.outcome(p), Some(Outcome::Completed { .. })));
     assert!(sim.violations.is_empty(), "{:?}", sim.violations);
 }
 
@@ -180,7 +180,7 @@ fn task_calls_count_apart_so_a_lead_can_fan_out_past_sixty_four() {
     // The 65th to 70th reads: calls 128, 130, … 138.
     assert_eq!(refused, ["c128", "c130", "c132", "c134", "c136", "c138"]);
     sim.answer(text("done"));
-    assert!(matches!(sim.outcome(p), Some(Outcome::Finished { .. })));
+    assert!(matches!(sim.outcome(p), Some(Outcome::Completed { .. })));
 }
 
 #[test]

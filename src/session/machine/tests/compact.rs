@@ -91,7 +91,7 @@ fn a_run_past_its_window_summarizes_and_every_later_request_fits() {
     assert!(content.ends_with("SUMMARY: read r0 to r9"));
     // The run goes on and ends once; no request past the threshold.
     sim.answer(text("done"));
-    assert!(matches!(sim.outcome(p), Some(Outcome::Finished { .. })));
+    assert!(matches!(sim.outcome(p), Some(Outcome::Completed { .. })));
     for request in &sim.requests {
         assert!(estimate(&request.messages) < WINDOW, "{}", request.place);
     }
@@ -115,7 +115,7 @@ fn large_old_results_are_elided_without_a_summary_when_that_is_enough() {
     );
     assert!(sim.event_names().contains(&"compacted"));
     sim.answer(text("done"));
-    assert!(matches!(sim.outcome(p), Some(Outcome::Finished { .. })));
+    assert!(matches!(sim.outcome(p), Some(Outcome::Completed { .. })));
 }
 
 #[test]
@@ -133,7 +133,7 @@ fn a_cancel_or_a_stop_during_the_summary_ends_the_run_once() {
         let terminals = sim.terminals();
         assert_eq!(terminals.len(), 1, "{terminals:?}");
         match (stop, sim.outcome(p)) {
-            (true, Some(Outcome::Stopped { .. })) | (false, Some(Outcome::Cancelled { .. })) => {}
+            (true, Some(Outcome::Partial { .. })) | (false, Some(Outcome::Cancelled { .. })) => {}
             other => panic!("{other:?}"),
         }
         assert!(sim.stream.is_none());
@@ -172,7 +172,7 @@ fn an_overflow_compacts_once_retries_and_the_next_boundary_still_compacts() {
     assert!(sim.requests.last().unwrap().place.ends_with("/compaction"));
     sim.answer(summary("SUMMARY two"));
     sim.answer(text("done"));
-    assert!(matches!(sim.outcome(p), Some(Outcome::Finished { .. })));
+    assert!(matches!(sim.outcome(p), Some(Outcome::Completed { .. })));
     // A second overflow in the same turn fails the run.
     let mut sim = Sim::new(spec());
     let q = sim.prompt("x");

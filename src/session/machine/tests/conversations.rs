@@ -112,7 +112,7 @@ fn parallel_reads_then_an_answer_make_one_run_with_results_in_call_order() {
     );
 
     sim.answer(text("fixed"));
-    let Some(Outcome::Finished {
+    let Some(Outcome::Completed {
         text,
         truncated,
         stats,
@@ -313,7 +313,7 @@ fn the_turn_limit_stops_the_run_with_the_last_text_as_partial() {
         sim.finish(&format!("r{turn}"), "ok");
     }
     assert_eq!(sim.requests.len(), 2);
-    let Some(Outcome::Stopped {
+    let Some(Outcome::Partial {
         reason, partial, ..
     }) = sim.outcome(p)
     else {
@@ -362,7 +362,7 @@ fn a_prompt_that_waits_through_a_final_answer_starts_the_next_run() {
     let p1 = sim.prompt("first");
     let p2 = sim.prompt("second");
     sim.answer(text("one"));
-    assert!(matches!(sim.outcome(p1), Some(Outcome::Finished { .. })));
+    assert!(matches!(sim.outcome(p1), Some(Outcome::Completed { .. })));
     assert_eq!(sim.requests.len(), 2, "the next run started");
     let second = &sim.requests[1].messages;
     assert_eq!(
@@ -378,7 +378,7 @@ fn a_prompt_that_waits_through_a_final_answer_starts_the_next_run() {
     );
     assert_eq!(sim.requests[1].place, "coder/turn 1", "turns count per run");
     sim.answer(text("two"));
-    assert!(matches!(sim.outcome(p2), Some(Outcome::Finished { .. })));
+    assert!(matches!(sim.outcome(p2), Some(Outcome::Completed { .. })));
 }
 
 #[test]
@@ -426,7 +426,7 @@ fn late_and_duplicate_reports_are_ignored_but_tokens_still_count() {
         [result("r1", "ok"), result("r2", "ok")]
     );
     sim.answer(text("done"));
-    let Some(Outcome::Finished { stats, .. }) = sim.outcome(p) else {
+    let Some(Outcome::Completed { stats, .. }) = sim.outcome(p) else {
         panic!("{:?}", sim.terminals())
     };
     assert_eq!(stats.usage, usage(25), "two turns and a sub-agent's tokens");
@@ -580,12 +580,12 @@ fn a_steer_sent_while_the_model_answers_keeps_the_run_going() {
         "one run answers the prompt and its steer"
     );
     assert!(
-        matches!(&terminals[0].1, Outcome::Finished { text, .. } if text == "empty input handled too")
+        matches!(&terminals[0].1, Outcome::Completed { text, .. } if text == "empty input handled too")
     );
     // The plain prompt waited for a run of its own.
     assert_eq!(sim.requests.len(), 3);
     sim.answer(text("later"));
-    assert!(matches!(sim.outcome(q), Some(Outcome::Finished { .. })));
+    assert!(matches!(sim.outcome(q), Some(Outcome::Completed { .. })));
 }
 
 #[test]
@@ -603,7 +603,7 @@ fn a_stop_ends_the_run_at_its_next_turn_boundary_with_its_work_so_far() {
     );
     sim.finish("r1", "ok");
     assert_eq!(sim.requests.len(), 1, "no turn after the boundary");
-    let Some(Outcome::Stopped {
+    let Some(Outcome::Partial {
         reason, partial, ..
     }) = sim.outcome(p)
     else {

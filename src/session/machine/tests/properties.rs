@@ -196,7 +196,7 @@ proptest! {
         ids.dedup();
         prop_assert_eq!(ids.len(), played.started_with_effects.len(), "a call with effects ran twice");
         if !played.cancelled && !played.crashed {
-            let finished = matches!(played.terminals[0], Outcome::Finished { .. });
+            let finished = matches!(played.terminals[0], Outcome::Completed { .. });
             prop_assert_eq!(finished, expected_finish(&case.script), "{:?}", played.terminals);
         }
     }

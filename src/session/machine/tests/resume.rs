@@ -142,7 +142,7 @@ fn a_session_resumes_from_every_prefix_of_its_journal() {
         assert_eq!(terminals.len(), 1, "cut at {cut}");
         assert_eq!(terminals[0].0, [1], "cut at {cut}");
         assert!(
-            matches!(&terminals[0].1, Outcome::Finished { text, .. } if text == "all done"),
+            matches!(&terminals[0].1, Outcome::Completed { text, .. } if text == "all done"),
             "cut at {cut}: {terminals:?}"
         );
         if let Some(first) = sim.requests.first() {
@@ -273,7 +273,7 @@ fn a_stop_asked_for_while_down_ends_the_resumed_run_before_any_request() {
     let resumed = Sim::resume(spec(), sim.journal.clone(), queue, 60);
     assert!(resumed.requests.is_empty());
     assert!(
-        matches!(resumed.outcome(p), Some(Outcome::Stopped { .. })),
+        matches!(resumed.outcome(p), Some(Outcome::Partial { .. })),
         "{:?}",
         resumed.terminals()
     );

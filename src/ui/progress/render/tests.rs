@@ -219,7 +219,7 @@ fn fan_out() -> (Board, Vec<String>) {
                 "explorer",
                 EventKind::Terminal {
                     prompts: vec![2],
-                    outcome: Outcome::Finished {
+                    outcome: Outcome::Completed {
                         text: "x".into(),
                         truncated: false,
                         stats,
