@@ -56,6 +56,10 @@ pub struct TaskInput {
     /// How many times the check may run (default: the role's, else 3).
     #[serde(default)]
     pub check_attempts: Option<u32>,
+    /// Seconds the sub-agent may run (its role's `timeout` too, whichever is
+    /// shorter); then it ends `timed_out` with its work so far.
+    #[serde(default)]
+    pub timeout: Option<u64>,
 }
 
 /// Attempts at a check, by default.
@@ -464,8 +468,17 @@ impl Tool for Task {
                     "prompt is empty: say what the sub-agent should do and report".into(),
                 ));
             }
-            let (spec, isolated) =
+            let (mut spec, isolated) =
                 self.child_spec(&input.subagent_type, ctx.session, &ctx.call_id)?;
+            if let Some(secs) = input.timeout {
+                if secs == 0 {
+                    return Err(ToolError::InvalidInput(
+                        "timeout must be at least 1 second".into(),
+                    ));
+                }
+                let asked = std::time::Duration::from_secs(secs);
+                spec.budget.timeout = Some(spec.budget.timeout.map_or(asked, |t| t.min(asked)));
+            }
             // A sub-agent of an isolated one shares its parent's checkout,
             // which is private already.
             let (mut spec, wanted) = (spec, isolated);

@@ -414,6 +414,32 @@ async fn a_role_timeout_stops_the_sub_agent_and_the_lead_carries_on() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_timeout_bounds_one_sub_agent_whose_role_has_none() {
+    let mock = MockLlm::start_with(|request, _| {
+        let results = results(request);
+        if is_worker(request) {
+            return says_then_hangs("a start");
+        }
+        if results.is_empty() {
+            let args = json!({"description": "one piece", "prompt": "look", "subagent_type": "worker", "timeout": 1});
+            return says_then_calls("delegating", &[("t1", "Task", args)]);
+        }
+        Reply::text("carried on")
+    })
+    .await;
+    let dir = workspace("");
+    let out = run_on(&mock, dir.path(), &["--json", "delegate it"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let events = events(&out);
+    let worker = terminal(&events, false);
+    assert_eq!(
+        (&worker["outcome"], &worker["partial"]),
+        (&json!("timed_out"), &json!("a start"))
+    );
+    assert!(lead_task_result(&mock).starts_with("timed_out\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_turns_stops_the_sub_agent_gracefully_and_the_lead_carries_on() {
     let mock = delegating(|results| match results.len() {
         0 => says_then_reads("r1", "read one", "notes.txt"),
