@@ -80,6 +80,19 @@ pub(super) fn run(
     }
 }
 
+/// Refuses a rewind over `newer`, files changed after the run's last
+/// checkpoint, unless `force`.
+fn refuse_newer(mut newer: Vec<String>, force: bool) -> Result<(), Refused> {
+    newer.sort();
+    if newer.is_empty() || force {
+        return Ok(());
+    }
+    Err(Refused::Said(format!(
+        "{} changed after the run's last checkpoint; rewinding would lose that (--force rewinds anyway)",
+        newer.join(", ")
+    )))
+}
+
 /// Outside a repository: puts back the files checkpoint `to` (default: the
 /// first) of `run` copied in `copies`; what was done, in a line.
 fn rewind_outside(
@@ -108,19 +121,12 @@ fn rewind_outside(
         .into_iter()
         .map(|s| s.path)
         .collect();
-    let mut newer: Vec<String> =
-        outside::changed_since_end(&outside::folder(copies, last), workspace)
-            .into_iter()
-            .filter(|p| paths.contains(p))
-            .map(|p| p.display().to_string())
-            .collect();
-    newer.sort();
-    if !newer.is_empty() && !force {
-        return Err(Refused::Said(format!(
-            "{} changed after the run's last checkpoint; rewinding would lose that (--force rewinds anyway)",
-            newer.join(", ")
-        )));
-    }
+    let newer: Vec<String> = outside::changed_since_end(&outside::folder(copies, last), workspace)
+        .into_iter()
+        .filter(|p| paths.contains(p))
+        .map(|p| p.display().to_string())
+        .collect();
+    refuse_newer(newer, force)?;
     let io = |e: std::io::Error| Refused::Said(format!("the rewind stopped: {e}"));
     let undo = last + 1;
     let undo_dir = outside::folder(copies, undo);
@@ -189,18 +195,12 @@ fn rewind(
         .into_iter()
         .map(|c| c.path)
         .collect();
-    let mut newer: Vec<String> = changes
+    let newer: Vec<String> = changes
         .iter()
         .filter(|c| since.contains(&c.path))
         .map(|c| c.path.display().to_string())
         .collect();
-    newer.sort();
-    if !newer.is_empty() && !force {
-        return Err(Refused::Said(format!(
-            "{} changed after the run's last checkpoint; rewinding would lose that (--force rewinds anyway)",
-            newer.join(", ")
-        )));
-    }
+    refuse_newer(newer, force)?;
     let undo = checkpoint::take(
         &root,
         run,
