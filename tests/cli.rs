@@ -637,8 +637,8 @@ async fn without_a_terminal_progress_is_one_plain_line_per_lifecycle_event() {
             "orchestrator: Task find main",
             "explorer#1: started",
             // The mock's model has no price: its cost is unknown, never $0.00.
-            "explorer#1: done · 1 turn · 0 tools · 15 tok · –",
-            "orchestrator: done · 2 turns · 1 tool · 45 tok · –",
+            "explorer#1: completed · 1 turn · 0 tools · 15 tok · –",
+            "orchestrator: completed · 2 turns · 1 tool · 45 tok · –",
         ]
     );
     let table: Vec<Vec<&str>> = table[1..]

@@ -28,10 +28,11 @@ pub fn state_text(state: &State, now_ms: u64, tools: u32) -> String {
             let left = at_ms.saturating_sub(now_ms).div_ceil(1000);
             format!("rate limited · {left}s")
         }
-        State::Done => format!("✔ done · {}", count(tools, "tool")),
+        State::Done => format!("✔ completed · {}", count(tools, "tool")),
         State::Failed(class) => format!("✘ failed · {class}"),
         State::Cancelled => "cancelled".to_owned(),
-        State::Stopped(reason) => format!("■ stopped · {reason}"),
+        State::Stopped(reason) if reason == "timed out" => "■ timed_out".to_owned(),
+        State::Stopped(reason) => format!("■ partial · {reason}"),
     }
 }
 
@@ -184,7 +185,7 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
         }
         EventKind::Terminal { outcome, .. } => match outcome {
             Outcome::Completed { stats, .. } => format!(
-                "done · {} · {} · {} tok · {}",
+                "completed · {} · {} · {} tok · {}",
                 count(stats.turns, "turn"),
                 count(stats.tool_calls, "tool"),
                 tokens(stats.usage.total()),
@@ -194,8 +195,8 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
             Outcome::Failed { .. } if event.parent.is_none() => "failed".to_owned(),
             Outcome::Failed { message, .. } => format!("failed: {}", clip(message, 100)),
             Outcome::Cancelled { .. } => "cancelled".to_owned(),
-            Outcome::Partial { reason, .. } => format!("stopped ({reason})"),
-            Outcome::TimedOut { .. } => "timed out".to_owned(),
+            Outcome::Partial { reason, .. } => format!("partial ({reason})"),
+            Outcome::TimedOut { .. } => "timed_out".to_owned(),
         },
         EventKind::PromptQueued { .. }
         | EventKind::TurnStarted { .. }
