@@ -440,6 +440,66 @@ async fn a_task_timeout_bounds_one_sub_agent_whose_role_has_none() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_children_on_two_slots_one_timing_out_all_reach_their_outcomes() {
+    let mock = MockLlm::start_with(|request, _| {
+        let results = results(request);
+        if is_worker(request) {
+            let prompt = request.body["messages"][1]["content"]
+                .as_str()
+                .unwrap_or("");
+            return match prompt {
+                "hang" => says_then_hangs("a start"),
+                other => Reply::text(format!("did {other}")),
+            };
+        }
+        if results.is_empty() {
+            let calls: Vec<(String, Value)> = ["a", "hang", "b", "c", "d"]
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    let mut args =
+                        json!({"description": p, "prompt": p, "subagent_type": "worker"});
+                    if *p == "hang" {
+                        args["timeout"] = json!(1);
+                    }
+                    (format!("t{i}"), args)
+                })
+                .collect();
+            let calls: Vec<(&str, &str, Value)> = calls
+                .iter()
+                .map(|(id, a)| (id.as_str(), "Task", a.clone()))
+                .collect();
+            return says_then_calls("five at once", &calls);
+        }
+        Reply::text("carried on")
+    })
+    .await;
+    let dir = workspace("");
+    let args = ["--json", "--max-parallel", "2", "delegate five"];
+    let out = run_on(&mock, dir.path(), &args, &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let events = events(&out);
+    let mut outcomes: Vec<String> = events
+        .iter()
+        .filter(|e| e["type"] == "terminal" && e.get("parent").is_some())
+        .map(|e| e["outcome"].as_str().unwrap().to_owned())
+        .collect();
+    outcomes.sort();
+    assert_eq!(
+        outcomes,
+        [
+            "completed",
+            "completed",
+            "completed",
+            "completed",
+            "timed_out"
+        ]
+    );
+    let lead = terminal(&events, true);
+    assert_eq!(lead["outcome"], "completed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_turns_stops_the_sub_agent_gracefully_and_the_lead_carries_on() {
     let mock = delegating(|results| match results.len() {
         0 => says_then_reads("r1", "read one", "notes.txt"),
