@@ -118,9 +118,7 @@ fn quiet() -> [(OsString, OsString); 3] {
 fn drivers(dir: &Path) -> Vec<String> {
     type Known = HashMap<PathBuf, (Option<SystemTime>, Vec<String>)>;
     static KNOWN: Mutex<Option<Known>> = Mutex::new(None);
-    let changed = std::fs::metadata(dir.join(".git/config"))
-        .and_then(|m| m.modified())
-        .ok();
+    let changed = config_stamp(dir);
     let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
     let known = known.get_or_insert_with(HashMap::new);
     if let Some((at, drivers)) = known.get(dir)
@@ -137,11 +135,28 @@ fn drivers(dir: &Path) -> Vec<String> {
     drivers
 }
 
+/// When the config of the repository `dir` is in last changed: its `.git`
+/// folder's `config` (or, for a worktree or submodule, its `.git` file), from
+/// the nearest folder above that has one.
+fn config_stamp(dir: &Path) -> Option<SystemTime> {
+    let dot_git = dir
+        .ancestors()
+        .map(|d| d.join(".git"))
+        .find(|g| g.exists())?;
+    let config = if dot_git.is_dir() {
+        dot_git.join("config")
+    } else {
+        dot_git
+    };
+    std::fs::metadata(config).and_then(|m| m.modified()).ok()
+}
+
 /// The filter and merge drivers the repository in `dir` configures
 /// (`filter.NAME.*`, `merge.NAME.*`, as `filter.NAME` and `merge.NAME`), read
 /// by a git that runs nothing (`git config` starts no program).
 fn read_drivers(dir: &Path) -> Vec<String> {
-    let listed = std::process::Command::new("git")
+    let mut config = std::process::Command::new("git");
+    config
         .current_dir(dir)
         .args([
             "config",
@@ -149,10 +164,8 @@ fn read_drivers(dir: &Path) -> Vec<String> {
             "--get-regexp",
             r"^(filter|merge)\.",
         ])
-        .envs(quiet())
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output();
+        .envs(quiet());
+    let listed = output_within(config);
     let Ok(listed) = listed else {
         return Vec::new();
     };
@@ -167,6 +180,69 @@ fn read_drivers(dir: &Path) -> Vec<String> {
     drivers.sort();
     drivers.dedup();
     drivers
+}
+
+/// How long one git of orchestrate's may take: a FIFO where git reads (a
+/// `.gitignore`, a config include) would otherwise hold it forever.
+const GIT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Runs `command` (in a process group of its own) to its end, or until
+/// [`GIT_DEADLINE`], when its group is killed and the run fails.
+pub(crate) fn output_within(
+    mut command: std::process::Command,
+) -> std::io::Result<std::process::Output> {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()?;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if started.elapsed() > GIT_DEADLINE {
+            if let Some(group) = rustix::process::Pid::from_raw(child.id() as i32) {
+                let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+            }
+            let _ = child.wait();
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("git took longer than {} s", GIT_DEADLINE.as_secs()),
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    Ok(std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    })
 }
 
 /// Plain `git args` in `dir` for a test's set-up: an identity, and no

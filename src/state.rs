@@ -51,8 +51,15 @@ pub enum StateError {
 
 /// The first 16 hex digits of the SHA-256 of `bytes`.
 fn short_hash(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+    sha256_hex(bytes)[..16].to_owned()
+}
+
+/// The SHA-256 of `bytes`, in hex.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The name of a workspace's state folder: the first 16 hex digits of the SHA-256

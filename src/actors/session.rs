@@ -108,8 +108,7 @@ impl From<SessionMsg> for Input {
             SessionMsg::StopRun => Self::StopRun,
             SessionMsg::TimeUp { run } => Self::TimeUp { run },
             SessionMsg::BudgetSpent(reason) => Self::BudgetSpent { reason },
-            // Taken in `handle`, never given to the machine.
-            SessionMsg::Check { .. } => Self::PullQueue,
+            SessionMsg::Check { .. } => unreachable!("a check is taken in `handle`"),
             // Turned into an input inside `handle`: the panic is the session's.
             #[cfg(feature = "test-support")]
             SessionMsg::Crash => panic!("injected fault: the session was crashed from outside"),

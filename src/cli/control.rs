@@ -80,13 +80,7 @@ async fn sockets(
     env: &impl Fn(&str) -> Option<String>,
     err: &mut dyn Write,
 ) -> Option<Vec<(SessionId, SocketPath)>> {
-    let (workspace, state) = match setup::state(cli, env) {
-        Ok(found) => found,
-        Err(e) => {
-            let _ = writeln!(err, "orchestrate: {e}");
-            return None;
-        }
-    };
+    let (workspace, state) = setup::state_or_say(cli, env, err)?;
     let sockets = live_sockets(&state).await;
     if sockets.is_empty() {
         let _ = writeln!(

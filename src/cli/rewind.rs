@@ -33,12 +33,8 @@ pub(super) fn run(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> ExitCode {
-    let (workspace, state) = match setup::state(cli, env) {
-        Ok(found) => found,
-        Err(e) => {
-            let _ = writeln!(err, "orchestrate: {e}");
-            return ExitCode::from(exit::USAGE);
-        }
+    let Some((workspace, state)) = setup::state_or_say(cli, env, err) else {
+        return ExitCode::from(exit::USAGE);
     };
     let run = match runs::find(&state, id) {
         Ok(run) => run,
@@ -66,7 +62,8 @@ pub(super) fn run(
             let workspace = workspace.canonicalize().unwrap_or(workspace);
             rewind_outside(&workspace, &copies, run.id, to, force)
         }
-        _ => rewind(&workspace, &state.scratch(), &leave_out, run.id, to, force),
+        Err(e) => Err(Refused::Git(e)),
+        Ok(place) => rewind(&place, &state.scratch(), &leave_out, run.id, to, force),
     };
     match rewound {
         Ok(said) => {
@@ -130,8 +127,9 @@ fn rewind_outside(
     let io = |e: std::io::Error| Refused::Said(format!("the rewind stopped: {e}"));
     let undo = last + 1;
     let undo_dir = outside::folder(copies, undo);
+    let mut held = outside::Held::read(&undo_dir);
     for path in &paths {
-        outside::save(&undo_dir, workspace, &workspace.join(path)).map_err(io)?;
+        outside::save(&undo_dir, workspace, &workspace.join(path), &mut held).map_err(io)?;
     }
     let done = outside::restore(&target, workspace).map_err(|e| {
         Refused::Said(format!(
@@ -145,17 +143,16 @@ fn rewind_outside(
     ))
 }
 
-/// Puts the workspace back as checkpoint `to` (default: the first) of `run`
-/// holds it; what was done, in a line.
+/// Puts the workspace (at `place` in its repository) back as checkpoint `to`
+/// (default: the first) of `run` holds it; what was done, in a line.
 fn rewind(
-    workspace: &std::path::Path,
+    place: &checkout::Place,
     scratch: &std::path::Path,
     leave_out: &[std::path::PathBuf],
     run: crate::protocol::SessionId,
     to: Option<u32>,
     force: bool,
 ) -> Result<String, Refused> {
-    let place = checkout::place(workspace)?;
     let root = place.root.canonicalize().map_err(CheckoutError::Io)?;
     // Only the workspace's own part of its repository.
     let prefix: std::path::PathBuf = place.prefix.components().collect();
@@ -180,7 +177,7 @@ fn rewind(
     };
     let present = checkout::snapshot_without(&root, scratch, leave_out)?;
     let gitlink = |b: &Option<checkout::Blob>| b.as_ref().is_some_and(|b| b.mode == "160000");
-    let (changes, nested): (Vec<_>, Vec<_>) = checkpoint::changes(&root, &present, &target.commit)?
+    let (changes, nested): (Vec<_>, Vec<_>) = checkout::changed(&root, &present, &target.commit)?
         .into_iter()
         .filter(|c| c.path.starts_with(&prefix))
         .partition(|c| !gitlink(&c.before) && !gitlink(&c.after));
@@ -191,7 +188,7 @@ fn rewind(
         ));
     }
     // What changed since the run's last checkpoint and the rewind would undo.
-    let since: Vec<_> = checkpoint::changes(&root, &last.commit, &present)?
+    let since: Vec<_> = checkout::changed(&root, &last.commit, &present)?
         .into_iter()
         .map(|c| c.path)
         .collect();

@@ -24,12 +24,8 @@ pub(super) fn run(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> ExitCode {
-    let (workspace, state) = match setup::state(cli, env) {
-        Ok(found) => found,
-        Err(e) => {
-            let _ = writeln!(err, "orchestrate: {e}");
-            return ExitCode::from(exit::USAGE);
-        }
+    let Some((workspace, state)) = setup::state_or_say(cli, env, err) else {
+        return ExitCode::from(exit::USAGE);
     };
     setup::warn_of_old_state(&workspace, err);
     match action {

@@ -96,6 +96,21 @@ pub(super) fn state(
     Ok((workspace, state))
 }
 
+/// [`state`], or `None` once its error is said on `err` in one line.
+pub(super) fn state_or_say(
+    cli: &Cli,
+    env: &impl Fn(&str) -> Option<String>,
+    err: &mut dyn std::io::Write,
+) -> Option<(PathBuf, StateDir)> {
+    match state(cli, env) {
+        Ok(found) => Some(found),
+        Err(e) => {
+            let _ = writeln!(err, "orchestrate: {e}");
+            None
+        }
+    }
+}
+
 /// Says, in one line, that a `.orchestrate` folder in the workspace (shipped by
 /// a repository, or left by an older orchestrate) is neither read nor written.
 pub(super) fn warn_of_old_state(workspace: &Path, err: &mut dyn std::io::Write) {

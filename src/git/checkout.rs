@@ -103,72 +103,11 @@ const IDENTITY: [(&str, &str); 4] = [
     ("GIT_COMMITTER_EMAIL", "orchestrate@localhost"),
 ];
 
-/// How long one git of a checkout's may take: a FIFO where git reads (a
-/// `.gitignore`, a config include) would otherwise hold it forever.
-const GIT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(300);
-
-/// Runs `command` (in a process group of its own) to its end, or until
-/// [`GIT_DEADLINE`], when its group is killed and the run fails.
-fn output_within(mut command: std::process::Command) -> std::io::Result<std::process::Output> {
-    use std::io::Read;
-    use std::os::unix::process::CommandExt;
-    use std::process::Stdio;
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()?;
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut bytes);
-            }
-            bytes
-        })
-    };
-    let stdout = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let stderr = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let started = std::time::Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if started.elapsed() > GIT_DEADLINE {
-            if let Some(group) = rustix::process::Pid::from_raw(child.id() as i32) {
-                let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
-            }
-            let _ = child.wait();
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("git took longer than {} s", GIT_DEADLINE.as_secs()),
-            ));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    };
-    Ok(std::process::Output {
-        status,
-        stdout: stdout.join().unwrap_or_default(),
-        stderr: stderr.join().unwrap_or_default(),
-    })
-}
-
 /// Runs git `args` in `dir` with `env`; its output, or the error of a failure.
 fn git_bytes(dir: &Path, args: &[&str], env: &[(&str, &OsStr)]) -> Result<Vec<u8>, CheckoutError> {
     let mut command = super::command(dir);
     command.args(args).envs(env.iter().copied());
-    let out = output_within(command)?;
+    let out = super::output_within(command)?;
     if out.status.success() {
         return Ok(out.stdout);
     }
@@ -446,9 +385,6 @@ pub fn plan_merge(
     ours: &str,
     theirs: &str,
 ) -> Result<MergePlan, CheckoutError> {
-    if tree_of(root, base)? == tree_of(root, theirs)? {
-        return Ok(MergePlan::Nothing);
-    }
     let merge_base = format!("--merge-base={base}");
     let args = [
         "merge-tree",
@@ -462,7 +398,7 @@ pub fn plan_merge(
     ];
     let mut command = super::command(root);
     command.args(args);
-    let out = output_within(command)?;
+    let out = super::output_within(command)?;
     // "<tree>\0" (or "<tree>\n" when clean), then each conflicted path and
     // "\0"; paths are bytes, taken as they are.
     let mut parts = out.stdout.split(|b| *b == 0);
@@ -498,7 +434,7 @@ fn tree_of(root: &Path, commit: &str) -> Result<String, CheckoutError> {
 
 /// The paths whose content differs between trees `from` and `to`, each with
 /// its content in both.
-pub(super) fn changed(root: &Path, from: &str, to: &str) -> Result<Vec<PathChange>, CheckoutError> {
+pub fn changed(root: &Path, from: &str, to: &str) -> Result<Vec<PathChange>, CheckoutError> {
     let out = git_bytes(
         root,
         &[

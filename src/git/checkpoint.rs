@@ -95,13 +95,8 @@ pub fn take(
     })
 }
 
-/// What putting the work tree at `root` (now `present`, a snapshot) back as
-/// `target` holds changes: each path with its content now and after.
-pub fn changes(root: &Path, present: &str, target: &str) -> Result<Vec<PathChange>, CheckoutError> {
-    checkout::changed(root, present, target)
-}
-
-/// Puts `changes` (worked out by [`changes`] towards `target`) into the work
+/// Puts `changes` (from the present work tree to `target`,
+/// [`checkout::changed`]) into the work
 /// tree at `root`: files `target` does not hold removed first, deepest first
 /// (with the folders they leave empty), then files written as `target` holds
 /// them (through an index of its own in `scratch`: the person's is
@@ -182,6 +177,8 @@ pub struct Checkpoints {
     leave_out: Arc<[PathBuf]>,
     /// Where checkpoints outside a repository are kept (`<run id>/<n>` in it).
     copies: PathBuf,
+    /// What the run's checkpoint outside a repository holds, once read.
+    held: Arc<std::sync::Mutex<Option<outside::Held>>>,
     /// The run, once its lead has started.
     run: OnceLock<SessionId>,
     /// The top of the workspace's repository (`None`: in none), looked up once.
@@ -206,6 +203,7 @@ impl Checkpoints {
             scratch,
             leave_out,
             copies,
+            held: Arc::default(),
             run: OnceLock::new(),
             top: tokio::sync::OnceCell::new(),
             first: tokio::sync::OnceCell::new(),
@@ -250,10 +248,24 @@ impl Checkpoints {
         if self.top().await.is_some() {
             return;
         }
+        let held = self.held.clone();
+        // A file saved already costs no look at the disk.
+        let known = {
+            let held = held.lock().unwrap_or_else(|e| e.into_inner());
+            let rel = path.strip_prefix(&self.workspace).ok();
+            held.as_ref().zip(rel).is_some_and(|(h, rel)| h.holds(rel))
+        };
+        if known {
+            return;
+        }
         let dir = outside::folder(&self.copies.join(run.to_string()), 1);
         let workspace = self.workspace.clone();
-        let saved =
-            tokio::task::spawn_blocking(move || outside::save(&dir, &workspace, &path)).await;
+        let saved = tokio::task::spawn_blocking(move || {
+            let mut held = held.lock().unwrap_or_else(|e| e.into_inner());
+            let held = held.get_or_insert_with(|| outside::Held::read(&dir));
+            outside::save(&dir, &workspace, &path, held)
+        })
+        .await;
         match saved {
             Ok(Ok(true)) => self.taken.store(true, Ordering::SeqCst),
             Ok(Ok(false)) => tracing::warn!("a file was left out of the checkpoint (it is full)"),

@@ -53,7 +53,7 @@ pub fn make(
     let root = match made {
         Ok(root) => root,
         Err(e) => {
-            let _ = std::fs::remove_dir_all(dest);
+            let _ = remove_tree(dest);
             let _ = checkout::unpin(&into, &name);
             return Err(e);
         }

@@ -11,7 +11,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 /// Files copied at most, per checkpoint.
 pub const MAX_FILES: usize = 10_000;
@@ -47,25 +46,46 @@ fn read_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Vec<T> {
         .collect()
 }
 
-/// Saves `path` (absolute, in `workspace`) into checkpoint `dir` unless it
-/// holds it already or is full; whether it holds it now.
-pub fn save(dir: &Path, workspace: &Path, path: &Path) -> std::io::Result<bool> {
+/// What a checkpoint holds so far: its files, and the bytes of its copies.
+#[derive(Debug, Default)]
+pub struct Held {
+    paths: std::collections::HashSet<PathBuf>,
+    bytes: u64,
+}
+
+impl Held {
+    /// What checkpoint `dir` holds, read from it.
+    pub fn read(dir: &Path) -> Self {
+        let mut held = Self::default();
+        for saved in manifest(dir) {
+            if saved.existed {
+                let copy = dir.join("files").join(&saved.path);
+                held.bytes += std::fs::metadata(copy).map_or(0, |m| m.len());
+            }
+            held.paths.insert(saved.path);
+        }
+        held
+    }
+
+    /// Whether it holds `rel`.
+    pub fn holds(&self, rel: &Path) -> bool {
+        self.paths.contains(rel)
+    }
+}
+
+/// Saves `path` (absolute, in `workspace`) into checkpoint `dir`, which
+/// holds `held`, unless it holds it already or is full; whether it holds it
+/// now.
+pub fn save(dir: &Path, workspace: &Path, path: &Path, held: &mut Held) -> std::io::Result<bool> {
     let Ok(rel) = path.strip_prefix(workspace) else {
         return Ok(false);
     };
-    let held = manifest(dir);
-    if held.iter().any(|s| s.path == rel) {
+    if held.holds(rel) {
         return Ok(true);
     }
-    let bytes: u64 = held
-        .iter()
-        .filter(|s| s.existed)
-        .filter_map(|s| std::fs::metadata(dir.join("files").join(&s.path)).ok())
-        .map(|m| m.len())
-        .sum();
     let meta = std::fs::symlink_metadata(path).ok();
     let size = meta.as_ref().map_or(0, std::fs::Metadata::len);
-    if held.len() >= MAX_FILES || bytes + size > MAX_BYTES {
+    if held.paths.len() >= MAX_FILES || held.bytes + size > MAX_BYTES {
         return Ok(false);
     }
     let saved = match meta {
@@ -99,6 +119,8 @@ pub fn save(dir: &Path, workspace: &Path, path: &Path) -> std::io::Result<bool> 
         "{}",
         serde_json::to_string(&saved).unwrap_or_default()
     )?;
+    held.bytes += if saved.existed { size } else { 0 };
+    held.paths.insert(saved.path);
     Ok(true)
 }
 
@@ -109,8 +131,7 @@ pub fn hash(path: &Path) -> Option<String> {
         return Some("not a file".into());
     }
     let bytes = std::fs::read(path).ok()?;
-    let digest = Sha256::digest(bytes);
-    Some(digest.iter().map(|b| format!("{b:02x}")).collect())
+    Some(crate::state::sha256_hex(&bytes))
 }
 
 /// One file's content at the run's end.
@@ -196,13 +217,15 @@ mod tests {
         let state = tempfile::tempdir().unwrap();
         let (ws, dir) = (workspace.path(), state.path().join("1"));
         std::fs::write(ws.join("a.txt"), "a\n").unwrap();
-        assert!(save(&dir, ws, &ws.join("a.txt")).unwrap());
-        assert!(save(&dir, ws, &ws.join("new.txt")).unwrap());
+        let mut held = Held::read(&dir);
+        assert!(save(&dir, ws, &ws.join("a.txt"), &mut held).unwrap());
+        assert!(save(&dir, ws, &ws.join("new.txt"), &mut held).unwrap());
         // The run changes both; a second save keeps the first copy.
         std::fs::write(ws.join("a.txt"), "a, by the run\n").unwrap();
         std::fs::write(ws.join("new.txt"), "new\n").unwrap();
-        assert!(save(&dir, ws, &ws.join("a.txt")).unwrap());
+        assert!(save(&dir, ws, &ws.join("a.txt"), &mut held).unwrap());
         assert_eq!(manifest(&dir).len(), 2);
+        assert!(Held::read(&dir).holds(Path::new("new.txt")));
         end(&dir, ws).unwrap();
         assert!(changed_since_end(&dir, ws).is_empty());
         std::fs::write(ws.join("a.txt"), "the person's\n").unwrap();

@@ -55,7 +55,7 @@ fn a_tree_is_put_back_as_a_checkpoint_holds_it() {
     std::fs::create_dir(root.join("new")).unwrap();
     std::fs::write(root.join("new/c.rs"), "c\n").unwrap();
     let present = checkout::snapshot(root, scratch.path()).unwrap();
-    let changes = changes(root, &present, &before.commit).unwrap();
+    let changes = checkout::changed(root, &present, &before.commit).unwrap();
     assert_eq!(changes.len(), 3, "{changes:?}");
     restore(root, &before.commit, &changes, scratch.path()).unwrap();
     assert_eq!(read(root, "a.rs").as_deref(), Some("a\n"));
@@ -82,7 +82,7 @@ fn a_file_that_became_a_folder_and_back_is_undone() {
     std::fs::remove_dir_all(root.join("dir")).unwrap();
     std::fs::write(root.join("dir"), "a file now\n").unwrap();
     let present = checkout::snapshot(root, scratch.path()).unwrap();
-    let changes = changes(root, &present, &before.commit).unwrap();
+    let changes = checkout::changed(root, &present, &before.commit).unwrap();
     restore(root, &before.commit, &changes, scratch.path()).unwrap();
     assert_eq!(read(root, "a.rs").as_deref(), Some("a\n"));
     assert_eq!(read(root, "dir/inner.rs").as_deref(), Some("inner\n"));
@@ -105,7 +105,7 @@ fn a_filtered_file_is_kept_and_put_back_as_it_is_on_disk() {
     let before = take(root, run, "before", scratch.path(), &[]).unwrap();
     std::fs::write(root.join("big.bin"), "changed by the run\n").unwrap();
     let present = checkout::snapshot(root, scratch.path()).unwrap();
-    let changes = changes(root, &present, &before.commit).unwrap();
+    let changes = checkout::changed(root, &present, &before.commit).unwrap();
     restore(root, &before.commit, &changes, scratch.path()).unwrap();
     assert_eq!(read(root, "big.bin").as_deref(), Some("the real content\n"));
 }
