@@ -79,6 +79,18 @@ async fn fixing_coder(check: String) -> MockLlm {
     .await
 }
 
+/// The binary in a new repository asked to change b (`--json`), exit 0: the
+/// repository, its path and what the binary wrote.
+async fn change_b(mock: &MockLlm) -> (tempfile::TempDir, std::path::PathBuf, std::process::Output) {
+    let dir = repository();
+    let root = dir.path().canonicalize().unwrap();
+    let mut args = BYPASS.to_vec();
+    args.extend(["--json", "change b"]);
+    let out = run_on(mock, &root, &args, &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    (dir, root, out)
+}
+
 /// The lead's Task result.
 fn task_result(mock: &MockLlm) -> String {
     let last = mock
@@ -101,12 +113,7 @@ fn events(stdout: &[u8], kind: &str) -> Vec<Value> {
 async fn a_failed_check_is_shown_to_the_sub_agent_and_its_fix_merged_once_it_passes() {
     let check = "grep -q fixed lib.rs";
     let mock = fixing_coder(check.to_owned()).await;
-    let dir = repository();
-    let root = dir.path().canonicalize().unwrap();
-    let mut args = BYPASS.to_vec();
-    args.extend(["--json", "change b"]);
-    let out = run_on(&mock, &root, &args, &[]).await;
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let (_dir, root, out) = change_b(&mock).await;
     assert_eq!(
         std::fs::read_to_string(root.join("lib.rs")).unwrap(),
         LIB.replace("    2\n", "    fixed\n")
@@ -160,12 +167,7 @@ async fn a_check_that_never_passes_fails_the_sub_agent_and_leaves_its_work_on_it
         }
     })
     .await;
-    let dir = repository();
-    let root = dir.path().canonicalize().unwrap();
-    let mut args = BYPASS.to_vec();
-    args.extend(["--json", "change b"]);
-    let out = run_on(&mock, &root, &args, &[]).await;
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let (_dir, root, out) = change_b(&mock).await;
     assert_eq!(std::fs::read_to_string(root.join("lib.rs")).unwrap(), LIB);
     let result = task_result(&mock);
     let kept = branches(&root);

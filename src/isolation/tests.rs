@@ -35,8 +35,19 @@ fn read(root: &Path, name: &str) -> String {
     std::fs::read_to_string(root.join(name)).unwrap()
 }
 
-fn private() -> Arc<[PathBuf]> {
-    Arc::from(Vec::new())
+/// `plan` written into `root`, only under `prefix`.
+async fn merge(files: &Arc<FileState>, root: &Path, prefix: &str, plan: MergePlan) -> Merged {
+    let private: Arc<[PathBuf]> = Arc::from(Vec::new());
+    apply(files, root, Path::new(prefix), private, plan)
+        .await
+        .unwrap()
+}
+
+/// A merge that conflicts in `files`.
+fn conflict(files: &[&str]) -> Merged {
+    Merged::Conflict {
+        files: files.iter().map(PathBuf::from).collect(),
+    }
 }
 
 #[tokio::test]
@@ -54,9 +65,7 @@ async fn a_clean_plan_is_written_whole_with_modes_and_removals() {
     .unwrap();
     let plan = plan(&root, scratch.path(), &dest, &base);
     let files = Arc::new(FileState::default());
-    let merged = apply(&files, &root, Path::new(""), private(), plan)
-        .await
-        .unwrap();
+    let merged = merge(&files, &root, "", plan).await;
     let Merged::Merged {
         files: written,
         added,
@@ -100,15 +109,8 @@ async fn a_file_changed_since_the_plan_or_a_protected_one_stops_the_whole_merge(
     // The person edits lib.rs after the plan was worked out.
     std::fs::write(root.join("lib.rs"), "mine\n").unwrap();
     let files = Arc::new(FileState::default());
-    let merged = apply(&files, &root, Path::new(""), private(), planned)
-        .await
-        .unwrap();
-    assert_eq!(
-        merged,
-        Merged::Conflict {
-            files: vec!["lib.rs".into()]
-        }
-    );
+    let merged = merge(&files, &root, "", planned).await;
+    assert_eq!(merged, conflict(&["lib.rs"]));
     assert_eq!(read(&root, "lib.rs"), "mine\n");
     assert!(
         !root.join("new.rs").exists(),
@@ -121,15 +123,8 @@ async fn a_file_changed_since_the_plan_or_a_protected_one_stops_the_whole_merge(
     std::fs::write(dest.join("agents/a.md"), "a role, rewritten\n").unwrap();
     std::fs::write(dest.join("lib.rs"), "one\n2\nthree\n").unwrap();
     let planned = plan(&root, scratch.path(), &dest, &base);
-    let merged = apply(&files, &root, Path::new(""), private(), planned)
-        .await
-        .unwrap();
-    assert_eq!(
-        merged,
-        Merged::Conflict {
-            files: vec!["agents/a.md".into()]
-        }
-    );
+    let merged = merge(&files, &root, "", planned).await;
+    assert_eq!(merged, conflict(&["agents/a.md"]));
     assert_eq!(read(&root, "agents/a.md"), "a role\n");
     assert_eq!(read(&root, "lib.rs"), "one\ntwo\nthree\n");
 }
@@ -142,14 +137,10 @@ async fn a_merge_done_again_writes_nothing_twice_and_says_the_same() {
     std::fs::write(dest.join("new.rs"), "new\n").unwrap();
     let planned = plan(&root, scratch.path(), &dest, &base);
     let files = Arc::new(FileState::default());
-    let first = apply(&files, &root, Path::new(""), private(), planned.clone())
-        .await
-        .unwrap();
+    let first = merge(&files, &root, "", planned.clone()).await;
     // Cut off after one of its files: the person's tree has lib.rs merged.
     std::fs::remove_file(root.join("new.rs")).unwrap();
-    let again = apply(&files, &root, Path::new(""), private(), planned)
-        .await
-        .unwrap();
+    let again = merge(&files, &root, "", planned).await;
     assert_eq!(again, first);
     assert_eq!(read(&root, "new.rs"), "new\n");
     assert_eq!(read(&root, "lib.rs"), "one\n2\nthree\n");
@@ -164,14 +155,7 @@ async fn only_the_parents_place_in_the_tree_is_merged() {
     std::fs::write(dest.join("src/x.rs"), "x\n").unwrap();
     let planned = plan(&root, scratch.path(), &dest, &base);
     let files = Arc::new(FileState::default());
-    let merged = apply(&files, &root, Path::new("src"), private(), planned)
-        .await
-        .unwrap();
-    assert_eq!(
-        merged,
-        Merged::Conflict {
-            files: vec!["lib.rs".into()]
-        }
-    );
+    let merged = merge(&files, &root, "src", planned).await;
+    assert_eq!(merged, conflict(&["lib.rs"]));
     assert!(!root.join("src/x.rs").exists());
 }
