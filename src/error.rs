@@ -149,7 +149,7 @@ pub enum ConfigError {
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum ProviderError {
     /// The server answered with a non-success status.
-    #[error("HTTP {status}{}", fmt_detail(message))]
+    #[error("HTTP {status}{}{}", fmt_detail(message), fmt_request(request_id))]
     Status {
         /// The HTTP status code.
         status: u16,
@@ -159,6 +159,9 @@ pub enum ProviderError {
         code: Option<String>,
         /// How long the server asked us to wait.
         retry_after: Option<Duration>,
+        /// The provider's id of the request (`request-id`, `x-request-id`), for
+        /// its support.
+        request_id: Option<String>,
     },
     /// The server sent an error object inside a 200 stream (`{"error": …}`).
     #[error("provider error{}{}", fmt_kind(kind), fmt_detail(message))]
@@ -202,6 +205,12 @@ fn fmt_detail(message: &str) -> String {
     } else {
         format!(": {message}")
     }
+}
+
+fn fmt_request(id: &Option<String>) -> String {
+    id.as_ref()
+        .map(|id| format!(" (request id {id})"))
+        .unwrap_or_default()
 }
 
 fn fmt_kind(kind: &Option<String>) -> String {
@@ -276,6 +285,11 @@ pub enum ToolError {
     /// The tool ran and failed.
     #[error("{0}")]
     Failed(String),
+    /// The tool ran and reports a failure in words of its own that the result
+    /// begins with (a sub-agent's `failed (auth)`): given as it is, marked an
+    /// error.
+    #[error("{0}")]
+    Reported(String),
     /// The tool ran past its timeout.
     #[error("timed out after {0:?}")]
     Timeout(Duration),
@@ -393,6 +407,7 @@ impl ProviderError {
                 message,
                 code,
                 retry_after,
+                ..
             } => classify_api_code(None, code.as_deref(), message)
                 .unwrap_or_else(|| status_class(*status, *retry_after)),
             Self::InBand {
@@ -462,12 +477,22 @@ impl LlmError {
 }
 
 impl ToolError {
+    /// What the model is given: `Error: ` and the error, or a reported
+    /// failure's own words.
+    pub fn result_text(&self) -> String {
+        match self {
+            Self::Reported(text) => text.clone(),
+            other => format!("Error: {other}"),
+        }
+    }
+
     /// The class of this error: always a tool failure, which the model gets to see.
     pub fn class(&self) -> ErrorClass {
         match self {
             Self::UnknownTool(_)
             | Self::InvalidInput(_)
             | Self::Failed(_)
+            | Self::Reported(_)
             | Self::Timeout(_)
             | Self::Crashed(_) => ErrorClass::ToolFailure,
             Self::Cancelled | Self::CancelledWith(_) => ErrorClass::Cancelled,
@@ -475,7 +500,114 @@ impl ToolError {
     }
 }
 
+impl LlmError {
+    /// Why a session with a fallback model switches to it after this error
+    /// (its retries, if any, spent): the model does not exist
+    /// (`model_not_found`), or the provider stayed overloaded or rate-limited
+    /// (`overloaded`). A refused request (400), a key (401) or an access (403)
+    /// never: another model would be refused the same.
+    pub fn fallback_reason(&self) -> Option<&'static str> {
+        match self.kind() {
+            "model_not_found" => Some("model_not_found"),
+            "overloaded" | "rate_limit" => Some("overloaded"),
+            _ => None,
+        }
+    }
+
+    /// A failure's word, finer than its class: `auth`, `rate_limit`,
+    /// `overloaded`, `quota`, `model_not_found`, `context_overflow`,
+    /// `bad_request`, `server`, `network`, `stream`, `crash`, …
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Provider(ProviderError::Status {
+                status,
+                code,
+                message,
+                ..
+            }) => provider_kind(Some(*status), None, code.as_deref(), message),
+            Self::Provider(ProviderError::InBand {
+                kind,
+                code,
+                message,
+            }) => provider_kind(None, kind.as_deref(), code.as_deref(), message),
+            Self::Provider(ProviderError::Connect { .. } | ProviderError::Transport(_)) => {
+                "network"
+            }
+            Self::Provider(ProviderError::Timeout(_)) => "timeout",
+            Self::Provider(ProviderError::Redirect(_)) => "redirect",
+            Self::Provider(ProviderError::Decode(_)) => "decode",
+            Self::Provider(ProviderError::Replay(_)) => "replay",
+            Self::Stream(StreamError::TooLarge { .. }) => "too_large",
+            Self::Stream(StreamError::Filtered) => "content_filter",
+            Self::Stream(_) => "stream",
+            Self::Crashed(_) => "crash",
+            Self::Cancelled { .. } => "cancelled",
+        }
+    }
+}
+
+/// The word for a provider's error, from its HTTP status (when it came as one)
+/// and its error object's `type` and `code`.
+fn provider_kind(
+    status: Option<u16>,
+    kind: Option<&str>,
+    code: Option<&str>,
+    message: &str,
+) -> &'static str {
+    let is = |names: &[&str]| names.iter().any(|n| kind == Some(*n) || code == Some(*n));
+    if is(&["request_too_large"]) || status == Some(413) {
+        return "too_large";
+    }
+    if classify_api_code(kind, code, message) == Some(ErrorClass::ContextOverflow) {
+        return "context_overflow";
+    }
+    if is(&["insufficient_quota", "billing_error"]) {
+        return "quota";
+    }
+    if is(&["model_not_found", "not_found_error"]) || status == Some(404) {
+        return "model_not_found";
+    }
+    if is(&[
+        "authentication_error",
+        "permission_error",
+        "invalid_api_key",
+    ]) || matches!(status, Some(401 | 403))
+    {
+        return "auth";
+    }
+    if is(&["overloaded_error"]) || matches!(status, Some(503 | 529)) {
+        return "overloaded";
+    }
+    if is(&["rate_limit_error", "rate_limit_exceeded"]) || status == Some(429) {
+        return "rate_limit";
+    }
+    if is(&["content_filter"]) {
+        return "content_filter";
+    }
+    if is(&["invalid_request_error"]) || matches!(status, Some(400 | 422)) {
+        return "bad_request";
+    }
+    if is(&["server_error", "api_error", "timeout_error"]) || status.is_some_and(|s| s >= 500) {
+        return "server";
+    }
+    "provider"
+}
+
 impl SessionError {
+    /// A failed run's word for why (the `failed (…)` of its outcome):
+    /// [`LlmError::kind`] for a model's failure, else `crash`, `journal`,
+    /// `spawn` or `shutdown`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Llm(e) => e.kind(),
+            Self::RetriesExhausted { last, .. } => last.kind(),
+            Self::CrashLoop { .. } => "crash",
+            Self::Journal(_) => "journal",
+            Self::Spawn(_) => "spawn",
+            Self::Gone(_) | Self::Shutdown => "shutdown",
+        }
+    }
+
     /// The class of this error.
     pub fn class(&self) -> ErrorClass {
         match self {
@@ -508,12 +640,13 @@ pub(crate) fn excerpt(message: &str) -> String {
 mod tests {
     use super::*;
 
-    fn status(status: u16) -> ProviderError {
+    fn status_error(status: u16) -> ProviderError {
         ProviderError::Status {
             status,
             message: String::new(),
             code: None,
             retry_after: None,
+            request_id: None,
         }
     }
 
@@ -521,12 +654,12 @@ mod tests {
     fn http_statuses_classify_as_the_taxonomy_says() {
         for s in [408, 429, 500, 502, 503, 504, 529] {
             assert!(
-                matches!(status(s).class(), ErrorClass::Retryable { .. }),
+                matches!(status_error(s).class(), ErrorClass::Retryable { .. }),
                 "{s}"
             );
         }
         for s in [400, 401, 403, 404, 422] {
-            assert_eq!(status(s).class(), ErrorClass::Permanent, "{s}");
+            assert_eq!(status_error(s).class(), ErrorClass::Permanent, "{s}");
         }
     }
 
@@ -537,6 +670,7 @@ mod tests {
             message: "This model's maximum context length is 8192 tokens".into(),
             code: Some("context_length_exceeded".into()),
             retry_after: None,
+            request_id: None,
         };
         assert_eq!(overflow.class(), ErrorClass::ContextOverflow);
         let quota = ProviderError::Status {
@@ -544,6 +678,7 @@ mod tests {
             message: "You exceeded your current quota".into(),
             code: Some("insufficient_quota".into()),
             retry_after: None,
+            request_id: None,
         };
         assert_eq!(quota.class(), ErrorClass::Permanent);
     }
@@ -555,6 +690,7 @@ mod tests {
             message: String::new(),
             code: None,
             retry_after: Some(Duration::from_secs(2)),
+            request_id: None,
         };
         assert_eq!(
             e.class(),
@@ -562,6 +698,64 @@ mod tests {
                 after: Some(Duration::from_secs(2))
             }
         );
+    }
+
+    #[test]
+    fn a_failure_has_one_word_and_only_a_missing_or_overloaded_model_falls_back() {
+        let llm = |e: ProviderError| LlmError::Provider(e);
+        let coded = |status: u16, code: &str| {
+            llm(ProviderError::Status {
+                status,
+                message: String::new(),
+                code: Some(code.into()),
+                retry_after: None,
+                request_id: None,
+            })
+        };
+        let cases = [
+            (llm(status_error(401)), "auth", None),
+            (llm(status_error(403)), "auth", None),
+            (llm(status_error(400)), "bad_request", None),
+            (
+                llm(status_error(404)),
+                "model_not_found",
+                Some("model_not_found"),
+            ),
+            (
+                coded(400, "model_not_found"),
+                "model_not_found",
+                Some("model_not_found"),
+            ),
+            (llm(status_error(429)), "rate_limit", Some("overloaded")),
+            (llm(status_error(529)), "overloaded", Some("overloaded")),
+            (coded(429, "insufficient_quota"), "quota", None),
+            (
+                coded(400, "context_length_exceeded"),
+                "context_overflow",
+                None,
+            ),
+            (llm(status_error(500)), "server", None),
+            (LlmError::Crashed("bug".into()), "crash", None),
+            (LlmError::Stream(StreamError::EndedEarly), "stream", None),
+        ];
+        for (error, word, fallback) in cases {
+            assert_eq!(error.kind(), word, "{error}");
+            assert_eq!(error.fallback_reason(), fallback, "{error}");
+        }
+        let exhausted = SessionError::RetriesExhausted {
+            attempts: 3,
+            last: Box::new(llm(status_error(529))),
+        };
+        assert_eq!(exhausted.kind(), "overloaded");
+        assert_eq!(SessionError::Journal("disk".into()).kind(), "journal");
+        let with_id = ProviderError::Status {
+            status: 401,
+            message: "no".into(),
+            code: None,
+            retry_after: None,
+            request_id: Some("req_1".into()),
+        };
+        assert_eq!(with_id.to_string(), "HTTP 401: no (request id req_1)");
     }
 
     #[test]
@@ -643,6 +837,7 @@ mod tests {
                 message: "no".into(),
                 code: Some(kind.into()),
                 retry_after: None,
+                request_id: None,
             };
             assert_eq!(answered.class(), ErrorClass::Permanent, "{kind}");
         }

@@ -125,21 +125,43 @@ impl Models {
         let ModelChoice::Named(name) = &role.model else {
             return Ok(caller.clone());
         };
+        self.named(name, caller, &role.source)
+    }
+
+    /// The fallback of a session of `model`: `name` (from `source`), an
+    /// alias or an id on `model`'s provider.
+    pub fn fallback(
+        &self,
+        name: &str,
+        model: &Model,
+        source: &str,
+    ) -> Result<crate::session::Fallback, ConfigError> {
+        let target = self.named(name, model, source)?;
+        Ok(crate::session::Fallback {
+            model_info: self.info(&target.id),
+            model: target.id,
+            provider: target.provider,
+        })
+    }
+
+    /// Model `name` (from `source`): an alias, or an id on `base`'s provider
+    /// (`base` itself for an alias that inherits).
+    fn named(&self, name: &str, base: &Model, source: &str) -> Result<Model, ConfigError> {
         let target =
             self.settings
                 .resolve_model(name)
                 .map_err(|known| ConfigError::UnknownAlias {
-                    source_file: role.source.clone(),
-                    alias: name.clone(),
+                    source_file: source.to_owned(),
+                    alias: name.to_owned(),
                     known,
                 })?;
         let Some(target) = target else {
-            return Ok(caller.clone());
+            return Ok(base.clone());
         };
         Ok(Model {
             provider: match &target.provider {
                 Some(p) => Some(self.providers[p].clone()),
-                None => caller.provider.clone(),
+                None => base.provider.clone(),
             },
             id: target.model,
         })

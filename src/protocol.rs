@@ -133,10 +133,14 @@ pub enum Outcome {
     },
     /// The run could not finish.
     Failed {
-        /// The error class (`permanent`, `crash`, …).
+        /// Why, in a word (`auth`, `rate_limit`, `overloaded`,
+        /// `model_not_found`, `crash`, `check`, …).
         class: String,
         /// One line saying what failed and why.
         message: String,
+        /// The model whose request failed, when a model's did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
         /// The last text the model produced, if any.
         partial: String,
         /// The run's counters.
@@ -203,8 +207,9 @@ impl Outcome {
         stats: RunStats,
     ) -> Self {
         Self::Failed {
-            class: error.class().name().to_owned(),
+            class: error.kind().to_owned(),
             message: error.to_string(),
+            model: None,
             partial,
             stats,
         }
@@ -362,6 +367,16 @@ pub enum EventKind {
         /// Milliseconds until requests may go again.
         delay_ms: u64,
     },
+    /// The session's model does not exist or stayed overloaded: it carries on
+    /// with its fallback model, in the same conversation, from here on.
+    ModelFallback {
+        /// The model it used.
+        from: String,
+        /// The model it uses now.
+        to: String,
+        /// Why: `model_not_found` or `overloaded`.
+        reason: String,
+    },
     /// The session crashed and its supervisor restarted it.
     Restarted {
         /// Restarts inside the current intensity window.
@@ -476,6 +491,7 @@ impl EventKind {
             | Self::ToolFinished { .. }
             | Self::Retrying { .. }
             | Self::RateLimited { .. }
+            | Self::ModelFallback { .. }
             | Self::Compacted { .. }
             | Self::Todos { .. }
             | Self::Restarted { .. }

@@ -48,6 +48,9 @@ pub struct Role {
     pub deny_rules: Vec<crate::tools::rules::Rule>,
     /// Its model.
     pub model: ModelChoice,
+    /// The model it carries on with when its own does not exist or stays
+    /// overloaded (`fallbackModel`); `None`: the run's `--fallback-model`.
+    pub fallback_model: Option<String>,
     /// Its turn limit, if it sets one.
     pub max_turns: Option<u32>,
     /// Its budget per run (`maxCost`, `maxTokens`, `timeout`).
@@ -317,6 +320,9 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
         other => other,
     };
     let check = string("check")?.filter(|c| !c.trim().is_empty());
+    let fallback_model = string("fallbackModel")?
+        .map(|m| m.trim().to_owned())
+        .filter(|m| !m.is_empty());
     let check_attempts = match fields.get("checkAttempts").map(|v| &v.value) {
         None | Some(Value::Null) => None,
         Some(Value::Number(n)) if n.as_u64().is_some_and(|n| (1..=100).contains(&n)) => {
@@ -341,6 +347,7 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
     for (key, value) in &fields {
         let known = [
             "isolation",
+            "fallbackModel",
             "check",
             "checkAttempts",
             "name",
@@ -400,6 +407,7 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
         disallowed_tools: disallowed,
         deny_rules,
         model,
+        fallback_model,
         max_turns,
         budget,
         permission_mode,

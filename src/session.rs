@@ -82,6 +82,20 @@ pub struct SessionSpec {
     pub checkout: Option<crate::protocol::Checkout>,
     /// The run's checkpoints of its workspace, taken before its first change.
     pub checkpoints: Option<Arc<crate::git::checkpoint::Checkpoints>>,
+    /// The model it carries on with, once, when its own does not exist or
+    /// stays overloaded (`--fallback-model`, a role's `fallbackModel`).
+    pub fallback: Option<Fallback>,
+}
+
+/// A model a session falls back to.
+#[derive(Clone, Debug)]
+pub struct Fallback {
+    /// Its id.
+    pub model: String,
+    /// Who serves it; `None`: the runtime's provider.
+    pub provider: Option<Arc<dyn Provider>>,
+    /// Its window, output limit and prices.
+    pub model_info: ModelInfo,
 }
 
 impl SessionSpec {
@@ -117,6 +131,7 @@ impl SessionSpec {
             provider: None,
             checkout: None,
             checkpoints: None,
+            fallback: None,
         }
     }
 }

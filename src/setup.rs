@@ -56,6 +56,8 @@ pub struct Options {
     pub base_url: Option<String>,
     /// `--model`.
     pub model: Option<String>,
+    /// `--fallback-model`.
+    pub fallback_model: Option<String>,
     /// `--record`.
     pub record: Option<PathBuf>,
     /// `--replay`.
@@ -461,12 +463,16 @@ impl Prepared {
             sandbox::bash(options.sandbox, &sources.user.file, keys.clone(), env)?;
         let models = providers::models(&options, &file, env)?;
         // A role naming an alias nobody declared would fail at its first spawn.
-        if let Some(error) = sources
-            .catalog
-            .roles()
-            .find_map(|role| models.for_role(role, &models.lead()).err())
-        {
-            return Err(error);
+        // A fallback naming one fails at start too, not when first needed.
+        for role in sources.catalog.roles() {
+            let model = models.for_role(role, &models.lead())?;
+            if let Some(name) = role
+                .fallback_model
+                .as_ref()
+                .or(options.fallback_model.as_ref())
+            {
+                models.fallback(name, &model, &role.source)?;
+            }
         }
         let workspace = sources.workspace.clone();
         let local = permissions::local_file(&workspace);

@@ -166,6 +166,8 @@ pub struct TaskEnv {
     isolation: Policy,
     /// The run's checkpoints of its workspace.
     checkpoints: Option<Arc<crate::git::checkpoint::Checkpoints>>,
+    /// The run's fallback model (`--fallback-model`), for roles that name none.
+    fallback: Option<String>,
     /// Sub-agents' system prompts (a role's prompt with the memory), one per role
     /// prompt: ten thousand sub-agents of a role share one copy, not ten thousand
     /// copies of the project's memory.
@@ -197,6 +199,7 @@ impl TaskEnv {
             mcp: None,
             isolation: Policy::default(),
             checkpoints: None,
+            fallback: None,
             prompts: Mutex::default(),
         }
     }
@@ -208,6 +211,12 @@ impl TaskEnv {
         checkpoints: Option<Arc<crate::git::checkpoint::Checkpoints>>,
     ) -> Self {
         self.checkpoints = checkpoints;
+        self
+    }
+
+    /// Sub-agents whose role names no `fallbackModel` fall back to `model`.
+    pub fn with_fallback(mut self, model: Option<String>) -> Self {
+        self.fallback = model;
         self
     }
 
@@ -345,6 +354,23 @@ impl Task {
             };
             tools = tools.with(Task::new(self.env.clone(), caller));
         }
+        let fallback = match (
+            role.fallback_model.as_ref().or(self.env.fallback.as_ref()),
+            &self.env.models,
+        ) {
+            (Some(name), Some(models)) => Some(
+                models
+                    .fallback(name, &model, &role.source)
+                    .map_err(|e| ToolError::InvalidInput(e.to_string()))?,
+            ),
+            (Some(name), None) => Some(crate::session::Fallback {
+                model: name.clone(),
+                provider: model.provider.clone(),
+                model_info: crate::model_info::builtin(name).unwrap_or_default(),
+            }),
+            (None, _) => None,
+        }
+        .filter(|f| f.model != model.id);
         let prompt = self.env.system_prompt(&role.prompt);
         let mut spec = SessionSpec::new(role.name.clone(), model.id, prompt);
         spec.memory = self.env.memory.names();
@@ -357,6 +383,7 @@ impl Task {
         spec.budget = role.budget;
         spec.meter = self.env.meter.clone();
         spec.checkpoints = self.env.checkpoints.clone();
+        spec.fallback = fallback;
         match &self.env.models {
             Some(models) => models.describe(&mut spec),
             None => spec.model_info = crate::model_info::builtin(&spec.model).unwrap_or_default(),
@@ -561,16 +588,20 @@ impl Tool for Task {
                 )),
                 Some(Outcome::Failed {
                     class,
-                    message,
+                    mut message,
                     partial,
+                    model,
                     ..
                 }) => {
+                    if let Some(model) = model {
+                        message.push_str(&format!(" (model {model})"));
+                    }
                     let partial = if partial.is_empty() {
                         String::new()
                     } else {
                         format!("\nIts last output:\n{partial}")
                     };
-                    Err(ToolError::Failed(format!(
+                    Err(ToolError::Reported(format!(
                         "failed ({class})\n{changes}the {agent} sub-agent failed ({class}): {message}{partial}"
                     )))
                 }

@@ -229,7 +229,7 @@ async fn an_error_event_mid_stream_is_classified_by_its_type() {
     let Outcome::Failed { class, message, .. } = &outcome else {
         panic!("{outcome:?}")
     };
-    assert_eq!(class, "permanent");
+    assert_eq!(class, "bad_request");
     assert!(
         message.contains("invalid_request_error happened"),
         "{message}"
@@ -247,7 +247,7 @@ async fn unauthorized_is_permanent_and_never_shows_the_key() {
     let Outcome::Failed { class, message, .. } = &outcome else {
         panic!("{outcome:?}")
     };
-    assert_eq!(class, "permanent");
+    assert_eq!(class, "auth");
     assert!(message.contains("401"), "{message}");
     assert!(!message.contains(TEST_KEY), "{message}");
     assert_eq!(mock.request_count(), 1);
@@ -438,20 +438,28 @@ async fn billing_size_permission_and_unknown_errors_are_never_retried() {
         )
     };
     let cases = [
-        ("billing_error", in_band("billing_error")),
-        ("request_too_large", in_band("request_too_large")),
-        ("permission_error", in_band("permission_error")),
-        ("brand_new_error", in_band("brand_new_error")),
-        ("billing_error", status(402, "billing_error")),
-        ("request_too_large", status(413, "request_too_large")),
+        ("billing_error", in_band("billing_error"), "quota"),
+        (
+            "request_too_large",
+            in_band("request_too_large"),
+            "too_large",
+        ),
+        ("permission_error", in_band("permission_error"), "auth"),
+        ("brand_new_error", in_band("brand_new_error"), "provider"),
+        ("billing_error", status(402, "billing_error"), "quota"),
+        (
+            "request_too_large",
+            status(413, "request_too_large"),
+            "too_large",
+        ),
     ];
-    for (kind, reply) in cases {
+    for (kind, reply, word) in cases {
         let mock = MockLlm::start(vec![reply, anthropic_stream(&[], "end_turn")]).await;
         let (outcome, _) = anthropic_run(&mock, ToolRegistry::new(), "hello").await;
         let Outcome::Failed { class, message, .. } = &outcome else {
             panic!("{kind}: {outcome:?}")
         };
-        assert_eq!(class, "permanent", "{kind}");
+        assert_eq!(class, word, "{kind}");
         assert!(message.contains(&format!("{kind} happened")), "{message}");
         assert_eq!(mock.request_count(), 1, "{kind} was retried");
     }

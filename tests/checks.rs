@@ -173,7 +173,7 @@ async fn a_check_that_never_passes_fails_the_sub_agent_and_leaves_its_work_on_it
     let kept = branches(&root);
     assert_eq!(kept.len(), 1);
     let expected = format!(
-        "Error: failed (check)\nchanges: not merged (branch {})\ncheck: failed (2 attempts)\nthe coder sub-agent failed (check): check `exit 3` failed (2 attempts)",
+        "failed (check)\nchanges: not merged (branch {})\ncheck: failed (2 attempts)\nthe coder sub-agent failed (check): check `exit 3` failed (2 attempts)",
         kept[0]
     );
     assert!(result.starts_with(&expected), "{result}");

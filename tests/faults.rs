@@ -185,7 +185,7 @@ async fn unauthorized_fails_at_once_after_one_request() {
     let Outcome::Failed { class, message, .. } = outcome else {
         panic!("{outcome:?}")
     };
-    assert_eq!(class, "permanent");
+    assert_eq!(class, "auth");
     assert_eq!(message, "HTTP 401: Incorrect API key provided");
     assert!(!message.contains(TEST_KEY));
 }
@@ -202,7 +202,7 @@ async fn exhausted_retries_fail_cleanly_and_name_the_last_error() {
     let Outcome::Failed { class, message, .. } = outcome else {
         panic!("{outcome:?}")
     };
-    assert_eq!(class, "permanent");
+    assert_eq!(class, "overloaded");
     assert_eq!(
         message,
         "gave up after 5 attempts: HTTP 503: unavailable #4"

@@ -20,6 +20,7 @@ mod faults;
 mod fixtures;
 mod isolation;
 mod journals;
+mod lifecycle;
 mod mcp;
 mod permissions;
 mod prompt_queue;

@@ -181,7 +181,7 @@ async fn a_failing_child_is_an_error_result_and_the_lead_still_answers() {
     assert_eq!(failed["tool_call_id"], "t2");
     assert_eq!(
         failed["content"],
-        "Error: failed (permanent)\nthe worker sub-agent failed (permanent): HTTP 401: worker key revoked"
+        "failed (auth)\nthe worker sub-agent failed (auth): HTTP 401: worker key revoked (model mock-model)"
     );
     team.runtime.shutdown().await;
 }
@@ -223,7 +223,7 @@ async fn a_child_that_fails_after_saying_something_hands_back_its_last_output() 
     let failed = results[0]["content"].as_str().unwrap();
     assert!(
         failed.starts_with(
-            "Error: failed (permanent)\nthe worker sub-agent failed (permanent): HTTP 401: worker key revoked"
+            "failed (auth)\nthe worker sub-agent failed (auth): HTTP 401: worker key revoked (model mock-model)"
         ),
         "{failed}"
     );

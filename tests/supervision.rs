@@ -301,7 +301,7 @@ async fn a_panicking_provider_fails_the_run_instead_of_hanging_it() {
     let Outcome::Failed { class, message, .. } = &outcome else {
         panic!("{outcome:?}")
     };
-    assert_eq!(class, "permanent");
+    assert_eq!(class, "crash");
     assert_eq!(
         message,
         "gave up after 3 attempts: the stream task crashed: provider bug before any future exists"

@@ -47,6 +47,11 @@ pub struct Cli {
     /// Model id or alias [env: ORCHESTRATE_MODEL].
     #[arg(long, value_name = "M", global = true)]
     pub model: Option<String>,
+    /// The model an agent carries on with when its own does not exist (404) or
+    /// stays overloaded after its retries (429, 529), once; a role's
+    /// `fallbackModel` overrides it.
+    #[arg(long, value_name = "M", global = true)]
+    pub fallback_model: Option<String>,
     /// Record every provider request and its raw response to this JSONL cassette.
     #[arg(long, value_name = "FILE", global = true)]
     pub record: Option<PathBuf>,

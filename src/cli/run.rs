@@ -422,6 +422,15 @@ fn lead_spec(
         .models
         .for_role(&role, &plan.models.lead())
         .map_err(|e| e.to_string())?;
+    let fallback = match role.fallback_model.as_ref().or(cli.fallback_model.as_ref()) {
+        Some(name) => Some(
+            plan.models
+                .fallback(name, &model, &role.source)
+                .map_err(|e| e.to_string())?,
+        ),
+        None => None,
+    }
+    .filter(|f| f.model != model.id);
     let permission_mode = role
         .permission_mode
         .unwrap_or(cli.permission_mode)
@@ -466,6 +475,7 @@ fn lead_spec(
         let env = Arc::new(
             TaskEnv::new(handle, catalog, cli.max_parallel, cli.max_depth, plan.tools)
                 .with_models(plan.models.clone())
+                .with_fallback(cli.fallback_model.clone())
                 .with_meter(meter.clone())
                 .with_memory(plan.memory.clone())
                 .with_isolation(cli.isolation)
@@ -492,6 +502,7 @@ fn lead_spec(
     spec.meter = meter;
     spec.checkpoints = Some(checkpoints.clone());
     plan.models.describe(&mut spec);
+    spec.fallback = fallback;
     spec.permission_mode = permission_mode;
     #[cfg(feature = "test-support")]
     {

@@ -37,6 +37,7 @@ pub(super) fn options(cli: &Cli) -> Options {
         provider: cli.provider.clone(),
         base_url: cli.base_url.clone(),
         model: cli.model.clone(),
+        fallback_model: cli.fallback_model.clone(),
         record: cli.record.clone(),
         replay: cli.replay.clone(),
         replay_lenient: cli.replay_lenient,

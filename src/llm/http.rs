@@ -265,6 +265,7 @@ impl HttpApi {
     async fn status_error(&self, response: reqwest::Response) -> (ProviderError, Vec<u8>) {
         let status = response.status().as_u16();
         let retry_after = retry::retry_after(response.headers(), SystemTime::now());
+        let request_id = request_id(response.headers());
         // Bounded per chunk and overall: a server that trickles its error must not
         // hold the turn past one idle timeout.
         let idle = self.idle_timeout;
@@ -282,6 +283,7 @@ impl HttpApi {
             message: self.redact(message),
             code,
             retry_after,
+            request_id,
         };
         // An overloaded endpoint makes every session of it wait; an error that
         // no wait can mend (a spent quota, say) does not.
@@ -551,3 +553,15 @@ enum ReadError {
 
 #[cfg(test)]
 mod tests;
+
+/// The provider's id of a request, from its response's headers (Anthropic's
+/// `request-id`, OpenAI's `x-request-id`): printable, at most 128 bytes.
+fn request_id(headers: &reqwest::header::HeaderMap) -> Option<String> {
+    ["request-id", "x-request-id"]
+        .iter()
+        .find_map(|name| headers.get(*name)?.to_str().ok())
+        .map(|id| id.trim())
+        .filter(|id| !id.is_empty() && id.len() <= 128)
+        .filter(|id| id.chars().all(|c| c.is_ascii_graphic()))
+        .map(str::to_owned)
+}

@@ -273,6 +273,7 @@ async fn play_exchange(
             message,
             code,
             retry_after: None,
+            request_id: None,
         }
         .into());
     }

@@ -17,6 +17,7 @@ fn a_claude_code_role_parses_whole() {
             disallowed_tools: vec![],
             deny_rules: vec![],
             model: ModelChoice::Inherit,
+            fallback_model: None,
             max_turns: Some(30),
             budget: Budget::default(),
             permission_mode: Some(PermissionMode::AcceptEdits),
@@ -286,4 +287,13 @@ fn a_check_and_its_attempts_are_read() {
             .to_string(),
         "c.md:5: checkAttempts must be a whole number from 1 to 100, not 0"
     );
+}
+
+#[test]
+fn a_role_names_the_model_it_falls_back_to() {
+    let text =
+        "---\nname: a\ndescription: d\nmodel: sonnet\nfallbackModel: haiku\n---\nYou work.\n";
+    let role = parse("agents/a.md", text).unwrap();
+    assert_eq!(role.fallback_model.as_deref(), Some("haiku"));
+    assert!(role.warnings.is_empty(), "{:?}", role.warnings);
 }

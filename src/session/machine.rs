@@ -22,6 +22,7 @@
 mod compact;
 mod effect;
 mod ending;
+mod fallback;
 mod input;
 mod jitter;
 mod model_turn;
@@ -562,6 +563,7 @@ impl Machine {
             Some(failure) => self.end_run(now, |_| Outcome::Failed {
                 class: failure.class,
                 message: failure.message,
+                model: None,
                 partial: failure.partial,
                 stats: failure.stats,
             }),

@@ -64,6 +64,15 @@ impl SessionState {
                     Err(e) => Some(Input::Failed(SessionError::Spawn(e.to_string()))),
                 }
             }
+            Effect::FallBack => {
+                let spec = std::sync::Arc::make_mut(&mut self.spec);
+                if let Some(fallback) = spec.fallback.take() {
+                    spec.provider = fallback.provider;
+                    spec.model = fallback.model;
+                    spec.model_info = fallback.model_info;
+                }
+                None
+            }
             Effect::CancelStream { stream } => {
                 if let Some((current, actor)) = &self.stream
                     && *current == stream

@@ -69,7 +69,7 @@ impl Actor for ToolRunnerActor {
                 },
                 Err(e) => ToolResult {
                     tool_call_id: args.call.id.clone(),
-                    content: cap(format!("Error: {e}")),
+                    content: cap(e.result_text()),
                     is_error: true,
                 },
             };

@@ -31,6 +31,8 @@ pub(crate) enum Effect {
         /// Publish no deltas: a compaction's summary is not the agent speaking.
         quiet: bool,
     },
+    /// Stream with the spec's fallback model's provider from now on.
+    FallBack,
     /// Stop reading stream `stream`; it ends with a cancelled turn.
     CancelStream {
         /// Which stream.

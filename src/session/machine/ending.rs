@@ -164,7 +164,20 @@ impl Machine {
             .as_ref()
             .map(|r| r.last_text.clone())
             .unwrap_or_default();
-        self.end_run(now, |stats| Outcome::failed(error, partial, stats));
+        // A model's failure names the model (a sub-agent's caller may not
+        // know which it used, after a fallback).
+        let model = matches!(
+            error,
+            SessionError::Llm(_) | SessionError::RetriesExhausted { .. }
+        )
+        .then(|| self.spec.model.clone());
+        self.end_run(now, |stats| {
+            let mut outcome = Outcome::failed(error, partial, stats);
+            if let Outcome::Failed { model: named, .. } = &mut outcome {
+                *named = model;
+            }
+            outcome
+        });
     }
 
     /// Ends the run with exactly one terminal record, made durable before its

@@ -170,7 +170,11 @@ impl Machine {
             return;
         }
         let policy = self.retry;
-        match policy.after_failure(error.class(), attempt, self.jitter.sample()) {
+        let after = policy.after_failure(error.class(), attempt, self.jitter.sample());
+        if !matches!(after, AfterFailure::Retry(_)) && self.fall_back(now, &error) {
+            return;
+        }
+        match after {
             AfterFailure::Retry(delay) => {
                 self.publish(EventKind::Retrying {
                     attempt,

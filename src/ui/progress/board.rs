@@ -88,6 +88,10 @@ pub struct Row {
     pub checkout: Option<Isolated>,
     /// Its check: `checking 2/3`, `check passed`, `check failed`.
     pub check: Option<String>,
+    /// The model it talks to.
+    pub model: String,
+    /// The model it fell back to, when its own failed.
+    pub fallback: Option<String>,
 }
 
 /// An isolated agent's checkout, as its row shows it.
@@ -130,6 +134,8 @@ pub struct Board {
     /// What each isolated agent changed in its checkout, by row: counted in
     /// `files` only once merged.
     unmerged: HashMap<usize, std::collections::BTreeMap<String, (u64, u64)>>,
+    /// What the run's priced turns cost, by the model that served them.
+    by_model: std::collections::BTreeMap<String, f64>,
 }
 
 impl Board {
@@ -160,6 +166,11 @@ impl Board {
             None
         };
         std::iter::once(index).chain(sibling)
+    }
+
+    /// What the run's turns cost, by model (turns whose price is known).
+    pub fn cost_by_model(&self) -> &std::collections::BTreeMap<String, f64> {
+        &self.by_model
     }
 
     /// The files changed in the run, by path: lines added and removed.
@@ -200,6 +211,8 @@ impl Board {
                     ended_ms: None,
                     checkout: None,
                     check: None,
+                    model: String::new(),
+                    fallback: None,
                 });
                 let index = self.rows.len() - 1;
                 self.index.insert(event.session, index);
@@ -212,9 +225,12 @@ impl Board {
         };
         let row = &mut self.rows[index];
         match &event.kind {
-            EventKind::SessionStarted { .. }
-            | EventKind::Restarted { .. }
-            | EventKind::PromptQueued { .. } => {}
+            EventKind::SessionStarted { model, .. } => row.model.clone_from(model),
+            EventKind::Restarted { .. } | EventKind::PromptQueued { .. } => {}
+            EventKind::ModelFallback { to, .. } => {
+                row.model.clone_from(to);
+                row.fallback = Some(to.clone());
+            }
             EventKind::TurnStarted { .. } => {
                 if !matches!(row.state, State::Waiting(_)) {
                     row.state = State::Thinking;
@@ -231,6 +247,9 @@ impl Board {
                 row.tokens += usage.total();
                 row.cost_unknown |= cost_usd.is_none();
                 row.cost = cost_usd.map(|c| c + row.cost.unwrap_or(0.0));
+                if let Some(cost) = cost_usd {
+                    *self.by_model.entry(row.model.clone()).or_default() += cost;
+                }
                 row.state = State::Thinking;
             }
             EventKind::ToolStarted {
@@ -443,5 +462,57 @@ mod tests {
         board.apply(&ended(0.25, 1), Duration::ZERO);
         board.apply(&ended(0.5, 2), Duration::ZERO);
         assert_eq!(board.rows()[0].cost_usd(), Some(0.75));
+    }
+
+    #[test]
+    fn a_fallback_shows_on_its_row_and_each_model_is_charged_its_own_turns() {
+        let lead = SessionId::new();
+        let mut board = Board::new();
+        let event = |kind| Event {
+            seq: 0,
+            session: lead,
+            parent: None,
+            agent: "orchestrator".into(),
+            kind,
+        };
+        let turn = |cost: f64| EventKind::TurnFinished {
+            turn: 1,
+            text: String::new(),
+            tool_calls: 0,
+            usage: Default::default(),
+            cost_usd: Some(cost),
+        };
+        board.apply(
+            &event(EventKind::SessionStarted {
+                model: "big".into(),
+                resumed: false,
+                memory: Vec::new(),
+            }),
+            Duration::ZERO,
+        );
+        board.apply(&event(turn(0.5)), Duration::ZERO);
+        board.apply(
+            &event(EventKind::ModelFallback {
+                from: "big".into(),
+                to: "small".into(),
+                reason: "overloaded".into(),
+            }),
+            Duration::ZERO,
+        );
+        board.apply(&event(turn(0.25)), Duration::ZERO);
+        let spent: Vec<(&str, f64)> = board
+            .cost_by_model()
+            .iter()
+            .map(|(m, c)| (m.as_str(), *c))
+            .collect();
+        assert_eq!(spent, [("big", 0.5), ("small", 0.25)]);
+        assert_eq!(board.rows()[0].fallback.as_deref(), Some("small"));
+        let row = super::super::render::render_row(&board, 0, 0);
+        assert!(row.contains("fell back to small"), "{row}");
+        let summary = super::super::render::summary(&board, 0);
+        assert!(
+            summary.contains("cost by model: big $0.50, small $0.25"),
+            "{summary}"
+        );
     }
 }

@@ -62,6 +62,9 @@ pub fn render_row(board: &Board, index: usize, now_ms: u64) -> String {
     if let Some(check) = &row.check {
         state.push_str(&format!(" · {check}"));
     }
+    if let Some(model) = &row.fallback {
+        state.push_str(&format!(" · fell back to {model}"));
+    }
     match &row.checkout {
         None => {}
         Some(Isolated::Working) => state.push_str(" · isolated"),
@@ -98,6 +101,11 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
         EventKind::Restarted { reason, .. } => {
             format!("crashed and restarted ({})", clip(reason, 60))
         }
+        EventKind::ModelFallback { from, to, reason } => format!(
+            "model {} failed ({reason}): carrying on with {}",
+            clip(from, 60),
+            clip(to, 60)
+        ),
         EventKind::ToolStarted {
             name, arguments, ..
         } => short_call(name, arguments),
@@ -268,6 +276,14 @@ pub fn summary(board: &Board, now_ms: u64) -> String {
         .collect();
     if !todos.is_empty() {
         out.push_str(&format!("todos done: {}\n", todos.join(", ")));
+    }
+    let by_model = board.cost_by_model();
+    if by_model.len() > 1 {
+        let costs: Vec<String> = by_model
+            .iter()
+            .map(|(model, cost)| format!("{} {}", clip(model, 60), dollars(Some(*cost))))
+            .collect();
+        out.push_str(&format!("cost by model: {}\n", costs.join(", ")));
     }
     out
 }

@@ -157,6 +157,7 @@ fn an_overflow_compacts_once_retries_and_the_next_boundary_still_compacts() {
             code: Some("context_length_exceeded".into()),
             message: "too long".into(),
             retry_after: None,
+            request_id: None,
         })
     };
     sim.fail_stream(overflow());

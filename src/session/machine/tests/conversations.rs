@@ -280,7 +280,7 @@ fn retryable_failures_back_off_then_exhaust_and_name_the_last_error() {
     let Some(Outcome::Failed { class, message, .. }) = sim.outcome(p) else {
         panic!("{:?}", sim.terminals())
     };
-    assert_eq!(class, "permanent");
+    assert_eq!(class, "stream");
     assert_eq!(
         message,
         "gave up after 3 attempts: the model returned an empty answer"
@@ -296,7 +296,7 @@ fn a_permanent_failure_ends_the_run_at_once() {
     let Some(Outcome::Failed { class, message, .. }) = sim.outcome(p) else {
         panic!("{:?}", sim.terminals())
     };
-    assert_eq!((class.as_str(), sim.retry), ("permanent", None));
+    assert_eq!((class.as_str(), sim.retry), ("content_filter", None));
     assert_eq!(message, StreamError::Filtered.to_string());
 }
 

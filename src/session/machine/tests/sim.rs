@@ -317,6 +317,7 @@ impl Sim {
                 return Some(Input::Synced(Ok(())));
             }
             Effect::SyncInBackground => self.behind = self.journal.len(),
+            Effect::FallBack => {}
             Effect::Publish(kind) => {
                 if let EventKind::Terminal { .. } = &kind {
                     let terminal = self.journal[..self.durable]
@@ -553,6 +554,7 @@ pub(super) fn event_name(event: &EventKind) -> &'static str {
         EventKind::ToolFinished { .. } => "tool_finished",
         EventKind::Retrying { .. } => "retrying",
         EventKind::Restarted { .. } => "restarted",
+        EventKind::ModelFallback { .. } => "model_fallback",
         EventKind::RateLimited { .. } => "rate_limited",
         EventKind::Compacted { .. } => "compacted",
         EventKind::Todos { .. } => "todos",
