@@ -64,6 +64,9 @@ pub enum Record {
     PromptJoined {
         /// The prompt's id.
         prompt: u64,
+        /// The background sub-agent whose result it is (its task id).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        background: Option<SessionId>,
     },
     /// A tool call is about to run (recorded so that a resumed session knows which
     /// calls may already have had effects).

@@ -33,6 +33,21 @@ impl SessionId {
     }
 }
 
+/// How the result of a Task call that started a background sub-agent begins:
+/// this, then its task id (the sub-agent's session id).
+pub const STARTED_IN_BACKGROUND: &str = "started in background: task_id ";
+
+/// The task id a Task call's result names when it started a background
+/// sub-agent (its first line).
+pub(crate) fn background_task(result: &str) -> Option<SessionId> {
+    let first = result.lines().next()?;
+    first
+        .strip_prefix(STARTED_IN_BACKGROUND)?
+        .trim()
+        .parse()
+        .ok()
+}
+
 impl Default for SessionId {
     fn default() -> Self {
         Self::new()
@@ -367,6 +382,12 @@ pub enum EventKind {
         /// Milliseconds until requests may go again.
         delay_ms: u64,
     },
+    /// The agent gave its final answer and waits for its background
+    /// sub-agents' results before its run ends.
+    BackgroundWait {
+        /// Background sub-agents still running.
+        running: usize,
+    },
     /// The session's model does not exist or stayed overloaded: it carries on
     /// with its fallback model, in the same conversation, from here on.
     ModelFallback {
@@ -492,6 +513,7 @@ impl EventKind {
             | Self::Retrying { .. }
             | Self::RateLimited { .. }
             | Self::ModelFallback { .. }
+            | Self::BackgroundWait { .. }
             | Self::Compacted { .. }
             | Self::Todos { .. }
             | Self::Restarted { .. }

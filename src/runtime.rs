@@ -2,6 +2,7 @@
 //! prompts, cancel, watch events, shut down, and run Task calls in their
 //! sub-agents (`delegate`). Everything behind it is actors.
 
+mod background;
 mod delegate;
 
 use std::path::PathBuf;
@@ -115,6 +116,8 @@ pub struct Handle {
     mcp: Arc<crate::mcp::McpHub>,
     /// What the runtime's private checkouts share.
     checkouts: Arc<delegate::Checkouts>,
+    /// The background sub-agents, by task id.
+    backgrounds: Arc<background::Backgrounds>,
 }
 
 impl std::ops::Deref for Runtime {
@@ -179,6 +182,7 @@ impl Runtime {
             .map_err(|e| SessionError::Spawn(e.to_string()))?;
         let handle = Handle {
             checkouts: Arc::default(),
+            backgrounds: Arc::default(),
             orchestrator,
             bus,
             journal,
@@ -457,15 +461,25 @@ impl Handle {
 impl Launcher for Handle {
     fn delegate(
         &self,
-        spec: SessionSpec,
-        prompt: String,
-        cancel: CancellationToken,
-        resumed: bool,
-        isolate: Option<crate::isolation::Isolate>,
-        check: Option<crate::task::Check>,
+        delegation: crate::task::Delegation,
     ) -> BoxFuture<'_, Result<crate::task::Delegated, SessionError>> {
-        Box::pin(Handle::delegate(
-            self, spec, prompt, cancel, resumed, isolate, check,
-        ))
+        Box::pin(Handle::delegate(self, delegation))
+    }
+
+    fn background(&self, job: crate::task::Job) -> BoxFuture<'_, Result<SessionId, SessionError>> {
+        Box::pin(self.run_in_background(job))
+    }
+
+    fn output(
+        &self,
+        caller: SessionId,
+        task: SessionId,
+        wait: Option<std::time::Duration>,
+    ) -> BoxFuture<'_, Result<String, crate::error::ToolError>> {
+        Box::pin(self.background_output(caller, task, wait))
+    }
+
+    fn stop(&self, caller: SessionId, task: SessionId) -> Result<String, crate::error::ToolError> {
+        self.stop_background(caller, task)
     }
 }

@@ -10,6 +10,10 @@
 //! Task starts sessions through a [`Launcher`], which the runtime's handle
 //! implements: Task knows what a session is, not the actors that run one.
 
+mod background;
+
+pub use self::background::{TaskOutput, TaskStop};
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -24,7 +28,7 @@ use crate::error::{SessionError, ToolError};
 use crate::isolation::{Isolate, Policy};
 use crate::memory::Memory;
 use crate::models::{Model, Models};
-use crate::protocol::{Changes, EventKind, Outcome, SessionId};
+use crate::protocol::{Changes, EventKind, Outcome, STARTED_IN_BACKGROUND, SessionId};
 use crate::roles::ModelChoice;
 use crate::roles::catalog::Catalog;
 use crate::session::budget::RunMeter;
@@ -60,6 +64,12 @@ pub struct TaskInput {
     /// shorter); then it ends `timed_out` with its work so far.
     #[serde(default)]
     pub timeout: Option<u64>,
+    /// Run it in the background: the call returns at once with its task id,
+    /// you go on, and its result joins this conversation when it ends (read
+    /// it sooner with TaskOutput, stop it with TaskStop). You do not end before
+    /// its result has come.
+    #[serde(default)]
+    pub run_in_background: bool,
 }
 
 /// Attempts at a check, by default.
@@ -105,25 +115,65 @@ impl Checked {
     }
 }
 
+/// A Task call's prompt, for its sub-agent.
+#[derive(Debug)]
+pub struct Delegation {
+    /// The sub-agent's session; its `parent` and `tool_call_id` name the call.
+    pub spec: SessionSpec,
+    /// The prompt.
+    pub prompt: String,
+    /// Cancels the sub-agent, and nothing else does.
+    pub cancel: CancellationToken,
+    /// An earlier incarnation of its caller started the call: the sub-agent
+    /// that start began, if there is one (its recorded result when it
+    /// finished), is found again rather than a new one started.
+    pub resumed: bool,
+    /// A new sub-agent works in a private checkout of this tree, its work
+    /// brought back when it ends.
+    pub isolate: Option<Isolate>,
+    /// What must pass before its work counts.
+    pub check: Option<Check>,
+    /// The session id a new sub-agent gets (a background one's task id);
+    /// `None`: a fresh one.
+    pub id: Option<SessionId>,
+}
+
+/// A sub-agent to run in the background.
+#[derive(Debug)]
+pub struct Job {
+    /// Its delegation; its `id` is its task id.
+    pub delegation: Delegation,
+    /// The slots it waits for, as a Task call's sub-agent does.
+    pub slots: Arc<Semaphore>,
+    /// Publishes as its caller (its wait for a slot).
+    pub events: Option<crate::events::Publisher>,
+}
+
 /// Runs Task calls in sub-agents ([`crate::Handle`] is one).
 pub trait Launcher: Send + Sync + std::fmt::Debug + 'static {
-    /// Runs `prompt` in a sub-agent for the Task call that `spec` names (its
-    /// `parent` and `tool_call_id`): when `resumed` (the call was started by an
-    /// earlier incarnation of its caller), the sub-agent that start began, if
-    /// there is one (its recorded result when it finished); else a new one.
-    /// With `isolate`, a new sub-agent works in a private checkout of that
-    /// tree, and its work is brought back when it ends.
-    /// Returns the sub-agent's outcome, `None` if it went away without one. The
-    /// sub-agent is cancelled when `cancel` is, and only then.
-    fn delegate(
+    /// Runs a delegation's prompt in its sub-agent (see [`Delegation`]).
+    /// Returns the sub-agent's outcome, `None` if it went away without one.
+    fn delegate(&self, delegation: Delegation) -> BoxFuture<'_, Result<Delegated, SessionError>>;
+
+    /// Starts `job` in the background and returns its task id once its
+    /// caller's run counts it (that run does not end before its result has
+    /// come). A resumed job's task id is the sub-agent its call had started,
+    /// when there is one.
+    fn background(&self, job: Job) -> BoxFuture<'_, Result<SessionId, SessionError>>;
+
+    /// What background sub-agent `task` of `caller` came to: its result once
+    /// it has ended, waiting up to `wait` for it; else its state and
+    /// progress so far.
+    fn output(
         &self,
-        spec: SessionSpec,
-        prompt: String,
-        cancel: CancellationToken,
-        resumed: bool,
-        isolate: Option<Isolate>,
-        check: Option<Check>,
-    ) -> BoxFuture<'_, Result<Delegated, SessionError>>;
+        caller: SessionId,
+        task: SessionId,
+        wait: Option<std::time::Duration>,
+    ) -> BoxFuture<'_, Result<String, ToolError>>;
+
+    /// Stops background sub-agent `task` of `caller` as `stop` does: it ends
+    /// `partial` at its next turn boundary, and its result comes as usual.
+    fn stop(&self, caller: SessionId, task: SessionId) -> Result<String, ToolError>;
 }
 
 /// What a delegation came to.
@@ -352,7 +402,7 @@ impl Task {
                 permission_mode,
                 place: place.clone(),
             };
-            tools = tools.with(Task::new(self.env.clone(), caller));
+            tools = with_task_tools(tools, &self.env, caller);
         }
         let fallback = match (
             role.fallback_model.as_ref().or(self.env.fallback.as_ref()),
@@ -530,103 +580,152 @@ impl Tool for Task {
                 }),
             };
             let agent = spec.agent.clone();
-            // Waits in FIFO order for a slot (shown as queued); a cancel drops the wait.
             let level = (self.caller.depth as usize).min(self.env.slots.len() - 1);
             let slots = &self.env.slots[level];
-            let _slot = match slots.clone().try_acquire_owned() {
-                Ok(slot) => slot,
-                Err(_) => {
-                    let queued = |waiting| EventKind::SubagentQueued {
-                        call_id: ctx.call_id.clone(),
-                        role: agent.clone(),
-                        waiting,
-                    };
-                    let publish = |kind| {
-                        if let Some(events) = &ctx.events {
-                            events.publish(kind);
-                        }
-                    };
-                    publish(queued(true));
-                    let slot = slots.clone().acquire_owned().await;
-                    publish(queued(false));
-                    slot.map_err(|_| ToolError::Failed("the run is shutting down".into()))?
-                }
-            };
             let check = self.check(&input)?;
-            let Delegated {
-                outcome,
-                changes,
-                check,
-            } = self
-                .env
-                .launcher
-                .delegate(
+            if input.run_in_background {
+                // A resumed caller following it again gives it its task id.
+                let delegation = Delegation {
                     spec,
-                    input.prompt,
-                    ctx.cancel.clone(),
-                    ctx.resumed,
+                    prompt: input.prompt,
+                    cancel: CancellationToken::new(),
+                    resumed: ctx.resumed || ctx.reattach.is_some(),
                     isolate,
                     check,
-                )
-                .await
+                    id: Some(ctx.reattach.unwrap_or_default()),
+                };
+                let job = Job {
+                    delegation,
+                    slots: slots.clone(),
+                    events: ctx.events.clone(),
+                };
+                let task = (self.env.launcher.background(job).await).map_err(|e| {
+                    ToolError::Failed(format!("the sub-agent could not start: {e}"))
+                })?;
+                return Ok(format!(
+                    "{STARTED_IN_BACKGROUND}{task}\nThe {agent} sub-agent works in the background. Its \
+                     result joins this conversation when it ends; TaskOutput with this task_id reads it \
+                     sooner, TaskStop stops it. Go on with other work meanwhile."
+                ));
+            }
+            let _slot = wait_for_slot(slots, ctx.events.as_ref(), &ctx.call_id, &agent).await?;
+            let delegation = Delegation {
+                spec,
+                prompt: input.prompt,
+                cancel: ctx.cancel.clone(),
+                resumed: ctx.resumed,
+                isolate,
+                check,
+                id: None,
+            };
+            let delegated = (self.env.launcher.delegate(delegation).await)
                 .map_err(|e| ToolError::Failed(format!("the sub-agent could not start: {e}")))?;
-            if let Some(outcome) = &outcome {
+            if let Some(outcome) = &delegated.outcome {
                 ctx.spent.add(outcome.stats());
             }
-            // The outcome word first, then what became of an isolated
-            // sub-agent's changes and how its check went.
-            let mut changes = changes
-                .map(|c| format!("{}\n", c.line()))
-                .unwrap_or_default();
-            if let Some(check) = check {
-                changes.push_str(&format!("{}\n", check.line()));
-            }
-            match outcome {
-                Some(Outcome::Completed { text, stats, .. }) => Ok(format!(
-                    "completed\n{changes}{text}\n\n{}",
-                    footer(&agent, &stats)
-                )),
-                Some(Outcome::Failed {
-                    class,
-                    mut message,
-                    partial,
-                    model,
-                    ..
-                }) => {
-                    if let Some(model) = model {
-                        message.push_str(&format!(" (model {model})"));
-                    }
-                    let partial = if partial.is_empty() {
-                        String::new()
-                    } else {
-                        format!("\nIts last output:\n{partial}")
-                    };
-                    Err(ToolError::Reported(format!(
-                        "failed ({class})\n{changes}the {agent} sub-agent failed ({class}): {message}{partial}"
-                    )))
-                }
-                Some(Outcome::Cancelled { .. }) => Err(ToolError::Cancelled),
-                // Stopped at a turn boundary: its partial work is the result, and the
-                // caller goes on.
-                Some(Outcome::Partial {
-                    reason,
-                    partial,
-                    stats,
-                }) => Ok(format!(
-                    "partial ({reason})\n{changes}[the {agent} sub-agent was stopped ({reason}) before it finished; its work so far:]\n{partial}\n\n{}",
-                    footer(&agent, &stats)
-                )),
-                // Its time ran out (its own `timeout`): like a stop, its partial
-                // work is the result.
-                Some(Outcome::TimedOut { partial, stats }) => Ok(format!(
-                    "timed_out\n{changes}[the {agent} sub-agent's time ran out before it finished; its work so far:]\n{partial}\n\n{}",
-                    footer(&agent, &stats)
-                )),
-                None => Err(ToolError::Failed(format!(
-                    "the {agent} sub-agent ended without a result"
-                ))),
-            }
+            report(&agent, delegated)
         })
+    }
+}
+
+/// `tools` with Task for `caller`, and the tools that follow its background
+/// sub-agents.
+pub fn with_task_tools(tools: ToolRegistry, env: &Arc<TaskEnv>, caller: Caller) -> ToolRegistry {
+    tools
+        .with(Task::new(env.clone(), caller))
+        .with(TaskOutput::new(env.clone()))
+        .with(TaskStop::new(env.clone()))
+}
+
+/// Waits in FIFO order for one of `slots` (shown as queued through `events`
+/// while it waits, for Task call `call_id` of role `role`); a cancel drops
+/// the wait.
+pub async fn wait_for_slot(
+    slots: &Arc<Semaphore>,
+    events: Option<&crate::events::Publisher>,
+    call_id: &str,
+    role: &str,
+) -> Result<tokio::sync::OwnedSemaphorePermit, ToolError> {
+    if let Ok(slot) = slots.clone().try_acquire_owned() {
+        return Ok(slot);
+    }
+    let queued = |waiting| EventKind::SubagentQueued {
+        call_id: call_id.to_owned(),
+        role: role.to_owned(),
+        waiting,
+    };
+    if let Some(events) = events {
+        events.publish(queued(true));
+    }
+    let slot = slots.clone().acquire_owned().await;
+    if let Some(events) = events {
+        events.publish(queued(false));
+    }
+    slot.map_err(|_| ToolError::Failed("the run is shutting down".into()))
+}
+
+/// A Task call's result for what the delegation to sub-agent `agent` came
+/// to: the outcome word first (`completed`, `partial (reason)`, `failed
+/// (class)`, `timed_out`), then what became of an isolated sub-agent's
+/// changes and how its check went, then its answer or last output.
+pub fn report(agent: &str, delegated: Delegated) -> Result<String, ToolError> {
+    let Delegated {
+        outcome,
+        changes,
+        check,
+    } = delegated;
+    let mut changes = changes
+        .map(|c| format!("{}\n", c.line()))
+        .unwrap_or_default();
+    if let Some(check) = check {
+        changes.push_str(&format!("{}\n", check.line()));
+    }
+    match outcome {
+        Some(Outcome::Completed { text, stats, .. }) => Ok(format!(
+            "completed\n{changes}{text}\n\n{}",
+            footer(agent, &stats)
+        )),
+        Some(Outcome::Failed {
+            class,
+            mut message,
+            partial,
+            model,
+            ..
+        }) => {
+            if let Some(model) = model {
+                message.push_str(&format!(" (model {model})"));
+            }
+            let partial = if partial.is_empty() {
+                String::new()
+            } else {
+                format!("\nIts last output:\n{partial}")
+            };
+            Err(ToolError::Reported(format!(
+                "failed ({class})\n{changes}the {agent} sub-agent failed ({class}): {message}{partial}"
+            )))
+        }
+        Some(Outcome::Cancelled { partial, .. }) => Err(ToolError::Reported(format!(
+            "cancelled\n{changes}[the {agent} sub-agent was cancelled before it finished; its work so far:]\n{partial}"
+        ))),
+        // Stopped at a turn boundary: its partial work is the result, and the
+        // caller goes on.
+        Some(Outcome::Partial {
+            reason,
+            partial,
+            stats,
+        }) => Ok(format!(
+            "partial ({reason})\n{changes}[the {agent} sub-agent was stopped ({reason}) before it finished; its work so far:]\n{partial}\n\n{}",
+            footer(agent, &stats)
+        )),
+        // Its time ran out (its own `timeout`): like a stop, its partial
+        // work is the result.
+        Some(Outcome::TimedOut { partial, stats }) => Ok(format!(
+            "timed_out\n{changes}[the {agent} sub-agent's time ran out before it finished; its work so far:]\n{partial}\n\n{}",
+            footer(agent, &stats)
+        )),
+        None => Err(ToolError::Failed(format!(
+            "the {agent} sub-agent ended without a result"
+        ))),
     }
 }
 
@@ -651,14 +750,26 @@ mod tests {
     impl Launcher for Nobody {
         fn delegate(
             &self,
-            _spec: SessionSpec,
-            _prompt: String,
-            _cancel: CancellationToken,
-            _resumed: bool,
-            _isolate: Option<Isolate>,
-            _check: Option<Check>,
+            _delegation: Delegation,
         ) -> BoxFuture<'_, Result<Delegated, SessionError>> {
             Box::pin(async { Ok(Delegated::default()) })
+        }
+
+        fn background(&self, _job: Job) -> BoxFuture<'_, Result<SessionId, SessionError>> {
+            Box::pin(async { Ok(SessionId::new()) })
+        }
+
+        fn output(
+            &self,
+            _caller: SessionId,
+            _task: SessionId,
+            _wait: Option<std::time::Duration>,
+        ) -> BoxFuture<'_, Result<String, ToolError>> {
+            Box::pin(async { Ok(String::new()) })
+        }
+
+        fn stop(&self, _caller: SessionId, _task: SessionId) -> Result<String, ToolError> {
+            Ok(String::new())
         }
     }
 

@@ -89,6 +89,10 @@ pub struct ToolContext {
     /// or its process died): a tool that resumes by call id picks up what it
     /// began (see [`Tool::resumable`]).
     pub resumed: bool,
+    /// A background sub-agent to follow again (its task id): the Task call
+    /// that started it is made again, by a run resumed from its journal
+    /// before it had the sub-agent's result.
+    pub reattach: Option<SessionId>,
 }
 
 /// The Read deny rules a listing honours: the run's and the calling role's.
@@ -225,6 +229,7 @@ impl ToolContext {
             spent: Spent::default(),
             events: None,
             resumed: false,
+            reattach: None,
         }
     }
 

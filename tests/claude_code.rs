@@ -144,7 +144,10 @@ async fn a_lead_that_only_delegates_has_workers_with_their_own_tools() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let requests = mock.requests();
     let lead = requests.iter().find(|r| !is_worker(r)).unwrap();
-    assert_eq!(harness::tool_names(lead), ["Task"]);
+    assert_eq!(
+        harness::tool_names(lead),
+        ["Task", "TaskOutput", "TaskStop"]
+    );
     let worker = requests.iter().find(|r| is_worker(r)).unwrap();
     assert_eq!(harness::tool_names(worker), ["Read", "Grep"]);
 }

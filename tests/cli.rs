@@ -402,7 +402,9 @@ async fn every_tool_is_offered_and_edits_show_as_diff_events() {
             "Glob",
             "Grep",
             "Bash",
-            "Task"
+            "Task",
+            "TaskOutput",
+            "TaskStop"
         ]
     );
     let events: Vec<Value> = text(&out.stdout)

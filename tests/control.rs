@@ -200,7 +200,7 @@ async fn a_live_run_is_shown_steered_stopped_and_killed_from_another_terminal() 
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(
         text(&out.stdout),
-        "alpha heard: mind the README | [the beta sub-agent was stopped (requested) before it finished; its work so far:] | Error: cancelled\n"
+        "alpha heard: mind the README | [the beta sub-agent was stopped (requested) before it finished; its work so far:] | cancelled\n"
     );
     let asked = |s: &str| mock.requests().iter().filter(|r| system(r) == s).count();
     assert_eq!(

@@ -1,13 +1,15 @@
 //! A sub-agent's life as its caller and the person see it, through the real
 //! binary: falling back to another model when its own does not exist or stays
 //! overloaded (and never when a key or a request is refused), with the error a
-//! parent receives naming what failed.
+//! parent receives naming what failed; background sub-agents whose caller goes
+//! on, reads them with TaskOutput, stops one with TaskStop, answers first and
+//! still hears them, and gets their results after a kill -9 and `resume`.
 
 use serde_json::{Value, json};
 
 use crate::cli::{run_on, text};
 use crate::support::harness::tool_results;
-use crate::support::mock_llm::{MockLlm, Recorded, Reply};
+use crate::support::mock_llm::{End, Gate, MockLlm, Recorded, Reply};
 
 /// The model a request asked for.
 fn model(request: &Recorded) -> &str {
@@ -173,4 +175,315 @@ async fn a_refused_key_never_falls_back_and_the_parent_hears_what_failed() {
     ] {
         assert!(result.contains(part), "{part} missing from: {result}");
     }
+}
+
+/// The first words of the scout's system prompt.
+const SCOUT: &str = "You scout the code.";
+
+/// A workspace whose `scout` role reads and answers.
+fn scout_workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let agents = dir.path().join("agents");
+    std::fs::create_dir(&agents).unwrap();
+    std::fs::write(
+        agents.join("scout.md"),
+        format!("---\nname: scout\ndescription: Scouts the code.\ntools: Read\n---\n{SCOUT}\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "the bug is in parse.rs\n").unwrap();
+    dir
+}
+
+/// A Task call that starts the scout in the background.
+fn scout_in_background() -> Reply {
+    Reply::tool_calls(&[(
+        "bg",
+        "Task",
+        json!({
+            "description": "scout",
+            "prompt": "Find the bug.",
+            "subagent_type": "scout",
+            "run_in_background": true,
+        }),
+    )])
+}
+
+/// The task id the lead's first tool result gave.
+fn task_of(request: &Recorded) -> String {
+    let results = tool_results(request);
+    let first = results[0].1.lines().next().unwrap_or_default();
+    first
+        .strip_prefix("started in background: task_id ")
+        .unwrap_or_else(|| panic!("not a background start: {}", results[0].1))
+        .to_owned()
+}
+
+/// The lead's requests (every one that is not the scout's).
+fn lead_requests(mock: &MockLlm) -> Vec<Recorded> {
+    let all = mock.requests().into_iter();
+    all.filter(|r| !r.system().starts_with(SCOUT)).collect()
+}
+
+/// The user messages of a request, after its first.
+fn later_prompts(request: &Recorded) -> Vec<String> {
+    let messages = request.body["messages"].as_array().unwrap();
+    let users = messages.iter().filter(|m| m["role"] == "user");
+    users
+        .skip(1)
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// Runs the binary with `--json`, calling `on_event` with each event as it
+/// comes, until it returns true (the process is then killed with SIGKILL
+/// once `before_kill` returns) or the run ends; its exit code (`None` when
+/// killed) and every event read.
+async fn watch_run(
+    mut command: tokio::process::Command,
+    mut on_event: impl FnMut(&Value) -> bool,
+    before_kill: impl std::future::Future<Output = ()>,
+) -> (Option<i32>, Vec<Value>) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut events = Vec::new();
+    let mut killed = false;
+    let read = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let event: Value = serde_json::from_str(&line).unwrap();
+            let kill = on_event(&event);
+            events.push(event);
+            if kill {
+                before_kill.await;
+                // kill -9: nothing of the process runs after this.
+                crate::isolation::kill_now(&mut child).await;
+                killed = true;
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(crate::support::harness::DEADLINE, read)
+        .await
+        .expect("the run did not end in time");
+    let code = match killed {
+        true => None,
+        false => child.wait().await.unwrap().code(),
+    };
+    (code, events)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_goes_on_while_its_background_sub_agent_runs_and_reads_it_with_task_output() {
+    let gate = Gate::new();
+    let mock = MockLlm::start_with({
+        let gate = gate.clone();
+        move |request, _| {
+            if request.system().starts_with(SCOUT) {
+                return Reply::text("the bug is in parse.rs, line 12")
+                    .with_end(End::HoldAfter(0, gate.clone()));
+            }
+            match tool_results(request).len() {
+                0 => scout_in_background(),
+                1 => Reply::tool_calls(&[(
+                    "peek",
+                    "TaskOutput",
+                    json!({ "task_id": task_of(request), "block": false }),
+                )]),
+                2 => {
+                    // The scout may answer now; the lead waits for it.
+                    gate.open();
+                    Reply::tool_calls(&[(
+                        "wait",
+                        "TaskOutput",
+                        json!({ "task_id": task_of(request), "timeout": 60_000 }),
+                    )])
+                }
+                _ => Reply::text("the scout found it"),
+            }
+        }
+    })
+    .await;
+    let dir = scout_workspace();
+    let out = run_on(&mock, dir.path(), &["--json", "find the bug"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let lead = lead_requests(&mock);
+    assert_eq!(lead.len(), 4);
+    let results = tool_results(&lead[3]);
+    let (started, peek, wait) = (&results[0].1, &results[1].1, &results[2].1);
+    assert!(
+        started.starts_with("started in background: task_id "),
+        "{started}"
+    );
+    assert!(
+        peek.starts_with("running\n"),
+        "the lead went on first: {peek}"
+    );
+    assert!(wait.starts_with("completed\n"), "{wait}");
+    assert!(wait.contains("the bug is in parse.rs, line 12"), "{wait}");
+    // TaskOutput took the result: it does not come a second time.
+    assert!(later_prompts(&lead[3]).is_empty());
+    let events = events(&out.stdout);
+    let task = task_of(&lead[1]);
+    let scout_end = events
+        .iter()
+        .find(|e| e["session"] == task.as_str() && e["type"] == "terminal")
+        .expect("the scout's session is the task id");
+    assert_eq!(scout_end["outcome"], "completed");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["session"] == task.as_str() && e["parent"].is_string())
+    );
+    let last = events.last().unwrap();
+    assert_eq!(
+        (last["type"].as_str(), last["text"].as_str()),
+        (Some("terminal"), Some("the scout found it"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_answers_first_waits_for_its_stopped_background_sub_agent_and_hears_it() {
+    let gate = Gate::new();
+    let scouting = Gate::new();
+    let mock = MockLlm::start_with({
+        let (gate, scouting) = (gate.clone(), scouting.clone());
+        move |request, _| {
+            if request.system().starts_with(SCOUT) {
+                scouting.open();
+                return match request.results() {
+                    0 => Reply::tool_calls(&[("r", "Read", json!({ "file_path": "notes.txt" }))])
+                        .with_end(End::HoldAfter(0, gate.clone())),
+                    _ => Reply::text("should not be asked: it was stopped"),
+                };
+            }
+            if !later_prompts(request).is_empty() {
+                return Reply::text("final, with the scout's notes");
+            }
+            match tool_results(request).len() {
+                0 => scout_in_background(),
+                // Stopped once it is streaming its first turn.
+                1 => Reply::tool_calls(&[(
+                    "stop",
+                    "TaskStop",
+                    json!({ "task_id": task_of(request) }),
+                )])
+                .with_end(End::HoldAfter(0, scouting.clone())),
+                _ => Reply::text("done for now"),
+            }
+        }
+    })
+    .await;
+    let dir = scout_workspace();
+    let command = crate::cli::command_on(&mock, dir.path(), &["--json", "find the bug"], &[]);
+    let (code, events) = watch_run(
+        command,
+        |event| {
+            // The lead has answered and waits: only now may the scout go on.
+            if event["type"] == "background_wait" {
+                gate.open();
+            }
+            false
+        },
+        async {},
+    )
+    .await;
+    assert_eq!(code, Some(0));
+    assert!(
+        gate.is_open(),
+        "the lead waited for its background sub-agent"
+    );
+    let lead = lead_requests(&mock);
+    assert_eq!(lead.len(), 4);
+    let task = task_of(&lead[1]);
+    let stopped = &tool_results(&lead[2])[1].1;
+    assert!(
+        stopped.starts_with("stopping the scout sub-agent"),
+        "{stopped}"
+    );
+    let heard = later_prompts(&lead[3]);
+    assert_eq!(heard.len(), 1, "{heard:?}");
+    let expected =
+        format!("Background sub-agent scout (task_id {task}) ended:\npartial (requested)\n");
+    assert!(heard[0].starts_with(&expected), "{}", heard[0]);
+    let scout_requests = mock
+        .requests()
+        .iter()
+        .filter(|r| r.system().starts_with(SCOUT))
+        .count();
+    assert_eq!(scout_requests, 1, "the stop came before its next turn");
+    let last = events.last().unwrap();
+    assert_eq!(last["text"], "final, with the scout's notes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_killed_while_a_background_sub_agent_runs_gets_its_result_after_resume() {
+    let gate = Gate::new();
+    let mock = MockLlm::start_with({
+        let gate = gate.clone();
+        move |request, _| {
+            if request.system().starts_with(SCOUT) {
+                return Reply::text("scouted: parse.rs").with_end(End::HoldAfter(0, gate.clone()));
+            }
+            match (tool_results(request).len(), later_prompts(request).len()) {
+                (0, _) => scout_in_background(),
+                (_, 0) => Reply::text("waiting for the scout"),
+                _ => Reply::text("resumed and heard the scout"),
+            }
+        }
+    })
+    .await;
+    let dir = scout_workspace();
+    let command = crate::cli::command_on(&mock, dir.path(), &["--json", "find the bug"], &[]);
+    // Killed once what the run did is on disk (written within a tenth of a
+    // second, as every journal line is).
+    let state = crate::support::harness::state(dir.path());
+    let written = async {
+        crate::support::harness::wait_until("the journals hold the start and the answer", || {
+            let journals = std::fs::read_dir(state.sessions())
+                .into_iter()
+                .flatten()
+                .flatten();
+            let text: String = journals
+                .filter_map(|f| std::fs::read_to_string(f.path()).ok())
+                .collect();
+            text.contains("waiting for the scout") && text.contains("\"agent\":\"scout\"")
+        })
+        .await;
+    };
+    let (code, _) = watch_run(command, |event| event["type"] == "background_wait", written).await;
+    assert_eq!(code, None, "killed");
+    gate.open();
+    let out = run_on(&mock, dir.path(), &["--json", "resume"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let lead = lead_requests(&mock);
+    let task = task_of(&lead[1]);
+    let last = lead.last().unwrap();
+    let heard = later_prompts(last);
+    assert_eq!(heard.len(), 1, "delivered once: {heard:?}");
+    let expected =
+        format!("Background sub-agent scout (task_id {task}) ended:\ncompleted\nscouted: parse.rs");
+    assert!(
+        heard[0].starts_with(&expected),
+        "{}\nexpected: {expected}",
+        heard[0]
+    );
+    let events = events(&out.stdout);
+    let scouts: std::collections::BTreeSet<&str> = events
+        .iter()
+        .filter(|e| e["agent"] == "scout")
+        .filter_map(|e| e["session"].as_str())
+        .collect();
+    assert_eq!(
+        scouts.into_iter().collect::<Vec<_>>(),
+        [task.as_str()],
+        "the same sub-agent, not a new one"
+    );
+    assert_eq!(
+        events.last().unwrap()["text"],
+        "resumed and heard the scout"
+    );
 }

@@ -330,7 +330,10 @@ async fn below_the_depth_limit_a_child_may_delegate_again() {
         .into_iter()
         .find(|r| system(r) == WORKER)
         .unwrap();
-    assert_eq!(harness::tool_names(&worker), ["Read", "Task"]);
+    assert_eq!(
+        harness::tool_names(&worker),
+        ["Read", "Task", "TaskOutput", "TaskStop"]
+    );
     team.runtime.shutdown().await;
 }
 

@@ -79,6 +79,26 @@ pub(crate) enum OrchestratorMsg {
         /// The run it starts fails at once (see [`QueuedPrompt::fails`]).
         fails: Option<crate::session::queue::Failure>,
     },
+    /// A background sub-agent of session `caller` started: its run does not
+    /// end before the result (counted in its queue).
+    BackgroundStarted {
+        /// The session whose Task call started it.
+        caller: SessionId,
+        /// Its task id.
+        task: SessionId,
+        /// Answered once counted.
+        reply: RpcReplyPort<()>,
+    },
+    /// A background sub-agent of session `caller` ended; `result` brings its
+    /// result to the caller's run (none when a `TaskOutput` call took it).
+    BackgroundEnded {
+        /// The session whose Task call started it.
+        caller: SessionId,
+        /// Its task id.
+        task: SessionId,
+        /// The message with its result.
+        result: Option<QueuedPrompt>,
+    },
     /// Cancel a session's run.
     Cancel {
         /// The session.
@@ -341,12 +361,28 @@ impl Actor for OrchestratorActor {
                     text,
                     steer,
                     fails,
+                    background: None,
                 };
                 route(state, session, Routed::Prompt(prompt));
             }
             OrchestratorMsg::Cancel { session, seq } => {
                 route(state, session, Routed::Cancel(seq));
             }
+            OrchestratorMsg::BackgroundStarted {
+                caller,
+                task,
+                reply,
+            } => {
+                if let Some(entry) = state.sessions.get(&caller) {
+                    entry.queue.lock().background_started(task);
+                }
+                let _ = reply.send(());
+            }
+            OrchestratorMsg::BackgroundEnded {
+                caller,
+                task,
+                result,
+            } => route(state, caller, Routed::BackgroundEnded(task, result)),
             OrchestratorMsg::Restart(session) => {
                 // The crashed session's last records may still be queued in the
                 // writer: they reach the file before the new incarnation reads it.
@@ -637,6 +673,8 @@ enum Routed {
     Prompt(QueuedPrompt),
     Cancel(u64),
     Stop,
+    /// A background sub-agent ended, with the message of its result.
+    BackgroundEnded(SessionId, Option<QueuedPrompt>),
 }
 
 /// Puts a prompt or a cancel in the session's queue, which outlives session
@@ -682,6 +720,12 @@ fn route(state: &mut OrchestratorState, session: SessionId, routed: Routed) {
             // finds it when it is back.
             entry.queue.lock().stop();
             SessionMsg::StopRun
+        }
+        Routed::BackgroundEnded(task, result) => {
+            // Told as a prompt: a run that waits for it looks again.
+            let seq = result.as_ref().map_or(0, |r| r.seq);
+            entry.queue.lock().background_ended(task, result);
+            SessionMsg::Prompt { seq }
         }
     };
     if let Some(actor) = &entry.actor {

@@ -202,7 +202,9 @@ fn last_stamp(records: &[Record]) -> u64 {
     records
         .iter()
         .filter_map(|r| match r {
-            Record::RunStarted { prompt, .. } | Record::PromptJoined { prompt } => Some(*prompt),
+            Record::RunStarted { prompt, .. } | Record::PromptJoined { prompt, .. } => {
+                Some(*prompt)
+            }
             _ => None,
         })
         .max()

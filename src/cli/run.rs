@@ -24,7 +24,7 @@ use crate::runtime::{Handle, Runtime};
 use crate::session::SessionSpec;
 use crate::session::budget::{Budget, RunMeter};
 use crate::setup::Setup;
-use crate::task::{Caller, Task, TaskEnv};
+use crate::task::{Caller, TaskEnv};
 use crate::ui::display::{Display, Progress};
 
 /// How often the progress shows the events that arrived since its last frame.
@@ -488,7 +488,7 @@ fn lead_spec(
             permission_mode,
             place: role.name.clone(),
         };
-        tools = tools.with(Task::new(env, caller));
+        tools = crate::task::with_task_tools(tools, &env, caller);
     }
     let prompt = plan.memory.apply(&role.prompt);
     let mut spec = SessionSpec::new(role.name.clone(), model.id, prompt);

@@ -490,7 +490,11 @@ mod tests {
         let mut text = std::fs::read_to_string(&lead).unwrap();
         text.push_str(&format!(
             "{}\n",
-            serde_json::to_string(&Record::PromptJoined { prompt: 2 }).unwrap()
+            serde_json::to_string(&Record::PromptJoined {
+                prompt: 2,
+                background: None,
+            })
+            .unwrap()
         ));
         std::fs::write(&lead, text).unwrap();
         assert_eq!(shown(&state)[1].3, 10 + 2000);

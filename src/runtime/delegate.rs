@@ -27,7 +27,7 @@ use crate::journal::{Record, read_journal};
 use crate::protocol::{EventKind, Outcome, SessionId};
 use crate::session::SessionSpec;
 use crate::session::queue::QueuedPrompt;
-use crate::task::{Check, Delegated};
+use crate::task::{Delegated, Delegation};
 
 /// What a sub-agent's journal says about a delegation of `prompt`.
 #[derive(Clone, Debug, PartialEq)]
@@ -125,6 +125,15 @@ impl Drop for CancelWithCall {
     }
 }
 
+/// What starting a Task call's sub-agent takes.
+struct Start<'a> {
+    spec: SessionSpec,
+    prompt: &'a str,
+    isolate: Option<&'a Isolate>,
+    /// The id a new sub-agent gets; `None`: a fresh one.
+    id: Option<SessionId>,
+}
+
 /// Where a Task call's sub-agent is once found or started.
 enum Reached {
     /// Running: its events, and where the call's prompt is.
@@ -149,15 +158,16 @@ impl Handle {
     /// cancellation; `resumed` says an earlier incarnation of the caller started
     /// the call (only then is there a sub-agent to find). Returns the sub-agent's
     /// outcome, `None` if it went away without one.
-    pub(crate) async fn delegate(
-        &self,
-        spec: SessionSpec,
-        prompt: String,
-        cancel: CancellationToken,
-        resumed: bool,
-        isolate: Option<Isolate>,
-        check: Option<Check>,
-    ) -> Result<Delegated, SessionError> {
+    pub(crate) async fn delegate(&self, delegation: Delegation) -> Result<Delegated, SessionError> {
+        let Delegation {
+            spec,
+            prompt,
+            cancel,
+            resumed,
+            isolate,
+            check,
+            id,
+        } = delegation;
         // Kept to start the sub-agent again for a check, when it had ended.
         let again = check.as_ref().map(|_| spec.clone());
         let mut guard = CancelWithCall {
@@ -172,10 +182,13 @@ impl Handle {
         // sub-agent runs, and the wait, which lasts its whole run, keeps only the
         // little it needs.
         let reached = Box::pin(self.reach(
-            spec,
-            &prompt,
+            Start {
+                spec,
+                prompt: &prompt,
+                isolate: isolate.as_ref(),
+                id,
+            },
             resumed,
-            isolate.as_ref(),
             &mut work,
             &mut guard,
         ))
@@ -249,13 +262,17 @@ impl Handle {
     /// A sub-agent's checkout, made or found in its journal, goes in `work`.
     async fn reach(
         &self,
-        mut spec: SessionSpec,
-        prompt: &str,
+        start: Start<'_>,
         resumed: bool,
-        isolate: Option<&Isolate>,
         work: &mut Work,
         guard: &mut CancelWithCall,
     ) -> Result<Reached, SessionError> {
+        let Start {
+            mut spec,
+            prompt,
+            isolate,
+            id,
+        } = start;
         let found = match (resumed, spec.parent, &spec.tool_call_id) {
             (true, Some(parent), Some(call)) => self.find_child(parent, call).await,
             _ => None,
@@ -287,7 +304,13 @@ impl Handle {
                     (Recorded::Other, _) => {
                         *work = Work::default();
                         spec.checkout = None;
-                        self.start_child(spec, prompt, isolate, work, guard).await?
+                        let start = Start {
+                            spec,
+                            prompt,
+                            isolate,
+                            id: None,
+                        };
+                        self.start_child(start, work, guard).await?
                     }
                     (Recorded::Running, Whereabouts::Journaled) => {
                         self.resume_session(child, spec).await?;
@@ -307,7 +330,15 @@ impl Handle {
                     }
                 }
             }
-            None => self.start_child(spec, prompt, isolate, work, guard).await?,
+            None => {
+                let start = Start {
+                    spec,
+                    prompt,
+                    isolate,
+                    id,
+                };
+                self.start_child(start, work, guard).await?
+            }
         };
         Ok(Reached::Running(child, events, sent))
     }
@@ -320,13 +351,17 @@ impl Handle {
     /// (which goes in `work`).
     async fn start_child(
         &self,
-        mut spec: SessionSpec,
-        prompt: &str,
-        isolate: Option<&Isolate>,
+        start: Start<'_>,
         work: &mut Work,
         guard: &mut CancelWithCall,
     ) -> Result<(SessionId, EventStream, Prompt), SessionError> {
-        let child = SessionId::new();
+        let Start {
+            mut spec,
+            prompt,
+            isolate,
+            id,
+        } = start;
+        let child = id.unwrap_or_default();
         if let Some(isolate) = isolate.filter(|i| i.wanted != crate::isolation::Wanted::No) {
             self.isolate(child, &mut spec, isolate).await;
             work.checkout = spec.checkout.clone();
@@ -339,6 +374,7 @@ impl Handle {
             text: prompt.to_owned(),
             steer: false,
             fails: None,
+            background: None,
         };
         let checkout = spec.checkout.clone();
         if let Err(e) = self.start_with(child, spec, Some(queued)).await {
@@ -357,7 +393,11 @@ impl Handle {
     }
 
     /// The session that session `parent`'s call `call` started, and where it is.
-    async fn find_child(&self, parent: SessionId, call: &str) -> Option<(SessionId, Whereabouts)> {
+    pub(super) async fn find_child(
+        &self,
+        parent: SessionId,
+        call: &str,
+    ) -> Option<(SessionId, Whereabouts)> {
         ractor::call!(self.orchestrator, |reply| OrchestratorMsg::FindChild {
             parent,
             call: call.to_owned(),

@@ -135,6 +135,9 @@ enum Phase {
     Backoff { stream: u64, attempt: u32 },
     /// The turn's tool calls are running.
     Tools(Box<ToolTurn>),
+    /// The model gave its final answer; the run waits for its background
+    /// sub-agents' results before it ends with it.
+    Background { text: String, truncated: bool },
 }
 
 /// What the machine waits for, and what it does with the answer.
@@ -274,6 +277,7 @@ impl Machine {
         }
         match input {
             Input::Started { cancel, stop } => self.on_started(now, cancel, stop),
+            Input::Prompt { .. } if self.waits_for_background() => self.finish_again(),
             Input::Prompt { seq } if self.run.is_some() => self.emit(Effect::CountWaiting { seq }),
             Input::Prompt { .. } | Input::PullQueue => self.pull(),
             Input::Cancel { seq } => self.on_cancel(now, seq),
@@ -291,6 +295,10 @@ impl Machine {
             Input::ToolDone(done) => self.on_tool_done(now, done),
             Input::Synced(result) => self.on_synced(now, result),
             Input::Taken(prompts) => self.on_taken(now, prompts),
+            Input::Steers {
+                prompts,
+                background,
+            } => self.on_steers(now, prompts, background),
             Input::Waiting(waiting) => {
                 // Nothing waits when the prompt was already taken (it started or
                 // joined the current run).
@@ -386,6 +394,11 @@ impl Machine {
     }
 
     fn resume_run(&mut self, now: Instant, active: ActiveRun, stop: bool) {
+        // Its background sub-agents whose results it has not had are followed
+        // again before it goes on, so that it waits for them before it ends.
+        for (call, task) in active.background {
+            self.emit(Effect::Reattach { call, task });
+        }
         let mut run = self.new_run(active.prompts, active.turns, now);
         if stop {
             run.stop = Some("requested".to_owned());
@@ -399,11 +412,13 @@ impl Machine {
             Next::Finish(text) => {
                 run.last_text = text.clone();
                 self.run = Some(run);
-                self.end_run(now, |stats| Outcome::Completed {
+                // Its background sub-agents (followed again above) may still
+                // have results for it.
+                let finishing = Awaiting::Finishing {
                     text,
                     truncated: false,
-                    stats,
-                });
+                };
+                self.ask(finishing, Effect::TakeSteers);
             }
             Next::Tools(pending) => {
                 self.run = Some(run);
@@ -464,7 +479,25 @@ impl Machine {
                 }
             }
             Some(Awaiting::Joining) => self.join(now, prompts),
-            Some(Awaiting::Finishing { text, truncated }) if prompts.is_empty() => {
+            other => self.unexpected("prompts", other),
+        }
+    }
+
+    /// The run would end with its final answer: steers sent meanwhile (and
+    /// background results) keep it going; while background sub-agents run,
+    /// it waits for them.
+    fn on_steers(&mut self, now: Instant, prompts: Vec<QueuedPrompt>, background: usize) {
+        match self.awaiting.take() {
+            Some(Awaiting::Finishing { .. }) if !prompts.is_empty() => self.join(now, prompts),
+            Some(Awaiting::Finishing { text, truncated }) if background > 0 => {
+                if let Some(run) = self.run.as_mut() {
+                    run.phase = Phase::Background { text, truncated };
+                }
+                self.publish(EventKind::BackgroundWait {
+                    running: background,
+                });
+            }
+            Some(Awaiting::Finishing { text, truncated }) => {
                 // Durable with the terminal record's sync.
                 self.end_run(now, |stats| Outcome::Completed {
                     text,
@@ -472,9 +505,29 @@ impl Machine {
                     stats,
                 });
             }
-            // Steers sent while the model answered: the run goes on with them.
-            Some(Awaiting::Finishing { .. }) => self.join(now, prompts),
-            other => self.unexpected("prompts", other),
+            other => self.unexpected("steers", other),
+        }
+    }
+
+    /// Whether the run waits for its background sub-agents.
+    fn waits_for_background(&self) -> bool {
+        self.awaiting.is_none()
+            && self
+                .run
+                .as_ref()
+                .is_some_and(|r| matches!(r.phase, Phase::Background { .. }))
+    }
+
+    /// Something arrived for a run that waits for its background sub-agents
+    /// (one of their results, or a steer): it looks again.
+    fn finish_again(&mut self) {
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
+        if let Phase::Background { text, truncated } =
+            std::mem::replace(&mut run.phase, Phase::Starting)
+        {
+            self.ask(Awaiting::Finishing { text, truncated }, Effect::TakeSteers);
         }
     }
 
@@ -488,7 +541,10 @@ impl Machine {
             if let Some(run) = self.run.as_mut() {
                 run.prompts.push(prompt.seq);
             }
-            let joined = Record::PromptJoined { prompt: prompt.seq };
+            let joined = Record::PromptJoined {
+                prompt: prompt.seq,
+                background: prompt.background,
+            };
             self.record_after(joined, Message::user(prompt.text));
         }
         self.emit(Effect::SyncInBackground);

@@ -19,6 +19,9 @@ pub(crate) struct QueuedPrompt {
     /// sub-agent's check whose attempts are spent: its last run on record is
     /// that failure).
     pub(crate) fails: Option<Failure>,
+    /// The result of this background sub-agent (its task id): it joins the run
+    /// in progress, as a steer does, and never starts one.
+    pub(crate) background: Option<crate::protocol::SessionId>,
 }
 
 /// How a run started by a failing prompt ends.
@@ -65,6 +68,9 @@ pub(crate) struct PromptQueue {
     /// Someone asked the run in progress to stop, and the session has not taken
     /// the request yet.
     stop: bool,
+    /// The session's background sub-agents still running (by task id): its
+    /// run does not end before their results have joined it.
+    background: std::collections::BTreeSet<crate::protocol::SessionId>,
 }
 
 impl PromptQueue {
@@ -78,9 +84,32 @@ impl PromptQueue {
         self.prompts.iter().filter(|p| p.seq <= seq).count()
     }
 
-    /// Takes the oldest prompt.
+    /// Takes the oldest prompt that may start a run (a background result
+    /// only joins one).
     pub(crate) fn take_one(&mut self) -> Option<QueuedPrompt> {
-        (!self.prompts.is_empty()).then(|| self.prompts.remove(0))
+        let first = self.prompts.iter().position(|p| p.background.is_none())?;
+        Some(self.prompts.remove(first))
+    }
+
+    /// A background sub-agent of the session started.
+    pub(crate) fn background_started(&mut self, task: crate::protocol::SessionId) {
+        self.background.insert(task);
+    }
+
+    /// A background sub-agent ended; `result` is the message that brings its
+    /// result to the run (none when a `TaskOutput` call took it).
+    pub(crate) fn background_ended(
+        &mut self,
+        task: crate::protocol::SessionId,
+        result: Option<QueuedPrompt>,
+    ) {
+        self.background.remove(&task);
+        self.prompts.extend(result);
+    }
+
+    /// How many of the session's background sub-agents still run.
+    pub(crate) fn background_running(&self) -> usize {
+        self.background.len()
     }
 
     /// Takes every waiting prompt, oldest first.
@@ -145,6 +174,7 @@ mod tests {
             text: format!("p{seq}"),
             steer: false,
             fails: None,
+            background: None,
         }
     }
 
@@ -165,6 +195,25 @@ mod tests {
 
     fn seqs(prompts: &[QueuedPrompt]) -> Vec<u64> {
         prompts.iter().map(|p| p.seq).collect()
+    }
+
+    #[test]
+    fn a_background_result_joins_a_run_and_never_starts_one() {
+        let mut queue = PromptQueue::default();
+        let task = crate::protocol::SessionId::new();
+        queue.background_started(task);
+        assert_eq!(queue.background_running(), 1);
+        let result = QueuedPrompt {
+            steer: true,
+            background: Some(task),
+            ..prompt(3)
+        };
+        queue.background_ended(task, Some(result));
+        assert_eq!(queue.background_running(), 0);
+        queue.push(prompt(4));
+        assert_eq!(queue.take_one().map(|p| p.seq), Some(4));
+        assert_eq!(queue.take_one(), None, "the result waits for a run");
+        assert_eq!(seqs(&queue.take_steers()), [3]);
     }
 
     #[test]

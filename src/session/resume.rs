@@ -21,6 +21,9 @@ pub(crate) struct ActiveRun {
     pub(crate) turns: u32,
     /// What to do next.
     pub(crate) next: Next,
+    /// Its background sub-agents whose results it has not had: the Task call
+    /// that started each, and its task id.
+    pub(crate) background: Vec<(ToolCall, crate::protocol::SessionId)>,
 }
 
 /// The next step of a resumed run.
@@ -53,6 +56,7 @@ pub(crate) fn resume(records: &[Record]) -> Resumed {
     let mut started: Vec<&str> = Vec::new();
     let mut turns_before = 0;
     let mut pairing = Pairing::default();
+    let mut background = Background::default();
     for record in records {
         match record {
             Record::Header { .. }
@@ -70,10 +74,20 @@ pub(crate) fn resume(records: &[Record]) -> Resumed {
                 run_start = Some(transcript.len());
                 prompts = vec![*prompt];
                 started.clear();
+                background = Background::default();
             }
-            Record::PromptJoined { prompt } => prompts.push(*prompt),
+            Record::PromptJoined {
+                prompt,
+                background: task,
+            } => {
+                prompts.push(*prompt);
+                background.delivered.extend(*task);
+            }
             Record::ToolStarted { call_id } => started.push(call_id),
-            Record::Message { message } => pairing.push(&mut transcript, message),
+            Record::Message { message } => {
+                background.see(message);
+                pairing.push(&mut transcript, message);
+            }
             Record::Compacted {
                 transcript: compacted,
                 turns,
@@ -145,9 +159,51 @@ pub(crate) fn resume(records: &[Record]) -> Resumed {
             prompts: prompts.clone(),
             turns,
             next,
+            background: background.undelivered(),
         }
     });
     Resumed { transcript, active }
+}
+
+/// A run's background sub-agents, as its journal tells them: the Task calls
+/// whose results say one started, and the task ids whose results joined the
+/// run. Read from the records, not the transcript, so that a compaction does
+/// not hide them.
+#[derive(Default)]
+struct Background {
+    /// The run's Task calls so far, by id.
+    calls: Vec<ToolCall>,
+    /// The background sub-agents started: their call and task id.
+    started: Vec<(ToolCall, crate::protocol::SessionId)>,
+    /// The task ids whose results joined the run.
+    delivered: Vec<crate::protocol::SessionId>,
+}
+
+impl Background {
+    fn see(&mut self, message: &Message) {
+        match message {
+            Message::Assistant(a) => {
+                let tasks = a.tool_calls.iter().filter(|c| c.name == "Task");
+                self.calls.extend(tasks.cloned());
+            }
+            Message::Tool(result) if !result.is_error => {
+                let call = self.calls.iter().find(|c| c.id == result.tool_call_id);
+                if let (Some(call), Some(task)) =
+                    (call, crate::protocol::background_task(&result.content))
+                {
+                    self.started.push((call.clone(), task));
+                }
+            }
+            Message::Tool(_) | Message::System { .. } | Message::User { .. } => {}
+        }
+    }
+
+    fn undelivered(&self) -> Vec<(ToolCall, crate::protocol::SessionId)> {
+        (self.started.iter())
+            .filter(|(_, task)| !self.delivered.contains(task))
+            .cloned()
+            .collect()
+    }
 }
 
 /// Keeps a transcript rebuilt from a journal well formed: each call answered
@@ -335,7 +391,8 @@ mod tests {
             Some(ActiveRun {
                 prompts: vec![1],
                 turns: 1,
-                next: Next::Request
+                next: Next::Request,
+                background: Vec::new(),
             })
         );
     }
@@ -385,7 +442,8 @@ mod tests {
             Some(ActiveRun {
                 prompts: vec![1],
                 turns: 1,
-                next: Next::Finish("the answer".into())
+                next: Next::Finish("the answer".into()),
+                background: Vec::new(),
             })
         );
     }
@@ -409,14 +467,18 @@ mod tests {
             msg(Message::user("a")),
             msg(assistant("", &["1"])),
             msg(result("1")),
-            Record::PromptJoined { prompt: 6 },
+            Record::PromptJoined {
+                prompt: 6,
+                background: None,
+            },
         ]);
         assert_eq!(
             joined.active,
             Some(ActiveRun {
                 prompts: vec![4],
                 turns: 1,
-                next: Next::Request
+                next: Next::Request,
+                background: Vec::new(),
             })
         );
     }
@@ -431,7 +493,10 @@ mod tests {
             msg(Message::user("a")),
             msg(assistant("", &["1"])),
             msg(result("1")),
-            Record::PromptJoined { prompt: 6 },
+            Record::PromptJoined {
+                prompt: 6,
+                background: None,
+            },
             msg(Message::user("also b")),
         ]);
         assert_eq!(r.active.map(|a| a.prompts), Some(vec![4, 6]));

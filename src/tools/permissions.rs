@@ -85,8 +85,8 @@ impl Action {
     pub fn of(name: &str, read_only: bool) -> Self {
         match (read_only, name) {
             // Delegating has no effect of its own: the sub-agent's tools are gated
-            // in the sub-agent.
-            (true, _) | (false, "Task") => Self::Read,
+            // in the sub-agent; stopping one the agent started neither.
+            (true, _) | (false, "Task" | "TaskStop") => Self::Read,
             (false, "Write" | "Edit" | "MultiEdit") => Self::Edit,
             (false, _) => Self::Execute,
         }

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::SessionState;
 use crate::error::ToolError;
-use crate::tools::{Changes, Spent, Tool, ToolContext};
+use crate::tools::Tool;
 
 /// How a check ran.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,29 +49,9 @@ impl SessionState {
         cancel: CancellationToken,
         reply: RpcReplyPort<CheckRun>,
     ) {
-        let ctx = ToolContext {
-            workspace: self.place.workspace.clone(),
-            checkout: self.place.checkout.clone(),
-            run: self.place.run,
-            // A check that writes in the shared tree is a change like any.
-            checkpoints: match self.place.checkout {
-                Some(_) => None,
-                None => self.spec.checkpoints.clone(),
-            },
-            private: self.env.private.clone(),
-            read_deny: crate::tools::ReadDeny::new(
-                self.place.rules.clone(),
-                self.spec.deny_rules.clone(),
-            ),
-            session: self.id,
-            files: self.env.files.clone(),
-            call_id: format!("check-{}", crate::protocol::SessionId::new()),
-            cancel: cancel.clone(),
-            changes: Changes::default(),
-            spent: Spent::default(),
-            events: Some(self.publisher.clone()),
-            resumed: false,
-        };
+        // A check that writes in the shared tree is a change like any.
+        let call_id = format!("check-{}", crate::protocol::SessionId::new());
+        let ctx = self.tool_context(call_id, cancel.clone(), false);
         let gate = self.gate();
         let input = json!({
             "command": command,

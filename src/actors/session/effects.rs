@@ -114,7 +114,17 @@ impl SessionState {
                 Some(Input::Taken(taken.into_iter().collect()))
             }
             Effect::TakeAll => Some(Input::Taken(self.queue.lock().take_all())),
-            Effect::TakeSteers => Some(Input::Taken(self.queue.lock().take_steers())),
+            Effect::TakeSteers => {
+                let mut queue = self.queue.lock();
+                Some(Input::Steers {
+                    prompts: queue.take_steers(),
+                    background: queue.background_running(),
+                })
+            }
+            Effect::Reattach { call, task } => {
+                self.reattach(&call, task).await;
+                None
+            }
             Effect::CountWaiting { seq } => Some(Input::Waiting(self.queue.lock().waiting(seq))),
             Effect::CancelDone { seq } => {
                 self.queue.lock().cancel_done(seq);
@@ -155,29 +165,7 @@ impl SessionState {
             turn_seq: turn,
             index,
             tool: spec.tools.get(&call.name),
-            ctx: ToolContext {
-                workspace: self.place.workspace.clone(),
-                checkout: self.place.checkout.clone(),
-                // A private checkout's changes are not the workspace's.
-                checkpoints: match self.place.checkout {
-                    Some(_) => None,
-                    None => spec.checkpoints.clone(),
-                },
-                run: self.place.run,
-                private: self.env.private.clone(),
-                read_deny: crate::tools::ReadDeny::new(
-                    self.place.rules.clone(),
-                    spec.deny_rules.clone(),
-                ),
-                session: self.id,
-                files: self.env.files.clone(),
-                call_id: call.id.clone(),
-                cancel,
-                changes: Changes::default(),
-                spent: Spent::default(),
-                events: Some(self.publisher.clone()),
-                resumed,
-            },
+            ctx: self.tool_context(call.id.clone(), cancel, resumed),
             timeout: spec.tools.timeout(),
             gate: self.gate(),
             session: myself.clone(),
@@ -199,6 +187,55 @@ impl SessionState {
 }
 
 impl SessionState {
+    /// The context of call `call_id` of this session: where it works, what
+    /// it may touch, where it reports.
+    pub(super) fn tool_context(
+        &self,
+        call_id: String,
+        cancel: CancellationToken,
+        resumed: bool,
+    ) -> ToolContext {
+        let spec = &self.spec;
+        ToolContext {
+            workspace: self.place.workspace.clone(),
+            checkout: self.place.checkout.clone(),
+            // A private checkout's changes are not the workspace's.
+            checkpoints: match self.place.checkout {
+                Some(_) => None,
+                None => spec.checkpoints.clone(),
+            },
+            run: self.place.run,
+            private: self.env.private.clone(),
+            read_deny: crate::tools::ReadDeny::new(
+                self.place.rules.clone(),
+                spec.deny_rules.clone(),
+            ),
+            session: self.id,
+            files: self.env.files.clone(),
+            call_id,
+            cancel,
+            changes: Changes::default(),
+            spent: Spent::default(),
+            events: Some(self.publisher.clone()),
+            resumed,
+            reattach: None,
+        }
+    }
+
+    /// Makes the Task call `call` again, as resumed, to follow background
+    /// sub-agent `task` again; it returns once the sub-agent is followed.
+    async fn reattach(&self, call: &ToolCall, task: crate::protocol::SessionId) {
+        let Some(tool) = self.spec.tools.get(&call.name) else {
+            return;
+        };
+        let mut ctx = self.tool_context(call.id.clone(), CancellationToken::new(), true);
+        ctx.reattach = Some(task);
+        let input = call.parsed_arguments().unwrap_or_default();
+        if let Err(error) = tool.call(input, &ctx).await {
+            tracing::warn!(session = %self.id, %task, %error, "a background sub-agent could not be followed again");
+        }
+    }
+
     /// The permission gate of this session's calls: its mode, its role's
     /// rules, the run's rules re-rooted where it works.
     pub(super) fn gate(&self) -> Gate {

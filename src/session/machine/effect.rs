@@ -33,6 +33,16 @@ pub(crate) enum Effect {
     },
     /// Stream with the spec's fallback model's provider from now on.
     FallBack,
+    /// Follow background sub-agent `task` again, which the Task call `call`
+    /// of the run being resumed started and whose result the run has not had:
+    /// the call is made again as resumed, and returns once the sub-agent is
+    /// followed (found, resumed or started).
+    Reattach {
+        /// The Task call.
+        call: ToolCall,
+        /// Its task id.
+        task: crate::protocol::SessionId,
+    },
     /// Stop reading stream `stream`; it ends with a cancelled turn.
     CancelStream {
         /// Which stream.

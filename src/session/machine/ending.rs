@@ -29,7 +29,9 @@ impl Machine {
         let cut = match self.run.as_ref().map(|r| &r.phase) {
             Some(Phase::Streaming { stream, .. }) => Effect::CancelStream { stream: *stream },
             Some(Phase::Tools(turn)) => Effect::CancelTools { turn: turn.seq },
-            Some(Phase::Backoff { .. } | Phase::Starting) | None => return false,
+            Some(Phase::Backoff { .. } | Phase::Starting | Phase::Background { .. }) | None => {
+                return false;
+            }
         };
         self.emit(cut);
         true
@@ -44,7 +46,9 @@ impl Machine {
         };
         run.stop.get_or_insert_with(|| reason.to_owned());
         match run.phase {
-            Phase::Backoff { .. } | Phase::Starting => self.end_stopped(now),
+            Phase::Backoff { .. } | Phase::Starting | Phase::Background { .. } => {
+                self.end_stopped(now)
+            }
             Phase::Streaming { .. } | Phase::Tools(_) => {}
         }
     }
@@ -195,7 +199,10 @@ impl Machine {
                 let turn = turn.seq;
                 self.emit(Effect::CancelTools { turn });
             }
-            Phase::Tools(_) | Phase::Starting | Phase::Backoff { .. } => {}
+            Phase::Tools(_)
+            | Phase::Starting
+            | Phase::Backoff { .. }
+            | Phase::Background { .. } => {}
         }
         if let Some(seq) = run.cancelled {
             self.emit(Effect::CancelDone { seq });

@@ -63,9 +63,17 @@ pub(crate) enum Input {
     ToolDone(ToolDone),
     /// The answer to [`super::Effect::Sync`].
     Synced(Result<(), String>),
-    /// The answer to [`super::Effect::TakeOne`] (at most one prompt),
-    /// [`super::Effect::TakeAll`] or [`super::Effect::TakeSteers`].
+    /// The answer to [`super::Effect::TakeOne`] (at most one prompt) or
+    /// [`super::Effect::TakeAll`].
     Taken(Vec<QueuedPrompt>),
+    /// The answer to [`super::Effect::TakeSteers`]: the steers, and how many
+    /// of the session's background sub-agents still run.
+    Steers {
+        /// The steers (and background results), oldest first.
+        prompts: Vec<QueuedPrompt>,
+        /// Background sub-agents still running.
+        background: usize,
+    },
     /// The answer to [`super::Effect::CountWaiting`].
     Waiting(usize),
     /// An effect could not be carried out (the journal refused a record, a stream
@@ -78,7 +86,7 @@ impl Input {
     /// before any other input.
     pub(crate) fn is_answer(&self) -> bool {
         match self {
-            Self::Synced(_) | Self::Taken(_) | Self::Waiting(_) => true,
+            Self::Synced(_) | Self::Taken(_) | Self::Steers { .. } | Self::Waiting(_) => true,
             Self::Started { .. }
             | Self::Prompt { .. }
             | Self::PullQueue

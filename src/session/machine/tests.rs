@@ -3,6 +3,7 @@
 //! that hold for any order of completions, cancels and crashes. A simulated
 //! session ([`sim`]) carries out the effects the way the actor does.
 
+mod background;
 mod budgets;
 mod cancel;
 mod cap;

@@ -185,7 +185,13 @@ impl Machine {
     fn tool_turn(&mut self) -> Option<&mut ToolTurn> {
         match self.run.as_mut().map(|r| &mut r.phase) {
             Some(Phase::Tools(turn)) => Some(turn),
-            Some(Phase::Starting | Phase::Streaming { .. } | Phase::Backoff { .. }) | None => None,
+            Some(
+                Phase::Starting
+                | Phase::Streaming { .. }
+                | Phase::Backoff { .. }
+                | Phase::Background { .. },
+            )
+            | None => None,
         }
     }
 

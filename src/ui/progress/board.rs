@@ -19,6 +19,8 @@ pub enum State {
     Tool(String),
     /// Waiting on this many sub-agents.
     Waiting(u32),
+    /// Answered, and waiting for this many background sub-agents' results.
+    Background(usize),
     /// Waiting for a person's yes to run this tool.
     AwaitingPermission(String),
     /// A model turn failed and will be tried again.
@@ -227,6 +229,7 @@ impl Board {
         match &event.kind {
             EventKind::SessionStarted { model, .. } => row.model.clone_from(model),
             EventKind::Restarted { .. } | EventKind::PromptQueued { .. } => {}
+            EventKind::BackgroundWait { running } => row.state = State::Background(*running),
             EventKind::ModelFallback { to, .. } => {
                 row.model.clone_from(to);
                 row.fallback = Some(to.clone());

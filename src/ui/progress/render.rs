@@ -14,6 +14,8 @@ pub fn state_text(state: &State, now_ms: u64, tools: u32) -> String {
         State::Tool(call) => call.clone(),
         State::Waiting(1) => "waiting on 1 sub-agent".to_owned(),
         State::Waiting(n) => format!("waiting on {n} sub-agents"),
+        State::Background(1) => "waiting on 1 background sub-agent".to_owned(),
+        State::Background(n) => format!("waiting on {n} background sub-agents"),
         State::AwaitingPermission(tool) => format!("awaiting permission for {tool}"),
         State::Retrying {
             attempt,
@@ -101,6 +103,10 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
         EventKind::Restarted { reason, .. } => {
             format!("crashed and restarted ({})", clip(reason, 60))
         }
+        EventKind::BackgroundWait { running } => format!(
+            "answered; waiting for {} before it ends",
+            count(*running as u32, "background sub-agent")
+        ),
         EventKind::ModelFallback { from, to, reason } => format!(
             "model {} failed ({reason}): carrying on with {}",
             clip(from, 60),
@@ -247,6 +253,7 @@ pub fn summary(board: &Board, now_ms: u64) -> String {
             | State::Streaming
             | State::Tool(_)
             | State::Waiting(_)
+            | State::Background(_)
             | State::AwaitingPermission(_)
             | State::Retrying { .. }
             | State::RateLimited { .. } => "unfinished",

@@ -33,7 +33,7 @@ fn record_names(journal: &[Record]) -> Vec<String> {
         .map(|r| match r {
             Record::Header { .. } => "header".to_owned(),
             Record::RunStarted { prompt, .. } => format!("run_started {prompt}"),
-            Record::PromptJoined { prompt } => format!("prompt_joined {prompt}"),
+            Record::PromptJoined { prompt, .. } => format!("prompt_joined {prompt}"),
             Record::ToolStarted { call_id } => format!("tool_started {call_id}"),
             Record::Message { message } => match message {
                 Message::System { .. } => "system".to_owned(),
@@ -530,7 +530,11 @@ fn a_finished_run_whose_end_cannot_be_kept_is_told_as_failed() {
     );
     // No steer waits: the run ends, and its end is synced.
     assert_eq!(effects.last(), Some(&Effect::TakeSteers));
-    let effects = sim.machine.handle(sim.now, Input::Taken(Vec::new()));
+    let steers = Input::Steers {
+        prompts: Vec::new(),
+        background: 0,
+    };
+    let effects = sim.machine.handle(sim.now, steers);
     assert_eq!(effects.last(), Some(&Effect::Sync));
     let effects = sim.machine.handle(
         sim.now,

@@ -399,7 +399,15 @@ impl Sim {
                 return Some(Input::Taken(self.queue.take_one().into_iter().collect()));
             }
             Effect::TakeAll => return Some(Input::Taken(self.queue.take_all())),
-            Effect::TakeSteers => return Some(Input::Taken(self.queue.take_steers())),
+            Effect::TakeSteers => {
+                return Some(Input::Steers {
+                    prompts: self.queue.take_steers(),
+                    background: self.queue.background_running(),
+                });
+            }
+            // A resumed run follows its background sub-agents again: the
+            // runtime counts each in the session's queue.
+            Effect::Reattach { task, .. } => self.queue.background_started(task),
             Effect::CountWaiting { seq } => return Some(Input::Waiting(self.queue.waiting(seq))),
             Effect::CancelDone { seq } => self.queue.cancel_done(seq),
             Effect::PullLater => self.mailbox.push_back(Input::PullQueue),
@@ -417,6 +425,7 @@ impl Sim {
             text: text.into(),
             steer: false,
             fails: None,
+            background: None,
         });
         self.input(Input::Prompt { seq });
         seq
@@ -430,7 +439,24 @@ impl Sim {
             text: text.into(),
             steer: true,
             fails: None,
+            background: None,
         });
+        self.input(Input::Prompt { seq });
+        seq
+    }
+
+    /// Background sub-agent `task` ends with `result`, as the Orchestrator
+    /// routes it: the message into the queue, then the session told.
+    pub(super) fn background_ended(&mut self, task: SessionId, result: &str) -> u64 {
+        let seq = self.stamp();
+        let message = QueuedPrompt {
+            seq,
+            text: result.into(),
+            steer: true,
+            fails: None,
+            background: Some(task),
+        };
+        self.queue.background_ended(task, Some(message));
         self.input(Input::Prompt { seq });
         seq
     }
@@ -555,6 +581,7 @@ pub(super) fn event_name(event: &EventKind) -> &'static str {
         EventKind::Retrying { .. } => "retrying",
         EventKind::Restarted { .. } => "restarted",
         EventKind::ModelFallback { .. } => "model_fallback",
+        EventKind::BackgroundWait { .. } => "background_wait",
         EventKind::RateLimited { .. } => "rate_limited",
         EventKind::Compacted { .. } => "compacted",
         EventKind::Todos { .. } => "todos",
