@@ -70,6 +70,12 @@ pub struct TaskInput {
     /// its result has come.
     #[serde(default)]
     pub run_in_background: bool,
+    /// The agent_id of an earlier sub-agent of this run (its result's last
+    /// line gives it): that sub-agent goes on, its conversation kept, with
+    /// `prompt` as a follow-up (say what to do next, not the whole task
+    /// again). `subagent_type` must be its role. It works in your tree.
+    #[serde(default)]
+    pub resume: Option<String>,
 }
 
 /// Attempts at a check, by default.
@@ -136,6 +142,18 @@ pub struct Delegation {
     /// The session id a new sub-agent gets (a background one's task id);
     /// `None`: a fresh one.
     pub id: Option<SessionId>,
+    /// An earlier sub-agent of run `run` that goes on with the prompt as a
+    /// follow-up, instead of a new one.
+    pub continues: Option<Continue>,
+}
+
+/// An earlier sub-agent that a Task call continues.
+#[derive(Clone, Copy, Debug)]
+pub struct Continue {
+    /// The sub-agent.
+    pub agent: SessionId,
+    /// The run it must belong to: its caller's.
+    pub run: SessionId,
 }
 
 /// A sub-agent to run in the background.
@@ -185,6 +203,8 @@ pub struct Delegated {
     pub changes: Option<Changes>,
     /// How its check went, when it had one.
     pub check: Option<Checked>,
+    /// The sub-agent (its agent_id, which `resume` continues).
+    pub session: Option<SessionId>,
 }
 
 /// What every Task tool of a run shares.
@@ -570,6 +590,9 @@ impl Tool for Task {
                     });
                     None
                 }
+                // A continued sub-agent works in its caller's tree: its own
+                // checkout went when its work was brought back.
+                None if input.resume.is_some() => None,
                 None => Some(Isolate {
                     from: ctx.workspace.clone(),
                     run: ctx.run,
@@ -583,6 +606,17 @@ impl Tool for Task {
             let level = (self.caller.depth as usize).min(self.env.slots.len() - 1);
             let slots = &self.env.slots[level];
             let check = self.check(&input)?;
+            let continues = match input.resume.as_deref().map(str::trim) {
+                None | Some("") => None,
+                Some(id) => Some(Continue {
+                    agent: id.parse().map_err(|_| {
+                        ToolError::InvalidInput(format!(
+                            "resume {id:?} is not an agent_id; give the one an earlier Task result ended with"
+                        ))
+                    })?,
+                    run: ctx.run,
+                }),
+            };
             if input.run_in_background {
                 // A resumed caller following it again gives it its task id.
                 let delegation = Delegation {
@@ -592,7 +626,10 @@ impl Tool for Task {
                     resumed: ctx.resumed || ctx.reattach.is_some(),
                     isolate,
                     check,
-                    id: Some(ctx.reattach.unwrap_or_default()),
+                    id: Some(
+                        continues.map_or_else(|| ctx.reattach.unwrap_or_default(), |c| c.agent),
+                    ),
+                    continues,
                 };
                 let job = Job {
                     delegation,
@@ -617,6 +654,7 @@ impl Tool for Task {
                 isolate,
                 check,
                 id: None,
+                continues,
             };
             let delegated = (self.env.launcher.delegate(delegation).await)
                 .map_err(|e| ToolError::Failed(format!("the sub-agent could not start: {e}")))?;
@@ -673,7 +711,13 @@ pub fn report(agent: &str, delegated: Delegated) -> Result<String, ToolError> {
         outcome,
         changes,
         check,
+        session,
     } = delegated;
+    let footer = |stats: &crate::protocol::RunStats| footer(agent, stats, session);
+    // What continues it, under a result that has no footer.
+    let id = session
+        .map(|s| format!("\n\n[{agent}: agent_id {s}]"))
+        .unwrap_or_default();
     let mut changes = changes
         .map(|c| format!("{}\n", c.line()))
         .unwrap_or_default();
@@ -681,10 +725,9 @@ pub fn report(agent: &str, delegated: Delegated) -> Result<String, ToolError> {
         changes.push_str(&format!("{}\n", check.line()));
     }
     match outcome {
-        Some(Outcome::Completed { text, stats, .. }) => Ok(format!(
-            "completed\n{changes}{text}\n\n{}",
-            footer(agent, &stats)
-        )),
+        Some(Outcome::Completed { text, stats, .. }) => {
+            Ok(format!("completed\n{changes}{text}\n\n{}", footer(&stats)))
+        }
         Some(Outcome::Failed {
             class,
             mut message,
@@ -701,11 +744,11 @@ pub fn report(agent: &str, delegated: Delegated) -> Result<String, ToolError> {
                 format!("\nIts last output:\n{partial}")
             };
             Err(ToolError::Reported(format!(
-                "failed ({class})\n{changes}the {agent} sub-agent failed ({class}): {message}{partial}"
+                "failed ({class})\n{changes}the {agent} sub-agent failed ({class}): {message}{partial}{id}"
             )))
         }
         Some(Outcome::Cancelled { partial, .. }) => Err(ToolError::Reported(format!(
-            "cancelled\n{changes}[the {agent} sub-agent was cancelled before it finished; its work so far:]\n{partial}"
+            "cancelled\n{changes}[the {agent} sub-agent was cancelled before it finished; its work so far:]\n{partial}{id}"
         ))),
         // Stopped at a turn boundary: its partial work is the result, and the
         // caller goes on.
@@ -715,13 +758,13 @@ pub fn report(agent: &str, delegated: Delegated) -> Result<String, ToolError> {
             stats,
         }) => Ok(format!(
             "partial ({reason})\n{changes}[the {agent} sub-agent was stopped ({reason}) before it finished; its work so far:]\n{partial}\n\n{}",
-            footer(agent, &stats)
+            footer(&stats)
         )),
         // Its time ran out (its own `timeout`): like a stop, its partial
         // work is the result.
         Some(Outcome::TimedOut { partial, stats }) => Ok(format!(
             "timed_out\n{changes}[the {agent} sub-agent's time ran out before it finished; its work so far:]\n{partial}\n\n{}",
-            footer(agent, &stats)
+            footer(&stats)
         )),
         None => Err(ToolError::Failed(format!(
             "the {agent} sub-agent ended without a result"
@@ -729,10 +772,13 @@ pub fn report(agent: &str, delegated: Delegated) -> Result<String, ToolError> {
     }
 }
 
-/// The line under a sub-agent's result: what it took.
-fn footer(agent: &str, stats: &crate::protocol::RunStats) -> String {
+/// The line under a sub-agent's result: what it took, and its agent_id.
+fn footer(agent: &str, stats: &crate::protocol::RunStats, session: Option<SessionId>) -> String {
+    let id = session
+        .map(|s| format!("; agent_id {s}"))
+        .unwrap_or_default();
     format!(
-        "[{agent}: {} turns, {} tool calls, {} tokens, {:.1}s]",
+        "[{agent}: {} turns, {} tool calls, {} tokens, {:.1}s{id}]",
         stats.turns,
         stats.tool_calls,
         stats.usage.total(),

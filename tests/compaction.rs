@@ -10,7 +10,7 @@ use crate::cli::{run_on, text};
 use crate::support::mock_llm::{MockLlm, Recorded, Reply};
 
 const SUMMARIZER: &str = "You compress the history";
-const WINDOW: u64 = 6_000;
+const WINDOW: u64 = 7_000;
 
 fn is_summary(request: &Recorded) -> bool {
     request.body["messages"][0]["content"]
@@ -39,7 +39,8 @@ fn tokens(request: &Recorded) -> u64 {
     (request.body["messages"].to_string().len() as u64).div_ceil(4)
 }
 
-/// A workspace with eight files of 6 000 characters and a window of 6 000 tokens.
+/// A workspace with eight files of 6 000 characters and a window of 7 000 tokens
+/// (three turns of results and the lead's system prompt fit it).
 fn workspace() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     for i in 0..8 {

@@ -487,3 +487,107 @@ async fn a_run_killed_while_a_background_sub_agent_runs_gets_its_result_after_re
         "resumed and heard the scout"
     );
 }
+
+/// The agent_id a Task result ends with.
+fn agent_id(result: &str) -> String {
+    let at = result.rfind("agent_id ").expect("an agent_id") + "agent_id ".len();
+    result[at..].trim_end_matches(']').trim().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_agent_stopped_at_its_turn_limit_goes_on_with_resume() {
+    const WORKER: &str = "You work through notes.";
+    let mock = MockLlm::start_with(|request, _| {
+        if request.system().starts_with(WORKER) {
+            return match request.results() {
+                0 => Reply::tool_calls(&[("read", "Read", json!({ "file_path": "notes.txt" }))]),
+                _ => Reply::text("the notes say the bug is in parse.rs"),
+            };
+        }
+        let results = tool_results(request);
+        match results.len() {
+            0 => Reply::tool_calls(&[(
+                "first",
+                "Task",
+                json!({ "description": "notes", "prompt": "Read the notes.", "subagent_type": "worker" }),
+            )]),
+            1 => Reply::tool_calls(&[
+                (
+                    "again",
+                    "Task",
+                    json!({
+                        "description": "go on",
+                        "prompt": "Go on: say what the notes say.",
+                        "subagent_type": "worker",
+                        "resume": agent_id(&results[0].1),
+                    }),
+                ),
+                (
+                    "wrong",
+                    "Task",
+                    json!({
+                        "description": "nobody",
+                        "prompt": "Go on.",
+                        "subagent_type": "worker",
+                        "resume": "01a21c98-0599-7305-bbed-c1c8d6d5a111",
+                    }),
+                ),
+            ]),
+            _ => Reply::text("the worker found it"),
+        }
+    })
+    .await;
+    let dir = scout_workspace();
+    std::fs::write(
+        dir.path().join("agents/worker.md"),
+        format!(
+            "---\nname: worker\ndescription: Works.\ntools: Read\nmaxTurns: 1\n---\n{WORKER}\n"
+        ),
+    )
+    .unwrap();
+    let out = run_on(&mock, dir.path(), &["--json", "what do the notes say"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let lead = lead_requests(&mock)
+        .into_iter()
+        .filter(|r| !r.system().starts_with(WORKER))
+        .collect::<Vec<_>>();
+    let results = tool_results(lead.last().unwrap());
+    let (first, again, wrong) = (&results[0].1, &results[1].1, &results[2].1);
+    assert!(first.starts_with("partial (budget: turns)\n"), "{first}");
+    assert!(again.starts_with("completed\n"), "{again}");
+    assert!(
+        again.contains("the notes say the bug is in parse.rs"),
+        "{again}"
+    );
+    assert_eq!(agent_id(first), agent_id(again), "the same sub-agent");
+    assert!(
+        wrong.contains("no sub-agent of this run has that agent_id"),
+        "{wrong}"
+    );
+    // The follow-up came after its whole conversation.
+    let follow_up = mock
+        .requests()
+        .into_iter()
+        .rfind(|r| r.system().starts_with(WORKER))
+        .unwrap();
+    let messages = follow_up.body["messages"].as_array().unwrap();
+    let contents: Vec<&str> = messages
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert!(contents.contains(&"Read the notes."), "{contents:?}");
+    assert!(
+        contents
+            .iter()
+            .any(|c| c.contains("the bug is in parse.rs")),
+        "{contents:?}"
+    );
+    assert_eq!(contents.last(), Some(&"Go on: say what the notes say."));
+    let events = events(&out.stdout);
+    let workers: std::collections::BTreeSet<&str> = events
+        .iter()
+        .filter(|e| e["agent"] == "worker")
+        .filter_map(|e| e["session"].as_str())
+        .collect();
+    assert_eq!(workers.len(), 1, "{workers:?}");
+}

@@ -27,7 +27,7 @@ use crate::journal::{Record, read_journal};
 use crate::protocol::{EventKind, Outcome, SessionId};
 use crate::session::SessionSpec;
 use crate::session::queue::QueuedPrompt;
-use crate::task::{Delegated, Delegation};
+use crate::task::{Continue, Delegated, Delegation};
 
 /// What a sub-agent's journal says about a delegation of `prompt`.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,6 +67,28 @@ pub(crate) fn recorded(records: &[Record], prompt: &str) -> Recorded {
         }
     }
     Recorded::Running
+}
+
+/// What a continued sub-agent's journal says about the follow-up `prompt`:
+/// the last run it started, ended or not; `Unprompted` when none did.
+pub(crate) fn follow_up(records: &[Record], prompt: &str) -> Recorded {
+    let started = records.windows(2).rposition(|pair| {
+        matches!(
+            pair,
+            [Record::RunStarted { .. }, Record::Message { message: Message::User { content } }]
+                if content == prompt
+        )
+    });
+    let Some(start) = started else {
+        return Recorded::Unprompted;
+    };
+    match records[start..].iter().find_map(|r| match r {
+        Record::Terminal { outcome } => Some(outcome.clone()),
+        _ => None,
+    }) {
+        Some(outcome) => Recorded::Ended(outcome),
+        None => Recorded::Running,
+    }
 }
 
 /// Cancels a sub-agent whose delegation is dropped because its call was
@@ -167,6 +189,7 @@ impl Handle {
             isolate,
             check,
             id,
+            continues,
         } = delegation;
         // Kept to start the sub-agent again for a check, when it had ended.
         let again = check.as_ref().map(|_| spec.clone());
@@ -181,18 +204,19 @@ impl Handle {
         // Boxed: the finding and starting (with the spec) are over once the
         // sub-agent runs, and the wait, which lasts its whole run, keeps only the
         // little it needs.
-        let reached = Box::pin(self.reach(
-            Start {
-                spec,
-                prompt: &prompt,
-                isolate: isolate.as_ref(),
-                id,
-            },
-            resumed,
-            &mut work,
-            &mut guard,
-        ))
-        .await?;
+        let start = Start {
+            spec,
+            prompt: &prompt,
+            isolate: isolate.as_ref(),
+            id,
+        };
+        let reached = match continues {
+            Some(continues) => {
+                Box::pin(self.continue_child(start.spec, &prompt, continues, resumed, &mut guard))
+                    .await?
+            }
+            None => Box::pin(self.reach(start, resumed, &mut work, &mut guard)).await?,
+        };
         let own = work.checkout.as_ref().is_some_and(|c| !c.borrowed);
         // A cancel from here on keeps its checkout's work on its branch.
         if let (Some(isolate), true) = (&isolate, own) {
@@ -254,7 +278,53 @@ impl Handle {
             outcome,
             changes,
             check: checked,
+            session: Some(child),
         })
+    }
+
+    /// Continues earlier sub-agent `continues.agent` with `prompt` as a
+    /// follow-up: started again from its journal (or, live, told at once).
+    /// A call made again by a resumed caller finds the follow-up it had sent:
+    /// ended, running, or still to send.
+    async fn continue_child(
+        &self,
+        spec: SessionSpec,
+        prompt: &str,
+        continues: Continue,
+        resumed: bool,
+        guard: &mut CancelWithCall,
+    ) -> Result<Reached, SessionError> {
+        let child = continues.agent;
+        let events = self.bus.subscribe_session_terminal(child);
+        self.journal.sync().await.map_err(SessionError::Journal)?;
+        let path = self.state.journal(child);
+        let read = tokio::task::spawn_blocking(move || read_journal(&path)).await;
+        let records = match read {
+            Ok(Ok(read)) => read.records,
+            _ => Vec::new(),
+        };
+        let refuse = |why: String| Err(SessionError::Spawn(format!("resume {child}: {why}")));
+        match records.first() {
+            Some(Record::Header {
+                run, parent, agent, ..
+            }) if parent.is_some() && *run == Some(continues.run) => {
+                if *agent != spec.agent {
+                    return refuse(format!(
+                        "that sub-agent is a {agent}, not a {}; give subagent_type {agent:?}",
+                        spec.agent
+                    ));
+                }
+            }
+            _ => return refuse("no sub-agent of this run has that agent_id".into()),
+        }
+        let sent = match (resumed, follow_up(&records, prompt)) {
+            (true, Recorded::Ended(outcome)) => return Ok(Reached::Ended(child, outcome)),
+            (true, Recorded::Running) => Prompt::Taken,
+            _ => Prompt::Unsent,
+        };
+        guard.child = Some(child);
+        self.resume_session(child, spec).await?;
+        Ok(Reached::Running(child, events, sent))
     }
 
     /// Finds the sub-agent of a resumed call, or starts it: running (with its
