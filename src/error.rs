@@ -505,8 +505,15 @@ impl LlmError {
     /// (its retries, if any, spent): the model does not exist
     /// (`model_not_found`), or the provider stayed overloaded or rate-limited
     /// (`overloaded`). A refused request (400), a key (401) or an access (403)
-    /// never: another model would be refused the same.
+    /// never, whatever its body says: another model would be refused the same.
     pub fn fallback_reason(&self) -> Option<&'static str> {
+        if let Self::Provider(ProviderError::Status {
+            status: 400 | 401 | 403,
+            ..
+        }) = self
+        {
+            return None;
+        }
         match self.kind() {
             "model_not_found" => Some("model_not_found"),
             "overloaded" | "rate_limit" => Some("overloaded"),
@@ -721,11 +728,7 @@ mod tests {
                 "model_not_found",
                 Some("model_not_found"),
             ),
-            (
-                coded(400, "model_not_found"),
-                "model_not_found",
-                Some("model_not_found"),
-            ),
+            (coded(400, "model_not_found"), "model_not_found", None),
             (llm(status_error(429)), "rate_limit", Some("overloaded")),
             (llm(status_error(529)), "overloaded", Some("overloaded")),
             (coded(429, "insufficient_quota"), "quota", None),

@@ -392,10 +392,14 @@ async fn a_caller_that_answers_first_waits_for_its_stopped_background_sub_agent_
     )
     .await;
     assert_eq!(code, Some(0));
-    assert!(
-        gate.is_open(),
-        "the lead waited for its background sub-agent"
-    );
+    // The lead answered and waited before the scout ended.
+    let at = |kind: &str, agent: &str| {
+        events
+            .iter()
+            .position(|e| e["type"] == kind && e["agent"] == agent)
+            .unwrap_or_else(|| panic!("no {kind} of {agent}"))
+    };
+    assert!(at("background_wait", "orchestrator") < at("terminal", "scout"));
     let lead = lead_requests(&mock);
     assert_eq!(lead.len(), 4);
     let task = task_of(&lead[1]);
@@ -590,4 +594,144 @@ async fn a_sub_agent_stopped_at_its_turn_limit_goes_on_with_resume() {
         .filter_map(|e| e["session"].as_str())
         .collect();
     assert_eq!(workers.len(), 1, "{workers:?}");
+}
+
+/// Runs the binary with `--json`; at each event, `act` may send the live run
+/// a control request. Its exit code and every event.
+async fn run_with_control(
+    mut command: tokio::process::Command,
+    state: orchestrate::state::StateDir,
+    act: impl Fn(&Value) -> Option<orchestrate::control::Op>,
+) -> (Option<i32>, Vec<Value>) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut events = Vec::new();
+    let read = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let event: Value = serde_json::from_str(&line).unwrap();
+            if let Some(op) = act(&event) {
+                let (_, socket) = orchestrate::control::live_sockets(&state).await.remove(0);
+                let reply = orchestrate::control::request(&socket, &op).await.unwrap();
+                assert!(reply.ok, "{reply:?}");
+            }
+            events.push(event);
+        }
+    };
+    tokio::time::timeout(crate::support::harness::DEADLINE, read)
+        .await
+        .expect("the run did not end in time");
+    (child.wait().await.unwrap().code(), events)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_cancelled_while_it_waits_has_its_background_sub_agents_cancelled() {
+    const MIDDLE: &str = "You delegate in the background.";
+    let mock = MockLlm::start_with(|request, _| {
+        if request.system().starts_with(SCOUT) {
+            // Never answers: only a cancel ends it.
+            return Reply::text("never").with_end(End::HoldAfter(0, Gate::new()));
+        }
+        if request.system().starts_with(MIDDLE) {
+            return match request.results() {
+                0 => scout_in_background(),
+                _ => Reply::text("the middle waits for its scout"),
+            };
+        }
+        match request.results() {
+            0 => Reply::tool_calls(&[(
+                "mid",
+                "Task",
+                json!({ "description": "middle", "prompt": "Delegate.", "subagent_type": "middle" }),
+            )]),
+            _ => Reply::text("the lead goes on without them"),
+        }
+    })
+    .await;
+    let dir = scout_workspace();
+    std::fs::write(
+        dir.path().join("agents/middle.md"),
+        format!("---\nname: middle\ndescription: Delegates.\ntools: Task\n---\n{MIDDLE}\n"),
+    )
+    .unwrap();
+    let state = crate::support::harness::state(dir.path());
+    let command = crate::cli::command_on(&mock, dir.path(), &["--json", "go"], &[]);
+    let (code, events) = run_with_control(command, state, |event| {
+        (event["type"] == "background_wait" && event["agent"] == "middle").then(|| {
+            orchestrate::control::Op::Kill {
+                agent: "middle#1".into(),
+            }
+        })
+    })
+    .await;
+    assert_eq!(code, Some(0));
+    let ended = |agent: &str| {
+        events
+            .iter()
+            .find(|e| e["type"] == "terminal" && e["agent"] == agent)
+            .map(|e| e["outcome"].clone())
+    };
+    assert_eq!(ended("middle"), Some(json!("cancelled")));
+    assert_eq!(
+        ended("scout"),
+        Some(json!("cancelled")),
+        "its caller's cancel reached it"
+    );
+    assert_eq!(
+        events.last().unwrap()["text"],
+        "the lead goes on without them"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_crashes_while_it_waits_hears_its_background_sub_agent_once() {
+    let gate = Gate::new();
+    let mock = MockLlm::start_with({
+        let gate = gate.clone();
+        move |request, _| {
+            if request.system().starts_with(SCOUT) {
+                return Reply::text("scouted once").with_end(End::HoldAfter(0, gate.clone()));
+            }
+            match (tool_results(request).len(), later_prompts(request).len()) {
+                (0, _) => scout_in_background(),
+                (_, 0) => Reply::text("waiting for the scout"),
+                _ => Reply::text("heard the scout"),
+            }
+        }
+    })
+    .await;
+    let dir = scout_workspace();
+    let state = crate::support::harness::state(dir.path());
+    let crashed = std::sync::atomic::AtomicBool::new(false);
+    let command = crate::cli::command_on(&mock, dir.path(), &["--json", "go"], &[]);
+    let (code, events) = run_with_control(command, state, |event| {
+        if event["type"] == "restarted" {
+            // Back from its crash, waiting again: the scout may end.
+            gate.open();
+        }
+        let first_wait = event["type"] == "background_wait"
+            && !crashed.swap(true, std::sync::atomic::Ordering::SeqCst);
+        first_wait.then(|| orchestrate::control::Op::Crash {
+            agent: "orchestrator".into(),
+        })
+    })
+    .await;
+    assert_eq!(code, Some(0));
+    assert!(gate.is_open(), "the lead crashed and came back");
+    let scouts = mock
+        .requests()
+        .iter()
+        .filter(|r| r.system().starts_with(SCOUT))
+        .count();
+    assert_eq!(
+        scouts, 1,
+        "one scout, followed again rather than started again"
+    );
+    let last = lead_requests(&mock).pop().unwrap();
+    assert_eq!(later_prompts(&last).len(), 1, "heard once");
+    assert_eq!(events.last().unwrap()["text"], "heard the scout");
 }

@@ -86,8 +86,8 @@ pub(crate) enum OrchestratorMsg {
         caller: SessionId,
         /// Its task id.
         task: SessionId,
-        /// Answered once counted.
-        reply: RpcReplyPort<()>,
+        /// Answered once counted: `false` when there is no such session.
+        reply: RpcReplyPort<bool>,
     },
     /// A background sub-agent of session `caller` ended; `result` brings its
     /// result to the caller's run (none when a `TaskOutput` call took it).
@@ -373,10 +373,11 @@ impl Actor for OrchestratorActor {
                 task,
                 reply,
             } => {
-                if let Some(entry) = state.sessions.get(&caller) {
+                let entry = state.sessions.get(&caller);
+                if let Some(entry) = entry {
                     entry.queue.lock().background_started(task);
                 }
-                let _ = reply.send(());
+                let _ = reply.send(entry.is_some());
             }
             OrchestratorMsg::BackgroundEnded {
                 caller,

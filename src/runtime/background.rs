@@ -8,6 +8,7 @@
 //! failed) has them cancelled, their work kept as a cancelled sub-agent's is.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,19 +34,57 @@ struct Entry {
     caller: SessionId,
     /// Its role, as its messages name it.
     label: String,
-    /// Its result (the Task result it came to), once it has ended.
-    result: watch::Sender<Option<String>>,
+    /// Where it is; changed only under this lock, so that a result goes to
+    /// exactly one place.
+    state: Mutex<State>,
+    /// Bumped at every change of `state`: `TaskOutput` calls wait on it.
+    changed: watch::Sender<u64>,
+    /// `TaskStop` came: it does not start if it has not yet.
+    stopped: AtomicBool,
+}
+
+/// Where a background sub-agent is.
+#[derive(Debug)]
+enum State {
+    /// Running, with this many `TaskOutput` calls waiting for its end.
+    Running { waiting: usize },
+    /// Ended while a `TaskOutput` call waited: its result went there.
+    Taken { text: String },
+    /// Ended with this outcome line; its result went to its caller's run as
+    /// a message (or nowhere: its caller's run had ended).
+    Delivered { outcome: String },
+}
+
+impl Entry {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Its result, when `TaskOutput` may have it now.
+    fn result(&self, task: SessionId) -> Option<String> {
+        match &*self.state() {
+            State::Running { .. } => None,
+            State::Taken { text } => Some(text.clone()),
+            State::Delivered { outcome } => Some(format!(
+                "{outcome}\n[its whole result is the message in this conversation that begins \
+                 `Background sub-agent {} (task_id {task}) ended:`]",
+                self.label
+            )),
+        }
+    }
 }
 
 impl Backgrounds {
-    fn insert(&self, task: SessionId, entry: Entry) {
-        self.lock().insert(task, Arc::new(entry));
+    fn get(&self, task: SessionId) -> Option<Arc<Entry>> {
+        self.lock().get(&task).cloned()
     }
 
     /// Background sub-agent `task`, if `caller` started it.
     fn of(&self, caller: SessionId, task: SessionId) -> Result<Arc<Entry>, ToolError> {
-        match self.lock().get(&task) {
-            Some(entry) if entry.caller == caller => Ok(entry.clone()),
+        match self.get(task) {
+            Some(entry) if entry.caller == caller => Ok(entry),
             _ => Err(ToolError::InvalidInput(format!(
                 "no background sub-agent with task_id {task} was started by this agent"
             ))),
@@ -84,9 +123,18 @@ fn progress(records: &[Record]) -> (usize, usize, String) {
     (turns, calls, last)
 }
 
+/// What a panic carried, as text.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    (panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".to_owned())
+}
+
 impl Handle {
     /// Starts `job` in the background (see the module's documentation);
-    /// returns its task id once its caller's queue counts it.
+    /// returns its task id once its caller's queue counts it. A call made
+    /// again for a sub-agent already followed (its caller crashed and came
+    /// back) starts nothing new.
     pub(crate) async fn run_in_background(&self, mut job: Job) -> Result<SessionId, SessionError> {
         let delegation = &job.delegation;
         let (Some(caller), Some(mut task)) = (delegation.spec.parent, delegation.id) else {
@@ -102,12 +150,78 @@ impl Handle {
             task = child;
         }
         job.delegation.id = Some(task);
-        let delegation = &job.delegation;
-        let label = delegation.spec.agent.clone();
-        // Subscribed before it counts: a caller's run that ends from here on
-        // cancels it.
-        let mut caller_ended = self.bus.subscribe_session_terminal(caller);
-        ractor::call!(self.orchestrator, |reply| {
+        let label = job.delegation.spec.agent.clone();
+        let followed = self.backgrounds.get(task).filter(|e| e.caller == caller);
+        if let Some(entry) = followed {
+            // Its job goes on; counted again, should the count have been
+            // lost (the count is a set).
+            let running = matches!(*entry.state(), State::Running { .. });
+            if running {
+                self.count(caller, task).await?;
+            }
+            return Ok(task);
+        }
+        let entry = {
+            let entry = Arc::new(Entry {
+                caller,
+                label,
+                state: Mutex::new(State::Running { waiting: 0 }),
+                changed: watch::channel(0).0,
+                stopped: AtomicBool::new(false),
+            });
+            self.backgrounds.lock().insert(task, entry.clone());
+            entry
+        };
+        // The job is a task of its own from here: a Task call dropped while it
+        // starts leaves no count without a job behind it.
+        let (counted_tx, counted) = tokio::sync::oneshot::channel();
+        let handle = self.clone();
+        tokio::spawn(async move {
+            // Subscribed before it counts: a caller's run that ends from here
+            // on cancels it.
+            let mut caller_ended = handle.bus.subscribe_session_terminal(caller);
+            let count = handle.count(caller, task).await;
+            let ok = count.is_ok();
+            let _ = counted_tx.send(count);
+            if !ok {
+                handle.backgrounds.lock().remove(&task);
+                return;
+            }
+            let cancel = job.delegation.cancel.clone();
+            let work = std::panic::AssertUnwindSafe(handle.work_in_background(job, &entry));
+            let mut work = Box::pin(futures::FutureExt::catch_unwind(work));
+            let ended = tokio::select! {
+                ended = &mut work => Some(ended),
+                _ = caller_ended.recv() => None,
+            };
+            let text = match ended {
+                Some(Ok(text)) => text,
+                Some(Err(panic)) => format!(
+                    "failed (crash)\nthe {} sub-agent's job crashed: {}",
+                    entry.label,
+                    panic_text(&*panic)
+                ),
+                None => {
+                    // Cancelled before the work is dropped: its guard then ends
+                    // the sub-agent and keeps its checkout's work.
+                    cancel.cancel();
+                    drop(work);
+                    let text = "cancelled\n[its caller's run ended before it did]".to_owned();
+                    handle.background_ended(caller, task, &entry, text, false);
+                    return;
+                }
+            };
+            handle.background_ended(caller, task, &entry, text, true);
+        });
+        match counted.await {
+            Ok(count) => count.map(|()| task),
+            Err(_) => Err(SessionError::Shutdown),
+        }
+    }
+
+    /// Counts background sub-agent `task` in `caller`'s queue.
+    async fn count(&self, caller: SessionId, task: SessionId) -> Result<(), SessionError> {
+        let counted = ractor::call!(self.orchestrator, |reply| {
             OrchestratorMsg::BackgroundStarted {
                 caller,
                 task,
@@ -115,43 +229,28 @@ impl Handle {
             }
         })
         .map_err(|e| SessionError::Spawn(e.to_string()))?;
-        let (result, _) = watch::channel(None);
-        self.backgrounds.insert(
-            task,
-            Entry {
-                caller,
-                label: label.clone(),
-                result,
-            },
-        );
-        let handle = self.clone();
-        tokio::spawn(async move {
-            let cancel = job.delegation.cancel.clone();
-            let work = handle.work_in_background(job, &label);
-            let text = tokio::select! {
-                text = work => text,
-                _ = caller_ended.recv() => {
-                    // Dropping the work cancels the sub-agent (its call's
-                    // guard), as a cancelled Task call's.
-                    cancel.cancel();
-                    "cancelled\n[its caller's run ended before it did]".to_owned()
-                }
-            };
-            handle.background_ended(caller, task, &label, text);
-        });
-        Ok(task)
+        match counted {
+            true => Ok(()),
+            false => Err(SessionError::Gone(caller.to_string())),
+        }
     }
 
     /// Runs a background job: a slot, the sub-agent, its result as a Task
     /// call's.
-    async fn work_in_background(&self, job: Job, label: &str) -> String {
+    async fn work_in_background(&self, job: Job, entry: &Entry) -> String {
         let Job {
             delegation,
             slots,
             events,
         } = job;
+        let label = &entry.label;
         let call = delegation.spec.tool_call_id.clone().unwrap_or_default();
         let slot = crate::task::wait_for_slot(&slots, events.as_ref(), &call, label).await;
+        if entry.stopped.load(Ordering::SeqCst) {
+            return format!(
+                "partial (requested)\n[the {label} sub-agent was stopped before it started]"
+            );
+        }
         let delegated = match slot {
             Ok(_slot) => self.delegate(delegation).await,
             Err(e) => return e.result_text(),
@@ -166,20 +265,31 @@ impl Handle {
     }
 
     /// Background sub-agent `task` of `caller` ended with `text`: to a
-    /// `TaskOutput` call waiting for it, or else as a message for its caller's
-    /// run; either way its caller's queue stops counting it.
-    fn background_ended(&self, caller: SessionId, task: SessionId, label: &str, text: String) {
-        let message = ended_message(label, task, &text);
-        let claimed = match self.backgrounds.lock().get(&task) {
-            Some(entry) => {
-                entry.result.send_replace(Some(text));
-                // Set before the count is read: a waiter that gives up after
-                // this still finds it.
-                entry.result.receiver_count() > 0
-            }
-            None => false,
+    /// `TaskOutput` call waiting for it, or else (when `deliver`) as a
+    /// message for its caller's run; either way its caller's queue stops
+    /// counting it.
+    fn background_ended(
+        &self,
+        caller: SessionId,
+        task: SessionId,
+        entry: &Entry,
+        text: String,
+        deliver: bool,
+    ) {
+        let message = ended_message(&entry.label, task, &text);
+        let taken = {
+            let mut state = entry.state();
+            let waiting = matches!(*state, State::Running { waiting } if waiting > 0);
+            *state = match waiting {
+                true => State::Taken { text },
+                false => State::Delivered {
+                    outcome: text.lines().next().unwrap_or_default().to_owned(),
+                },
+            };
+            waiting
         };
-        let result = (!claimed).then(|| QueuedPrompt {
+        entry.changed.send_modify(|v| *v += 1);
+        let result = (deliver && !taken).then(|| QueuedPrompt {
             seq: self.stamp(),
             text: message,
             steer: true,
@@ -202,14 +312,27 @@ impl Handle {
         wait: Option<Duration>,
     ) -> Result<String, ToolError> {
         let entry = self.backgrounds.of(caller, task)?;
-        let mut result = entry.result.subscribe();
+        let mut changed = entry.changed.subscribe();
         if let Some(wait) = wait {
-            let _ = tokio::time::timeout(wait, result.wait_for(Option::is_some)).await;
+            let waits = match &mut *entry.state() {
+                State::Running { waiting } => {
+                    *waiting += 1;
+                    true
+                }
+                State::Taken { .. } | State::Delivered { .. } => false,
+            };
+            if waits {
+                let _ = tokio::time::timeout(wait, changed.changed()).await;
+                // Under the lock: an end from now on finds it gone, one
+                // before it left the result here.
+                if let State::Running { waiting } = &mut *entry.state() {
+                    *waiting -= 1;
+                }
+            }
         }
-        if let Some(text) = result.borrow().clone() {
-            return Ok(text);
+        if let Some(result) = entry.result(task) {
+            return Ok(result);
         }
-        drop(result);
         let path = self.state.journal(task);
         let read = tokio::task::spawn_blocking(move || read_journal(&path)).await;
         let records = match read {
@@ -229,19 +352,20 @@ impl Handle {
     }
 
     /// Stops background sub-agent `task` of `caller` at its next turn
-    /// boundary, as `stop` does.
+    /// boundary, as `stop` does (before it starts, when it waits for a slot).
     pub(crate) fn stop_background(
         &self,
         caller: SessionId,
         task: SessionId,
     ) -> Result<String, ToolError> {
         let entry = self.backgrounds.of(caller, task)?;
-        if entry.result.borrow().is_some() {
+        if !matches!(*entry.state(), State::Running { .. }) {
             return Ok(format!(
                 "the {} sub-agent (task_id {task}) has ended already; TaskOutput gives its result",
                 entry.label
             ));
         }
+        entry.stopped.store(true, Ordering::SeqCst);
         self.stop_run(task);
         Ok(format!(
             "stopping the {} sub-agent (task_id {task}): it ends partial at its next turn boundary, and its result comes as usual",

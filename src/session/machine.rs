@@ -210,6 +210,14 @@ impl Machine {
             Some(records) => {
                 let resumed = resume::resume(records);
                 machine.transcript = resumed.transcript;
+                // A fallback is for the session's life: it goes on with the
+                // model it fell back to.
+                let fell_back = records.iter().any(|r| {
+                    matches!(r, Record::Event { event, .. } if matches!(event.kind, EventKind::ModelFallback { .. }))
+                });
+                if fell_back {
+                    machine.switch_to_fallback();
+                }
                 machine.resume = resumed.active;
                 // A run carried on under limits other than its journal's keeps
                 // them for the next time it is carried on.
@@ -489,6 +497,12 @@ impl Machine {
     fn on_steers(&mut self, now: Instant, prompts: Vec<QueuedPrompt>, background: usize) {
         match self.awaiting.take() {
             Some(Awaiting::Finishing { .. }) if !prompts.is_empty() => self.join(now, prompts),
+            // Asked to stop while it answered: it does not wait.
+            Some(Awaiting::Finishing { .. })
+                if background > 0 && self.run.as_ref().is_some_and(|r| r.stop.is_some()) =>
+            {
+                self.end_stopped(now)
+            }
             Some(Awaiting::Finishing { text, truncated }) if background > 0 => {
                 if let Some(run) = self.run.as_mut() {
                     run.phase = Phase::Background { text, truncated };

@@ -138,15 +138,19 @@ impl PromptQueue {
     }
 
     /// A cancel stamped `seq`: drops the prompts that arrived before it (returned,
-    /// oldest first: each still needs its terminal event) and remembers the cancel
+    /// oldest first: each still needs its terminal event; background results,
+    /// which no one waits on, are dropped unreturned) and remembers the cancel
     /// until the session has acted on it.
     pub(crate) fn cancel(&mut self, seq: u64) -> Vec<QueuedPrompt> {
-        let (dropped, kept) = std::mem::take(&mut self.prompts)
+        let (dropped, kept): (Vec<_>, _) = std::mem::take(&mut self.prompts)
             .into_iter()
             .partition(|p| p.seq < seq);
         self.prompts = kept;
         self.cancel = Some(seq);
         dropped
+            .into_iter()
+            .filter(|p| p.background.is_none())
+            .collect()
     }
 
     /// The session ended a run as cancelled, answering cancels up to `seq`.

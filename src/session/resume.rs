@@ -166,13 +166,16 @@ pub(crate) fn resume(records: &[Record]) -> Resumed {
 }
 
 /// A run's background sub-agents, as its journal tells them: the Task calls
-/// whose results say one started, and the task ids whose results joined the
-/// run. Read from the records, not the transcript, so that a compaction does
-/// not hide them.
+/// whose results say one started, and the task ids whose results the run had
+/// (a message that joined it, or a `TaskOutput` result that was not
+/// `running`). Read from the records, not the transcript, so that a
+/// compaction does not hide them.
 #[derive(Default)]
 struct Background {
     /// The run's Task calls so far, by id.
     calls: Vec<ToolCall>,
+    /// The run's `TaskOutput` calls so far: call id and the task it reads.
+    outputs: Vec<(String, crate::protocol::SessionId)>,
     /// The background sub-agents started: their call and task id.
     started: Vec<(ToolCall, crate::protocol::SessionId)>,
     /// The task ids whose results joined the run.
@@ -185,8 +188,23 @@ impl Background {
             Message::Assistant(a) => {
                 let tasks = a.tool_calls.iter().filter(|c| c.name == "Task");
                 self.calls.extend(tasks.cloned());
+                let outputs = a.tool_calls.iter().filter(|c| c.name == "TaskOutput");
+                self.outputs.extend(outputs.filter_map(|c| {
+                    let input = c.parsed_arguments().ok()?;
+                    let task = input.get("task_id")?.as_str()?.trim().parse().ok()?;
+                    Some((c.id.clone(), task))
+                }));
             }
             Message::Tool(result) if !result.is_error => {
+                let output = self
+                    .outputs
+                    .iter()
+                    .find(|(id, _)| *id == result.tool_call_id);
+                if let Some((_, task)) = output
+                    && !result.content.starts_with("running\n")
+                {
+                    self.delivered.push(*task);
+                }
                 let call = self.calls.iter().find(|c| c.id == result.tool_call_id);
                 if let (Some(call), Some(task)) =
                     (call, crate::protocol::background_task(&result.content))

@@ -105,7 +105,8 @@ pub(super) fn escalate(state: &mut OrchestratorState, id: SessionId, error: &Ses
 /// `outcome` as its terminal event, so nobody waits on it forever.
 pub(super) fn abandon_queued(entry: &Entry, outcome: &Outcome) {
     let waiting = entry.queue.lock().take_all();
-    for prompt in waiting {
+    // A background result waits on no one: it needs no terminal event.
+    for prompt in waiting.into_iter().filter(|p| p.background.is_none()) {
         entry.publisher.publish(EventKind::Terminal {
             prompts: vec![prompt.seq],
             outcome: outcome.clone(),

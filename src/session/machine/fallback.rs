@@ -15,10 +15,28 @@ impl Machine {
     /// (whose retries are spent), when the session has one it has not used and
     /// the error is one another model may not meet. Returns whether it did.
     pub(super) fn fall_back(&mut self, now: Instant, error: &LlmError) -> bool {
-        let (Some(reason), Some(fallback)) = (error.fallback_reason(), self.spec.fallback.clone())
-        else {
+        let Some(reason) = error.fallback_reason() else {
             return false;
         };
+        let Some((from, to)) = self.switch_to_fallback() else {
+            return false;
+        };
+        tracing::warn!(session = %self.id, %from, %to, reason, "falling back to another model");
+        self.publish(EventKind::ModelFallback {
+            from,
+            to,
+            reason: reason.to_owned(),
+        });
+        self.begin_turn(now, 1);
+        true
+    }
+
+    /// Makes the session's fallback model its model, once: the provider it
+    /// streams with, its prices and window; a summary model and thinking
+    /// blocks of another provider are dropped. Returns the models from and
+    /// to, or `None` when it has no fallback (left).
+    pub(super) fn switch_to_fallback(&mut self) -> Option<(String, String)> {
+        let fallback = self.spec.fallback.clone()?;
         let spec = Arc::make_mut(&mut self.spec);
         let same_provider = match (&spec.provider, &fallback.provider) {
             (None, None) => true,
@@ -40,14 +58,7 @@ impl Machine {
                 }
             }
         }
-        tracing::warn!(session = %self.id, %from, to = %fallback.model, reason, "falling back to another model");
         self.emit(Effect::FallBack);
-        self.publish(EventKind::ModelFallback {
-            from,
-            to: fallback.model,
-            reason: reason.to_owned(),
-        });
-        self.begin_turn(now, 1);
-        true
+        Some((from, fallback.model))
     }
 }

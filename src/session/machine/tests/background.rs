@@ -163,3 +163,91 @@ fn a_resumed_run_follows_again_the_background_sub_agents_whose_results_it_lacks(
         "nothing to wait for: it ends"
     );
 }
+
+#[test]
+fn a_result_task_output_took_is_not_waited_for_again_after_a_resume() {
+    let task = SessionId::new();
+    let mut journal = journal_with_background(task);
+    // Cut back to before the final answer: the run then read it itself.
+    let answered = journal
+        .iter()
+        .rposition(|r| {
+            matches!(
+                r,
+                Record::Message {
+                    message: Message::Assistant(_)
+                }
+            )
+        })
+        .unwrap();
+    journal.truncate(answered);
+    let mut sim = Sim::resume(spec(), journal, PromptQueue::default(), 100);
+    sim.queue.background_started(task);
+    let input = format!("{{\"task_id\": \"{task}\"}}");
+    let mut read = calls(&[("out", "TaskOutput")]);
+    read.message.tool_calls[0].arguments = input;
+    sim.answer(read);
+    sim.finish("out", "completed\nfound it");
+    let journal = sim.journal.clone();
+    let sim = Sim::resume(spec(), journal, PromptQueue::default(), 200);
+    assert!(
+        !sim.effects
+            .iter()
+            .any(|e| matches!(e, Effect::Reattach { .. }))
+    );
+}
+
+#[test]
+fn a_run_asked_to_stop_while_it_answers_does_not_wait_for_background_sub_agents() {
+    let mut sim = Sim::new(spec());
+    let p = sim.prompt("go");
+    sim.queue.background_started(SessionId::new());
+    sim.input(crate::session::machine::Input::StopRun);
+    sim.answer(text("my answer"));
+    match sim.outcome(p) {
+        Some(Outcome::Partial { partial, .. }) => assert_eq!(partial, "my answer"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_session_that_fell_back_goes_on_with_its_fallback_when_resumed() {
+    let mut with_fallback = spec();
+    with_fallback.fallback = Some(crate::session::Fallback {
+        model: "m2".into(),
+        provider: None,
+        model_info: Default::default(),
+    });
+    let mut sim = Sim::new(with_fallback.clone());
+    sim.prompt("go");
+    let missing = crate::error::ProviderError::Status {
+        status: 404,
+        message: "no such model".into(),
+        code: Some("model_not_found".into()),
+        retry_after: None,
+        request_id: None,
+    };
+    sim.fail_stream(crate::error::LlmError::Provider(missing));
+    assert_eq!(sim.requests.last().unwrap().model, "m2");
+    assert!(sim.effects.contains(&Effect::FallBack));
+    // The journal keeps the event; a restart goes on with m2 at once.
+    let mut journal = sim.journal.clone();
+    journal.push(Record::Event {
+        event: crate::protocol::Event {
+            seq: 1,
+            session: SessionId::new(),
+            parent: None,
+            agent: "coder".into(),
+            kind: crate::protocol::EventKind::ModelFallback {
+                from: "m1".into(),
+                to: "m2".into(),
+                reason: "model_not_found".into(),
+            },
+        },
+        at: None,
+        elided: None,
+    });
+    let sim = Sim::resume(with_fallback, journal, PromptQueue::default(), 100);
+    assert!(sim.effects.contains(&Effect::FallBack));
+    assert_eq!(sim.requests.last().unwrap().model, "m2");
+}
