@@ -475,8 +475,9 @@ impl Launcher for Handle {
         caller: SessionId,
         task: SessionId,
         wait: Option<std::time::Duration>,
+        spent: crate::tools::Spent,
     ) -> BoxFuture<'_, Result<String, crate::error::ToolError>> {
-        Box::pin(self.background_output(caller, task, wait))
+        Box::pin(self.background_output(caller, task, wait, spent))
     }
 
     fn stop(&self, caller: SessionId, task: SessionId) -> Result<String, crate::error::ToolError> {

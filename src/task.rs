@@ -145,6 +145,9 @@ pub struct Delegation {
     /// An earlier sub-agent of run `run` that goes on with the prompt as a
     /// follow-up, instead of a new one.
     pub continues: Option<Continue>,
+    /// Its slot among the run's sub-agents, given back when it reaches its
+    /// outcome (before its work is merged, and whenever its result is read).
+    pub slot: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// An earlier sub-agent that a Task call continues.
@@ -182,11 +185,13 @@ pub trait Launcher: Send + Sync + std::fmt::Debug + 'static {
     /// What background sub-agent `task` of `caller` came to: its result once
     /// it has ended, waiting up to `wait` for it; else its state and
     /// progress so far.
+    /// What it spent goes to `spent` (the `TaskOutput` call's), once.
     fn output(
         &self,
         caller: SessionId,
         task: SessionId,
         wait: Option<std::time::Duration>,
+        spent: crate::tools::Spent,
     ) -> BoxFuture<'_, Result<String, ToolError>>;
 
     /// Stops background sub-agent `task` of `caller` as `stop` does: it ends
@@ -630,6 +635,7 @@ impl Tool for Task {
                         continues.map_or_else(|| ctx.reattach.unwrap_or_default(), |c| c.agent),
                     ),
                     continues,
+                    slot: None,
                 };
                 let job = Job {
                     delegation,
@@ -645,7 +651,7 @@ impl Tool for Task {
                      sooner, TaskStop stops it. Go on with other work meanwhile."
                 ));
             }
-            let _slot = wait_for_slot(slots, ctx.events.as_ref(), &ctx.call_id, &agent).await?;
+            let slot = wait_for_slot(slots, ctx.events.as_ref(), &ctx.call_id, &agent).await?;
             let delegation = Delegation {
                 spec,
                 prompt: input.prompt,
@@ -655,6 +661,7 @@ impl Tool for Task {
                 check,
                 id: None,
                 continues,
+                slot: Some(slot),
             };
             let delegated = (self.env.launcher.delegate(delegation).await)
                 .map_err(|e| ToolError::Failed(format!("the sub-agent could not start: {e}")))?;
@@ -810,6 +817,7 @@ mod tests {
             _caller: SessionId,
             _task: SessionId,
             _wait: Option<std::time::Duration>,
+            _spent: crate::tools::Spent,
         ) -> BoxFuture<'_, Result<String, ToolError>> {
             Box::pin(async { Ok(String::new()) })
         }

@@ -234,6 +234,24 @@ fn later_prompts(request: &Recorded) -> Vec<String> {
         .collect()
 }
 
+/// The tokens an agent's own turns used, and those its run's terminal
+/// event counts (its sub-agents' rolled in).
+fn own_and_rolled_up(events: &[Value], agent: &str) -> (u64, u64) {
+    let total = |usage: &Value| {
+        usage["input_tokens"].as_u64().unwrap_or(0) + usage["output_tokens"].as_u64().unwrap_or(0)
+    };
+    let sum = |kind: &str, usage: &dyn Fn(&Value) -> &Value| -> u64 {
+        (events.iter())
+            .filter(|e| e["type"] == kind && e["agent"] == agent)
+            .map(|e| total(usage(e)))
+            .sum()
+    };
+    (
+        sum("turn_finished", &|e| &e["usage"]),
+        sum("terminal", &|e| &e["stats"]["usage"]),
+    )
+}
+
 /// Runs the binary with `--json`, calling `on_event` with each event as it
 /// comes, until it returns true (the process is then killed with SIGKILL
 /// once `before_kill` returns) or the run ends; its exit code (`None` when
@@ -333,6 +351,11 @@ async fn a_caller_goes_on_while_its_background_sub_agent_runs_and_reads_it_with_
         .find(|e| e["session"] == task.as_str() && e["type"] == "terminal")
         .expect("the scout's session is the task id");
     assert_eq!(scout_end["outcome"], "completed");
+    // What the scout spent is its caller's too (through TaskOutput).
+    let (lead_own, lead_rolled) = own_and_rolled_up(&events, "orchestrator");
+    let (scout_own, _) = own_and_rolled_up(&events, "scout");
+    assert!(scout_own > 0);
+    assert_eq!(lead_rolled, lead_own + scout_own);
     assert!(
         events
             .iter()
@@ -421,6 +444,10 @@ async fn a_caller_that_answers_first_waits_for_its_stopped_background_sub_agent_
     assert_eq!(scout_requests, 1, "the stop came before its next turn");
     let last = events.last().unwrap();
     assert_eq!(last["text"], "final, with the scout's notes");
+    // What the scout spent is its caller's too (through the message).
+    let (lead_own, lead_rolled) = own_and_rolled_up(&events, "orchestrator");
+    let (scout_own, _) = own_and_rolled_up(&events, "scout");
+    assert_eq!(lead_rolled, lead_own + scout_own);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

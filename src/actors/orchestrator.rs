@@ -362,6 +362,7 @@ impl Actor for OrchestratorActor {
                     steer,
                     fails,
                     background: None,
+                    spent: None,
                 };
                 route(state, session, Routed::Prompt(prompt));
             }

@@ -48,8 +48,12 @@ struct Entry {
 enum State {
     /// Running, with this many `TaskOutput` calls waiting for its end.
     Running { waiting: usize },
-    /// Ended while a `TaskOutput` call waited: its result went there.
-    Taken { text: String },
+    /// Ended while a `TaskOutput` call waited: its result went there, and
+    /// what it spent with the first such call that reads it.
+    Taken {
+        text: String,
+        spent: Option<crate::protocol::RunStats>,
+    },
     /// Ended with this outcome line; its result went to its caller's run as
     /// a message (or nowhere: its caller's run had ended).
     Delivered { outcome: String },
@@ -66,7 +70,7 @@ impl Entry {
     fn result(&self, task: SessionId) -> Option<String> {
         match &*self.state() {
             State::Running { .. } => None,
-            State::Taken { text } => Some(text.clone()),
+            State::Taken { text, .. } => Some(text.clone()),
             State::Delivered { outcome } => Some(format!(
                 "{outcome}\n[its whole result is the message in this conversation that begins \
                  `Background sub-agent {} (task_id {task}) ended:`]",
@@ -194,12 +198,15 @@ impl Handle {
                 ended = &mut work => Some(ended),
                 _ = caller_ended.recv() => None,
             };
-            let text = match ended {
-                Some(Ok(text)) => text,
-                Some(Err(panic)) => format!(
-                    "failed (crash)\nthe {} sub-agent's job crashed: {}",
-                    entry.label,
-                    panic_text(&*panic)
+            let (text, spent) = match ended {
+                Some(Ok(ended)) => ended,
+                Some(Err(panic)) => (
+                    format!(
+                        "failed (crash)\nthe {} sub-agent's job crashed: {}",
+                        entry.label,
+                        panic_text(&*panic)
+                    ),
+                    None,
                 ),
                 None => {
                     // Cancelled before the work is dropped: its guard then ends
@@ -207,11 +214,11 @@ impl Handle {
                     cancel.cancel();
                     drop(work);
                     let text = "cancelled\n[its caller's run ended before it did]".to_owned();
-                    handle.background_ended(caller, task, &entry, text, false);
+                    handle.background_ended(caller, task, &entry, (text, None), false);
                     return;
                 }
             };
-            handle.background_ended(caller, task, &entry, text, true);
+            handle.background_ended(caller, task, &entry, (text, spent), true);
         });
         match counted.await {
             Ok(count) => count.map(|()| task),
@@ -236,8 +243,12 @@ impl Handle {
     }
 
     /// Runs a background job: a slot, the sub-agent, its result as a Task
-    /// call's.
-    async fn work_in_background(&self, job: Job, entry: &Entry) -> String {
+    /// call's, and what it spent.
+    async fn work_in_background(
+        &self,
+        job: Job,
+        entry: &Entry,
+    ) -> (String, Option<crate::protocol::RunStats>) {
         let Job {
             delegation,
             slots,
@@ -247,20 +258,34 @@ impl Handle {
         let call = delegation.spec.tool_call_id.clone().unwrap_or_default();
         let slot = crate::task::wait_for_slot(&slots, events.as_ref(), &call, label).await;
         if entry.stopped.load(Ordering::SeqCst) {
-            return format!(
+            let text = format!(
                 "partial (requested)\n[the {label} sub-agent was stopped before it started]"
             );
+            return (text, None);
         }
         let delegated = match slot {
-            Ok(_slot) => self.delegate(delegation).await,
-            Err(e) => return e.result_text(),
+            Ok(slot) => {
+                let delegation = crate::task::Delegation {
+                    slot: Some(slot),
+                    ..delegation
+                };
+                self.delegate(delegation).await
+            }
+            Err(e) => return (e.result_text(), None),
         };
         match delegated {
-            Ok(delegated) => match crate::task::report(label, delegated) {
-                Ok(text) => text,
-                Err(e) => e.result_text(),
-            },
-            Err(e) => format!("failed (spawn)\nthe {label} sub-agent could not start: {e}"),
+            Ok(delegated) => {
+                let spent = delegated.outcome.as_ref().map(|o| *o.stats());
+                let text = match crate::task::report(label, delegated) {
+                    Ok(text) => text,
+                    Err(e) => e.result_text(),
+                };
+                (text, spent)
+            }
+            Err(e) => {
+                let text = format!("failed (spawn)\nthe {label} sub-agent could not start: {e}");
+                (text, None)
+            }
         }
     }
 
@@ -273,15 +298,19 @@ impl Handle {
         caller: SessionId,
         task: SessionId,
         entry: &Entry,
-        text: String,
+        (text, spent): (String, Option<crate::protocol::RunStats>),
         deliver: bool,
     ) {
         let message = ended_message(&entry.label, task, &text);
+        let spending = spent.as_ref().map(|stats| crate::tools::Spending {
+            usage: stats.usage,
+            cost_usd: stats.cost_usd,
+        });
         let taken = {
             let mut state = entry.state();
             let waiting = matches!(*state, State::Running { waiting } if waiting > 0);
             *state = match waiting {
-                true => State::Taken { text },
+                true => State::Taken { text, spent },
                 false => State::Delivered {
                     outcome: text.lines().next().unwrap_or_default().to_owned(),
                 },
@@ -295,6 +324,7 @@ impl Handle {
             steer: true,
             fails: None,
             background: Some(task),
+            spent: spending,
         });
         let _ = self.orchestrator.cast(OrchestratorMsg::BackgroundEnded {
             caller,
@@ -310,6 +340,7 @@ impl Handle {
         caller: SessionId,
         task: SessionId,
         wait: Option<Duration>,
+        spent: crate::tools::Spent,
     ) -> Result<String, ToolError> {
         let entry = self.backgrounds.of(caller, task)?;
         let mut changed = entry.changed.subscribe();
@@ -331,6 +362,12 @@ impl Handle {
             }
         }
         if let Some(result) = entry.result(task) {
+            // What it spent is its caller's, once.
+            if let State::Taken { spent: stats, .. } = &mut *entry.state()
+                && let Some(stats) = stats.take()
+            {
+                spent.add(&stats);
+            }
             return Ok(result);
         }
         let path = self.state.journal(task);

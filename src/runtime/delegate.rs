@@ -190,6 +190,7 @@ impl Handle {
             check,
             id,
             continues,
+            slot,
         } = delegation;
         // Kept to start the sub-agent again for a check, when it had ended.
         let again = check.as_ref().map(|_| spec.clone());
@@ -260,6 +261,8 @@ impl Handle {
             }
             (_, outcome) => (outcome, None),
         };
+        // Its outcome is reached: its slot is free before its work merges.
+        drop(slot);
         if guard.child.take().is_some() {
             self.stop_session(child);
         }
@@ -445,6 +448,7 @@ impl Handle {
             steer: false,
             fails: None,
             background: None,
+            spent: None,
         };
         let checkout = spec.checkout.clone();
         if let Err(e) = self.start_with(child, spec, Some(queued)).await {

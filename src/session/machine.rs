@@ -554,6 +554,10 @@ impl Machine {
         for prompt in prompts {
             if let Some(run) = self.run.as_mut() {
                 run.prompts.push(prompt.seq);
+                // A background sub-agent's spending is its caller's too.
+                if let Some(spent) = &prompt.spent {
+                    run.stats.charge(&spent.usage, spent.cost_usd);
+                }
             }
             let joined = Record::PromptJoined {
                 prompt: prompt.seq,

@@ -22,6 +22,8 @@ pub(crate) struct QueuedPrompt {
     /// The result of this background sub-agent (its task id): it joins the run
     /// in progress, as a steer does, and never starts one.
     pub(crate) background: Option<crate::protocol::SessionId>,
+    /// What that background sub-agent spent, rolled into the run it joins.
+    pub(crate) spent: Option<crate::tools::Spending>,
 }
 
 /// How a run started by a failing prompt ends.
@@ -179,6 +181,7 @@ mod tests {
             steer: false,
             fails: None,
             background: None,
+            spent: None,
         }
     }
 

@@ -110,7 +110,7 @@ impl Tool for TaskOutput {
             let input: TaskOutputInput = crate::tools::parse(input)?;
             let task = task_id(&input.task_id)?;
             let wait = wait(&input);
-            let output = self.env.launcher.output(ctx.session, task, wait);
+            let output = (self.env.launcher).output(ctx.session, task, wait, ctx.spent.clone());
             tokio::select! {
                 output = output => output,
                 _ = ctx.cancel.cancelled() => Err(ToolError::Cancelled),

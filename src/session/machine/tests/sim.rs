@@ -426,6 +426,7 @@ impl Sim {
             steer: false,
             fails: None,
             background: None,
+            spent: None,
         });
         self.input(Input::Prompt { seq });
         seq
@@ -440,6 +441,7 @@ impl Sim {
             steer: true,
             fails: None,
             background: None,
+            spent: None,
         });
         self.input(Input::Prompt { seq });
         seq
@@ -455,6 +457,7 @@ impl Sim {
             steer: true,
             fails: None,
             background: Some(task),
+            spent: None,
         };
         self.queue.background_ended(task, Some(message));
         self.input(Input::Prompt { seq });
