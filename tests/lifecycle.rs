@@ -762,3 +762,116 @@ async fn a_caller_that_crashes_while_it_waits_hears_its_background_sub_agent_onc
     assert_eq!(later_prompts(&last).len(), 1, "heard once");
     assert_eq!(events.last().unwrap()["text"], "heard the scout");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_outcome_shows_in_the_task_result_the_journal_and_the_summary() {
+    let dir = scout_workspace();
+    let role = |name: &str, extra: &str| {
+        let text = format!(
+            "---\nname: {name}\ndescription: The {name} one.\ntools: Read\n{extra}---\nYou are the {name} one.\n"
+        );
+        std::fs::write(dir.path().join(format!("agents/{name}.md")), text).unwrap();
+    };
+    role("done", "");
+    role("short", "maxTurns: 1\n");
+    role("broken", "model: broken-1\n");
+    role("slow", "");
+    let mock = MockLlm::start_with(|request, _| {
+        let system = request.system();
+        if system.starts_with("You are the done one.") {
+            return Reply::text("done and dusted");
+        }
+        if system.starts_with("You are the short one.") {
+            return Reply::tool_calls(&[("r", "Read", json!({ "file_path": "notes.txt" }))]);
+        }
+        if system.starts_with("You are the slow one.") {
+            return Reply::text("never").with_end(End::HoldAfter(0, Gate::new()));
+        }
+        if model(request) == "broken-1" {
+            return Reply::status(401, "bad key");
+        }
+        match request.results() {
+            0 => {
+                let task = |id: &str, role: &str, timeout: Option<u64>| {
+                    let mut input =
+                        json!({ "description": role, "prompt": "Go.", "subagent_type": role });
+                    if let Some(t) = timeout {
+                        input["timeout"] = json!(t);
+                    }
+                    (id.to_owned(), input)
+                };
+                let calls = [
+                    task("a", "done", None),
+                    task("b", "short", None),
+                    task("c", "broken", None),
+                    task("d", "slow", Some(1)),
+                ];
+                let calls: Vec<(&str, &str, Value)> = calls
+                    .iter()
+                    .map(|(id, input)| (id.as_str(), "Task", input.clone()))
+                    .collect();
+                Reply::tool_calls(&calls)
+            }
+            _ => Reply::text("four outcomes"),
+        }
+    })
+    .await;
+    let out = run_on(&mock, dir.path(), &["go"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // The Task results' first lines.
+    let last = lead_requests(&mock).pop().unwrap();
+    let firsts: Vec<String> = tool_results(&last)
+        .iter()
+        .map(|(_, r)| r.lines().next().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        firsts,
+        [
+            "completed",
+            "partial (budget: turns)",
+            "failed (auth)",
+            "timed_out"
+        ]
+    );
+    // The summary's status column.
+    let err = text(&out.stderr);
+    let status = |label: &str| {
+        let row = err
+            .lines()
+            .find(|l| l.starts_with(label))
+            .unwrap_or_else(|| panic!("no row {label} in:\n{err}"));
+        row.split_whitespace().nth(1).unwrap_or_default().to_owned()
+    };
+    assert_eq!(status("done#1"), "completed");
+    assert_eq!(status("short#1"), "partial");
+    assert_eq!(status("broken#1"), "failed");
+    assert_eq!(status("slow#1"), "timed_out");
+    // How each ended, as its journal keeps it.
+    let state = crate::support::harness::state(dir.path());
+    let mut outcomes = Vec::new();
+    for file in std::fs::read_dir(state.sessions()).unwrap().flatten() {
+        let journal = std::fs::read_to_string(file.path()).unwrap();
+        let records: Vec<Value> = journal
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let agent = records[0]["agent"].as_str().unwrap_or_default().to_owned();
+        for record in records.iter().filter(|r| r["record"] == "terminal") {
+            let outcome = record["outcome"]["outcome"].as_str().unwrap_or_default();
+            outcomes.push((agent.clone(), outcome.to_owned()));
+        }
+    }
+    outcomes.sort();
+    let expected = [
+        ("broken", "failed"),
+        ("done", "completed"),
+        ("orchestrator", "completed"),
+        ("short", "partial"),
+        ("slow", "timed_out"),
+    ];
+    let expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(a, o)| ((*a).to_owned(), (*o).to_owned()))
+        .collect();
+    assert_eq!(outcomes, expected);
+}
