@@ -450,23 +450,28 @@ async fn a_caller_that_answers_first_waits_for_its_stopped_background_sub_agent_
     assert_eq!(lead_rolled, lead_own + scout_own);
 }
 
+/// A lead that starts the scout in the background, answers that it waits,
+/// and once the scout's result has joined says `heard`; the scout says
+/// `scouted` once `gate` opens.
+async fn waiting_lead(gate: &Gate, scouted: &'static str, heard: &'static str) -> MockLlm {
+    let gate = gate.clone();
+    MockLlm::start_with(move |request, _| {
+        if request.system().starts_with(SCOUT) {
+            return Reply::text(scouted).with_end(End::HoldAfter(0, gate.clone()));
+        }
+        match (tool_results(request).len(), later_prompts(request).len()) {
+            (0, _) => scout_in_background(),
+            (_, 0) => Reply::text("waiting for the scout"),
+            _ => Reply::text(heard),
+        }
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_killed_while_a_background_sub_agent_runs_gets_its_result_after_resume() {
     let gate = Gate::new();
-    let mock = MockLlm::start_with({
-        let gate = gate.clone();
-        move |request, _| {
-            if request.system().starts_with(SCOUT) {
-                return Reply::text("scouted: parse.rs").with_end(End::HoldAfter(0, gate.clone()));
-            }
-            match (tool_results(request).len(), later_prompts(request).len()) {
-                (0, _) => scout_in_background(),
-                (_, 0) => Reply::text("waiting for the scout"),
-                _ => Reply::text("resumed and heard the scout"),
-            }
-        }
-    })
-    .await;
+    let mock = waiting_lead(&gate, "scouted: parse.rs", "resumed and heard the scout").await;
     let dir = scout_workspace();
     let command = crate::cli::command_on(&mock, dir.path(), &["--json", "find the bug"], &[]);
     // Killed once what the run did is on disk (written within a tenth of a
@@ -717,20 +722,7 @@ async fn a_caller_cancelled_while_it_waits_has_its_background_sub_agents_cancell
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caller_that_crashes_while_it_waits_hears_its_background_sub_agent_once() {
     let gate = Gate::new();
-    let mock = MockLlm::start_with({
-        let gate = gate.clone();
-        move |request, _| {
-            if request.system().starts_with(SCOUT) {
-                return Reply::text("scouted once").with_end(End::HoldAfter(0, gate.clone()));
-            }
-            match (tool_results(request).len(), later_prompts(request).len()) {
-                (0, _) => scout_in_background(),
-                (_, 0) => Reply::text("waiting for the scout"),
-                _ => Reply::text("heard the scout"),
-            }
-        }
-    })
-    .await;
+    let mock = waiting_lead(&gate, "scouted once", "heard the scout").await;
     let dir = scout_workspace();
     let state = crate::support::harness::state(dir.path());
     let crashed = std::sync::atomic::AtomicBool::new(false);
