@@ -68,6 +68,8 @@ pub(crate) struct SessionEnv {
     pub(crate) approver: Arc<dyn Approver>,
     pub(crate) remembered: Arc<Remembered>,
     pub(crate) rules: Arc<crate::tools::rules::Rules>,
+    /// The run's hooks.
+    pub(crate) hooks: Arc<crate::hooks::Hooks>,
     pub(crate) saver: Option<crate::tools::permissions::RuleSaver>,
     /// The process-wide order of prompts and cancels: the next stamp.
     pub(crate) stamps: Arc<AtomicU64>,

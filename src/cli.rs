@@ -23,6 +23,7 @@ mod control;
 mod descriptors;
 pub mod exit;
 mod flags;
+mod hooks;
 mod mcp;
 mod resume;
 mod rewind;

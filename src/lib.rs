@@ -33,6 +33,7 @@ pub mod events;
 #[cfg(feature = "test-support")]
 pub mod faults;
 pub mod git;
+pub mod hooks;
 pub mod isolation;
 pub mod journal;
 pub mod keys;

@@ -382,6 +382,20 @@ pub enum EventKind {
         /// Milliseconds until requests may go again.
         delay_ms: u64,
     },
+    /// A hook ran.
+    HookRan {
+        /// The event it ran at (`PreToolUse`, `Stop`, …).
+        event: String,
+        /// Its command.
+        command: String,
+        /// Its exit code (`None`: killed, timed out, or never started).
+        exit_code: Option<i32>,
+        /// What it decided: `continue`, `block`, `allow`, `ask`, `stop`, `error`.
+        decision: String,
+        /// Its failure, or its message for the person.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        notice: Option<String>,
+    },
     /// The agent gave its final answer and waits for its background
     /// sub-agents' results before its run ends.
     BackgroundWait {
@@ -514,6 +528,7 @@ impl EventKind {
             | Self::RateLimited { .. }
             | Self::ModelFallback { .. }
             | Self::BackgroundWait { .. }
+            | Self::HookRan { .. }
             | Self::Compacted { .. }
             | Self::Todos { .. }
             | Self::Restarted { .. }

@@ -53,6 +53,8 @@ pub struct RuntimeConfig {
     pub approver: Arc<dyn Approver>,
     /// Permission rules, applied before each session's mode.
     pub rules: Arc<crate::tools::rules::Rules>,
+    /// The hooks every session runs (Claude Code's).
+    pub hooks: Arc<crate::hooks::Hooks>,
     /// Where an "always" answer is saved as a rule; `None`: only remembered in
     /// this process.
     pub saver: Option<crate::tools::permissions::RuleSaver>,
@@ -82,6 +84,7 @@ impl RuntimeConfig {
             max_parallel_tools: DEFAULT_MAX_PARALLEL,
             approver: Arc::new(DenyAll),
             rules: Arc::default(),
+            hooks: Arc::default(),
             saver: None,
             mcp: Vec::new(),
             mcp_limit: crate::mcp::connection::DEFAULT_START_TIMEOUT,
@@ -163,6 +166,7 @@ impl Runtime {
             approver: config.approver,
             remembered: Arc::new(Remembered::default()),
             rules: config.rules,
+            hooks: config.hooks,
             saver: config.saver,
             stamps: stamps.clone(),
             files: Arc::default(),
@@ -295,6 +299,12 @@ impl Handle {
             reply
         ))
         .map_err(|e| SessionError::Spawn(e.to_string()))?
+    }
+
+    /// Publishes `kind` as session `session` (of role `agent`): something
+    /// that happened to it outside its actor (a hook the command line ran).
+    pub fn publish(&self, session: SessionId, agent: &str, kind: EventKind) {
+        crate::events::Publisher::new(self.bus.clone(), session, None, agent).publish(kind);
     }
 
     /// Stops a session once its current run (if any) has ended; it takes no more

@@ -16,6 +16,7 @@
 
 pub mod rule;
 
+mod hooks;
 mod limits;
 mod permissions;
 mod providers;
@@ -107,6 +108,8 @@ pub struct Prepared {
     /// The configuration as the rule left it (the workspace's over the user's).
     file: ConfigFile,
     rules: Rules,
+    /// The hooks to run.
+    hooks: Arc<crate::hooks::Hooks>,
     /// Every server defined, in order.
     defined: Vec<ServerConfig>,
     /// Those that may start as things stand.
@@ -134,6 +137,8 @@ pub struct Setup {
     pub tools: ToolRegistry,
     /// The permission rules of every source.
     pub rules: Rules,
+    /// The hooks to run (Claude Code's, from the settings files).
+    pub hooks: Arc<crate::hooks::Hooks>,
     /// Where an "always" answer is saved.
     pub saver: RuleSaver,
     /// The MCP servers that may start.
@@ -156,6 +161,7 @@ impl Setup {
         config.state = Some(self.state.clone());
         config.approver = approver;
         config.rules = Arc::new(self.rules.clone());
+        config.hooks = self.hooks.clone();
         config.saver = Some(self.saver.clone());
         config.mcp = self.servers.clone();
         config.mcp_limit = self.mcp_limit;
@@ -211,6 +217,9 @@ pub fn prepare(
     )?;
     let mut rules = settings.rules;
     notes.extend(settings.warnings);
+    let (hooks, hook_notes) = hooks::read(&sources.settings, workspace, options.trust_workspace)?;
+    let hooks = Arc::new(hooks);
+    notes.extend(hook_notes);
     for (list, into) in [
         (&options.allowed_tools, &mut rules.allow),
         (&options.disallowed_tools, &mut rules.deny),
@@ -247,6 +256,7 @@ pub fn prepare(
         options,
         file,
         rules,
+        hooks,
         defined: defined.servers,
         servers,
         questions,
@@ -451,6 +461,7 @@ impl Prepared {
             options,
             file,
             rules,
+            hooks,
             servers,
             notes,
             ..
@@ -494,6 +505,7 @@ impl Prepared {
             memory: Arc::new(sources.memory),
             tools: ToolRegistry::standard().with(bash),
             rules,
+            hooks,
             saver,
             servers,
             mcp_limit: servers::start_limit(env),

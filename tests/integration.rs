@@ -18,6 +18,7 @@ mod control;
 mod conversation;
 mod faults;
 mod fixtures;
+mod hooks;
 mod isolation;
 mod journals;
 mod lifecycle;

@@ -73,6 +73,8 @@ pub(crate) enum SessionMsg {
     },
     /// The run's shared budget is spent.
     BudgetSpent(&'static str),
+    /// The Stop (or SubagentStop) hooks ran: why they block the end, if they do.
+    StopHooked(Option<String>),
     /// Run a check (`check::CheckRun`): outside the run machine, which it does
     /// not change.
     Check {
@@ -108,6 +110,7 @@ impl From<SessionMsg> for Input {
             SessionMsg::StopRun => Self::StopRun,
             SessionMsg::TimeUp { run } => Self::TimeUp { run },
             SessionMsg::BudgetSpent(reason) => Self::BudgetSpent { reason },
+            SessionMsg::StopHooked(block) => Self::StopHooked { block },
             SessionMsg::Check { .. } => unreachable!("a check is taken in `handle`"),
             // Turned into an input inside `handle`: the panic is the session's.
             #[cfg(feature = "test-support")]

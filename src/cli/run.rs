@@ -182,6 +182,8 @@ where
     ));
     checkpoints.locate().await;
     let lead = (lead, checkpoints.clone());
+    let hooks = plan.hooks.clone();
+    let workspace = plan.workspace.clone();
     let (spec, mut watcher) = match lead_spec(&cli, &role, plan, runtime.handle(), carried, &lead.1)
     {
         Ok(lead) => lead,
@@ -206,6 +208,11 @@ where
     if let Lead::Resume { run, .. } = &lead {
         checkpoints.set_run(*run);
     }
+    let source = match &lead {
+        Lead::New(_) => "startup",
+        Lead::Resume { .. } => "resume",
+    };
+    let mode = spec.permission_mode;
     let (started, prompt) = match lead {
         Lead::New(task) => (runtime.start_session(spec).await, Some(task)),
         Lead::Resume { run, prompt, .. } => (runtime.resume_session(run, spec).await, prompt),
@@ -237,6 +244,31 @@ where
     // not a frame late (taken before the prompt; a resumed run that ended while
     // it resumed is found by the next frame); its other events wait for a frame.
     let mut lead_events = runtime.subscribe_session_terminal(id);
+    let lead_hooks = super::hooks::LeadHooks::new(
+        hooks,
+        crate::hooks::Place {
+            session: id.to_string(),
+            cwd: workspace,
+            transcript: Some(state.journal(id)),
+            permission_mode: mode.name().to_owned(),
+        },
+        runtime.handle(),
+        id,
+        &role,
+    );
+    let prompt = match prompt {
+        Some(p) => match lead_hooks.prompt(p, Some(source)).await {
+            Ok(p) => Some(p),
+            Err(refused) => {
+                let _ = writeln!(err, "orchestrate: {refused}");
+                lead_hooks.end("prompt_refused").await;
+                drop(control);
+                runtime.shutdown().await;
+                return ExitCode::from(exit::FAILED);
+            }
+        },
+        None => None,
+    };
     // The run's end: the terminal event answering the prompt, or, for a resumed
     // run with no new prompt, the first terminal event of the lead.
     let prompt = prompt.map(|p| runtime.prompt(id, p));
@@ -310,6 +342,7 @@ where
             Ok(None) | Err(_) => break,
         }
     }
+    lead_hooks.end("other").await;
     drop(control);
     runtime.shutdown().await;
     checkpoints.at_end().await;

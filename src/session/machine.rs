@@ -45,6 +45,10 @@ use crate::journal::Record;
 use crate::llm::retry::RetryPolicy;
 use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
 
+/// How many times a run's Stop hooks may keep it going; past that it ends
+/// (a hook that ignores `stop_hook_active` cannot loop forever).
+pub(crate) const MAX_STOP_HOOK_BLOCKS: u32 = 8;
+
 /// What a machine is built from.
 #[derive(Debug)]
 pub(crate) struct MachineArgs {
@@ -109,6 +113,8 @@ struct Run {
     /// Its time ran out: what streams or runs is cut off, and it ends
     /// `timed_out` as soon as that is done.
     timed_out: bool,
+    /// How many times its Stop hooks kept it going.
+    stop_hook_blocks: u32,
     /// The same tool call made again and again.
     repeats: Repeats,
     /// The turn count at which the conversation was last compacted: once per
@@ -138,6 +144,9 @@ enum Phase {
     /// The model gave its final answer; the run waits for its background
     /// sub-agents' results before it ends with it.
     Background { text: String, truncated: bool },
+    /// The model gave its final answer; the run waits for its Stop hooks,
+    /// which may keep it going.
+    StopHooks { text: String, truncated: bool },
 }
 
 /// What the machine waits for, and what it does with the answer.
@@ -177,6 +186,7 @@ impl Run {
             cancelled: None,
             stop: None,
             timed_out: false,
+            stop_hook_blocks: 0,
             repeats: Repeats::default(),
             compacted_at: None,
             overflow_compacted: false,
@@ -300,6 +310,7 @@ impl Machine {
             Input::BudgetSpent { reason } => self.on_budget_spent(now, reason),
             Input::TurnFinished { stream, result } => self.on_turn_finished(now, stream, result),
             Input::RetryDue { stream } => self.on_retry_due(now, stream),
+            Input::StopHooked { block } => self.on_stop_hooked(now, block),
             Input::ToolDone(done) => self.on_tool_done(now, done),
             Input::Synced(result) => self.on_synced(now, result),
             Input::Taken(prompts) => self.on_taken(now, prompts),
@@ -511,16 +522,56 @@ impl Machine {
                     running: background,
                 });
             }
-            Some(Awaiting::Finishing { text, truncated }) => {
-                // Durable with the terminal record's sync.
-                self.end_run(now, |stats| Outcome::Completed {
-                    text,
-                    truncated,
-                    stats,
-                });
-            }
+            Some(Awaiting::Finishing { text, truncated }) => self.stop_hooks(now, text, truncated),
             other => self.unexpected("steers", other),
         }
+    }
+
+    /// The run is about to end with its final answer: its Stop hooks run
+    /// first (at most [`MAX_STOP_HOOK_BLOCKS`] times keeping it going).
+    fn stop_hooks(&mut self, now: Instant, text: String, truncated: bool) {
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
+        if run.stop_hook_blocks >= MAX_STOP_HOOK_BLOCKS {
+            return self.complete(now, text, truncated);
+        }
+        let active = run.stop_hook_blocks > 0;
+        run.phase = Phase::StopHooks { text, truncated };
+        self.emit(Effect::StopHooks { active });
+    }
+
+    /// The Stop hooks answered: a block keeps the run going with their reason.
+    fn on_stop_hooked(&mut self, now: Instant, block: Option<String>) {
+        let Some(run) = self.run.as_mut() else {
+            return;
+        };
+        let Phase::StopHooks { text, truncated } =
+            std::mem::replace(&mut run.phase, Phase::Starting)
+        else {
+            return;
+        };
+        match block {
+            None => self.complete(now, text, truncated),
+            Some(reason) => {
+                run.stop_hook_blocks += 1;
+                self.record(Message::user(format!(
+                    "A Stop hook kept you going before you end: {reason}"
+                )));
+                self.emit(Effect::SyncInBackground);
+                self.begin_turn(now, 1);
+            }
+        }
+    }
+
+    /// Ends the run with its final answer.
+    fn complete(&mut self, now: Instant, text: String, truncated: bool) {
+        // Durable with the terminal record's sync.
+        self.end_run(now, |stats| Outcome::Completed {
+            text,
+            truncated,
+            stats,
+        });
     }
 
     /// Whether the run waits for its background sub-agents.

@@ -105,9 +105,9 @@ pub(super) fn read(
     Ok(settings)
 }
 
-/// What is read of a settings file: its permission rules (and `$schema`, which
-/// only names the file's schema).
-const READ_KEYS: [&str; 2] = ["permissions", "$schema"];
+/// What is read of a settings file: its permission rules, its hooks (see
+/// `setup::hooks`), and `$schema`, which only names the file's schema.
+const READ_KEYS: [&str; 3] = ["permissions", "hooks", "$schema"];
 
 /// The kinds of permission rules.
 const RULE_KINDS: [&str; 3] = ["allow", "deny", "ask"];
@@ -120,11 +120,7 @@ fn unsupported(
     settings: &serde_json::Map<String, Value>,
 ) -> Result<Vec<String>, ConfigError> {
     let warn = |key: &str| {
-        let effect = if key == "hooks" {
-            " (no hook runs)"
-        } else {
-            ""
-        };
+        let effect = "";
         // A key is the file's: shown quoted when it holds a line break or
         // another control character, so it cannot pass for a line of ours.
         let key = if key.chars().any(char::is_control) {
@@ -301,7 +297,6 @@ mod tests {
             said,
             [
                 "env is not supported yet and is ignored",
-                "hooks is not supported yet and is ignored (no hook runs)",
                 "permissions.additionalDirectories is not supported yet and is ignored",
                 "permissions.defaultMode is not supported yet and is ignored",
             ]

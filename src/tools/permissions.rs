@@ -343,6 +343,10 @@ pub struct Gate {
     pub rules: std::sync::Arc<crate::tools::rules::Rules>,
     /// Where an "always" answer is saved as a rule.
     pub saver: Option<RuleSaver>,
+    /// The run's hooks, run around each call.
+    pub hooks: Option<std::sync::Arc<crate::hooks::Hooks>>,
+    /// The session's journal, the hooks' `transcript_path`.
+    pub transcript: Option<std::path::PathBuf>,
 }
 
 impl Gate {
@@ -354,6 +358,7 @@ impl Gate {
         tool: &str,
         read_only: bool,
         input: &serde_json::Value,
+        hooked: Option<crate::hooks::Permission>,
     ) -> Result<(), crate::error::ToolError> {
         let session = ctx.session;
         let denied = crate::error::ToolError::Failed;
@@ -417,6 +422,14 @@ impl Gate {
             (Some(RuleVerdict::Ask | RuleVerdict::Unreadable), _) => Verdict::Ask,
             (Some(RuleVerdict::Allow), _) => Verdict::Allow,
             (Some(RuleVerdict::Deny) | None, by_mode) => by_mode,
+        };
+        // A PreToolUse hook's decision comes after the rules that refuse and
+        // before the mode (plan mode still never runs effects).
+        let decided = match (decided, hooked) {
+            (Verdict::Deny, _) | (_, None) => decided,
+            (_, Some(crate::hooks::Permission::Allow)) => Verdict::Allow,
+            (_, Some(crate::hooks::Permission::Ask)) => Verdict::Ask,
+            (_, Some(crate::hooks::Permission::Deny)) => Verdict::Deny,
         };
         // A protected path (git's, the agents', editors' and shells' files) is
         // changed only with a person's yes, whatever an allow rule or
@@ -566,6 +579,8 @@ fn target(given: &str, workspace: &Path) -> String {
         Err(e) => format!("{given} ({e})"),
     }
 }
+
+mod hooked;
 
 #[cfg(test)]
 mod tests;

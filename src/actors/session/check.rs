@@ -60,7 +60,7 @@ impl SessionState {
         tokio::spawn(async move {
             let asked = tokio::select! {
                 () = cancel.cancelled() => Err(ToolError::Cancelled),
-                asked = gate.check(&ctx, "Bash", false, &input) => asked,
+                asked = gate.check(&ctx, "Bash", false, &input, None) => asked,
             };
             if let (Ok(()), Some(checkpoints)) = (&asked, &ctx.checkpoints) {
                 checkpoints.before_first_change().await;

@@ -121,6 +121,7 @@ impl SessionState {
                     background: queue.background_running(),
                 })
             }
+            Effect::StopHooks { active } => self.stop_hooks(myself, active),
             Effect::Reattach { call, task } => {
                 self.reattach(&call, task).await;
                 None
@@ -222,6 +223,40 @@ impl SessionState {
         }
     }
 
+    /// Runs the Stop hooks (SubagentStop for a sub-agent) in a task of their
+    /// own, which answers the session when they are done; at once when there
+    /// are none.
+    fn stop_hooks(&self, myself: &ActorRef<SessionMsg>, active: bool) -> Option<Input> {
+        use crate::hooks::{Answer, HookEvent};
+        let event = match self.spec.parent {
+            Some(_) => HookEvent::SubagentStop,
+            None => HookEvent::Stop,
+        };
+        if !self.env.hooks.has(event) {
+            return Some(Input::StopHooked { block: None });
+        }
+        let hooks = self.env.hooks.clone();
+        let place = crate::hooks::Place {
+            session: self.id.to_string(),
+            cwd: self.place.workspace.clone(),
+            transcript: Some(self.journal_path.clone()),
+            permission_mode: self.spec.permission_mode.name().to_owned(),
+        };
+        let publisher = self.publisher.clone();
+        let session = myself.clone();
+        tokio::spawn(async move {
+            let mut fields = serde_json::Map::new();
+            fields.insert("stop_hook_active".into(), active.into());
+            let fired = hooks.fire(event, None, &place, fields).await;
+            for run in &fired {
+                publisher.publish(run.event(event));
+            }
+            let answer = Answer::combine(fired.into_iter().map(|f| f.answer));
+            let _ = session.cast(SessionMsg::StopHooked(answer.block));
+        });
+        None
+    }
+
     /// Makes the Task call `call` again, as resumed, to follow background
     /// sub-agent `task` again; it returns once the sub-agent is followed.
     async fn reattach(&self, call: &ToolCall, task: crate::protocol::SessionId) {
@@ -250,6 +285,8 @@ impl SessionState {
             role_deny: spec.deny_rules.clone(),
             rules: self.place.rules.clone(),
             saver: self.env.saver.clone(),
+            hooks: Some(self.env.hooks.clone()),
+            transcript: Some(self.journal_path.clone()),
         }
     }
 }

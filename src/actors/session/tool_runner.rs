@@ -112,10 +112,15 @@ async fn run_call(
                 "the arguments are not valid JSON ({e}); if your answer was cut off by the output token limit, make the call smaller"
             ))
         })?;
-    // Asking a person may take a while; a cancel still gets through.
+    // Hooks and asking a person may take a while; a cancel still gets
+    // through.
+    let hooked = tokio::select! {
+        () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
+        hooked = gate.pre_tool_use(ctx, tool.name(), &input) => hooked?,
+    };
     tokio::select! {
         () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
-        allowed = gate.check(ctx, tool.name(), tool.read_only(), &input) => allowed?,
+        allowed = gate.check(ctx, tool.name(), tool.read_only(), &input, hooked) => allowed?,
     }
     // The run's first call that may change the workspace has a checkpoint
     // taken first (Task's sub-agents' own calls are theirs).
@@ -144,6 +149,7 @@ async fn run_call(
     }
     // The call is made inside the guarded future, so a panic in the synchronous
     // part of an implementation is caught as well.
+    let called = input.clone();
     let work = AssertUnwindSafe(async move { tool.call(input, ctx).await }).catch_unwind();
     // A tool that bounds itself (Task: its sub-agent has its own limits, and its
     // wait for a slot must not count) gets no call timeout of its own.
@@ -165,13 +171,17 @@ async fn run_call(
         ctx.cancel.cancelled().await;
         tokio::time::sleep(grace).await;
     };
-    tokio::select! {
+    let result = tokio::select! {
         () = cancelled => Err(ToolError::Cancelled),
         done = timed => match done {
             None => Err(ToolError::Timeout(timeout)),
             Some(Err(panic)) => Err(ToolError::Crashed(crate::actors::panic_message(panic.as_ref()))),
             Some(Ok(result)) => result,
         },
+    }?;
+    tokio::select! {
+        () = ctx.cancel.cancelled() => Ok(result),
+        result = gate.post_tool_use(ctx, tool.name(), &called, result.clone()) => Ok(result),
     }
 }
 

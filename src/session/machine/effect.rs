@@ -33,6 +33,13 @@ pub(crate) enum Effect {
     },
     /// Stream with the spec's fallback model's provider from now on.
     FallBack,
+    /// Run the Stop hooks (SubagentStop for a sub-agent) of a run about to
+    /// end; `active`: an earlier run of them kept it going. They answer with
+    /// [`super::Input::StopHooked`], at once when there are none.
+    StopHooks {
+        /// `stop_hook_active`.
+        active: bool,
+    },
     /// Follow background sub-agent `task` again, which the Task call `call`
     /// of the run being resumed started and whose result the run has not had:
     /// the call is made again as resumed, and returns once the sub-agent is

@@ -29,7 +29,13 @@ impl Machine {
         let cut = match self.run.as_ref().map(|r| &r.phase) {
             Some(Phase::Streaming { stream, .. }) => Effect::CancelStream { stream: *stream },
             Some(Phase::Tools(turn)) => Effect::CancelTools { turn: turn.seq },
-            Some(Phase::Backoff { .. } | Phase::Starting | Phase::Background { .. }) | None => {
+            Some(
+                Phase::Backoff { .. }
+                | Phase::Starting
+                | Phase::Background { .. }
+                | Phase::StopHooks { .. },
+            )
+            | None => {
                 return false;
             }
         };
@@ -46,9 +52,10 @@ impl Machine {
         };
         run.stop.get_or_insert_with(|| reason.to_owned());
         match run.phase {
-            Phase::Backoff { .. } | Phase::Starting | Phase::Background { .. } => {
-                self.end_stopped(now)
-            }
+            Phase::Backoff { .. }
+            | Phase::Starting
+            | Phase::Background { .. }
+            | Phase::StopHooks { .. } => self.end_stopped(now),
             Phase::Streaming { .. } | Phase::Tools(_) => {}
         }
     }
@@ -202,7 +209,8 @@ impl Machine {
             Phase::Tools(_)
             | Phase::Starting
             | Phase::Backoff { .. }
-            | Phase::Background { .. } => {}
+            | Phase::Background { .. }
+            | Phase::StopHooks { .. } => {}
         }
         if let Some(seq) = run.cancelled {
             self.emit(Effect::CancelDone { seq });

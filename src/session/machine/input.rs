@@ -61,6 +61,12 @@ pub(crate) enum Input {
     },
     /// A tool call ended.
     ToolDone(ToolDone),
+    /// The Stop (or SubagentStop) hooks of a run about to end ran: why they
+    /// block its end, if they do.
+    StopHooked {
+        /// Their reason, told to the model.
+        block: Option<String>,
+    },
     /// The answer to [`super::Effect::Sync`].
     Synced(Result<(), String>),
     /// The answer to [`super::Effect::TakeOne`] (at most one prompt) or
@@ -98,6 +104,7 @@ impl Input {
             | Self::TurnFinished { .. }
             | Self::RetryDue { .. }
             | Self::ToolDone(_)
+            | Self::StopHooked { .. }
             | Self::Failed(_) => false,
         }
     }

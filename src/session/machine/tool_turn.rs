@@ -189,7 +189,8 @@ impl Machine {
                 Phase::Starting
                 | Phase::Streaming { .. }
                 | Phase::Backoff { .. }
-                | Phase::Background { .. },
+                | Phase::Background { .. }
+                | Phase::StopHooks { .. },
             )
             | None => None,
         }

@@ -216,6 +216,8 @@ async fn an_always_answer_covers_the_calls_that_waited_to_ask() {
         role_deny: std::sync::Arc::from(Vec::new()),
         rules: std::sync::Arc::default(),
         saver: None,
+        hooks: None,
+        transcript: None,
     };
     let (_dir, ctx) = crate::tools::test_context();
     let write = |file: &str| serde_json::json!({"file_path": file, "content": "x"});
@@ -230,8 +232,8 @@ async fn an_always_answer_covers_the_calls_that_waited_to_ask() {
     };
     let both = async {
         tokio::join!(
-            gate.check(&ctx, "Write", false, &first),
-            gate.check(&ctx, "Write", false, &second),
+            gate.check(&ctx, "Write", false, &first, None),
+            gate.check(&ctx, "Write", false, &second, None),
             answer
         )
     };

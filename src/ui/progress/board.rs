@@ -230,6 +230,7 @@ impl Board {
             EventKind::SessionStarted { model, .. } => row.model.clone_from(model),
             EventKind::Restarted { .. } | EventKind::PromptQueued { .. } => {}
             EventKind::BackgroundWait { running } => row.state = State::Background(*running),
+            EventKind::HookRan { .. } => {}
             EventKind::ModelFallback { to, .. } => {
                 row.model.clone_from(to);
                 row.fallback = Some(to.clone());

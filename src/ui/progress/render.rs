@@ -103,6 +103,20 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
         EventKind::Restarted { reason, .. } => {
             format!("crashed and restarted ({})", clip(reason, 60))
         }
+        EventKind::HookRan {
+            event,
+            command,
+            decision,
+            notice,
+            ..
+        } => {
+            let said = notice.as_deref().map(|n| format!(": {}", clip(n, 80)));
+            format!(
+                "{event} hook {} {decision}{}",
+                clip(command, 40),
+                said.unwrap_or_default()
+            )
+        }
         EventKind::BackgroundWait { running } => format!(
             "answered; waiting for {} before it ends",
             count(*running as u32, "background sub-agent")

@@ -251,3 +251,33 @@ fn a_session_that_fell_back_goes_on_with_its_fallback_when_resumed() {
     assert!(sim.effects.contains(&Effect::FallBack));
     assert_eq!(sim.requests.last().unwrap().model, "m2");
 }
+
+#[test]
+fn a_stop_hook_that_blocks_keeps_the_run_going_and_is_told_so_the_next_time() {
+    let mut sim = Sim::new(spec());
+    let p = sim.prompt("go");
+    sim.stop_hook_blocks.push_back("run the tests first".into());
+    sim.answer(text("done, I think"));
+    assert!(sim.terminals().is_empty(), "kept going");
+    let prompt = last_prompt(&sim);
+    assert!(prompt.ends_with("run the tests first"), "{prompt}");
+    sim.answer(text("tests pass; done"));
+    match sim.outcome(p) {
+        Some(Outcome::Completed { text, .. }) => assert_eq!(text, "tests pass; done"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(sim.stop_hooks_active, [false, true]);
+}
+
+#[test]
+fn a_stop_hook_that_always_blocks_cannot_keep_a_run_going_forever() {
+    let mut sim = Sim::new(spec());
+    let p = sim.prompt("go");
+    let max = crate::session::machine::MAX_STOP_HOOK_BLOCKS as usize;
+    sim.stop_hook_blocks = std::iter::repeat_n("never done".to_owned(), max + 5).collect();
+    for _ in 0..=max {
+        sim.answer(text("done"));
+    }
+    assert!(matches!(sim.outcome(p), Some(Outcome::Completed { .. })));
+    assert_eq!(sim.stop_hooks_active.len(), max);
+}

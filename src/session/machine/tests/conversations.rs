@@ -535,6 +535,10 @@ fn a_finished_run_whose_end_cannot_be_kept_is_told_as_failed() {
         background: 0,
     };
     let effects = sim.machine.handle(sim.now, steers);
+    assert_eq!(effects.last(), Some(&Effect::StopHooks { active: false }));
+    let effects = sim
+        .machine
+        .handle(sim.now, Input::StopHooked { block: None });
     assert_eq!(effects.last(), Some(&Effect::Sync));
     let effects = sim.machine.handle(
         sim.now,

@@ -196,6 +196,10 @@ pub(super) struct Sim {
     pub(super) stopped: bool,
     /// Every effect, in order.
     pub(super) effects: Vec<Effect>,
+    /// What the Stop hooks answer, in turn (none: they let the run end).
+    pub(super) stop_hook_blocks: VecDeque<String>,
+    /// The `stop_hook_active` of each run of them.
+    pub(super) stop_hooks_active: Vec<bool>,
     mailbox: VecDeque<Input>,
     /// Broken invariants.
     pub(super) violations: Vec<String>,
@@ -266,6 +270,8 @@ impl Sim {
             charged: Vec::new(),
             stopped: false,
             effects: Vec::new(),
+            stop_hook_blocks: VecDeque::new(),
+            stop_hooks_active: Vec::new(),
             mailbox: VecDeque::new(),
             violations: Vec::new(),
             machine_meter,
@@ -318,6 +324,14 @@ impl Sim {
             }
             Effect::SyncInBackground => self.behind = self.journal.len(),
             Effect::FallBack => {}
+            // The hooks a test sets block with these reasons, one per run of
+            // them; none set: they let the run end.
+            Effect::StopHooks { active } => {
+                self.stop_hooks_active.push(active);
+                return Some(Input::StopHooked {
+                    block: self.stop_hook_blocks.pop_front(),
+                });
+            }
             Effect::Publish(kind) => {
                 if let EventKind::Terminal { .. } = &kind {
                     let terminal = self.journal[..self.durable]
@@ -585,6 +599,7 @@ pub(super) fn event_name(event: &EventKind) -> &'static str {
         EventKind::Restarted { .. } => "restarted",
         EventKind::ModelFallback { .. } => "model_fallback",
         EventKind::BackgroundWait { .. } => "background_wait",
+        EventKind::HookRan { .. } => "hook_ran",
         EventKind::RateLimited { .. } => "rate_limited",
         EventKind::Compacted { .. } => "compacted",
         EventKind::Todos { .. } => "todos",

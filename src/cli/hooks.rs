@@ -1,0 +1,101 @@
+//! The hooks of the lead's session that the command line runs: `SessionStart`
+//! before the first prompt (what they say joins it as context),
+//! `UserPromptSubmit` for the person's prompt (a block refuses it; context
+//! joins it), and `SessionEnd` once the run is over.
+
+use std::sync::Arc;
+
+use crate::hooks::{Answer, HookEvent, Hooks, Place};
+use crate::protocol::SessionId;
+use crate::runtime::Handle;
+
+/// The lead's hooks, where it runs.
+pub(super) struct LeadHooks {
+    hooks: Arc<Hooks>,
+    place: Place,
+    handle: Handle,
+    lead: SessionId,
+    agent: String,
+}
+
+impl LeadHooks {
+    /// The hooks of lead `lead` (role `agent`) at `place`.
+    pub(super) fn new(
+        hooks: Arc<Hooks>,
+        place: Place,
+        handle: Handle,
+        lead: SessionId,
+        agent: &str,
+    ) -> Self {
+        Self {
+            hooks,
+            place,
+            handle,
+            lead,
+            agent: agent.to_owned(),
+        }
+    }
+
+    /// Runs `event`'s hooks with `fields`, telling each run as the lead's
+    /// event; their answers together.
+    async fn fire(&self, event: HookEvent, fields: serde_json::Value) -> Answer {
+        if !self.hooks.has(event) {
+            return Answer::default();
+        }
+        let fields = match fields {
+            serde_json::Value::Object(fields) => fields,
+            _ => serde_json::Map::new(),
+        };
+        let fired = self.hooks.fire(event, None, &self.place, fields).await;
+        for run in &fired {
+            self.handle
+                .publish(self.lead, &self.agent, run.event(event));
+        }
+        Answer::combine(fired.into_iter().map(|f| f.answer))
+    }
+
+    /// The person's `prompt` as the lead is given it: refused (why) by a
+    /// `UserPromptSubmit` hook, else with the context the `SessionStart`
+    /// (when `starting`, from `source`) and `UserPromptSubmit` hooks add.
+    pub(super) async fn prompt(
+        &self,
+        prompt: String,
+        starting: Option<&str>,
+    ) -> Result<String, String> {
+        let mut context = Vec::new();
+        if let Some(source) = starting {
+            let started = self
+                .fire(
+                    HookEvent::SessionStart,
+                    serde_json::json!({ "source": source }),
+                )
+                .await;
+            context.extend(started.context);
+        }
+        let submitted = self
+            .fire(
+                HookEvent::UserPromptSubmit,
+                serde_json::json!({ "prompt": prompt }),
+            )
+            .await;
+        if let Some(reason) = submitted.block.or(submitted.stop) {
+            return Err(format!(
+                "a UserPromptSubmit hook refused the prompt: {reason}"
+            ));
+        }
+        context.extend(submitted.context);
+        Ok(match context.is_empty() {
+            true => prompt,
+            false => format!("{prompt}\n\n{}", context.join("\n\n")),
+        })
+    }
+
+    /// Runs the `SessionEnd` hooks.
+    pub(super) async fn end(&self, reason: &str) {
+        self.fire(
+            HookEvent::SessionEnd,
+            serde_json::json!({ "reason": reason }),
+        )
+        .await;
+    }
+}

@@ -1,0 +1,92 @@
+//! The hooks around a tool call: `PreToolUse` before the permission check
+//! (a deny refuses the call with its reason, an allow runs it without asking,
+//! an ask asks), `PostToolUse` after it ran (a block or context reaches the
+//! model with the result). Each hook's run is published (and so journaled)
+//! as a `hook_ran` event; a failure or a message for the person as its notice.
+
+use serde_json::{Value, json};
+
+use super::Gate;
+use crate::error::ToolError;
+use crate::hooks::{Answer, HookEvent, Permission, Place};
+use crate::tools::ToolContext;
+
+impl Gate {
+    /// Runs the `PreToolUse` hooks of a call of `tool` with `input`: its
+    /// decision, or the call's refusal.
+    pub async fn pre_tool_use(
+        &self,
+        ctx: &ToolContext,
+        tool: &str,
+        input: &Value,
+    ) -> Result<Option<Permission>, ToolError> {
+        let fields = json!({ "tool_name": tool, "tool_input": input, "tool_use_id": ctx.call_id });
+        let answer = self
+            .fire(HookEvent::PreToolUse, Some(tool), ctx, fields)
+            .await;
+        if let Some(reason) = answer.block.or(answer.stop) {
+            return Err(ToolError::Failed(format!(
+                "blocked by a PreToolUse hook: {reason}"
+            )));
+        }
+        Ok(answer.permission)
+    }
+
+    /// Runs the `PostToolUse` hooks of a call of `tool` with `input` that
+    /// gave `result`: the result as the model gets it (with what the hooks
+    /// said to it).
+    pub async fn post_tool_use(
+        &self,
+        ctx: &ToolContext,
+        tool: &str,
+        input: &Value,
+        result: String,
+    ) -> String {
+        let fields = json!({
+            "tool_name": tool,
+            "tool_input": input,
+            "tool_response": result,
+            "tool_use_id": ctx.call_id,
+        });
+        let answer = self
+            .fire(HookEvent::PostToolUse, Some(tool), ctx, fields)
+            .await;
+        let mut said: Vec<String> = answer.block.into_iter().chain(answer.stop).collect();
+        said.extend(answer.context);
+        match said.is_empty() {
+            true => result,
+            false => format!("{result}\n\n[PostToolUse hook: {}]", said.join("\n")),
+        }
+    }
+
+    /// Runs the hooks of `event` for `tool` (none when the run has none),
+    /// publishing each one's run; their answers together.
+    async fn fire(
+        &self,
+        event: HookEvent,
+        tool: Option<&str>,
+        ctx: &ToolContext,
+        fields: Value,
+    ) -> Answer {
+        let Some(hooks) = self.hooks.as_ref().filter(|h| h.has(event)) else {
+            return Answer::default();
+        };
+        let place = Place {
+            session: ctx.session.to_string(),
+            cwd: ctx.workspace.clone(),
+            transcript: self.transcript.clone(),
+            permission_mode: self.mode.name().to_owned(),
+        };
+        let fields = match fields {
+            Value::Object(fields) => fields,
+            _ => serde_json::Map::new(),
+        };
+        let fired = hooks.fire(event, tool, &place, fields).await;
+        if let Some(events) = &self.events {
+            for run in &fired {
+                events.publish(run.event(event));
+            }
+        }
+        Answer::combine(fired.into_iter().map(|f| f.answer))
+    }
+}

@@ -1,0 +1,361 @@
+//! Claude Code's hooks through the real binary, with real scripts: a
+//! PreToolUse hook that blocks (by exit code and by JSON), a PostToolUse log,
+//! Stop and SubagentStop (once per sub-agent, never the lead's), a Stop hook
+//! that keeps the lead going once, hooks that time out (blocking only with
+//! `onFailure: "block"`), UserPromptSubmit context and refusal, and a
+//! workspace's hooks run only once it is trusted.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use crate::cli::{run_on, text};
+use crate::support::harness::tool_results;
+use crate::support::mock_llm::{MockLlm, Recorded, Reply};
+
+const BYPASS: [&str; 2] = ["--permission-mode", "bypassPermissions"];
+
+/// Writes `settings` as the person's `~/.claude/settings.json` (the tests'
+/// home is the workspace) and each script, executable, in `.claude/hooks/`.
+fn settings(home: &Path, settings: &Value, scripts: &[(&str, &str)]) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = home.join(".claude/hooks");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(home.join(".claude/settings.json"), settings.to_string()).unwrap();
+    for (name, body) in scripts {
+        let path = dir.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+/// A command hook running script `name` of `.claude/hooks/`.
+fn script(name: &str) -> Value {
+    json!({ "type": "command", "command": format!("\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/{name}") })
+}
+
+/// The lines of `file`, each a JSON object.
+fn logged(file: &Path) -> Vec<Value> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The results of the last request, by call id.
+fn results(mock: &MockLlm) -> std::collections::HashMap<String, String> {
+    tool_results(&mock.requests().pop().unwrap())
+        .into_iter()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pre_tool_use_hooks_block_by_exit_code_or_json_and_post_tool_use_hooks_log_what_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    std::fs::create_dir(ws.join("data")).unwrap();
+    settings(
+        ws,
+        &json!({ "hooks": {
+            "PreToolUse": [
+                { "matcher": "Bash", "hooks": [script("no-rm.sh")] },
+                { "matcher": "Write|Edit", "hooks": [script("frozen.sh")] },
+            ],
+            "PostToolUse": [{ "hooks": [script("log.sh")] }],
+        } }),
+        &[
+            (
+                "no-rm.sh",
+                r#"input=$(cat); case "$input" in *'"rm '*) echo "no rm here" >&2; exit 2;; esac; exit 0"#,
+            ),
+            (
+                "frozen.sh",
+                r#"cat >/dev/null; echo '{"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny", "permissionDecisionReason": "writes are frozen"}}'"#,
+            ),
+            (
+                "log.sh",
+                r#"cat >> "$CLAUDE_PROJECT_DIR/post.log"; echo >> "$CLAUDE_PROJECT_DIR/post.log""#,
+            ),
+        ],
+    );
+    let mock = MockLlm::start_with(|request, _| match request.results() {
+        0 => Reply::tool_calls(&[
+            ("rm", "Bash", json!({ "command": "rm -rf data" })),
+            ("echo", "Bash", json!({ "command": "echo hi > out.txt" })),
+            (
+                "write",
+                "Write",
+                json!({ "file_path": "new.txt", "content": "x" }),
+            ),
+        ]),
+        _ => Reply::text("done"),
+    })
+    .await;
+    let mut args = BYPASS.to_vec();
+    args.push("tidy up");
+    let out = run_on(&mock, ws, &args, &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let results = results(&mock);
+    assert_eq!(
+        results["rm"],
+        "Error: blocked by a PreToolUse hook: no rm here"
+    );
+    assert_eq!(
+        results["write"],
+        "Error: blocked by a PreToolUse hook: writes are frozen"
+    );
+    assert!(ws.join("data").is_dir(), "the blocked command never ran");
+    assert!(!ws.join("new.txt").exists(), "the blocked write never ran");
+    assert_eq!(std::fs::read_to_string(ws.join("out.txt")).unwrap(), "hi\n");
+    // Only the call that ran reached PostToolUse, with the event's fields.
+    let log = logged(&ws.join("post.log"));
+    assert_eq!(log.len(), 1, "{log:?}");
+    let event = &log[0];
+    assert_eq!(event["hook_event_name"], "PostToolUse");
+    assert_eq!(event["tool_name"], "Bash");
+    assert_eq!(event["tool_input"]["command"], "echo hi > out.txt");
+    assert_eq!(event["tool_use_id"], "echo");
+    assert_eq!(
+        event["cwd"],
+        ws.canonicalize().unwrap().display().to_string()
+    );
+    let transcript = event["transcript_path"].as_str().unwrap();
+    assert!(Path::new(transcript).is_file(), "{transcript}");
+    assert!(event["session_id"].as_str().is_some_and(|s| !s.is_empty()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subagent_stop_runs_once_per_sub_agent_and_stop_once_for_the_lead() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    let log = r#"cat >> "$CLAUDE_PROJECT_DIR/stops.log"; echo >> "$CLAUDE_PROJECT_DIR/stops.log""#;
+    settings(
+        ws,
+        &json!({ "hooks": {
+            "Stop": [{ "hooks": [script("log.sh")] }],
+            "SubagentStop": [{ "hooks": [script("log.sh")] }],
+        } }),
+        &[("log.sh", log)],
+    );
+    let worker = "You are a worker.";
+    std::fs::create_dir(ws.join("agents")).unwrap();
+    std::fs::write(
+        ws.join("agents/worker.md"),
+        format!("---\nname: worker\ndescription: Works.\ntools: Read\n---\n{worker}\n"),
+    )
+    .unwrap();
+    let mock = MockLlm::start_with(move |request: &Recorded, _| {
+        if request.system().starts_with(worker) {
+            return Reply::text("piece done");
+        }
+        match request.results() {
+            0 => {
+                let task = |id: &str| {
+                    (
+                        id.to_owned(),
+                        json!({ "description": id, "prompt": id, "subagent_type": "worker" }),
+                    )
+                };
+                let calls = [task("a"), task("b")];
+                let calls: Vec<(&str, &str, Value)> = calls
+                    .iter()
+                    .map(|(id, v)| (id.as_str(), "Task", v.clone()))
+                    .collect();
+                Reply::tool_calls(&calls)
+            }
+            _ => Reply::text("all done"),
+        }
+    })
+    .await;
+    let out = run_on(&mock, ws, &["split it"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let log = logged(&ws.join("stops.log"));
+    let of = |name: &str| {
+        log.iter()
+            .filter(|e| e["hook_event_name"] == name)
+            .collect::<Vec<_>>()
+    };
+    let (stops, sub) = (of("Stop"), of("SubagentStop"));
+    assert_eq!(stops.len(), 1, "{log:?}");
+    assert_eq!(sub.len(), 2, "{log:?}");
+    assert_ne!(sub[0]["session_id"], sub[1]["session_id"]);
+    assert!(
+        sub.iter()
+            .all(|e| e["session_id"] != stops[0]["session_id"])
+    );
+    assert!(log.iter().all(|e| e["stop_hook_active"] == false));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_hook_that_blocks_keeps_the_lead_going_and_hears_it_is_active_the_next_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    settings(
+        ws,
+        &json!({ "hooks": { "Stop": [{ "hooks": [script("tests-first.sh")] }] } }),
+        &[(
+            "tests-first.sh",
+            r#"input=$(cat); case "$input" in *'"stop_hook_active":false'*) echo "run the tests first" >&2; exit 2;; esac; exit 0"#,
+        )],
+    );
+    let mock = MockLlm::start_with(|request, index| match index {
+        0 => Reply::text("done, I think"),
+        _ => {
+            let last = request.body["messages"]
+                .as_array()
+                .unwrap()
+                .last()
+                .unwrap()
+                .clone();
+            Reply::text(format!(
+                "heard: {}",
+                last["content"].as_str().unwrap_or_default()
+            ))
+        }
+    })
+    .await;
+    let out = run_on(&mock, ws, &["--quiet", "fix it"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        mock.request_count(),
+        2,
+        "one more turn, then the hook lets it end"
+    );
+    assert!(text(&out.stdout).starts_with("heard: "));
+    assert!(
+        text(&out.stdout).contains("run the tests first"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_that_times_out_blocks_only_when_it_says_on_failure_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    let slow = |on_failure: Option<&str>| {
+        let mut hook = json!({ "type": "command", "command": "sleep 30", "timeout": 1 });
+        if let Some(v) = on_failure {
+            hook["onFailure"] = json!(v);
+        }
+        hook
+    };
+    settings(
+        ws,
+        &json!({ "hooks": { "PreToolUse": [
+            { "matcher": "Bash", "hooks": [slow(None)] },
+            { "matcher": "Write", "hooks": [slow(Some("block"))] },
+        ] } }),
+        &[],
+    );
+    let mock = MockLlm::start_with(|request, _| match request.results() {
+        0 => Reply::tool_calls(&[
+            ("echo", "Bash", json!({ "command": "echo ran > ran.txt" })),
+            (
+                "write",
+                "Write",
+                json!({ "file_path": "w.txt", "content": "x" }),
+            ),
+        ]),
+        _ => Reply::text("done"),
+    })
+    .await;
+    let mut args = BYPASS.to_vec();
+    args.push("go");
+    let out = run_on(&mock, ws, &args, &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        ws.join("ran.txt").exists(),
+        "a failed hook without onFailure lets the call run"
+    );
+    assert!(!ws.join("w.txt").exists(), "onFailure: block blocks it");
+    let results = results(&mock);
+    assert!(
+        results["write"].contains("PreToolUse hook `sleep 30` failed: it timed out after 1s"),
+        "{}",
+        results["write"]
+    );
+    // The person hears of the failure that let the call go on.
+    assert!(
+        text(&out.stderr).contains("PreToolUse hook sleep 30 error"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_prompt_submit_hooks_add_context_or_refuse_the_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    settings(
+        ws,
+        &json!({ "hooks": { "UserPromptSubmit": [{ "hooks": [script("context.sh")] }] } }),
+        &[(
+            "context.sh",
+            r#"input=$(cat); case "$input" in *secret*) echo "no secrets in prompts" >&2; exit 2;; esac; echo "The build uses make.""#,
+        )],
+    );
+    let mock = MockLlm::start(vec![Reply::text("ok")]).await;
+    let out = run_on(&mock, ws, &["--quiet", "build it"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let prompt = mock.requests()[0].body["messages"][1]["content"].clone();
+    assert_eq!(prompt, "build it\n\nThe build uses make.");
+    let out = run_on(&mock, ws, &["--quiet", "print the secret"], &[]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "orchestrate: a UserPromptSubmit hook refused the prompt: no secrets in prompts\n"
+    );
+    assert_eq!(
+        mock.request_count(),
+        1,
+        "the refused prompt reached no model"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workspace_s_hooks_run_only_once_it_is_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("repo");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&ws).unwrap();
+    settings(
+        &ws,
+        &json!({ "hooks": { "PreToolUse": [{ "hooks": [script("mark.sh")] }] } }),
+        &[(
+            "mark.sh",
+            r#"cat >/dev/null; touch "$CLAUDE_PROJECT_DIR/marker""#,
+        )],
+    );
+    let mock = MockLlm::start_with(|request, _| match request.results() {
+        0 => Reply::tool_calls(&[("ls", "Ls", json!({ "path": "." }))]),
+        _ => Reply::text("done"),
+    })
+    .await;
+    let home_env = [("HOME", home.to_str().unwrap())];
+    let out = run_on(&mock, &ws, &["--quiet", "look"], &home_env).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        !ws.join("marker").exists(),
+        "an untrusted workspace's hook ran"
+    );
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(".claude/settings.json: its hooks are not run (PreToolUse:"),
+        "{err}"
+    );
+    let out = run_on(
+        &mock,
+        &ws,
+        &["--quiet", "--trust-workspace", "look"],
+        &home_env,
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        ws.join("marker").exists(),
+        "a trusted workspace's hook did not run"
+    );
+}
