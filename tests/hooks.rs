@@ -359,3 +359,36 @@ async fn a_workspace_s_hooks_run_only_once_it_is_trusted() {
         "a trusted workspace's hook did not run"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notification_hook_hears_of_each_permission_question() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    settings(
+        ws,
+        &json!({ "hooks": { "Notification": [{ "hooks": [script("log.sh")] }] } }),
+        &[(
+            "log.sh",
+            r#"cat >> "$CLAUDE_PROJECT_DIR/asked.log"; echo >> "$CLAUDE_PROJECT_DIR/asked.log""#,
+        )],
+    );
+    let mock = MockLlm::start_with(|request, _| match request.results() {
+        0 => Reply::tool_calls(&[(
+            "w",
+            "Write",
+            json!({ "file_path": "a.txt", "content": "x" }),
+        )]),
+        _ => Reply::text("done"),
+    })
+    .await;
+    // No terminal: the question is refused, after the hook heard of it.
+    let out = run_on(&mock, ws, &["--quiet", "write it"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let log = logged(&ws.join("asked.log"));
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert_eq!(log[0]["hook_event_name"], "Notification");
+    assert_eq!(
+        log[0]["message"],
+        "the orchestrator agent needs your permission to use Write"
+    );
+}

@@ -29,7 +29,7 @@ pub(super) fn read(
         };
         let (found, notes) = config::parse(&file.path, &value).map_err(ConfigError::Invalid)?;
         warnings.extend(notes);
-        for event in [HookEvent::PreCompact, HookEvent::Notification] {
+        for event in [HookEvent::PreCompact] {
             if found.iter().any(|(e, _)| *e == event) {
                 warnings.push(format!(
                     "{}: hooks.{} are not supported yet and are not run",

@@ -470,6 +470,11 @@ impl Gate {
                         tool: tool.to_owned(),
                     });
                 }
+                let message = format!(
+                    "the {} agent needs your permission to use {tool}",
+                    self.agent
+                );
+                self.notify(ctx, &message).await;
                 // One question at a time: one answered "always" while this
                 // call waited its turn covers it.
                 let _turn = self.remembered.turn_to_ask().await;

@@ -59,6 +59,13 @@ impl Gate {
         }
     }
 
+    /// Runs the `Notification` hooks with `message` (a person is about to be
+    /// asked something); what they answer changes nothing.
+    pub(super) async fn notify(&self, ctx: &ToolContext, message: &str) {
+        let fields = json!({ "message": message });
+        self.fire(HookEvent::Notification, None, ctx, fields).await;
+    }
+
     /// Runs the hooks of `event` for `tool` (none when the run has none),
     /// publishing each one's run; their answers together.
     async fn fire(
