@@ -30,6 +30,7 @@ mod rewind;
 mod run;
 mod sessions;
 mod setup;
+mod slash;
 mod trust;
 
 pub use self::flags::{AgentsAction, Cli, Command, McpAction, SessionsAction};

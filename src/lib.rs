@@ -25,6 +25,7 @@
 
 pub mod actors;
 pub mod cli;
+pub mod commands;
 pub mod config;
 pub mod control;
 pub mod conversation;

@@ -125,7 +125,7 @@ impl Models {
         let ModelChoice::Named(name) = &role.model else {
             return Ok(caller.clone());
         };
-        self.named(name, caller, &role.source)
+        self.resolve(name, caller, &role.source)
     }
 
     /// The fallback of a session of `model`: `name` (from `source`), an
@@ -136,7 +136,7 @@ impl Models {
         model: &Model,
         source: &str,
     ) -> Result<crate::session::Fallback, ConfigError> {
-        let target = self.named(name, model, source)?;
+        let target = self.resolve(name, model, source)?;
         Ok(crate::session::Fallback {
             model_info: self.info(&target.id),
             model: target.id,
@@ -146,7 +146,7 @@ impl Models {
 
     /// Model `name` (from `source`): an alias, or an id on `base`'s provider
     /// (`base` itself for an alias that inherits).
-    fn named(&self, name: &str, base: &Model, source: &str) -> Result<Model, ConfigError> {
+    pub fn resolve(&self, name: &str, base: &Model, source: &str) -> Result<Model, ConfigError> {
         let target =
             self.settings
                 .resolve_model(name)

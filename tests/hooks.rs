@@ -2,8 +2,9 @@
 //! PreToolUse hook that blocks (by exit code and by JSON), a PostToolUse log,
 //! Stop and SubagentStop (once per sub-agent, never the lead's), a Stop hook
 //! that keeps the lead going once, hooks that time out (blocking only with
-//! `onFailure: "block"`), UserPromptSubmit context and refusal, and a
-//! workspace's hooks run only once it is trusted.
+//! `onFailure: "block"`), UserPromptSubmit context and refusal, Notification,
+//! a workspace's hooks run only once it is trusted; and a slash command with
+//! arguments, its model and tools.
 
 use std::path::Path;
 
@@ -391,4 +392,61 @@ async fn a_notification_hook_hears_of_each_permission_question() {
         log[0]["message"],
         "the orchestrator agent needs your permission to use Write"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slash_command_runs_its_body_with_its_arguments_model_and_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("repo");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(ws.join(".claude/commands")).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(
+        ws.join(".claude/commands/review.md"),
+        "---\ndescription: Reviews a file\nallowed-tools: Read, Grep, Bash(git diff:*)\nmodel: m-review\n---\nReview $1 for $2 bugs. Status: !`echo clean`\n",
+    )
+    .unwrap();
+    let mock = MockLlm::start_with(|_, _| Reply::text("reviewed")).await;
+    let home_env = [("HOME", home.to_str().unwrap())];
+    let out = run_on(
+        &mock,
+        &ws,
+        &["--quiet", "/review src/a.rs off-by-one"],
+        &home_env,
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let first = &mock.requests()[0];
+    assert_eq!(first.body["model"], "m-review");
+    assert_eq!(
+        first.body["messages"][1]["content"],
+        "Review src/a.rs for off-by-one bugs. Status: !`echo clean`"
+    );
+    assert_eq!(
+        crate::support::harness::tool_names(first),
+        ["Read", "Grep", "Bash"]
+    );
+    assert!(
+        text(&out.stderr).contains("are left as text"),
+        "{}",
+        text(&out.stderr)
+    );
+    // Trusted, its shell runs.
+    let args = [
+        "--quiet",
+        "--trust-workspace",
+        "/review src/a.rs off-by-one",
+    ];
+    let out = run_on(&mock, &ws, &args, &home_env).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let second = mock.requests().pop().unwrap();
+    assert_eq!(
+        second.body["messages"][1]["content"],
+        "Review src/a.rs for off-by-one bugs. Status: clean"
+    );
+    // A name no command has is a plain task.
+    let out = run_on(&mock, &ws, &["--quiet", "/nosuch thing"], &home_env).await;
+    assert_eq!(out.status.code(), Some(0));
+    let third = mock.requests().pop().unwrap();
+    assert_eq!(third.body["messages"][1]["content"], "/nosuch thing");
 }

@@ -181,11 +181,46 @@ where
         state.dir().join("checkpoints"),
     ));
     checkpoints.locate().await;
+    // A task that names a slash command runs the command.
+    let (lead, slash) = match lead {
+        Lead::New(task) => {
+            let home = env("HOME").map(std::path::PathBuf::from);
+            let mut notes = Vec::new();
+            let found = super::slash::slash(
+                &task,
+                &plan.workspace,
+                home.as_deref(),
+                cli.trust_workspace,
+                &mut notes,
+            )
+            .await;
+            for note in notes {
+                let _ = writeln!(err, "orchestrate: warning: {note}");
+            }
+            match found {
+                Ok(Some(slash)) => (Lead::New(slash.prompt.clone()), Some(slash)),
+                Ok(None) => (Lead::New(task), None),
+                Err(e) => {
+                    let _ = writeln!(err, "orchestrate: {e}");
+                    runtime.shutdown().await;
+                    return ExitCode::from(exit::USAGE);
+                }
+            }
+        }
+        other => (other, None),
+    };
     let lead = (lead, checkpoints.clone());
     let hooks = plan.hooks.clone();
     let workspace = plan.workspace.clone();
-    let (spec, mut watcher) = match lead_spec(&cli, &role, plan, runtime.handle(), carried, &lead.1)
-    {
+    let made = lead_spec(
+        &cli,
+        &role,
+        plan,
+        runtime.handle(),
+        carried,
+        (&lead.1, slash.as_ref()),
+    );
+    let (spec, mut watcher) = match made {
         Ok(lead) => lead,
         Err(e) => {
             let _ = writeln!(err, "orchestrate: {e}");
@@ -442,7 +477,7 @@ fn lead_spec(
     plan: Setup,
     handle: Handle,
     carried: Option<crate::runs::spent::Spent>,
-    checkpoints: &Arc<Checkpoints>,
+    (checkpoints, slash): (&Arc<Checkpoints>, Option<&super::slash::Slash>),
 ) -> Result<(SessionSpec, Option<RoleWatcher>), String> {
     let Some(role) = plan.catalog.get(role).cloned() else {
         let names: Vec<&str> = plan.catalog.roles().map(|r| r.name.as_str()).collect();
@@ -455,6 +490,14 @@ fn lead_spec(
         .models
         .for_role(&role, &plan.models.lead())
         .map_err(|e| e.to_string())?;
+    // A slash command's model is the lead's.
+    let model = match slash.and_then(|s| Some((s.model.as_ref()?, &s.source))) {
+        Some((name, source)) => plan
+            .models
+            .resolve(name, &model, source)
+            .map_err(|e| e.to_string())?,
+        None => model,
+    };
     let fallback = match role.fallback_model.as_ref().or(cli.fallback_model.as_ref()) {
         Some(name) => Some(
             plan.models
@@ -488,7 +531,11 @@ fn lead_spec(
     let standard = plan.tools.clone();
     let mut offered: Vec<&str> = standard.names();
     offered.push("Task");
-    let allowed = role.allowed_tools(&offered);
+    let mut allowed = role.allowed_tools(&offered);
+    // A slash command's `allowed-tools` only narrow the role's.
+    if let Some(only) = slash.and_then(|s| s.tools.as_ref()) {
+        allowed.retain(|tool| only.iter().any(|t| t == tool));
+    }
     let mut tools = standard.only(&allowed);
     let mcp = handle.mcp();
     tools = tools.with_source(Arc::new(crate::mcp::tools_for(

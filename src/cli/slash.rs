@@ -1,0 +1,56 @@
+//! A task that names a slash command (`orchestrate "/review src/main.rs"`):
+//! the command's body, its arguments filled in, becomes the task; its
+//! `allowed-tools` narrow the lead's tools and its `model` is the lead's. A
+//! task that names no command runs as it is.
+
+use std::path::Path;
+
+use crate::commands;
+
+/// What a slash command makes of a run.
+#[derive(Debug)]
+pub(super) struct Slash {
+    /// The task.
+    pub(super) prompt: String,
+    /// The tools the lead may use (tool names; `None`: its role's).
+    pub(super) tools: Option<Vec<String>>,
+    /// The lead's model.
+    pub(super) model: Option<String>,
+    /// The command's file.
+    pub(super) source: String,
+}
+
+/// The run `task` names when it is a command of `workspace` or `home`;
+/// `trusted`: the workspace's commands may run their `` !`…` `` and read their
+/// `@file`s. Warnings go to `warnings`.
+pub(super) async fn slash(
+    task: &str,
+    workspace: &Path,
+    home: Option<&Path>,
+    trusted: bool,
+    warnings: &mut Vec<String>,
+) -> Result<Option<Slash>, String> {
+    let Some((name, args)) = commands::split(task) else {
+        return Ok(None);
+    };
+    let Some(command) = commands::find(workspace, home, name)? else {
+        return Ok(None);
+    };
+    let filled = commands::fill(&command.body, args);
+    let (prompt, notes) = commands::expand(&filled, workspace, command.own || trusted).await;
+    let source = command.source.display().to_string();
+    warnings.extend(notes.into_iter().map(|n| format!("{source}: {n}")));
+    // `Bash(git:*)` allows the Bash tool (its pattern is a permission, not
+    // a tool).
+    let tools = command.allowed_tools.map(|list| {
+        list.iter()
+            .map(|t| t.split('(').next().unwrap_or(t).trim().to_owned())
+            .collect()
+    });
+    Ok(Some(Slash {
+        prompt,
+        tools,
+        model: command.model,
+        source,
+    }))
+}
