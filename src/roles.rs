@@ -7,6 +7,7 @@
 //! is [`catalog`].
 
 pub mod catalog;
+pub mod foreign;
 mod limits;
 mod tools;
 pub mod watch;
@@ -369,9 +370,13 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
         }
         let line = value.referenced.line() as usize + 1;
         let what = if ACCEPTED_FIELDS.contains(&key.as_str()) {
-            "is not supported yet and is ignored"
+            "is not supported yet and is ignored".to_owned()
         } else {
-            "is not a role field and is ignored"
+            let all = known.iter().chain(ACCEPTED_FIELDS.iter());
+            match closest(key, all.copied()) {
+                Some(near) => format!("is not a role field and is ignored (did you mean {near}?)"),
+                None => "is not a role field and is ignored".to_owned(),
+            }
         };
         warnings.push(format!("{path}:{line}: {key} {what}"));
     }
@@ -420,6 +425,35 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
         mcp,
         warnings,
     })
+}
+
+/// The name of `names` closest to `word` (a misspelling of it: the same but
+/// for case, or at most two edits away, one for a short word).
+fn closest<'a>(word: &str, names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = if word.chars().count() <= 4 { 1 } else { 2 };
+    names
+        .map(|name| (edits(&word.to_lowercase(), &name.to_lowercase()), name))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, name)| name)
+}
+
+/// How many single-character edits turn `a` into `b` (Levenshtein).
+fn edits(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 /// Reads a role's `mcpServers` (at `line`): names and definitions, each

@@ -551,3 +551,64 @@ async fn settings_not_acted_on_are_each_named_once_as_not_supported_yet() {
     }
     assert!(!stderr.contains("isolation is"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_and_opencode_agent_files_are_roles_and_check_names_a_misspelt_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    for (folder, file, text) in [
+        (
+            ".gemini/agents",
+            "scout.md",
+            "---\nname: scout\ndescription: Finds things.\ntools: [read_file, grep_search]\nmax_turns: 5\n---\nYou find things.\n",
+        ),
+        (
+            ".opencode/agent",
+            "critic.md",
+            "---\ndescription: Criticises.\nmode: subagent\ntools:\n  write: false\n---\nYou criticise.\n",
+        ),
+        (
+            ".claude/agents",
+            "typo.md",
+            "---\nname: typo\ndescription: Misspelt.\nmaxturns: 3\n---\nYou err.\n",
+        ),
+    ] {
+        std::fs::create_dir_all(ws.join(folder)).unwrap();
+        std::fs::write(ws.join(folder).join(file), text).unwrap();
+    }
+    let out = orchestrate(ws, &["agents", "list"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let listed = text(&out.stdout);
+    let line = |name: &str| {
+        listed
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} in:\n{listed}"))
+            .to_owned()
+    };
+    assert!(
+        line("scout").ends_with(".gemini/agents/scout.md]"),
+        "{listed}"
+    );
+    assert!(
+        line("critic").ends_with(".opencode/agent/critic.md]"),
+        "{listed}"
+    );
+    let shown = text(
+        &orchestrate(ws, &["agents", "show", "critic"], &[])
+            .await
+            .stdout,
+    );
+    assert!(
+        shown.contains("Write"),
+        "the disallowed tool is named: {shown}"
+    );
+    let checked = orchestrate(ws, &["agents", "check"], &[]).await;
+    let said = text(&checked.stdout);
+    assert!(
+        said.contains(
+            "typo.md:4: maxturns is not a role field and is ignored (did you mean maxTurns?)"
+        ),
+        "{said}"
+    );
+}

@@ -20,19 +20,25 @@ pub const BUILT_IN: [(&str, &str); 5] = [
     ("tester.md", include_str!("../../agents/tester.md")),
 ];
 
-/// The directories searched after the built-in roles, in order: the user's
-/// `~/.config/orchestrate/agents`, `~/.claude/agents` and `~/.kode/agents`, the
-/// workspace's `.claude/agents`, `.kode/agents` and `agents/`, then `extra`
-/// (`--agents-dir`).
+/// The directories searched after the built-in roles, in order (a later one's
+/// role replaces an earlier one's of the same name): the user's
+/// `~/.config/opencode/agent`, `~/.gemini/agents`, `~/.kode/agents`,
+/// `~/.claude/agents` and `~/.config/orchestrate/agents`, the workspace's
+/// `.opencode/agent`, `.gemini/agents`, `.kode/agents`, `.claude/agents` and
+/// `agents/`, then `extra` (`--agents-dir`).
 pub fn search_dirs(workspace: &Path, home: Option<&Path>, extra: Option<&Path>) -> Vec<PathBuf> {
     let mut dirs = Vec::new();
     if let Some(home) = home {
-        dirs.push(home.join(".config/orchestrate/agents"));
-        dirs.push(home.join(".claude/agents"));
+        dirs.push(home.join(".config/opencode/agent"));
+        dirs.push(home.join(".gemini/agents"));
         dirs.push(home.join(".kode/agents"));
+        dirs.push(home.join(".claude/agents"));
+        dirs.push(home.join(".config/orchestrate/agents"));
     }
-    dirs.push(workspace.join(".claude/agents"));
+    dirs.push(workspace.join(".opencode/agent"));
+    dirs.push(workspace.join(".gemini/agents"));
     dirs.push(workspace.join(".kode/agents"));
+    dirs.push(workspace.join(".claude/agents"));
     dirs.push(workspace.join("agents"));
     if let Some(extra) = extra {
         dirs.push(extra.to_owned());
@@ -98,7 +104,23 @@ impl Catalog {
                     None => small_file::read_own(&file, small_file::MAX_BYTES),
                 };
                 match read {
-                    Ok(text) => catalog.add(parse(&shown, &text)),
+                    Ok(text) => match super::foreign::dialect_of(dir) {
+                        None => catalog.add(parse(&shown, &text)),
+                        Some(dialect) => {
+                            let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+                            match super::foreign::translate(dialect, &shown, stem, &text) {
+                                Ok((role, notes)) => {
+                                    catalog.warnings.extend(notes);
+                                    catalog.add(parse(&shown, &role));
+                                }
+                                Err(message) => catalog.problems.push(RoleError {
+                                    path: shown,
+                                    line: 1,
+                                    message,
+                                }),
+                            }
+                        }
+                    },
                     Err(e) => catalog.problems.push(RoleError {
                         path: shown,
                         line: 0,
@@ -260,11 +282,15 @@ mod tests {
         assert_eq!(
             dirs,
             [
-                "/home/u/.config/orchestrate/agents",
-                "/home/u/.claude/agents",
+                "/home/u/.config/opencode/agent",
+                "/home/u/.gemini/agents",
                 "/home/u/.kode/agents",
-                "/ws/.claude/agents",
+                "/home/u/.claude/agents",
+                "/home/u/.config/orchestrate/agents",
+                "/ws/.opencode/agent",
+                "/ws/.gemini/agents",
                 "/ws/.kode/agents",
+                "/ws/.claude/agents",
                 "/ws/agents",
                 "/extra"
             ]

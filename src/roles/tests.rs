@@ -154,7 +154,7 @@ fn other_claude_code_fields_are_accepted_with_one_warning_each() {
     assert_eq!(
         role.warnings,
         vec![
-            "x.md:6: colour is not a role field and is ignored".to_owned(),
+            "x.md:6: colour is not a role field and is ignored (did you mean color?)".to_owned(),
             "x.md:4: hooks is not supported yet and is ignored".to_owned(),
             "x.md:5: memory is not supported yet and is ignored".to_owned(),
         ]
@@ -296,4 +296,32 @@ fn a_role_names_the_model_it_falls_back_to() {
     let role = parse("agents/a.md", text).unwrap();
     assert_eq!(role.fallback_model.as_deref(), Some("haiku"));
     assert!(role.warnings.is_empty(), "{:?}", role.warnings);
+}
+
+#[test]
+fn a_misspelt_field_is_named_with_the_closest_known_one() {
+    let text = "---\nname: a\ndescription: d\nmaxturns: 3\ndisalowedTools: Bash\ncolour: red\nflavor: mint\n---\nYou work.\n";
+    let role = parse("agents/a.md", text).unwrap();
+    let said = role.warnings.join("\n");
+    assert!(
+        said.contains(
+            "agents/a.md:4: maxturns is not a role field and is ignored (did you mean maxTurns?)"
+        ),
+        "{said}"
+    );
+    assert!(
+        said.contains(
+            "disalowedTools is not a role field and is ignored (did you mean disallowedTools?)"
+        ),
+        "{said}"
+    );
+    assert!(
+        said.contains("colour is not a role field and is ignored (did you mean color?)"),
+        "{said}"
+    );
+    assert!(
+        said.contains("flavor is not a role field and is ignored\n")
+            || said.ends_with("flavor is not a role field and is ignored"),
+        "{said}"
+    );
 }
