@@ -70,6 +70,8 @@ pub(crate) struct SessionEnv {
     pub(crate) rules: Arc<crate::tools::rules::Rules>,
     /// The run's hooks.
     pub(crate) hooks: Arc<crate::hooks::Hooks>,
+    /// Folders outside the workspace Read may read in.
+    pub(crate) read_roots: Arc<[std::path::PathBuf]>,
     pub(crate) saver: Option<crate::tools::permissions::RuleSaver>,
     /// The process-wide order of prompts and cancels: the next stamp.
     pub(crate) stamps: Arc<AtomicU64>,

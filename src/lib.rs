@@ -50,6 +50,7 @@ pub mod runs;
 pub mod runtime;
 pub mod session;
 pub mod setup;
+pub mod skills;
 pub mod small_file;
 pub mod state;
 pub mod task;

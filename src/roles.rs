@@ -49,6 +49,8 @@ pub struct Role {
     pub deny_rules: Vec<crate::tools::rules::Rule>,
     /// Its model.
     pub model: ModelChoice,
+    /// The skills it sees, by name (`skills`); `None`: every skill.
+    pub skills: Option<Vec<String>>,
     /// The model it carries on with when its own does not exist or stays
     /// overloaded (`fallbackModel`); `None`: the run's `--fallback-model`.
     pub fallback_model: Option<String>,
@@ -117,7 +119,7 @@ impl std::error::Error for RoleError {}
 
 /// The tools a role file may name (Claude Code's names, plus Claude Code's older
 /// spelling `LS`).
-pub const KNOWN_TOOLS: [&str; 11] = [
+pub const KNOWN_TOOLS: [&str; 14] = [
     "Read",
     "Write",
     "Edit",
@@ -127,19 +129,15 @@ pub const KNOWN_TOOLS: [&str; 11] = [
     "Grep",
     "Bash",
     "Task",
+    "TaskOutput",
+    "TaskStop",
     "TodoWrite",
     "WebFetch",
+    "Skill",
 ];
 
 /// Claude Code fields this version accepts without acting on them yet.
-const ACCEPTED_FIELDS: [&str; 6] = [
-    "hooks",
-    "memory",
-    "skills",
-    "background",
-    "effort",
-    "initialPrompt",
-];
+const ACCEPTED_FIELDS: [&str; 5] = ["hooks", "memory", "background", "effort", "initialPrompt"];
 
 /// Where a sub-agent works: Claude Code's `isolation` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -324,6 +322,7 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
     let fallback_model = string("fallbackModel")?
         .map(|m| m.trim().to_owned())
         .filter(|m| !m.is_empty());
+    let skills = tool_list("skills")?;
     let check_attempts = match fields.get("checkAttempts").map(|v| &v.value) {
         None | Some(Value::Null) => None,
         Some(Value::Number(n)) if n.as_u64().is_some_and(|n| (1..=100).contains(&n)) => {
@@ -349,6 +348,7 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
         let known = [
             "isolation",
             "fallbackModel",
+            "skills",
             "check",
             "checkAttempts",
             "name",
@@ -412,6 +412,7 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
         disallowed_tools: disallowed,
         deny_rules,
         model,
+        skills,
         fallback_model,
         max_turns,
         budget,

@@ -55,6 +55,8 @@ pub struct RuntimeConfig {
     pub rules: Arc<crate::tools::rules::Rules>,
     /// The hooks every session runs (Claude Code's).
     pub hooks: Arc<crate::hooks::Hooks>,
+    /// Folders outside the workspace Read may read in (the person's skills').
+    pub read_roots: Vec<PathBuf>,
     /// Where an "always" answer is saved as a rule; `None`: only remembered in
     /// this process.
     pub saver: Option<crate::tools::permissions::RuleSaver>,
@@ -85,6 +87,7 @@ impl RuntimeConfig {
             approver: Arc::new(DenyAll),
             rules: Arc::default(),
             hooks: Arc::default(),
+            read_roots: Vec::new(),
             saver: None,
             mcp: Vec::new(),
             mcp_limit: crate::mcp::connection::DEFAULT_START_TIMEOUT,
@@ -167,6 +170,7 @@ impl Runtime {
             remembered: Arc::new(Remembered::default()),
             rules: config.rules,
             hooks: config.hooks,
+            read_roots: config.read_roots.into(),
             saver: config.saver,
             stamps: stamps.clone(),
             files: Arc::default(),

@@ -139,6 +139,8 @@ pub struct Setup {
     pub rules: Rules,
     /// The hooks to run (Claude Code's, from the settings files).
     pub hooks: Arc<crate::hooks::Hooks>,
+    /// The skills (Claude Code's).
+    pub skills: Arc<crate::skills::Skills>,
     /// Where an "always" answer is saved.
     pub saver: RuleSaver,
     /// The MCP servers that may start.
@@ -162,6 +164,7 @@ impl Setup {
         config.approver = approver;
         config.rules = Arc::new(self.rules.clone());
         config.hooks = self.hooks.clone();
+        config.read_roots = self.skills.roots().to_vec();
         config.saver = Some(self.saver.clone());
         config.mcp = self.servers.clone();
         config.mcp_limit = self.mcp_limit;
@@ -463,9 +466,13 @@ impl Prepared {
             rules,
             hooks,
             servers,
-            notes,
+            mut notes,
             ..
         } = self;
+        let (skills, skill_notes) =
+            crate::skills::Skills::load(&sources.workspace, sources.home.as_deref());
+        notes.extend(skill_notes);
+        let skills = Arc::new(skills);
         // Only the user's own file names key variables (`api_key_env`): a
         // repository's neither adds names nor, redeclaring a provider, takes the
         // user's away.
@@ -503,9 +510,14 @@ impl Prepared {
             catalog: sources.catalog,
             role_dirs: sources.role_dirs,
             memory: Arc::new(sources.memory),
-            tools: ToolRegistry::standard().with(bash),
+            tools: match skills.is_empty() {
+                true => ToolRegistry::standard().with(bash),
+                false => (ToolRegistry::standard().with(bash))
+                    .with(crate::tools::skill::Skill::new(skills.clone())),
+            },
             rules,
             hooks,
+            skills,
             saver,
             servers,
             mcp_limit: servers::start_limit(env),

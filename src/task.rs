@@ -243,6 +243,8 @@ pub struct TaskEnv {
     checkpoints: Option<Arc<crate::git::checkpoint::Checkpoints>>,
     /// The run's fallback model (`--fallback-model`), for roles that name none.
     fallback: Option<String>,
+    /// The run's skills, of which a role's `skills` select the ones it sees.
+    skills: Option<Arc<crate::skills::Skills>>,
     /// Sub-agents' system prompts (a role's prompt with the memory), one per role
     /// prompt: ten thousand sub-agents of a role share one copy, not ten thousand
     /// copies of the project's memory.
@@ -275,6 +277,7 @@ impl TaskEnv {
             isolation: Policy::default(),
             checkpoints: None,
             fallback: None,
+            skills: None,
             prompts: Mutex::default(),
         }
     }
@@ -286,6 +289,12 @@ impl TaskEnv {
         checkpoints: Option<Arc<crate::git::checkpoint::Checkpoints>>,
     ) -> Self {
         self.checkpoints = checkpoints;
+        self
+    }
+
+    /// Sub-agents see the skills of `skills` their roles select.
+    pub fn with_skills(mut self, skills: Arc<crate::skills::Skills>) -> Self {
+        self.skills = Some(skills);
         self
     }
 
@@ -398,6 +407,7 @@ impl Task {
         let allowed = role.allowed_tools(&offered);
         let isolated = crate::isolation::wanted(self.env.isolation, role.isolation, &allowed);
         let mut tools = self.env.tools.only(&allowed);
+        tools = with_skills(tools, self.env.skills.as_ref(), role.skills.as_deref());
         if let Some(hub) = &self.env.mcp {
             tools = tools.with_source(Arc::new(crate::mcp::tools_for(
                 hub,
@@ -670,6 +680,22 @@ impl Tool for Task {
             }
             report(&agent, delegated)
         })
+    }
+}
+
+/// `tools` whose `Skill` (when they have it) sees the skills `selected` names
+/// (every one for `None`).
+pub fn with_skills(
+    tools: ToolRegistry,
+    skills: Option<&Arc<crate::skills::Skills>>,
+    selected: Option<&[String]>,
+) -> ToolRegistry {
+    match (skills, selected, tools.get("Skill")) {
+        (Some(skills), Some(selected), Some(_)) => {
+            let seen = Arc::new(skills.select(Some(selected)));
+            tools.with(crate::tools::skill::Skill::new(seen))
+        }
+        _ => tools,
     }
 }
 

@@ -16,6 +16,7 @@ pub mod rules;
 pub mod sandbox;
 pub mod scheduler;
 mod shared_specs;
+pub mod skill;
 pub mod todo_write;
 pub(crate) mod walk;
 pub mod web_fetch;
@@ -89,6 +90,9 @@ pub struct ToolContext {
     /// or its process died): a tool that resumes by call id picks up what it
     /// began (see [`Tool::resumable`]).
     pub resumed: bool,
+    /// Folders outside the workspace Read may read in (the person's skills'),
+    /// canonical.
+    pub read_roots: Arc<[PathBuf]>,
     /// A background sub-agent to follow again (its task id): the Task call
     /// that started it is made again, by a run resumed from its journal
     /// before it had the sub-agent's result.
@@ -229,6 +233,7 @@ impl ToolContext {
             spent: Spent::default(),
             events: None,
             resumed: false,
+            read_roots: Arc::from([]),
             reattach: None,
         }
     }
@@ -253,6 +258,21 @@ impl ToolContext {
     /// its private places ([`beneath`]).
     pub(crate) fn beneath(&self) -> beneath::Beneath {
         beneath::Beneath::new(self.workspace.clone(), self.private.clone())
+    }
+
+    /// An absolute `path` in one of the read-only folders ([`Self::read_roots`]):
+    /// the path, and the folder to open it beneath.
+    pub(crate) fn in_read_root(&self, path: &str) -> Option<(PathBuf, beneath::Beneath)> {
+        let path = std::path::Path::new(path);
+        if !path.is_absolute() {
+            return None;
+        }
+        // `..` is worked out by the opening beneath the root, not by the name.
+        let root = self.read_roots.iter().find(|root| path.starts_with(root))?;
+        Some((
+            path.to_owned(),
+            beneath::Beneath::new(root.clone(), self.private.clone()),
+        ))
     }
 
     /// How a path is shown to the model: relative to the workspace when inside it.

@@ -450,3 +450,104 @@ async fn a_slash_command_runs_its_body_with_its_arguments_model_and_tools() {
     let third = mock.requests().pop().unwrap();
     assert_eq!(third.body["messages"][1]["content"], "/nosuch thing");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skill_is_listed_loaded_and_its_files_read_and_a_role_selects_its_skills() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("repo");
+    let home = dir
+        .path()
+        .join("home")
+        .canonicalize()
+        .unwrap_or(dir.path().join("home"));
+    std::fs::create_dir_all(&ws).unwrap();
+    let skill = |root: &Path, name: &str, description: &str| {
+        let folder = root.join(".claude/skills").join(name);
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(
+            folder.join("SKILL.md"),
+            format!("---\nname: {name}\ndescription: {description}\n---\nFollow reference.md.\n"),
+        )
+        .unwrap();
+        std::fs::write(folder.join("reference.md"), format!("{name} details\n")).unwrap();
+    };
+    skill(&home, "pdf", "Fills PDF forms.");
+    skill(&ws, "charts", "Draws charts.");
+    std::fs::write(home.join("secret.txt"), "not for agents").unwrap();
+    let home = home.canonicalize().unwrap();
+    std::fs::create_dir_all(ws.join("agents")).unwrap();
+    std::fs::write(
+        ws.join("agents/plotter.md"),
+        "---\nname: plotter\ndescription: Plots.\ntools: Read, Skill\nskills: [charts]\n---\nYou plot.\n",
+    )
+    .unwrap();
+    let reference = home.join(".claude/skills/pdf/reference.md");
+    let secret = home.join("secret.txt");
+    let mock = MockLlm::start_with({
+        let (reference, secret) = (reference.clone(), secret.clone());
+        move |request, _| {
+            if request.system().starts_with("You plot.") {
+                return Reply::text("plotted");
+            }
+            match request.results() {
+                0 => Reply::tool_calls(&[
+                    ("load", "Skill", json!({ "skill": "pdf" })),
+                    ("ref", "Read", json!({ "file_path": reference.display().to_string() })),
+                    ("secret", "Read", json!({ "file_path": secret.display().to_string() })),
+                    ("plot", "Task", json!({ "description": "plot", "prompt": "Plot.", "subagent_type": "plotter" })),
+                ]),
+                _ => Reply::text("done"),
+            }
+        }
+    })
+    .await;
+    let home_env = [("HOME", home.to_str().unwrap())];
+    let out = run_on(&mock, &ws, &["--quiet", "fill the form"], &home_env).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let first = &mock.requests()[0];
+    let skill_tool = first.body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "Skill")
+        .expect("the Skill tool is offered");
+    let listed = skill_tool["function"]["description"].as_str().unwrap();
+    assert!(
+        listed.contains("- pdf: Fills PDF forms.") && listed.contains("- charts: Draws charts.")
+    );
+    let results = results(&mock);
+    assert!(
+        results["load"].contains("Follow reference.md."),
+        "{}",
+        results["load"]
+    );
+    assert!(results["load"].contains(&home.join(".claude/skills/pdf").display().to_string()));
+    assert!(results["ref"].contains("pdf details"), "{}", results["ref"]);
+    assert!(
+        results["secret"].starts_with("Error:"),
+        "{}",
+        results["secret"]
+    );
+    // The plotter sees only the skill its role names.
+    let plotter = mock
+        .requests()
+        .into_iter()
+        .find(|r| r.system().starts_with("You plot."))
+        .unwrap();
+    let seen = plotter.body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "Skill")
+        .map(|t| {
+            t["function"]["description"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .unwrap();
+    assert!(
+        seen.contains("- charts:") && !seen.contains("- pdf:"),
+        "{seen}"
+    );
+}

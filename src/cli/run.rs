@@ -537,6 +537,7 @@ fn lead_spec(
         allowed.retain(|tool| only.iter().any(|t| t == tool));
     }
     let mut tools = standard.only(&allowed);
+    tools = crate::task::with_skills(tools, Some(&plan.skills), role.skills.as_deref());
     let mcp = handle.mcp();
     tools = tools.with_source(Arc::new(crate::mcp::tools_for(
         &mcp,
@@ -556,6 +557,7 @@ fn lead_spec(
             TaskEnv::new(handle, catalog, cli.max_parallel, cli.max_depth, plan.tools)
                 .with_models(plan.models.clone())
                 .with_fallback(cli.fallback_model.clone())
+                .with_skills(plan.skills.clone())
                 .with_meter(meter.clone())
                 .with_memory(plan.memory.clone())
                 .with_isolation(cli.isolation)

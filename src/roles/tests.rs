@@ -18,6 +18,7 @@ fn a_claude_code_role_parses_whole() {
             deny_rules: vec![],
             model: ModelChoice::Inherit,
             fallback_model: None,
+            skills: None,
             max_turns: Some(30),
             budget: Budget::default(),
             permission_mode: Some(PermissionMode::AcceptEdits),

@@ -66,10 +66,14 @@ impl Tool for Read {
     ) -> BoxFuture<'a, Result<String, ToolError>> {
         Box::pin(async move {
             let input: ReadInput = super::parse(input)?;
-            let path = ctx.resolve(&input.file_path)?;
+            // A file beside one of the person's skills is read beneath its
+            // folder; any other beneath the workspace.
+            let (path, beneath) = match ctx.in_read_root(&input.file_path) {
+                Some(found) => found,
+                None => (ctx.resolve(&input.file_path)?, ctx.beneath()),
+            };
             let shown = ctx.display(&path);
             let session = ctx.session;
-            let beneath = ctx.beneath();
             let files_state = ctx.files.clone();
             tokio::task::spawn_blocking(move || {
                 let place = (&beneath, path.as_path());

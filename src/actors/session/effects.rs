@@ -219,6 +219,7 @@ impl SessionState {
             spent: Spent::default(),
             events: Some(self.publisher.clone()),
             resumed,
+            read_roots: self.env.read_roots.clone(),
             reattach: None,
         }
     }

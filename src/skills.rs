@@ -1,0 +1,201 @@
+//! Claude Code's skills: folders `.claude/skills/<name>/` (the workspace's)
+//! and `~/.claude/skills/<name>/` (the person's), each with a `SKILL.md`
+//! (frontmatter `name`, `description`, `allowed-tools`, then instructions) and
+//! any files beside it. The model sees each skill's name and description (in
+//! the `Skill` tool's description) and loads one whole when it asks; the files
+//! beside the person's skills are readable with Read (their folder is added
+//! read-only). A role's `skills` field selects the skills it sees.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The most of a `SKILL.md` that is read.
+const MAX_FILE: u64 = 256 * 1024;
+
+/// One skill.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Skill {
+    /// Its name.
+    pub name: String,
+    /// What it is for (the model decides by it).
+    pub description: String,
+    /// The tools it says it uses.
+    pub allowed_tools: Option<Vec<String>>,
+    /// Its folder.
+    pub dir: PathBuf,
+    /// Its `SKILL.md`, whole.
+    pub text: String,
+}
+
+/// The skills of a run, by name.
+#[derive(Clone, Debug, Default)]
+pub struct Skills {
+    by_name: BTreeMap<String, Skill>,
+    /// The folders of the person's skills, readable with Read.
+    roots: Vec<PathBuf>,
+}
+
+impl Skills {
+    /// The person's skills (`home`), then the workspace's, a later one
+    /// replacing an earlier one of the same name; warnings for skills that
+    /// cannot be read.
+    pub fn load(workspace: &Path, home: Option<&Path>) -> (Self, Vec<String>) {
+        let mut skills = Self::default();
+        let mut warnings = Vec::new();
+        let own = home.map(|h| h.join(".claude/skills"));
+        let theirs = workspace.join(".claude/skills");
+        for (root, is_own) in [(own, true), (Some(theirs), false)] {
+            let Some(root) = root.filter(|r| r.is_dir()) else {
+                continue;
+            };
+            let Ok(entries) = std::fs::read_dir(&root) else {
+                continue;
+            };
+            let mut dirs: Vec<PathBuf> = entries
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path())
+                .collect();
+            dirs.sort();
+            for dir in dirs {
+                let file = dir.join("SKILL.md");
+                if !file.exists() {
+                    continue;
+                }
+                let read = match is_own {
+                    true => crate::small_file::read_own(&file, MAX_FILE),
+                    false => crate::small_file::read_within(workspace, &file, MAX_FILE),
+                };
+                let parsed = read
+                    .map_err(|e| e.to_string())
+                    .and_then(|text| parse(&dir, text));
+                match parsed {
+                    Ok(skill) => {
+                        skills.by_name.insert(skill.name.clone(), skill);
+                    }
+                    Err(e) => warnings.push(format!("{e}; the skill is skipped")),
+                }
+            }
+            if is_own && !root.starts_with(workspace) {
+                skills.roots.push(root.canonicalize().unwrap_or(root));
+            }
+        }
+        (skills, warnings)
+    }
+
+    /// The skills `names` selects (all of them for `None`).
+    pub fn select(&self, names: Option<&[String]>) -> Self {
+        let by_name = self
+            .by_name
+            .iter()
+            .filter(|(name, _)| names.is_none_or(|n| n.contains(name)))
+            .map(|(name, skill)| (name.clone(), skill.clone()))
+            .collect();
+        Self {
+            by_name,
+            roots: self.roots.clone(),
+        }
+    }
+
+    /// The skill named `name`.
+    pub fn get(&self, name: &str) -> Option<&Skill> {
+        self.by_name.get(name)
+    }
+
+    /// Every skill, by name.
+    pub fn iter(&self) -> impl Iterator<Item = &Skill> {
+        self.by_name.values()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    /// The folders outside the workspace whose files Read may read.
+    pub fn roots(&self) -> &[PathBuf] {
+        &self.roots
+    }
+}
+
+/// The skill of folder `dir` whose `SKILL.md` says `text`.
+fn parse(dir: &Path, text: String) -> Result<Skill, String> {
+    let file = dir.join("SKILL.md");
+    let body = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    let front = body
+        .strip_prefix("---\n")
+        .and_then(|rest| rest.split_once("\n---").map(|(front, _)| front))
+        .ok_or_else(|| format!("{}: no frontmatter (name, description)", file.display()))?;
+    let fields: BTreeMap<String, serde_json::Value> = serde_saphyr::from_str(front)
+        .map_err(|e| format!("{}: invalid frontmatter: {e}", file.display()))?;
+    let text_of = |key: &str| {
+        fields
+            .get(key)
+            .and_then(|v| v.as_str())
+            .map(|s| s.trim().to_owned())
+    };
+    let folder = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let name = text_of("name").unwrap_or_else(|| folder.to_owned());
+    let description = text_of("description")
+        .filter(|d| !d.is_empty())
+        .ok_or_else(|| format!("{}: no description", file.display()))?;
+    let allowed_tools = match fields.get("allowed-tools") {
+        Some(serde_json::Value::String(list)) => {
+            Some(list.split(',').map(|t| t.trim().to_owned()).collect())
+        }
+        Some(serde_json::Value::Array(items)) => Some(
+            items
+                .iter()
+                .filter_map(|t| t.as_str().map(str::to_owned))
+                .collect(),
+        ),
+        _ => None,
+    };
+    Ok(Skill {
+        name,
+        description,
+        allowed_tools,
+        dir: dir.to_owned(),
+        text,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn skill(root: &Path, name: &str, front: &str) {
+        let dir = root.join(".claude/skills").join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("SKILL.md"),
+            format!("---\n{front}\n---\nDo it well.\n"),
+        )
+        .unwrap();
+        std::fs::write(dir.join("reference.md"), "details").unwrap();
+    }
+
+    #[test]
+    fn skills_come_from_both_folders_the_workspace_s_winning_and_a_role_selects() {
+        let ws = tempfile::tempdir().unwrap();
+        let home = tempfile::tempdir().unwrap();
+        let ws_path = ws.path().canonicalize().unwrap();
+        skill(
+            home.path(),
+            "pdf",
+            "name: pdf\ndescription: Mine.\nallowed-tools: Read, Bash",
+        );
+        skill(home.path(), "charts", "description: Charts.");
+        skill(&ws_path, "pdf", "name: pdf\ndescription: Ours.");
+        skill(&ws_path, "broken", "name: broken");
+        let (skills, warnings) = Skills::load(&ws_path, Some(home.path()));
+        let names: Vec<&str> = skills.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["charts", "pdf"]);
+        assert_eq!(skills.get("pdf").unwrap().description, "Ours.");
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("no description"));
+        assert_eq!(skills.roots().len(), 1);
+        let only = skills.select(Some(&["charts".to_owned()]));
+        assert!(only.get("pdf").is_none() && only.get("charts").is_some());
+    }
+}
