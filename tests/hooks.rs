@@ -35,7 +35,8 @@ fn script(name: &str) -> Value {
     json!({ "type": "command", "command": format!("\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/{name}") })
 }
 
-/// The lines of `file`, each a JSON object.
+/// The lines of `file`, each a JSON object (each hook writes its line in one
+/// write: hooks of one event run at once).
 fn logged(file: &Path) -> Vec<Value> {
     std::fs::read_to_string(file)
         .unwrap_or_default()
@@ -76,7 +77,7 @@ async fn pre_tool_use_hooks_block_by_exit_code_or_json_and_post_tool_use_hooks_l
             ),
             (
                 "log.sh",
-                r#"cat >> "$CLAUDE_PROJECT_DIR/post.log"; echo >> "$CLAUDE_PROJECT_DIR/post.log""#,
+                r#"line=$(cat); printf '%s\n' "$line" >> "$CLAUDE_PROJECT_DIR/post.log""#,
             ),
         ],
     );
@@ -130,7 +131,7 @@ async fn pre_tool_use_hooks_block_by_exit_code_or_json_and_post_tool_use_hooks_l
 async fn subagent_stop_runs_once_per_sub_agent_and_stop_once_for_the_lead() {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path();
-    let log = r#"cat >> "$CLAUDE_PROJECT_DIR/stops.log"; echo >> "$CLAUDE_PROJECT_DIR/stops.log""#;
+    let log = r#"line=$(cat); printf '%s\n' "$line" >> "$CLAUDE_PROJECT_DIR/stops.log""#;
     settings(
         ws,
         &json!({ "hooks": {
@@ -370,7 +371,7 @@ async fn a_notification_hook_hears_of_each_permission_question() {
         &json!({ "hooks": { "Notification": [{ "hooks": [script("log.sh")] }] } }),
         &[(
             "log.sh",
-            r#"cat >> "$CLAUDE_PROJECT_DIR/asked.log"; echo >> "$CLAUDE_PROJECT_DIR/asked.log""#,
+            r#"line=$(cat); printf '%s\n' "$line" >> "$CLAUDE_PROJECT_DIR/asked.log""#,
         )],
     );
     let mock = MockLlm::start_with(|request, _| match request.results() {
