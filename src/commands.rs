@@ -4,7 +4,8 @@
 //! and `/component` when no other file has that name). `orchestrate "/review
 //! src/main.rs"` runs the command's body as the task, `$ARGUMENTS` (and `$1`,
 //! `$2`, …) filled in. Frontmatter: `description`, `argument-hint`,
-//! `allowed-tools` (the tools the run may use, only narrowing), `model`.
+//! `allowed-tools` (the tools the run may use, only narrowing), `model`. The
+//! person's command wins a name it shares with the workspace's.
 //!
 //! A body's `` !`command` `` (its output put in) and `@path` (the file put in)
 //! run or read only for the person's own commands or in a trusted workspace;
@@ -53,7 +54,7 @@ pub fn split(task: &str) -> Option<(&str, &str)> {
     valid.then_some((name, args.trim()))
 }
 
-/// Command `name` of `workspace` or `home` (the workspace's wins), if one
+/// Command `name` of `home` or `workspace` (the person's wins), if one
 /// exists; an error names a file that exists but cannot be read.
 pub fn find(workspace: &Path, home: Option<&Path>, name: &str) -> Result<Option<Command>, String> {
     let own_root = home.map(|h| h.join(".claude/commands")).unwrap_or_default();
@@ -61,7 +62,7 @@ pub fn find(workspace: &Path, home: Option<&Path>, name: &str) -> Result<Option<
     let same = |a: &Path, b: &Path| matches!((a.canonicalize(), b.canonicalize()), (Ok(a), Ok(b)) if a == b);
     let workspace_root = workspace.join(".claude/commands");
     let workspace_is_home = same(&workspace_root, &own_root);
-    let roots = [(workspace_root, workspace_is_home), (own_root, true)];
+    let roots = [(own_root, true), (workspace_root, workspace_is_home)];
     for (root, own) in roots {
         if root.as_os_str().is_empty() || !root.is_dir() {
             continue;
@@ -188,15 +189,34 @@ pub fn parse(name: &str, path: &Path, text: &str, own: bool) -> Result<Command, 
 /// missing one is empty). A body that uses neither gets the arguments after
 /// it, when there are some.
 pub fn fill(body: &str, args: &str) -> String {
+    let (out, used) = substitute(body, args, false);
+    with_arguments(out, used, args)
+}
+
+/// `out` with the arguments after it when nothing `used` them.
+fn with_arguments(mut out: String, used: bool, args: &str) -> String {
+    if !used && !args.is_empty() {
+        out.push_str(&format!("\n\nArguments: {args}"));
+    }
+    out
+}
+
+/// `text` with `$ARGUMENTS` and `$N` put in, each shell-quoted when `quote`
+/// (inside a command); whether it had any.
+fn substitute(text: &str, args: &str, quote: bool) -> (String, bool) {
     let words: Vec<&str> = args.split_whitespace().collect();
-    let mut out = String::with_capacity(body.len() + args.len());
+    let put = |value: &str| match quote {
+        true => format!("'{}'", value.replace('\'', "'\\''")),
+        false => value.to_owned(),
+    };
+    let mut out = String::with_capacity(text.len() + args.len());
     let mut used = false;
-    let mut rest = body;
+    let mut rest = text;
     while let Some(at) = rest.find('$') {
         out.push_str(&rest[..at]);
         let after = &rest[at + 1..];
         if let Some(tail) = after.strip_prefix("ARGUMENTS") {
-            out.push_str(args);
+            out.push_str(&put(args));
             used = true;
             rest = tail;
             continue;
@@ -204,7 +224,7 @@ pub fn fill(body: &str, args: &str) -> String {
         let digits = after.chars().take_while(char::is_ascii_digit).count();
         match after[..digits].parse::<usize>() {
             Ok(n) if n >= 1 => {
-                out.push_str(words.get(n - 1).copied().unwrap_or(""));
+                out.push_str(&put(words.get(n - 1).copied().unwrap_or("")));
                 used = true;
                 rest = &after[digits..];
             }
@@ -215,24 +235,28 @@ pub fn fill(body: &str, args: &str) -> String {
         }
     }
     out.push_str(rest);
-    if !used && !args.is_empty() {
-        out.push_str(&format!("\n\nArguments: {args}"));
-    }
-    out
+    (out, used)
 }
 
-/// `body` with its `` !`command` `` runs and `@path` files put in, when
-/// `allowed`; else as it is, with a warning when it has some. Commands run in
-/// `workspace` with `sh -c`; files are read within it.
-pub async fn expand(body: &str, workspace: &Path, allowed: bool) -> (String, Vec<String>) {
+/// `body` with `args` filled in and, when `allowed`, its `` !`command` ``
+/// runs and `@path` files put in (found in the body as written, so that
+/// arguments never add one; inside a command they are shell-quoted); else
+/// its expansions stay as text, with a warning when it has some. Commands run
+/// in `workspace` with `sh -c`; files are read within it.
+pub async fn expand(
+    body: &str,
+    args: &str,
+    workspace: &Path,
+    allowed: bool,
+) -> (String, Vec<String>) {
     let shells: Vec<(usize, usize)> = shell_spans(body);
     let files: Vec<(usize, usize)> = file_spans(body);
     if shells.is_empty() && files.is_empty() {
-        return (body.to_owned(), Vec::new());
+        return (fill(body, args), Vec::new());
     }
     if !allowed {
         return (
-            body.to_owned(),
+            fill(body, args),
             vec!["the command's !`…` and @file are left as text: it comes from an untrusted workspace (pass --trust-workspace to run and read them)".into()],
         );
     }
@@ -241,21 +265,32 @@ pub async fn expand(body: &str, workspace: &Path, allowed: bool) -> (String, Vec
     spans.extend(files.into_iter().map(|(a, b)| (a, b, false)));
     spans.sort_unstable();
     let mut out = String::new();
+    let mut used = false;
     let mut at = 0;
     for (start, end, shell) in spans {
         if start < at {
             continue;
         }
-        out.push_str(&body[at..start]);
-        let inserted = match shell {
-            true => run_shell(&body[start + 2..end - 1], workspace).await,
-            false => read_file(&body[start + 1..end], workspace),
+        let (before, any) = substitute(&body[at..start], args, false);
+        out.push_str(&before);
+        used |= any;
+        let (inserted, any) = match shell {
+            true => {
+                let (command, any) = substitute(&body[start + 2..end - 1], args, true);
+                (run_shell(&command, workspace).await, any)
+            }
+            false => {
+                let (path, any) = substitute(&body[start + 1..end], args, false);
+                (read_file(&path, workspace), any)
+            }
         };
         out.push_str(&inserted);
+        used |= any;
         at = end;
     }
-    out.push_str(&body[at..]);
-    (out, Vec::new())
+    let (after, any) = substitute(&body[at..], args, false);
+    out.push_str(&after);
+    (with_arguments(out, used || any, args), Vec::new())
 }
 
 /// Where `` !`…` `` runs are in `body`: from the `!` to past the closing
@@ -390,24 +425,34 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().canonicalize().unwrap();
         std::fs::write(ws.join("notes.txt"), "the notes").unwrap();
-        let body = "Status: !`echo clean` and see @notes.txt.";
-        let (text, warnings) = expand(body, &ws, true).await;
+        let body = "Status: !`echo clean $1` and see @notes.txt.";
+        let (text, warnings) = expand(body, "it", &ws, true).await;
         assert_eq!(
             text,
-            "Status: clean and see notes.txt:\n```\nthe notes\n```."
+            "Status: clean it and see notes.txt:\n```\nthe notes\n```."
         );
         assert!(warnings.is_empty());
-        let (text, warnings) = expand(body, &ws, false).await;
-        assert_eq!((text.as_str(), warnings.len()), (body, 1));
-        let (text, _) = expand("mail me@example.com, or @../etc/passwd", &ws, true).await;
+        let (text, warnings) = expand(body, "it", &ws, false).await;
+        let left = "Status: !`echo clean it` and see @notes.txt.";
+        assert_eq!((text.as_str(), warnings.len()), (left, 1));
+        // A file outside the workspace is not read.
+        let outside = ws.join("../outside-notes.txt");
+        std::fs::write(&outside, "private").unwrap();
+        let (text, _) = expand("see @../outside-notes.txt", "", &ws, true).await;
+        std::fs::remove_file(&outside).unwrap();
         assert!(
-            text.starts_with("mail me@example.com, or @../etc/passwd [not read"),
+            text.starts_with("see @../outside-notes.txt [not read"),
             "{text}"
         );
+        // Arguments never add an expansion, and are quoted inside a command.
+        let hostile = "`touch x`; !`touch y` @/etc/passwd";
+        let (text, _) = expand("Echo: !`echo $ARGUMENTS`", hostile, &ws, true).await;
+        assert_eq!(text, format!("Echo: {hostile}"));
+        assert!(!ws.join("x").exists() && !ws.join("y").exists());
     }
 
     #[test]
-    fn a_command_is_found_by_path_or_by_its_name_alone_and_the_workspace_wins() {
+    fn a_command_is_found_by_path_or_by_its_name_alone_and_the_person_s_wins() {
         let ws = tempfile::tempdir().unwrap();
         let home = tempfile::tempdir().unwrap();
         let ws_path = ws.path().canonicalize().unwrap();
@@ -426,6 +471,8 @@ mod tests {
         assert!(review.own);
         assert!(find("absent").is_none());
         std::fs::write(ws_path.join(".claude/commands/review.md"), "Ours.").unwrap();
-        assert_eq!(find("review").unwrap().body, "Ours.");
+        assert_eq!(find("review").unwrap().body, "Mine.");
+        std::fs::write(ws_path.join(".claude/commands/ours.md"), "Ours.").unwrap();
+        assert!(!find("ours").unwrap().own);
     }
 }

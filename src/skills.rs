@@ -31,30 +31,38 @@ pub struct Skill {
 #[derive(Clone, Debug, Default)]
 pub struct Skills {
     by_name: BTreeMap<String, Skill>,
-    /// The folders of the person's skills, readable with Read.
+    /// The folders of the person's skills (canonical), readable with Read.
     roots: Vec<PathBuf>,
 }
 
 impl Skills {
-    /// The person's skills (`home`), then the workspace's, a later one
-    /// replacing an earlier one of the same name; warnings for skills that
-    /// cannot be read.
+    /// The workspace's skills and the person's (`home`), the person's
+    /// winning a name they share (a repository cannot take one over);
+    /// warnings for skills that cannot be read.
     pub fn load(workspace: &Path, home: Option<&Path>) -> (Self, Vec<String>) {
         let mut skills = Self::default();
         let mut warnings = Vec::new();
         let own = home.map(|h| h.join(".claude/skills"));
         let theirs = workspace.join(".claude/skills");
-        for (root, is_own) in [(own, true), (Some(theirs), false)] {
+        for (root, is_own) in [(Some(theirs), false), (own, true)] {
             let Some(root) = root.filter(|r| r.is_dir()) else {
                 continue;
             };
             let Ok(entries) = std::fs::read_dir(&root) else {
                 continue;
             };
+            // The person's folders may be links they made; a repository's
+            // are taken only as they are.
             let mut dirs: Vec<PathBuf> = entries
                 .flatten()
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                .map(|e| e.path())
+                .filter(|e| match is_own {
+                    true => e.path().is_dir(),
+                    false => e.file_type().is_ok_and(|t| t.is_dir()),
+                })
+                .map(|e| match is_own {
+                    true => e.path().canonicalize().unwrap_or_else(|_| e.path()),
+                    false => e.path(),
+                })
                 .collect();
             dirs.sort();
             for dir in dirs {
@@ -71,13 +79,14 @@ impl Skills {
                     .and_then(|text| parse(&dir, text));
                 match parsed {
                     Ok(skill) => {
+                        // Read may read beside the person's own.
+                        if is_own && !skill.dir.starts_with(workspace) {
+                            skills.roots.push(skill.dir.clone());
+                        }
                         skills.by_name.insert(skill.name.clone(), skill);
                     }
                     Err(e) => warnings.push(format!("{e}; the skill is skipped")),
                 }
-            }
-            if is_own && !root.starts_with(workspace) {
-                skills.roots.push(root.canonicalize().unwrap_or(root));
             }
         }
         (skills, warnings)
@@ -176,7 +185,7 @@ mod tests {
     }
 
     #[test]
-    fn skills_come_from_both_folders_the_workspace_s_winning_and_a_role_selects() {
+    fn skills_come_from_both_folders_the_person_s_winning_and_a_role_selects() {
         let ws = tempfile::tempdir().unwrap();
         let home = tempfile::tempdir().unwrap();
         let ws_path = ws.path().canonicalize().unwrap();
@@ -191,10 +200,10 @@ mod tests {
         let (skills, warnings) = Skills::load(&ws_path, Some(home.path()));
         let names: Vec<&str> = skills.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["charts", "pdf"]);
-        assert_eq!(skills.get("pdf").unwrap().description, "Ours.");
+        assert_eq!(skills.get("pdf").unwrap().description, "Mine.");
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(warnings[0].contains("no description"));
-        assert_eq!(skills.roots().len(), 1);
+        assert_eq!(skills.roots().len(), 2, "each of the person's skills");
         let only = skills.select(Some(&["charts".to_owned()]));
         assert!(only.get("pdf").is_none() && only.get("charts").is_some());
     }

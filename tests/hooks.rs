@@ -374,17 +374,35 @@ async fn a_notification_hook_hears_of_each_permission_question() {
             r#"line=$(cat); printf '%s\n' "$line" >> "$CLAUDE_PROJECT_DIR/asked.log""#,
         )],
     );
-    let mock = MockLlm::start_with(|request, _| match request.results() {
-        0 => Reply::tool_calls(&[(
-            "w",
-            "Write",
-            json!({ "file_path": "a.txt", "content": "x" }),
-        )]),
-        _ => Reply::text("done"),
+    // The hook runs beside the question: the run ends once it has written.
+    let heard = crate::support::mock_llm::Gate::new();
+    let mock = MockLlm::start_with({
+        let heard = heard.clone();
+        move |request, _| match request.results() {
+            0 => Reply::tool_calls(&[(
+                "w",
+                "Write",
+                json!({ "file_path": "a.txt", "content": "x" }),
+            )]),
+            _ => Reply::text("done")
+                .with_end(crate::support::mock_llm::End::HoldAfter(0, heard.clone())),
+        }
     })
     .await;
-    // No terminal: the question is refused, after the hook heard of it.
+    let log_file = ws.join("asked.log");
+    let opener = tokio::spawn({
+        let (heard, log_file) = (heard.clone(), log_file.clone());
+        async move {
+            crate::support::harness::wait_until("the hook wrote its line", || {
+                std::fs::read_to_string(&log_file).is_ok_and(|t| t.ends_with('\n'))
+            })
+            .await;
+            heard.open();
+        }
+    });
+    // No terminal: the question is refused, and the hook hears of it.
     let out = run_on(&mock, ws, &["--quiet", "write it"], &[]).await;
+    opener.await.unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let log = logged(&ws.join("asked.log"));
     assert_eq!(log.len(), 1, "{log:?}");

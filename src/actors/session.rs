@@ -73,8 +73,9 @@ pub(crate) enum SessionMsg {
     },
     /// The run's shared budget is spent.
     BudgetSpent(&'static str),
-    /// The Stop (or SubagentStop) hooks ran: why they block the end, if they do.
-    StopHooked(Option<String>),
+    /// The Stop (or SubagentStop) hooks of run `run` ran: why they block its
+    /// end, if they do.
+    StopHooked { run: u64, block: Option<String> },
     /// Run a check (`check::CheckRun`): outside the run machine, which it does
     /// not change.
     Check {
@@ -110,7 +111,7 @@ impl From<SessionMsg> for Input {
             SessionMsg::StopRun => Self::StopRun,
             SessionMsg::TimeUp { run } => Self::TimeUp { run },
             SessionMsg::BudgetSpent(reason) => Self::BudgetSpent { reason },
-            SessionMsg::StopHooked(block) => Self::StopHooked { block },
+            SessionMsg::StopHooked { run, block } => Self::StopHooked { run, block },
             SessionMsg::Check { .. } => unreachable!("a check is taken in `handle`"),
             // Turned into an input inside `handle`: the panic is the session's.
             #[cfg(feature = "test-support")]

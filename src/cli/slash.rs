@@ -36,8 +36,8 @@ pub(super) async fn slash(
     let Some(command) = commands::find(workspace, home, name)? else {
         return Ok(None);
     };
-    let filled = commands::fill(&command.body, args);
-    let (prompt, notes) = commands::expand(&filled, workspace, command.own || trusted).await;
+    let allowed = command.own || trusted;
+    let (prompt, notes) = commands::expand(&command.body, args, workspace, allowed).await;
     let source = command.source.display().to_string();
     warnings.extend(notes.into_iter().map(|n| format!("{source}: {n}")));
     // `Bash(git:*)` allows the Bash tool (its pattern is a permission, not

@@ -102,15 +102,25 @@ pub fn read(event: HookEvent, hook: &CommandHook, ran: &Ran) -> Answer {
                 ..Answer::default()
             }
         }
-        code => Answer {
-            notice: Some(format!(
+        code => {
+            let why = format!(
                 "{} exited {}: {}",
                 name(),
                 code.map_or("by a signal".to_owned(), |c| c.to_string()),
                 short(ran.stderr.trim())
-            )),
-            ..Answer::default()
-        },
+            );
+            // A guard that crashes (exit 1, 127) blocks when it says so.
+            match hook.block_on_failure {
+                true => Answer {
+                    block: Some(why),
+                    ..Answer::default()
+                },
+                false => Answer {
+                    notice: Some(why),
+                    ..Answer::default()
+                },
+            }
+        }
     }
 }
 
@@ -238,6 +248,19 @@ mod tests {
             &ran(0, "the date is today\n", ""),
         );
         assert_eq!(plain.context, ["the date is today"]);
+    }
+
+    #[test]
+    fn a_crashed_guard_blocks_only_when_it_says_so() {
+        let crashed = ran(127, "", "jq: not found");
+        let pre = HookEvent::PreToolUse;
+        assert!(read(pre, &hook(false), &crashed).block.is_none());
+        assert!(
+            read(pre, &hook(true), &crashed)
+                .block
+                .unwrap()
+                .contains("exited 127: jq: not found")
+        );
     }
 
     #[test]

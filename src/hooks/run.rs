@@ -53,31 +53,31 @@ pub async fn run(hook: &CommandHook, input: &Value, cwd: &Path, project_dir: &Pa
             };
         }
     };
-    let group = child.id().and_then(|id| Pid::from_raw(id as i32));
+    // Every process of the hook goes when it is done, or when its caller
+    // gives up on it (a cancelled call).
+    let group = Group(child.id().and_then(|id| Pid::from_raw(id as i32)));
     let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
     let body = serde_json::to_vec(input).unwrap_or_default();
-    let write = async move {
+    tokio::spawn(async move {
         if let Some(mut stdin) = stdin {
             // A hook that does not read its input is no failure.
             let _ = stdin.write_all(&body).await;
         }
+    });
+    let out = tokio::spawn(read_bounded(stdout));
+    let err = tokio::spawn(read_bounded(stderr));
+    let status = tokio::time::timeout(hook.timeout, child.wait()).await;
+    // What it left running (holding its output open) goes with it.
+    drop(group);
+    let output = |task: tokio::task::JoinHandle<String>| async move {
+        match tokio::time::timeout(DRAIN, task).await {
+            Ok(Ok(text)) => text,
+            _ => String::new(),
+        }
     };
-    let ran = async {
-        let ((), out, err, status) = tokio::join!(
-            write,
-            read_bounded(stdout),
-            read_bounded(stderr),
-            child.wait()
-        );
-        (out, err, status)
-    };
-    let outcome = tokio::time::timeout(hook.timeout, ran).await;
-    // Whatever it left running goes with it.
-    if let Some(group) = group {
-        let _ = kill_process_group(group, Signal::KILL);
-    }
-    match outcome {
-        Ok((stdout, stderr, Ok(status))) => Ran {
+    let (stdout, stderr) = (output(out).await, output(err).await);
+    match status {
+        Ok(Ok(status)) => Ran {
             exit_code: status.code(),
             failure: status
                 .code()
@@ -86,7 +86,7 @@ pub async fn run(hook: &CommandHook, input: &Value, cwd: &Path, project_dir: &Pa
             stdout,
             stderr,
         },
-        Ok((stdout, stderr, Err(e))) => Ran {
+        Ok(Err(e)) => Ran {
             failure: Some(format!("it could not be waited for: {e}")),
             stdout,
             stderr,
@@ -102,11 +102,33 @@ pub async fn run(hook: &CommandHook, input: &Value, cwd: &Path, project_dir: &Pa
     }
 }
 
-/// What `pipe` gives, up to [`MAX_OUTPUT`] bytes.
+/// How long a hook's output is read for once it has exited.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A hook's process group, killed when dropped.
+struct Group(Option<Pid>);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if let Some(group) = self.0 {
+            let _ = kill_process_group(group, Signal::KILL);
+        }
+    }
+}
+
+/// What `pipe` gives, up to [`MAX_OUTPUT`] bytes; the rest is read and
+/// dropped, so that a hook that writes more is not held up.
 async fn read_bounded(pipe: Option<impl tokio::io::AsyncRead + Unpin>) -> String {
     let mut text = Vec::new();
-    if let Some(pipe) = pipe {
-        let _ = pipe.take(MAX_OUTPUT).read_to_end(&mut text).await;
+    if let Some(mut pipe) = pipe {
+        let mut chunk = [0u8; 8192];
+        while let Ok(n) = pipe.read(&mut chunk).await {
+            if n == 0 {
+                break;
+            }
+            let room = (MAX_OUTPUT as usize).saturating_sub(text.len());
+            text.extend_from_slice(&chunk[..n.min(room)]);
+        }
     }
     String::from_utf8_lossy(&text).into_owned()
 }
@@ -148,6 +170,20 @@ mod tests {
         );
         assert_eq!(ran.stderr, "oops\n");
         assert_eq!(ran.failure, None);
+    }
+
+    #[tokio::test]
+    async fn a_hook_that_leaves_a_child_holding_its_output_answers_when_it_exits() {
+        let dir = tempfile::tempdir().unwrap();
+        let ran = run(
+            &hook("echo answered; sleep 30 & exit 0", Duration::from_secs(20)),
+            &json!({}),
+            dir.path(),
+            dir.path(),
+        )
+        .await;
+        assert_eq!((ran.exit_code, ran.failure), (Some(0), None));
+        assert_eq!(ran.stdout, "answered\n");
     }
 
     #[tokio::test]

@@ -115,6 +115,9 @@ struct Run {
     timed_out: bool,
     /// How many times its Stop hooks kept it going.
     stop_hook_blocks: u32,
+    /// Its Stop hooks let its answer stand: it ends with it unless steers
+    /// that came meanwhile keep it going.
+    stop_hooks_passed: bool,
     /// The same tool call made again and again.
     repeats: Repeats,
     /// The turn count at which the conversation was last compacted: once per
@@ -187,6 +190,7 @@ impl Run {
             stop: None,
             timed_out: false,
             stop_hook_blocks: 0,
+            stop_hooks_passed: false,
             repeats: Repeats::default(),
             compacted_at: None,
             overflow_compacted: false,
@@ -310,7 +314,7 @@ impl Machine {
             Input::BudgetSpent { reason } => self.on_budget_spent(now, reason),
             Input::TurnFinished { stream, result } => self.on_turn_finished(now, stream, result),
             Input::RetryDue { stream } => self.on_retry_due(now, stream),
-            Input::StopHooked { block } => self.on_stop_hooked(now, block),
+            Input::StopHooked { run, block } => self.on_stop_hooked(now, run, block),
             Input::ToolDone(done) => self.on_tool_done(now, done),
             Input::Synced(result) => self.on_synced(now, result),
             Input::Taken(prompts) => self.on_taken(now, prompts),
@@ -533,17 +537,26 @@ impl Machine {
         let Some(run) = self.run.as_mut() else {
             return;
         };
-        if run.stop_hook_blocks >= MAX_STOP_HOOK_BLOCKS {
+        if run.stop_hooks_passed || run.stop_hook_blocks >= MAX_STOP_HOOK_BLOCKS {
             return self.complete(now, text, truncated);
         }
         let active = run.stop_hook_blocks > 0;
+        let started_by = run.prompts[0];
         run.phase = Phase::StopHooks { text, truncated };
-        self.emit(Effect::StopHooks { active });
+        self.emit(Effect::StopHooks {
+            run: started_by,
+            active,
+        });
     }
 
     /// The Stop hooks answered: a block keeps the run going with their reason.
-    fn on_stop_hooked(&mut self, now: Instant, block: Option<String>) {
-        let Some(run) = self.run.as_mut() else {
+    fn on_stop_hooked(&mut self, now: Instant, started_by: u64, block: Option<String>) {
+        // An answer for a run that has ended, or that is past them, is late.
+        let Some(run) = self
+            .run
+            .as_mut()
+            .filter(|r| r.prompts[0] == started_by && matches!(r.phase, Phase::StopHooks { .. }))
+        else {
             return;
         };
         let Phase::StopHooks { text, truncated } =
@@ -552,7 +565,11 @@ impl Machine {
             return;
         };
         match block {
-            None => self.complete(now, text, truncated),
+            // Steers that came while they ran still join the run.
+            None => {
+                run.stop_hooks_passed = true;
+                self.ask(Awaiting::Finishing { text, truncated }, Effect::TakeSteers);
+            }
             Some(reason) => {
                 run.stop_hook_blocks += 1;
                 self.record(Message::user(format!(
@@ -602,6 +619,10 @@ impl Machine {
     /// until a sync that is waited for (a tool with effects starting, the run's
     /// end), and that sync covers them, a sync being of the whole file.
     fn join(&mut self, now: Instant, prompts: Vec<QueuedPrompt>) {
+        if let Some(run) = self.run.as_mut() {
+            // Its next answer is asked of the Stop hooks again.
+            run.stop_hooks_passed = false;
+        }
         for prompt in prompts {
             if let Some(run) = self.run.as_mut() {
                 run.prompts.push(prompt.seq);

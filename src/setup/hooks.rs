@@ -27,7 +27,16 @@ pub(super) fn read(
             // The permission rules' reading names a file that is not JSON.
             continue;
         };
-        let (found, notes) = config::parse(&file.path, &value).map_err(ConfigError::Invalid)?;
+        let untrusted = file.origin == Origin::Workspace && !trusted;
+        let (found, notes) = match config::parse(&file.path, &value) {
+            Ok(parsed) => parsed,
+            // Hooks that would not run anyway stop nothing.
+            Err(e) if untrusted => {
+                warnings.push(format!("{e}; the workspace's hooks are not run"));
+                continue;
+            }
+            Err(e) => return Err(ConfigError::Invalid(e)),
+        };
         warnings.extend(notes);
         for event in [HookEvent::PreCompact] {
             if found.iter().any(|(e, _)| *e == event) {
@@ -41,8 +50,8 @@ pub(super) fn read(
         if found.is_empty() {
             continue;
         }
-        if file.origin == Origin::Workspace && !trusted {
-            warnings.push(untrusted(&file.path, &found));
+        if untrusted {
+            warnings.push(not_run(&file.path, &found));
             continue;
         }
         groups.extend(found);
@@ -51,7 +60,7 @@ pub(super) fn read(
 }
 
 /// The warning for a workspace file's hooks that are not run.
-fn untrusted(path: &Path, found: &[(HookEvent, crate::hooks::Group)]) -> String {
+fn not_run(path: &Path, found: &[(HookEvent, crate::hooks::Group)]) -> String {
     let commands: Vec<String> = found
         .iter()
         .flat_map(|(event, group)| {

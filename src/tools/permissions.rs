@@ -423,13 +423,17 @@ impl Gate {
             (Some(RuleVerdict::Allow), _) => Verdict::Allow,
             (Some(RuleVerdict::Deny) | None, by_mode) => by_mode,
         };
-        // A PreToolUse hook's decision comes after the rules that refuse and
+        // A PreToolUse hook's decision comes after the rules that refuse or
+        // ask (an allow does not pass an ask rule, as in Claude Code) and
         // before the mode (plan mode still never runs effects).
+        use crate::hooks::Permission;
+        let rule_asks = matches!(ruled, Some(RuleVerdict::Ask | RuleVerdict::Unreadable));
         let decided = match (decided, hooked) {
             (Verdict::Deny, _) | (_, None) => decided,
-            (_, Some(crate::hooks::Permission::Allow)) => Verdict::Allow,
-            (_, Some(crate::hooks::Permission::Ask)) => Verdict::Ask,
-            (_, Some(crate::hooks::Permission::Deny)) => Verdict::Deny,
+            (_, Some(Permission::Allow)) if !rule_asks => Verdict::Allow,
+            (_, Some(Permission::Allow)) => decided,
+            (_, Some(Permission::Ask)) => Verdict::Ask,
+            (_, Some(Permission::Deny)) => Verdict::Deny,
         };
         // A protected path (git's, the agents', editors' and shells' files) is
         // changed only with a person's yes, whatever an allow rule or
@@ -440,8 +444,8 @@ impl Gate {
             Verdict::Allow if protected => Verdict::Ask,
             decided => decided,
         };
-        let asked_by_rule =
-            protected || matches!(ruled, Some(RuleVerdict::Ask | RuleVerdict::Unreadable));
+        // Asked by a rule or a hook: an earlier "always" does not answer it.
+        let asked_by_rule = protected || rule_asks || hooked == Some(Permission::Ask);
         match decided {
             Verdict::Allow => Ok(()),
             Verdict::Deny => Err(denied(format!(
@@ -474,7 +478,7 @@ impl Gate {
                     "the {} agent needs your permission to use {tool}",
                     self.agent
                 );
-                self.notify(ctx, &message).await;
+                self.notify(ctx, message);
                 // One question at a time: one answered "always" while this
                 // call waited its turn covers it.
                 let _turn = self.remembered.turn_to_ask().await;

@@ -121,7 +121,7 @@ impl SessionState {
                     background: queue.background_running(),
                 })
             }
-            Effect::StopHooks { active } => self.stop_hooks(myself, active),
+            Effect::StopHooks { run, active } => self.stop_hooks(myself, run, active),
             Effect::Reattach { call, task } => {
                 self.reattach(&call, task).await;
                 None
@@ -227,14 +227,14 @@ impl SessionState {
     /// Runs the Stop hooks (SubagentStop for a sub-agent) in a task of their
     /// own, which answers the session when they are done; at once when there
     /// are none.
-    fn stop_hooks(&self, myself: &ActorRef<SessionMsg>, active: bool) -> Option<Input> {
+    fn stop_hooks(&self, myself: &ActorRef<SessionMsg>, run: u64, active: bool) -> Option<Input> {
         use crate::hooks::{Answer, HookEvent};
         let event = match self.spec.parent {
             Some(_) => HookEvent::SubagentStop,
             None => HookEvent::Stop,
         };
         if !self.env.hooks.has(event) {
-            return Some(Input::StopHooked { block: None });
+            return Some(Input::StopHooked { run, block: None });
         }
         let hooks = self.env.hooks.clone();
         let place = crate::hooks::Place {
@@ -253,7 +253,10 @@ impl SessionState {
                 publisher.publish(run.event(event));
             }
             let answer = Answer::combine(fired.into_iter().map(|f| f.answer));
-            let _ = session.cast(SessionMsg::StopHooked(answer.block));
+            let _ = session.cast(SessionMsg::StopHooked {
+                run,
+                block: answer.block,
+            });
         });
         None
     }

@@ -37,6 +37,8 @@ pub(crate) enum Effect {
     /// end; `active`: an earlier run of them kept it going. They answer with
     /// [`super::Input::StopHooked`], at once when there are none.
     StopHooks {
+        /// The run (the prompt that started it), which the answer names.
+        run: u64,
         /// `stop_hook_active`.
         active: bool,
     },

@@ -64,6 +64,8 @@ pub(crate) enum Input {
     /// The Stop (or SubagentStop) hooks of a run about to end ran: why they
     /// block its end, if they do.
     StopHooked {
+        /// The run they ran for (the prompt that started it).
+        run: u64,
         /// Their reason, told to the model.
         block: Option<String>,
     },

@@ -60,10 +60,21 @@ impl Gate {
     }
 
     /// Runs the `Notification` hooks with `message` (a person is about to be
-    /// asked something); what they answer changes nothing.
-    pub(super) async fn notify(&self, ctx: &ToolContext, message: &str) {
-        let fields = json!({ "message": message });
-        self.fire(HookEvent::Notification, None, ctx, fields).await;
+    /// asked something) without waiting for them: what they answer changes
+    /// nothing, and the question is not held up.
+    pub(super) fn notify(&self, ctx: &ToolContext, message: String) {
+        if !self
+            .hooks
+            .as_ref()
+            .is_some_and(|h| h.has(HookEvent::Notification))
+        {
+            return;
+        }
+        let (gate, ctx) = (self.clone(), ctx.clone());
+        tokio::spawn(async move {
+            let fields = json!({ "message": message });
+            gate.fire(HookEvent::Notification, None, &ctx, fields).await;
+        });
     }
 
     /// Runs the hooks of `event` for `tool` (none when the run has none),

@@ -281,3 +281,29 @@ fn a_stop_hook_that_always_blocks_cannot_keep_a_run_going_forever() {
     assert!(matches!(sim.outcome(p), Some(Outcome::Completed { .. })));
     assert_eq!(sim.stop_hooks_active.len(), max);
 }
+
+#[test]
+fn a_stop_hooks_answer_that_comes_after_its_run_ended_changes_nothing() {
+    let mut sim = Sim::new(spec());
+    sim.defer_stop_hooks = true;
+    let p = sim.prompt("first");
+    sim.answer(text("first answer"));
+    let late = sim.deferred_stop_hooks.pop().expect("the hooks were asked");
+    sim.cancel();
+    assert!(matches!(sim.outcome(p), Some(Outcome::Cancelled { .. })));
+    let q = sim.prompt("second");
+    assert!(sim.stream.is_some(), "the second run streams");
+    // The first run's hooks answer now, blocking: the second run goes on.
+    sim.input(crate::session::machine::Input::StopHooked {
+        run: late,
+        block: Some("too late".into()),
+    });
+    assert!(sim.stream.is_some(), "still streaming");
+    sim.defer_stop_hooks = false;
+    sim.answer(text("second answer"));
+    match sim.outcome(q) {
+        Some(Outcome::Completed { text, .. }) => assert_eq!(text, "second answer"),
+        other => panic!("{other:?}"),
+    }
+    assert!(!last_prompt(&sim).contains("too late"));
+}

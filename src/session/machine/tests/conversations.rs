@@ -535,10 +535,23 @@ fn a_finished_run_whose_end_cannot_be_kept_is_told_as_failed() {
         background: 0,
     };
     let effects = sim.machine.handle(sim.now, steers);
-    assert_eq!(effects.last(), Some(&Effect::StopHooks { active: false }));
-    let effects = sim
-        .machine
-        .handle(sim.now, Input::StopHooked { block: None });
+    let Some(Effect::StopHooks {
+        run: started_by, ..
+    }) = effects.last().cloned()
+    else {
+        panic!("{effects:?}")
+    };
+    let hooked = Input::StopHooked {
+        run: started_by,
+        block: None,
+    };
+    let effects = sim.machine.handle(sim.now, hooked);
+    assert_eq!(effects.last(), Some(&Effect::TakeSteers));
+    let steers = Input::Steers {
+        prompts: Vec::new(),
+        background: 0,
+    };
+    let effects = sim.machine.handle(sim.now, steers);
     assert_eq!(effects.last(), Some(&Effect::Sync));
     let effects = sim.machine.handle(
         sim.now,

@@ -200,6 +200,9 @@ pub(super) struct Sim {
     pub(super) stop_hook_blocks: VecDeque<String>,
     /// The `stop_hook_active` of each run of them.
     pub(super) stop_hooks_active: Vec<bool>,
+    /// The Stop hooks answer later, when the test says (their runs, in turn).
+    pub(super) defer_stop_hooks: bool,
+    pub(super) deferred_stop_hooks: Vec<u64>,
     mailbox: VecDeque<Input>,
     /// Broken invariants.
     pub(super) violations: Vec<String>,
@@ -272,6 +275,8 @@ impl Sim {
             effects: Vec::new(),
             stop_hook_blocks: VecDeque::new(),
             stop_hooks_active: Vec::new(),
+            defer_stop_hooks: false,
+            deferred_stop_hooks: Vec::new(),
             mailbox: VecDeque::new(),
             violations: Vec::new(),
             machine_meter,
@@ -326,9 +331,14 @@ impl Sim {
             Effect::FallBack => {}
             // The hooks a test sets block with these reasons, one per run of
             // them; none set: they let the run end.
-            Effect::StopHooks { active } => {
+            Effect::StopHooks { run, active } => {
                 self.stop_hooks_active.push(active);
+                if self.defer_stop_hooks {
+                    self.deferred_stop_hooks.push(run);
+                    return None;
+                }
                 return Some(Input::StopHooked {
+                    run,
                     block: self.stop_hook_blocks.pop_front(),
                 });
             }
