@@ -273,6 +273,15 @@ impl Handle {
         self.start_with(SessionId::new(), spec, None).await
     }
 
+    /// Starts a session whose id, `id`, was chosen first (fresh, unused).
+    pub async fn start_session_as(
+        &self,
+        id: SessionId,
+        spec: SessionSpec,
+    ) -> Result<SessionId, SessionError> {
+        self.start_with(id, spec, None).await
+    }
+
     /// Starts session `id` with `prompt` already queued.
     async fn start_with(
         &self,

@@ -314,6 +314,11 @@ async fn user_prompt_submit_hooks_add_context_or_refuse_the_prompt() {
         1,
         "the refused prompt reached no model"
     );
+    // And it left no run behind (`-c` goes on with the one before).
+    let journals = std::fs::read_dir(crate::support::harness::state(ws).sessions())
+        .unwrap()
+        .count();
+    assert_eq!(journals, 1, "one run, the first");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -569,4 +574,31 @@ async fn a_skill_is_listed_loaded_and_its_files_read_and_a_role_selects_its_skil
         seen.contains("- charts:") && !seen.contains("- pdf:"),
         "{seen}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_hook_is_told_to_the_person_even_with_quiet() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    settings(
+        ws,
+        &json!({ "hooks": { "PreToolUse": [{ "hooks": [{ "type": "command", "command": "echo broken >&2; exit 1" }] }] } }),
+        &[],
+    );
+    let mock = MockLlm::start_with(|request, _| match request.results() {
+        0 => Reply::tool_calls(&[("ls", "Ls", json!({ "path": "." }))]),
+        _ => Reply::text("done"),
+    })
+    .await;
+    let out = run_on(&mock, ws, &["--quiet", "look"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(
+            "orchestrate: warning: the PreToolUse hook `echo broken >&2; exit 1` exited 1: broken"
+        ),
+        "{err}"
+    );
+    // The call went on.
+    assert!(!results(&mock)["ls"].starts_with("Error:"));
 }

@@ -248,9 +248,40 @@ where
         Lead::Resume { .. } => "resume",
     };
     let mode = spec.permission_mode;
-    let (started, prompt) = match lead {
-        Lead::New(task) => (runtime.start_session(spec).await, Some(task)),
-        Lead::Resume { run, prompt, .. } => (runtime.resume_session(run, spec).await, prompt),
+    // The lead's id comes first: the person's prompt goes through its
+    // SessionStart and UserPromptSubmit hooks before anything of the run is
+    // kept, so that a prompt they refuse leaves no run behind.
+    let (lead_id, prompt) = match &lead {
+        Lead::New(task) => (SessionId::new(), Some(task.clone())),
+        Lead::Resume { run, prompt, .. } => (*run, prompt.clone()),
+    };
+    let lead_hooks = super::hooks::LeadHooks::new(
+        hooks,
+        crate::hooks::Place {
+            session: lead_id.to_string(),
+            cwd: workspace,
+            transcript: Some(state.journal(lead_id)),
+            permission_mode: mode.name().to_owned(),
+        },
+        runtime.handle(),
+        lead_id,
+        &role,
+    );
+    let prompt = match prompt {
+        Some(p) => match lead_hooks.prompt(p, Some(source)).await {
+            Ok(p) => Some(p),
+            Err(refused) => {
+                let _ = writeln!(err, "orchestrate: {refused}");
+                lead_hooks.end("prompt_refused").await;
+                runtime.shutdown().await;
+                return ExitCode::from(exit::FAILED);
+            }
+        },
+        None => None,
+    };
+    let started = match lead {
+        Lead::New(_) => runtime.start_session_as(lead_id, spec).await,
+        Lead::Resume { run, .. } => runtime.resume_session(run, spec).await,
     };
     let id = match started {
         Ok(id) => id,
@@ -279,31 +310,6 @@ where
     // not a frame late (taken before the prompt; a resumed run that ended while
     // it resumed is found by the next frame); its other events wait for a frame.
     let mut lead_events = runtime.subscribe_session_terminal(id);
-    let lead_hooks = super::hooks::LeadHooks::new(
-        hooks,
-        crate::hooks::Place {
-            session: id.to_string(),
-            cwd: workspace,
-            transcript: Some(state.journal(id)),
-            permission_mode: mode.name().to_owned(),
-        },
-        runtime.handle(),
-        id,
-        &role,
-    );
-    let prompt = match prompt {
-        Some(p) => match lead_hooks.prompt(p, Some(source)).await {
-            Ok(p) => Some(p),
-            Err(refused) => {
-                let _ = writeln!(err, "orchestrate: {refused}");
-                lead_hooks.end("prompt_refused").await;
-                drop(control);
-                runtime.shutdown().await;
-                return ExitCode::from(exit::FAILED);
-            }
-        },
-        None => None,
-    };
     // The run's end: the terminal event answering the prompt, or, for a resumed
     // run with no new prompt, the first terminal event of the lead.
     let prompt = prompt.map(|p| runtime.prompt(id, p));

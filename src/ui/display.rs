@@ -94,6 +94,12 @@ impl Display {
                 .iter()
                 .map(|lack| format!("a private checkout is partial: {lack}"))
                 .collect(),
+            // A hook's failure or message is the person's to see, also on
+            // the live tree and with --quiet (plain lines say it already).
+            EventKind::HookRan {
+                notice: Some(notice),
+                ..
+            } if !matches!(self.mode, Progress::Plain) => vec![notice.clone()],
             _ => Vec::new(),
         };
         for line in warning {
