@@ -602,3 +602,77 @@ async fn a_failing_hook_is_told_to_the_person_even_with_quiet() {
     // The call went on.
     assert!(!results(&mock)["ls"].starts_with("Error:"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pre_compact_hook_hears_of_a_compaction_by_its_trigger() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    settings(
+        ws,
+        &json!({ "hooks": { "PreCompact": [
+            { "matcher": "auto", "hooks": [script("log.sh")] },
+            { "matcher": "manual", "hooks": [{ "type": "command", "command": "touch \"$CLAUDE_PROJECT_DIR/manual\"" }] },
+        ] } }),
+        &[(
+            "log.sh",
+            r#"line=$(cat); printf '%s\n' "$line" >> "$CLAUDE_PROJECT_DIR/compact.log""#,
+        )],
+    );
+    std::fs::write(
+        ws.join("orchestrate.toml"),
+        "[model_info.\"m\"]\ncontext_window = 4000\nmax_output = 500\n",
+    )
+    .unwrap();
+    for i in 0..4 {
+        let line = format!("file {i}: {}\n", "data ".repeat(20));
+        std::fs::write(
+            ws.join(format!("f{i}.txt")),
+            line.repeat(6_000 / line.len()),
+        )
+        .unwrap();
+    }
+    // The run ends once the hook has written (it runs beside the compaction).
+    let heard = crate::support::mock_llm::Gate::new();
+    let reads = std::sync::atomic::AtomicUsize::new(0);
+    let mock = MockLlm::start_with({
+        let heard = heard.clone();
+        move |request, _| {
+            if request.system().starts_with("You compress the history") {
+                return Reply::text("SUMMARY: four files of data.");
+            }
+            // Counted here: the requests after a compaction hold fewer results.
+            match reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                n if n < 4 => Reply::tool_calls(&[(
+                    &format!("r{n}"),
+                    "Read",
+                    json!({ "file_path": format!("f{n}.txt") }),
+                )]),
+                _ => Reply::text("read them all")
+                    .with_end(crate::support::mock_llm::End::HoldAfter(0, heard.clone())),
+            }
+        }
+    })
+    .await;
+    let log_file = ws.join("compact.log");
+    let opener = tokio::spawn({
+        let (heard, log_file) = (heard.clone(), log_file.clone());
+        async move {
+            crate::support::harness::wait_until("the PreCompact hook wrote", || {
+                std::fs::read_to_string(&log_file).is_ok_and(|t| t.ends_with('\n'))
+            })
+            .await;
+            heard.open();
+        }
+    });
+    let out = run_on(&mock, ws, &["--quiet", "read every file"], &[]).await;
+    opener.await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let log = logged(&log_file);
+    assert!(!log.is_empty());
+    assert_eq!(log[0]["hook_event_name"], "PreCompact");
+    assert_eq!(log[0]["trigger"], "auto");
+    assert!(
+        !ws.join("manual").exists(),
+        "a manual matcher does not run for an automatic compaction"
+    );
+}

@@ -38,7 +38,7 @@ impl LeadHooks {
 
     /// Runs `event`'s hooks with `fields`, telling each run as the lead's
     /// event; their answers together.
-    async fn fire(&self, event: HookEvent, fields: serde_json::Value) -> Answer {
+    async fn fire(&self, event: HookEvent, on: Option<&str>, fields: serde_json::Value) -> Answer {
         if !self.hooks.has(event) {
             return Answer::default();
         }
@@ -46,7 +46,7 @@ impl LeadHooks {
             serde_json::Value::Object(fields) => fields,
             _ => serde_json::Map::new(),
         };
-        let fired = self.hooks.fire(event, None, &self.place, fields).await;
+        let fired = self.hooks.fire(event, on, &self.place, fields).await;
         for run in &fired {
             self.handle
                 .publish(self.lead, &self.agent, run.event(event));
@@ -67,6 +67,7 @@ impl LeadHooks {
             let started = self
                 .fire(
                     HookEvent::SessionStart,
+                    Some(source),
                     serde_json::json!({ "source": source }),
                 )
                 .await;
@@ -75,6 +76,7 @@ impl LeadHooks {
         let submitted = self
             .fire(
                 HookEvent::UserPromptSubmit,
+                None,
                 serde_json::json!({ "prompt": prompt }),
             )
             .await;
@@ -92,10 +94,7 @@ impl LeadHooks {
 
     /// Runs the `SessionEnd` hooks.
     pub(super) async fn end(&self, reason: &str) {
-        self.fire(
-            HookEvent::SessionEnd,
-            serde_json::json!({ "reason": reason }),
-        )
-        .await;
+        let fields = serde_json::json!({ "reason": reason });
+        self.fire(HookEvent::SessionEnd, None, fields).await;
     }
 }

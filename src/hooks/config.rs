@@ -74,6 +74,12 @@ impl HookEvent {
     pub fn is_tool_event(self) -> bool {
         matches!(self, Self::PreToolUse | Self::PostToolUse)
     }
+
+    /// Whether it has a matcher: a tool's name, `SessionStart`'s source
+    /// (`startup`, `resume`), `PreCompact`'s trigger (`manual`, `auto`).
+    pub fn has_matcher(self) -> bool {
+        self.is_tool_event() || matches!(self, Self::SessionStart | Self::PreCompact)
+    }
 }
 
 /// A matcher and the hooks it runs.
@@ -138,7 +144,7 @@ pub fn parse(path: &Path, settings: &Value) -> Result<(Groups, Vec<String>), Str
             let matcher = match &entry["matcher"] {
                 Value::Null => None,
                 Value::String(m) if m.is_empty() || m == "*" => None,
-                Value::String(m) if event.is_tool_event() => Some(
+                Value::String(m) if event.has_matcher() => Some(
                     regex::Regex::new(&format!("^(?:{m})$"))
                         .map_err(|e| format!("{at}.matcher: not a pattern: {e}"))?,
                 ),
@@ -231,6 +237,23 @@ mod tests {
         assert!(matches(1, "Write") && matches(1, "Edit") && !matches(1, "MultiEdit"));
         assert!(matches(2, "mcp__github__create_issue") && !matches(2, "mcp__gitlab__x"));
         assert!(matches(3, "Anything") && matches(4, "Anything"));
+    }
+
+    #[test]
+    fn session_start_and_pre_compact_match_their_source_and_trigger() {
+        let hook = json!([{ "type": "command", "command": "true" }]);
+        let parsed = groups(&json!({ "hooks": {
+            "SessionStart": [{ "matcher": "resume", "hooks": hook }],
+            "PreCompact": [{ "matcher": "manual", "hooks": hook }],
+            "Stop": [{ "matcher": "ignored", "hooks": hook }],
+        } }));
+        let matches = |event: HookEvent, on: Option<&str>| {
+            parsed.iter().any(|(e, g)| *e == event && g.matches(on))
+        };
+        assert!(matches(HookEvent::SessionStart, Some("resume")));
+        assert!(!matches(HookEvent::SessionStart, Some("startup")));
+        assert!(!matches(HookEvent::PreCompact, Some("auto")));
+        assert!(matches(HookEvent::Stop, None), "a Stop matcher means nothing");
     }
 
     #[test]

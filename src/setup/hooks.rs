@@ -38,15 +38,6 @@ pub(super) fn read(
             Err(e) => return Err(ConfigError::Invalid(e)),
         };
         warnings.extend(notes);
-        for event in [HookEvent::PreCompact] {
-            if found.iter().any(|(e, _)| *e == event) {
-                warnings.push(format!(
-                    "{}: hooks.{} are not supported yet and are not run",
-                    file.path.display(),
-                    event.name()
-                ));
-            }
-        }
         if found.is_empty() {
             continue;
         }

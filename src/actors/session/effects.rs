@@ -122,6 +122,10 @@ impl SessionState {
                 })
             }
             Effect::StopHooks { run, active } => self.stop_hooks(myself, run, active),
+            Effect::PreCompact => {
+                self.pre_compact();
+                None
+            }
             Effect::Reattach { call, task } => {
                 self.reattach(&call, task).await;
                 None
@@ -224,6 +228,39 @@ impl SessionState {
         }
     }
 
+    /// Runs the PreCompact hooks in a task of their own (they cannot hold the
+    /// compaction up); their runs are told as the session's events.
+    fn pre_compact(&self) {
+        use crate::hooks::HookEvent;
+        if !self.env.hooks.has(HookEvent::PreCompact) {
+            return;
+        }
+        let (hooks, publisher, place) = (
+            self.env.hooks.clone(),
+            self.publisher.clone(),
+            self.hook_place(),
+        );
+        tokio::spawn(async move {
+            let mut fields = serde_json::Map::new();
+            fields.insert("trigger".into(), "auto".into());
+            fields.insert("custom_instructions".into(), "".into());
+            let event = HookEvent::PreCompact;
+            for run in hooks.fire(event, Some("auto"), &place, fields).await {
+                publisher.publish(run.event(event));
+            }
+        });
+    }
+
+    /// Where this session's hooks run, as their input says.
+    fn hook_place(&self) -> crate::hooks::Place {
+        crate::hooks::Place {
+            session: self.id.to_string(),
+            cwd: self.place.workspace.clone(),
+            transcript: Some(self.journal_path.clone()),
+            permission_mode: self.spec.permission_mode.name().to_owned(),
+        }
+    }
+
     /// Runs the Stop hooks (SubagentStop for a sub-agent) in a task of their
     /// own, which answers the session when they are done; at once when there
     /// are none.
@@ -237,12 +274,7 @@ impl SessionState {
             return Some(Input::StopHooked { run, block: None });
         }
         let hooks = self.env.hooks.clone();
-        let place = crate::hooks::Place {
-            session: self.id.to_string(),
-            cwd: self.place.workspace.clone(),
-            transcript: Some(self.journal_path.clone()),
-            permission_mode: self.spec.permission_mode.name().to_owned(),
-        };
+        let place = self.hook_place();
         let publisher = self.publisher.clone();
         let session = myself.clone();
         tokio::spawn(async move {

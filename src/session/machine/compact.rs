@@ -90,6 +90,8 @@ impl Machine {
     /// estimate says, for an overflow): a summary stream started (the turn waits
     /// for it), or the results elided (enough, or all there was to do).
     pub(super) fn compact(&mut self, attempt: u32, force: bool) -> Compaction {
+        // Its PreCompact hooks hear of it (they cannot hold it up).
+        self.emit(Effect::PreCompact);
         let before = self.context_tokens();
         if let Some(run) = self.run.as_mut() {
             run.compacted_at = Some(run.stats.turns);

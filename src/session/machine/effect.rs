@@ -33,6 +33,9 @@ pub(crate) enum Effect {
     },
     /// Stream with the spec's fallback model's provider from now on.
     FallBack,
+    /// The conversation is about to be compacted: run the PreCompact hooks,
+    /// without waiting for them.
+    PreCompact,
     /// Run the Stop hooks (SubagentStop for a sub-agent) of a run about to
     /// end; `active`: an earlier run of them kept it going. They answer with
     /// [`super::Input::StopHooked`], at once when there are none.

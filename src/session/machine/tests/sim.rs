@@ -328,7 +328,7 @@ impl Sim {
                 return Some(Input::Synced(Ok(())));
             }
             Effect::SyncInBackground => self.behind = self.journal.len(),
-            Effect::FallBack => {}
+            Effect::FallBack | Effect::PreCompact => {}
             // The hooks a test sets block with these reasons, one per run of
             // them; none set: they let the run end.
             Effect::StopHooks { run, active } => {
