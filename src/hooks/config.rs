@@ -253,7 +253,10 @@ mod tests {
         assert!(matches(HookEvent::SessionStart, Some("resume")));
         assert!(!matches(HookEvent::SessionStart, Some("startup")));
         assert!(!matches(HookEvent::PreCompact, Some("auto")));
-        assert!(matches(HookEvent::Stop, None), "a Stop matcher means nothing");
+        assert!(
+            matches(HookEvent::Stop, None),
+            "a Stop matcher means nothing"
+        );
     }
 
     #[test]
