@@ -676,3 +676,60 @@ async fn a_pre_compact_hook_hears_of_a_compaction_by_its_trigger() {
         "a manual matcher does not run for an automatic compaction"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_start_adds_context_by_its_source_and_session_end_runs_at_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    let log = r#"line=$(cat); printf '%s\n' "$line" >> "$CLAUDE_PROJECT_DIR/session.log""#;
+    settings(
+        ws,
+        &json!({ "hooks": {
+            "SessionStart": [
+                { "matcher": "startup", "hooks": [script("log.sh"), { "type": "command", "command": "cat >/dev/null; echo 'Indent with tabs.'" }] },
+                { "matcher": "resume", "hooks": [script("log.sh")] },
+            ],
+            "SessionEnd": [{ "hooks": [script("log.sh")] }],
+        } }),
+        &[("log.sh", log)],
+    );
+    let mock = MockLlm::start_with(|_, _| Reply::text("ok")).await;
+    let out = run_on(&mock, ws, &["--quiet", "format it"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let prompt = mock.requests()[0].body["messages"][1]["content"].clone();
+    assert_eq!(prompt, "format it\n\nIndent with tabs.");
+    let out = run_on(&mock, ws, &["--quiet", "resume", "and again"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let last = mock.requests().pop().unwrap();
+    let messages = last.body["messages"].as_array().unwrap();
+    assert_eq!(
+        messages.last().unwrap()["content"],
+        "and again",
+        "no startup context on resume"
+    );
+    let log = logged(&ws.join("session.log"));
+    let seen: Vec<(String, String)> = log
+        .iter()
+        .map(|e| {
+            let what = e["source"]
+                .as_str()
+                .or(e["reason"].as_str())
+                .unwrap_or_default();
+            (
+                e["hook_event_name"].as_str().unwrap_or_default().to_owned(),
+                what.to_owned(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("SessionStart", "startup"),
+        ("SessionEnd", "other"),
+        ("SessionStart", "resume"),
+        ("SessionEnd", "other"),
+    ];
+    let expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+        .collect();
+    assert_eq!(seen, expected);
+}
