@@ -91,18 +91,21 @@ impl Hooks {
             .collect()
     }
 
-    /// Runs every hook of `event` (for `tool`) at `place` with `fields` added
-    /// to the event's JSON, in parallel; each one's run, in declaration order.
+    /// Runs every hook of `event` (for `tool`) at `place` with `fields` (a
+    /// JSON object) added to the event's JSON, in parallel; tells each run
+    /// (its `hook_ran` event) to `tell`, in declaration order; their answers
+    /// together.
     pub async fn fire(
         self: &Arc<Self>,
         event: HookEvent,
         tool: Option<&str>,
         place: &Place,
-        fields: serde_json::Map<String, Value>,
-    ) -> Vec<Fired> {
+        fields: Value,
+        tell: impl Fn(crate::protocol::EventKind),
+    ) -> Answer {
         let hooks = self.matching(event, tool);
         if hooks.is_empty() {
-            return Vec::new();
+            return Answer::default();
         }
         let mut input = serde_json::Map::new();
         input.insert("hook_event_name".into(), event.name().into());
@@ -118,7 +121,9 @@ impl Hooks {
             "permission_mode".into(),
             place.permission_mode.clone().into(),
         );
-        input.extend(fields);
+        if let Value::Object(fields) = fields {
+            input.extend(fields);
+        }
         let input = Value::Object(input);
         let runs = hooks.iter().map(|hook| {
             let input = &input;
@@ -131,6 +136,10 @@ impl Hooks {
                 }
             }
         });
-        futures::future::join_all(runs).await
+        let fired = futures::future::join_all(runs).await;
+        for run in &fired {
+            tell(run.event(event));
+        }
+        Answer::combine(fired.into_iter().map(|f| f.answer))
     }
 }

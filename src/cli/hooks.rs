@@ -39,19 +39,8 @@ impl LeadHooks {
     /// Runs `event`'s hooks with `fields`, telling each run as the lead's
     /// event; their answers together.
     async fn fire(&self, event: HookEvent, on: Option<&str>, fields: serde_json::Value) -> Answer {
-        if !self.hooks.has(event) {
-            return Answer::default();
-        }
-        let fields = match fields {
-            serde_json::Value::Object(fields) => fields,
-            _ => serde_json::Map::new(),
-        };
-        let fired = self.hooks.fire(event, on, &self.place, fields).await;
-        for run in &fired {
-            self.handle
-                .publish(self.lead, &self.agent, run.event(event));
-        }
-        Answer::combine(fired.into_iter().map(|f| f.answer))
+        let tell = |kind| self.handle.publish(self.lead, &self.agent, kind);
+        self.hooks.fire(event, on, &self.place, fields, tell).await
     }
 
     /// The person's `prompt` as the lead is given it: refused (why) by a

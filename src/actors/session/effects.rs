@@ -241,13 +241,9 @@ impl SessionState {
             self.hook_place(),
         );
         tokio::spawn(async move {
-            let mut fields = serde_json::Map::new();
-            fields.insert("trigger".into(), "auto".into());
-            fields.insert("custom_instructions".into(), "".into());
-            let event = HookEvent::PreCompact;
-            for run in hooks.fire(event, Some("auto"), &place, fields).await {
-                publisher.publish(run.event(event));
-            }
+            let fields = serde_json::json!({ "trigger": "auto", "custom_instructions": "" });
+            let tell = |kind| publisher.publish(kind);
+            (hooks.fire(HookEvent::PreCompact, Some("auto"), &place, fields, tell)).await;
         });
     }
 
@@ -265,7 +261,7 @@ impl SessionState {
     /// own, which answers the session when they are done; at once when there
     /// are none.
     fn stop_hooks(&self, myself: &ActorRef<SessionMsg>, run: u64, active: bool) -> Option<Input> {
-        use crate::hooks::{Answer, HookEvent};
+        use crate::hooks::HookEvent;
         let event = match self.spec.parent {
             Some(_) => HookEvent::SubagentStop,
             None => HookEvent::Stop,
@@ -278,13 +274,9 @@ impl SessionState {
         let publisher = self.publisher.clone();
         let session = myself.clone();
         tokio::spawn(async move {
-            let mut fields = serde_json::Map::new();
-            fields.insert("stop_hook_active".into(), active.into());
-            let fired = hooks.fire(event, None, &place, fields).await;
-            for run in &fired {
-                publisher.publish(run.event(event));
-            }
-            let answer = Answer::combine(fired.into_iter().map(|f| f.answer));
+            let fields = serde_json::json!({ "stop_hook_active": active });
+            let tell = |kind| publisher.publish(kind);
+            let answer = hooks.fire(event, None, &place, fields, tell).await;
             let _ = session.cast(SessionMsg::StopHooked {
                 run,
                 block: answer.block,

@@ -86,7 +86,7 @@ impl Gate {
         ctx: &ToolContext,
         fields: Value,
     ) -> Answer {
-        let Some(hooks) = self.hooks.as_ref().filter(|h| h.has(event)) else {
+        let Some(hooks) = &self.hooks else {
             return Answer::default();
         };
         let place = Place {
@@ -95,16 +95,11 @@ impl Gate {
             transcript: self.transcript.clone(),
             permission_mode: self.mode.name().to_owned(),
         };
-        let fields = match fields {
-            Value::Object(fields) => fields,
-            _ => serde_json::Map::new(),
-        };
-        let fired = hooks.fire(event, tool, &place, fields).await;
-        if let Some(events) = &self.events {
-            for run in &fired {
-                events.publish(run.event(event));
+        let tell = |kind| {
+            if let Some(events) = &self.events {
+                events.publish(kind);
             }
-        }
-        Answer::combine(fired.into_iter().map(|f| f.answer))
+        };
+        hooks.fire(event, tool, &place, fields, tell).await
     }
 }
