@@ -7,6 +7,7 @@
 pub mod budget;
 pub(crate) mod compaction;
 pub(crate) mod machine;
+pub(crate) mod narrowed;
 pub(crate) mod queue;
 pub(crate) mod repeats;
 pub(crate) mod resume;
@@ -85,6 +86,8 @@ pub struct SessionSpec {
     /// The model it carries on with, once, when its own does not exist or
     /// stays overloaded (`--fallback-model`, a role's `fallbackModel`).
     pub fallback: Option<Fallback>,
+    /// What narrows it from its start (a slash command's `allowed-tools`).
+    pub narrowing: Vec<crate::tools::narrowing::Narrow>,
 }
 
 /// A model a session falls back to.
@@ -132,6 +135,7 @@ impl SessionSpec {
             checkout: None,
             checkpoints: None,
             fallback: None,
+            narrowing: Vec::new(),
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod glob;
 pub mod grep;
 pub mod ls;
 pub mod multi_edit;
+pub mod narrowing;
 pub mod permissions;
 pub mod protected;
 pub mod read;
@@ -97,6 +98,9 @@ pub struct ToolContext {
     /// that started it is made again, by a run resumed from its journal
     /// before it had the sub-agent's result.
     pub reattach: Option<SessionId>,
+    /// What narrows the calling session (a slash command's or a loaded
+    /// skill's `allowed-tools`), shared by its calls.
+    pub narrowing: Arc<narrowing::Narrowing>,
 }
 
 /// The Read deny rules a listing honours: the run's and the calling role's.
@@ -235,6 +239,7 @@ impl ToolContext {
             resumed: false,
             read_roots: Arc::from([]),
             reattach: None,
+            narrowing: Arc::default(),
         }
     }
 
@@ -315,6 +320,11 @@ pub trait Tool: Send + Sync + Debug + 'static {
     /// made again on resume: by default, when the tool changes nothing.
     fn rerun_on_resume(&self) -> bool {
         self.read_only()
+    }
+    /// What a call with `input` that succeeded narrows its session to from
+    /// then on (`Skill`: the loaded skill's `allowed-tools`).
+    fn narrows(&self, _input: &Value) -> Option<narrowing::Narrow> {
+        None
     }
     /// Runs the call. The returned text goes back to the model; an error becomes an
     /// error result the model also sees.

@@ -733,3 +733,139 @@ async fn session_start_adds_context_by_its_source_and_session_end_runs_at_the_en
         .collect();
     assert_eq!(seen, expected);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slash_command_s_and_a_loaded_skill_s_allowed_tools_narrow_what_calls_may_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("repo");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(ws.join(".claude/commands")).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(
+        ws.join(".claude/commands/probe.md"),
+        "---\nallowed-tools: Read, Bash(echo:*)\n---\nProbe $ARGUMENTS.\n",
+    )
+    .unwrap();
+    let folder = ws.join(".claude/skills/tidy");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(
+        folder.join("SKILL.md"),
+        "---\nname: tidy\ndescription: Tidies.\nallowed-tools: Read, Bash(ls:*)\n---\nOnly look.\n",
+    )
+    .unwrap();
+    let mock = MockLlm::start_with(|request, _| {
+        let probing = request.body["messages"][1]["content"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("Probe"));
+        match (probing, request.results()) {
+            (true, 0) => Reply::tool_calls(&[
+                ("echo", "Bash", json!({ "command": "echo ok" })),
+                ("touch", "Bash", json!({ "command": "touch made.txt" })),
+            ]),
+            (false, 0) => Reply::tool_calls(&[("load", "Skill", json!({ "skill": "tidy" }))]),
+            (false, 1) => Reply::tool_calls(&[
+                (
+                    "write",
+                    "Write",
+                    json!({ "file_path": "w.txt", "content": "x" }),
+                ),
+                ("ls", "Bash", json!({ "command": "ls" })),
+                ("rm", "Bash", json!({ "command": "rm -f nothing" })),
+            ]),
+            _ => Reply::text("done"),
+        }
+    })
+    .await;
+    let home_env = [("HOME", home.to_str().unwrap())];
+    let mut args = BYPASS.to_vec();
+    args.extend(["--quiet", "/probe the tree"]);
+    let out = run_on(&mock, &ws, &args, &home_env).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let probed = results(&mock);
+    assert_eq!(probed["echo"].trim(), "ok");
+    let refused = &probed["touch"];
+    assert!(
+        refused.contains("allows only Read, Bash(echo:*)") && refused.contains("probe.md"),
+        "{refused}"
+    );
+    assert!(
+        !ws.join("made.txt").exists(),
+        "the refused command never ran"
+    );
+    // A skill narrows the session once it is loaded.
+    let mut args = BYPASS.to_vec();
+    args.extend(["--quiet", "tidy up"]);
+    let out = run_on(&mock, &ws, &args, &home_env).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let loaded = tool_results(&mock.requests()[mock.requests().len() - 2])
+        .into_iter()
+        .find(|(id, _)| id == "load")
+        .unwrap()
+        .1;
+    assert!(loaded.contains("may use only these tools"), "{loaded}");
+    let results = results(&mock);
+    assert!(
+        results["write"].contains("the skill \"tidy\" allows only Read, Bash(ls:*)"),
+        "{}",
+        results["write"]
+    );
+    assert!(
+        !ws.join("w.txt").exists(),
+        "the refused write never happened"
+    );
+    assert!(!results["ls"].starts_with("Error"), "{}", results["ls"]);
+    assert!(results["rm"].contains("allows only"), "{}", results["rm"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continue_false_from_a_tool_hook_ends_the_agent_with_the_hook_s_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    settings(
+        ws,
+        &json!({ "hooks": {
+            "PreToolUse": [{ "matcher": "Write", "hooks": [script("halt.sh")] }],
+            "PostToolUse": [{ "matcher": "Bash", "hooks": [script("halt.sh")] }],
+        } }),
+        &[(
+            "halt.sh",
+            r#"cat >/dev/null; echo '{"continue": false, "stopReason": "the build is red"}'"#,
+        )],
+    );
+    // Before the call: refused, and the agent ends.
+    let mock = MockLlm::start_with(|request, _| match request.results() {
+        0 => Reply::tool_calls(&[(
+            "write",
+            "Write",
+            json!({ "file_path": "w.txt", "content": "x" }),
+        )]),
+        _ => Reply::text("carried on"),
+    })
+    .await;
+    let mut args = BYPASS.to_vec();
+    args.extend(["--json", "write it"]);
+    let out = run_on(&mock, ws, &args, &[]).await;
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(r#""reason":"hook: the build is red""#),
+        "{stdout}"
+    );
+    assert_eq!(mock.requests().len(), 1, "the model is not asked again");
+    assert!(!ws.join("w.txt").exists());
+    // After the call: it ran, and the agent ends.
+    let mock = MockLlm::start_with(|request, _| match request.results() {
+        0 => Reply::tool_calls(&[("echo", "Bash", json!({ "command": "echo hi > b.txt" }))]),
+        _ => Reply::text("carried on"),
+    })
+    .await;
+    let mut args = BYPASS.to_vec();
+    args.extend(["--json", "echo it"]);
+    let out = run_on(&mock, ws, &args, &[]).await;
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(r#""reason":"hook: the build is red""#),
+        "{stdout}"
+    );
+    assert_eq!(mock.requests().len(), 1);
+    assert_eq!(std::fs::read_to_string(ws.join("b.txt")).unwrap(), "hi\n");
+}

@@ -163,6 +163,9 @@ pub(crate) struct SessionState {
     budget_watch: Option<AbortOnDrop>,
     /// Where its tools work: the runtime's workspace, or its private checkout.
     place: Arc<Place>,
+    /// What narrows what its calls may do (a slash command's, a loaded
+    /// skill's `allowed-tools`).
+    narrowing: Arc<crate::tools::narrowing::Narrowing>,
 }
 
 /// Where a session's tools work.
@@ -255,6 +258,16 @@ impl Actor for SessionActor {
             stopping: stop_when_idle,
             seed: rand::random(),
         };
+        // What its own history narrowed (a skill it loaded) still narrows it.
+        let narrowing = crate::tools::narrowing::Narrowing::new(spec.narrowing.clone());
+        let recorded = records.iter().flatten().filter_map(|r| match r {
+            Record::Message { message } => Some(message),
+            _ => None,
+        });
+        let history = spec.history.iter().chain(recorded);
+        for narrow in crate::session::narrowed::narrowed(history, &spec.tools) {
+            narrowing.add(narrow);
+        }
         let (machine, effects) = Machine::start(machine_args, records.as_deref());
         let place = Arc::new(Place::of(run, &spec, &env));
         let mut state = SessionState {
@@ -271,6 +284,7 @@ impl Actor for SessionActor {
             tool_turn: None,
             runners: HashMap::new(),
             budget_watch: None,
+            narrowing: Arc::new(narrowing),
         };
         for effect in effects {
             if let Some(Input::Failed(error)) = Box::pin(state.carry_out(&myself, effect)).await {

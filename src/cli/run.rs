@@ -538,19 +538,29 @@ fn lead_spec(
     let mut offered: Vec<&str> = standard.names();
     offered.push("Task");
     let mut allowed = role.allowed_tools(&offered);
-    // A slash command's `allowed-tools` only narrow the role's.
-    if let Some(only) = slash.and_then(|s| s.tools.as_ref()) {
-        allowed.retain(|tool| only.iter().any(|t| t == tool));
+    // A slash command's `allowed-tools` only narrow the role's: the tools
+    // they name are offered (`Bash(git:*)` names Bash), and each call must
+    // be one they allow.
+    let only = slash.and_then(|s| Some((s.tools.as_ref()?, &s.source)));
+    if let Some((only, _)) = only {
+        let named: Vec<&str> = (only.iter())
+            .map(|t| t.split('(').next().unwrap_or(t).trim())
+            .collect();
+        allowed.retain(|tool| named.contains(tool));
     }
     let mut tools = standard.only(&allowed);
     tools = crate::task::with_skills(tools, Some(&plan.skills), role.skills.as_deref());
     let mcp = handle.mcp();
-    tools = tools.with_source(Arc::new(crate::mcp::tools_for(
+    let mut from_mcp = crate::mcp::tools_for(
         &mcp,
         &role.name,
         role.tools.as_deref(),
         &role.disallowed_tools,
-    )));
+    );
+    if let Some((only, _)) = only {
+        from_mcp = from_mcp.narrowed(only);
+    }
+    tools = tools.with_source(Arc::new(from_mcp));
     let mut watcher = None;
     if cli.max_depth > 0 && allowed.contains(&"Task") {
         let catalog = Arc::new(RwLock::new(plan.catalog));
@@ -592,6 +602,17 @@ fn lead_spec(
     plan.models.describe(&mut spec);
     spec.fallback = fallback;
     spec.permission_mode = permission_mode;
+    if let Some((only, source)) = only {
+        let (narrow, bad) =
+            crate::tools::narrowing::Narrow::of(format!("the command {source}"), only);
+        if !bad.is_empty() {
+            return Err(format!(
+                "{source}: allowed-tools: not a tool or rule: {}",
+                bad.join(", ")
+            ));
+        }
+        spec.narrowing = vec![narrow];
+    }
     #[cfg(feature = "test-support")]
     {
         spec.faults = cli

@@ -12,7 +12,9 @@ use crate::commands;
 pub(super) struct Slash {
     /// The task.
     pub(super) prompt: String,
-    /// The tools the lead may use (tool names; `None`: its role's).
+    /// Its `allowed-tools` entries (`None`: its role's tools): the tools
+    /// offered to the lead are those they name, and what the lead's calls may
+    /// do is narrowed to them (`Bash(git:*)`, `mcp__server`).
     pub(super) tools: Option<Vec<String>>,
     /// The lead's model.
     pub(super) model: Option<String>,
@@ -40,16 +42,9 @@ pub(super) async fn slash(
     let (prompt, notes) = commands::expand(&command.body, args, workspace, allowed).await;
     let source = command.source.display().to_string();
     warnings.extend(notes.into_iter().map(|n| format!("{source}: {n}")));
-    // `Bash(git:*)` allows the Bash tool (its pattern is a permission, not
-    // a tool).
-    let tools = command.allowed_tools.map(|list| {
-        list.iter()
-            .map(|t| t.split('(').next().unwrap_or(t).trim().to_owned())
-            .collect()
-    });
     Ok(Some(Slash {
         prompt,
-        tools,
+        tools: command.allowed_tools,
         model: command.model,
         source,
     }))

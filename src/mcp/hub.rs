@@ -288,6 +288,9 @@ pub struct McpTools {
     allowed: Option<Vec<String>>,
     /// Its role's disallowed `mcp__…` entries.
     denied: Vec<String>,
+    /// A narrowing's `mcp__…` entries (a slash command's `allowed-tools`;
+    /// `None`: not narrowed).
+    only: Option<Vec<String>>,
 }
 
 impl McpTools {
@@ -304,13 +307,24 @@ impl McpTools {
             servers,
             allowed,
             denied,
+            only: None,
         }
+    }
+
+    /// The same, offering only what `entries` (`allowed-tools` entries;
+    /// those that are not `mcp__…` say nothing of these tools) name too.
+    pub fn narrowed(mut self, entries: &[String]) -> Self {
+        let named = entries.iter().filter(|e| e.starts_with("mcp__")).cloned();
+        self.only = Some(named.collect());
+        self
     }
 
     fn admits(&self, server: &str, full_name: &str) -> bool {
         let whole = format!("mcp__{server}");
         let names = |list: &[String]| list.iter().any(|e| *e == whole || e == full_name);
-        self.allowed.as_deref().is_none_or(names) && !names(&self.denied)
+        self.allowed.as_deref().is_none_or(names)
+            && self.only.as_deref().is_none_or(names)
+            && !names(&self.denied)
     }
 
     /// Every tool offered now, with its server.
@@ -484,6 +498,13 @@ mod tests {
         );
         assert_eq!(names(&one), ["mcp__a__look"]);
         assert!(one.get("mcp__a__write").is_none());
+        // A narrowing keeps what it names too; its other entries say nothing.
+        let narrowed = McpTools::new(hub.clone(), servers.clone(), None, Vec::new())
+            .narrowed(&["Read".into(), "mcp__a__write".into()]);
+        assert_eq!(names(&narrowed), ["mcp__a__write"]);
+        let closed = McpTools::new(hub.clone(), servers.clone(), None, Vec::new())
+            .narrowed(&["Read".into()]);
+        assert!(names(&closed).is_empty());
         let denied = McpTools::new(
             hub,
             servers,

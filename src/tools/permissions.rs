@@ -362,6 +362,9 @@ impl Gate {
     ) -> Result<(), crate::error::ToolError> {
         let session = ctx.session;
         let denied = crate::error::ToolError::Failed;
+        if let Some(why) = ctx.narrowing.refusal(&self.rules, tool, input) {
+            return Err(denied(why));
+        }
         if tool == "Bash" && !self.bash_rules.is_empty() {
             let command = input["command"].as_str().unwrap_or_default();
             if !crate::tools::rules::covered(&self.bash_rules, command) {

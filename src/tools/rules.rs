@@ -190,6 +190,13 @@ impl Rules {
         self.verdict_of([&[], deny, &[]], tool, input)
     }
 
+    /// Whether `only` (a narrowing's allow list, matched as this run's rules
+    /// are) allows a call of `tool` with `input`: a Bash line only when each of
+    /// its commands is covered.
+    pub fn permits(&self, only: &[Rule], tool: &str, input: &serde_json::Value) -> bool {
+        self.verdict_of([only, &[], &[]], tool, input) == Some(RuleVerdict::Allow)
+    }
+
     fn verdict_of(
         &self,
         [allow, deny, ask]: [&[Rule]; 3],

@@ -69,6 +69,14 @@ impl Tool for Skill {
         Concurrency::Safe
     }
 
+    fn narrows(&self, input: &Value) -> Option<crate::tools::narrowing::Narrow> {
+        let name = input["skill"].as_str().or(input["command"].as_str())?;
+        let skill = self.skills.get(name.trim().trim_start_matches('/'))?;
+        let list = skill.allowed_tools.as_ref()?;
+        let by = format!("the skill {:?}", skill.name);
+        Some(crate::tools::narrowing::Narrow::of(by, list).0)
+    }
+
     fn call<'a>(
         &'a self,
         input: Value,
@@ -84,8 +92,15 @@ impl Tool for Skill {
                     known.join(", ")
                 )));
             };
+            let narrowed = match &skill.allowed_tools {
+                Some(list) => format!(
+                    "\nFrom now on this session may use only these tools (the skill's allowed-tools): {}\n",
+                    list.join(", ")
+                ),
+                None => String::new(),
+            };
             Ok(format!(
-                "Base directory for this skill: {} (read its other files with Read)\n\n{}",
+                "Base directory for this skill: {} (read its other files with Read)\n{narrowed}\n{}",
                 skill.dir.display(),
                 skill.text
             ))

@@ -225,6 +225,7 @@ impl SessionState {
             resumed,
             read_roots: self.env.read_roots.clone(),
             reattach: None,
+            narrowing: self.narrowing.clone(),
         }
     }
 
@@ -331,5 +332,6 @@ pub(super) fn tool_error(turn: u64, index: usize, call_id: String, why: &str) ->
         },
         changes: Vec::new(),
         spent: Default::default(),
+        stop: None,
     })
 }

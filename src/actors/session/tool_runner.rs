@@ -53,12 +53,13 @@ impl Actor for ToolRunnerActor {
         args: ToolRunnerArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
         let task = tokio::spawn(async move {
+            let mut stop = None;
             let outcome = run_call(
                 args.tool.as_deref(),
                 &args.call,
-                &args.ctx,
-                &args.gate,
+                (&args.ctx, &args.gate),
                 args.timeout,
+                &mut stop,
             )
             .await;
             let result = match outcome {
@@ -79,6 +80,7 @@ impl Actor for ToolRunnerActor {
                 result,
                 changes: args.ctx.changes.take(),
                 spent: args.ctx.spent.take(),
+                stop,
             }));
             myself.stop(None);
         });
@@ -95,12 +97,14 @@ impl Actor for ToolRunnerActor {
     }
 }
 
+/// Runs `call` of `tool` in `ctx`, as `gate` allows; a hook that ends the
+/// agent (`continue: false`) puts its reason in `stop`.
 async fn run_call(
     tool: Option<&dyn Tool>,
     call: &ToolCall,
-    ctx: &ToolContext,
-    gate: &Gate,
+    (ctx, gate): (&ToolContext, &Gate),
     timeout: Duration,
+    stop: &mut Option<String>,
 ) -> Result<String, ToolError> {
     let tool = tool.ok_or_else(|| ToolError::UnknownTool(call.name.clone()))?;
     let input = call
@@ -116,7 +120,7 @@ async fn run_call(
     // through.
     let hooked = tokio::select! {
         () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
-        hooked = gate.pre_tool_use(ctx, tool.name(), &input) => hooked?,
+        hooked = gate.pre_tool_use(ctx, tool.name(), &input, stop) => hooked?,
     };
     tokio::select! {
         () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
@@ -179,9 +183,13 @@ async fn run_call(
             Some(Ok(result)) => result,
         },
     }?;
+    // A call that narrows its session (a skill loaded) does from now on.
+    if let Some(narrow) = tool.narrows(&called) {
+        ctx.narrowing.add(narrow);
+    }
     tokio::select! {
         () = ctx.cancel.cancelled() => Ok(result),
-        result = gate.post_tool_use(ctx, tool.name(), &called, result.clone()) => Ok(result),
+        result = gate.post_tool_use(ctx, tool.name(), &called, result.clone(), stop) => Ok(result),
     }
 }
 

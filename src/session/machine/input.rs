@@ -125,4 +125,7 @@ pub(crate) struct ToolDone {
     pub(crate) changes: Vec<FileChange>,
     /// Tokens it spent through sub-agents.
     pub(crate) spent: Spending,
+    /// A hook ended the agent (`continue: false`), for this reason: the run
+    /// stops once its turn's calls are done.
+    pub(crate) stop: Option<String>,
 }

@@ -77,6 +77,16 @@ pub(super) fn refused(call: &ToolCall, number: usize, delegation: bool) -> ToolR
     }
 }
 
+/// A hook's reason to stop as a run's stop reason names it: its first line,
+/// at most 200 characters.
+fn one_line(reason: &str) -> String {
+    let line = reason.lines().next().unwrap_or_default().trim();
+    match line.char_indices().nth(200) {
+        Some((end, _)) => format!("{}…", &line[..end]),
+        None => line.to_owned(),
+    }
+}
+
 /// One turn's tool calls in flight.
 #[derive(Debug)]
 pub(super) struct ToolTurn {
@@ -325,9 +335,14 @@ impl Machine {
             result,
             changes,
             spent,
+            stop,
         } = done;
         if let Some(run) = self.run.as_mut() {
             run.stats.charge(&spent.usage, spent.cost_usd);
+            if let Some(reason) = stop {
+                run.stop
+                    .get_or_insert_with(|| format!("hook: {}", one_line(&reason)));
+            }
         }
         self.check_budget();
         for change in changes {

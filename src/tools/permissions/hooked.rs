@@ -13,18 +13,26 @@ use crate::tools::ToolContext;
 
 impl Gate {
     /// Runs the `PreToolUse` hooks of a call of `tool` with `input`: its
-    /// decision, or the call's refusal.
+    /// decision, or the call's refusal. A hook's `continue: false` refuses
+    /// the call and puts its reason in `stop`: the agent ends.
     pub async fn pre_tool_use(
         &self,
         ctx: &ToolContext,
         tool: &str,
         input: &Value,
+        stop: &mut Option<String>,
     ) -> Result<Option<Permission>, ToolError> {
         let fields = json!({ "tool_name": tool, "tool_input": input, "tool_use_id": ctx.call_id });
         let answer = self
             .fire(HookEvent::PreToolUse, Some(tool), ctx, fields)
             .await;
-        if let Some(reason) = answer.block.or(answer.stop) {
+        if let Some(reason) = &answer.stop {
+            *stop = Some(reason.clone());
+            return Err(ToolError::Failed(format!(
+                "blocked by a PreToolUse hook, which ends this agent: {reason}"
+            )));
+        }
+        if let Some(reason) = answer.block {
             return Err(ToolError::Failed(format!(
                 "blocked by a PreToolUse hook: {reason}"
             )));
@@ -34,13 +42,15 @@ impl Gate {
 
     /// Runs the `PostToolUse` hooks of a call of `tool` with `input` that
     /// gave `result`: the result as the model gets it (with what the hooks
-    /// said to it).
+    /// said to it). A hook's `continue: false` puts its reason in `stop`: the
+    /// agent ends once its turn's calls are done.
     pub async fn post_tool_use(
         &self,
         ctx: &ToolContext,
         tool: &str,
         input: &Value,
         result: String,
+        stop: &mut Option<String>,
     ) -> String {
         let fields = json!({
             "tool_name": tool,
@@ -51,6 +61,7 @@ impl Gate {
         let answer = self
             .fire(HookEvent::PostToolUse, Some(tool), ctx, fields)
             .await;
+        stop.clone_from(&answer.stop);
         let mut said: Vec<String> = answer.block.into_iter().chain(answer.stop).collect();
         said.extend(answer.context);
         match said.is_empty() {

@@ -377,3 +377,27 @@ fn a_budget_spent_elsewhere_cuts_the_stream_now_and_stops_the_run() {
     assert_eq!((reason.as_str(), said.as_str()), ("budget: cost", "so far"));
     assert_eq!(sim.requests.len(), 1);
 }
+
+#[test]
+fn a_hook_that_ends_the_agent_stops_the_run_once_its_turns_calls_are_done() {
+    let mut sim = Sim::new(spec());
+    let p = sim.prompt("go");
+    let mut turn = calls(&[("r1", "Read"), ("r2", "Read")]);
+    turn.message.text = "looking".into();
+    sim.answer(turn);
+    let (t, index, _) = sim.running[0].clone();
+    let mut done = super::sim::tool_done(t, index, "r1", "read", false);
+    if let Input::ToolDone(done) = &mut done {
+        done.stop = Some("the build is broken\nsee ci.log".into());
+    }
+    sim.running.remove(0);
+    sim.input(done);
+    assert!(sim.outcome(p).is_none(), "the turn's other call still runs");
+    sim.finish("r2", "read too");
+    let (reason, partial, _) = stopped(&sim, p);
+    assert_eq!(
+        (reason.as_str(), partial.as_str()),
+        ("hook: the build is broken", "looking")
+    );
+    assert_eq!(sim.requests.len(), 1, "the model is not asked again");
+}
