@@ -320,6 +320,23 @@ impl Handle {
         crate::events::Publisher::new(self.bus.clone(), session, None, agent).publish(kind);
     }
 
+    /// A publisher of events as top-level session `session` (role `agent`).
+    pub fn publisher(&self, session: SessionId, agent: &str) -> Publisher {
+        Publisher::new(self.bus.clone(), session, None, agent)
+    }
+
+    /// Appends `events`, told as session `session`'s before or after it ran
+    /// (the command line's hooks of the lead), to its journal, which must
+    /// exist.
+    pub fn journal_events(&self, session: SessionId, events: &[crate::protocol::Event]) {
+        use crate::events::Keeper;
+        let path = self.state.journal(session);
+        let recorder = crate::journal::recorder::Recorder::of_started(self.journal.clone(), path);
+        for event in events {
+            recorder.keep(event);
+        }
+    }
+
     /// Stops a session once its current run (if any) has ended; it takes no more
     /// prompts. Cancel first to end a run in progress sooner.
     pub fn stop_session(&self, session: SessionId) {

@@ -694,10 +694,29 @@ async fn session_start_adds_context_by_its_source_and_session_end_runs_at_the_en
         &[("log.sh", log)],
     );
     let mock = MockLlm::start_with(|_, _| Reply::text("ok")).await;
-    let out = run_on(&mock, ws, &["--quiet", "format it"], &[]).await;
+    let out = run_on(&mock, ws, &["--json", "format it"], &[]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let prompt = mock.requests()[0].body["messages"][1]["content"].clone();
     assert_eq!(prompt, "format it\n\nIndent with tabs.");
+    // Every hook's run is told, SessionEnd's after the answer too, and kept
+    // in the lead's journal.
+    let told: Vec<Value> = text(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "hook_ran")
+        .collect();
+    let events: Vec<&str> = told.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(events, ["SessionStart", "SessionStart", "SessionEnd"], "{told:?}");
+    let lead = told[0]["session"].as_str().unwrap();
+    let journal = crate::support::harness::state(ws).journal(lead.parse().unwrap());
+    let kept: Vec<Value> = std::fs::read_to_string(&journal)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|r| r["record"] == "event" && r["event"]["type"] == "hook_ran")
+        .map(|r| r["event"]["event"].clone())
+        .collect();
+    assert_eq!(kept, ["SessionStart", "SessionStart", "SessionEnd"], "{journal:?}");
     let out = run_on(&mock, ws, &["--quiet", "resume", "and again"], &[]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let last = mock.requests().pop().unwrap();

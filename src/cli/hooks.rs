@@ -1,12 +1,15 @@
 //! The hooks of the lead's session that the command line runs: `SessionStart`
 //! before the first prompt (what they say joins it as context),
 //! `UserPromptSubmit` for the person's prompt (a block refuses it; context
-//! joins it), and `SessionEnd` once the run is over.
+//! joins it), and `SessionEnd` once the run is over. Their runs are told as
+//! the lead's `hook_ran` events and held until they can join its journal
+//! ([`LeadHooks::journal`]): the first ones run before it has one.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::events::{Keeper, Publisher};
 use crate::hooks::{Answer, HookEvent, Hooks, Place};
-use crate::protocol::SessionId;
+use crate::protocol::{Event, SessionId};
 use crate::runtime::Handle;
 
 /// The lead's hooks, where it runs.
@@ -15,7 +18,21 @@ pub(super) struct LeadHooks {
     place: Place,
     handle: Handle,
     lead: SessionId,
-    agent: String,
+    /// Tells each run as the lead's event, and holds it.
+    publisher: Publisher,
+    /// The runs told and not journaled yet.
+    held: Arc<Held>,
+}
+
+/// Events told, held for a journal.
+#[derive(Debug, Default)]
+struct Held(Mutex<Vec<Event>>);
+
+impl Keeper for Held {
+    fn keep(&self, event: &Event) {
+        let mut held = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        held.push(event.clone());
+    }
 }
 
 impl LeadHooks {
@@ -27,20 +44,31 @@ impl LeadHooks {
         lead: SessionId,
         agent: &str,
     ) -> Self {
+        let held = Arc::new(Held::default());
+        let publisher = handle.publisher(lead, agent).keeping(held.clone());
         Self {
             hooks,
             place,
             handle,
             lead,
-            agent: agent.to_owned(),
+            publisher,
+            held,
         }
     }
 
     /// Runs `event`'s hooks with `fields`, telling each run as the lead's
     /// event; their answers together.
     async fn fire(&self, event: HookEvent, on: Option<&str>, fields: serde_json::Value) -> Answer {
-        let tell = |kind| self.handle.publish(self.lead, &self.agent, kind);
+        let tell = |kind| self.publisher.publish(kind);
         self.hooks.fire(event, on, &self.place, fields, tell).await
+    }
+
+    /// Appends the runs told so far to the lead's journal, once it has one.
+    pub(super) fn journal(&self) {
+        let held = std::mem::take(&mut *self.held.0.lock().unwrap_or_else(PoisonError::into_inner));
+        if !held.is_empty() {
+            self.handle.journal_events(self.lead, &held);
+        }
     }
 
     /// The person's `prompt` as the lead is given it: refused (why) by a

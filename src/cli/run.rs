@@ -292,6 +292,7 @@ where
         }
     };
     checkpoints.set_run(id);
+    lead_hooks.journal();
     if lock.is_none() {
         match RunLock::acquire(&state, id) {
             Ok(taken) => lock = Some(taken),
@@ -384,6 +385,9 @@ where
         }
     }
     lead_hooks.end("other").await;
+    lead_hooks.journal();
+    // What the SessionEnd hooks told is shown too.
+    shown.drain(&mut events, usize::MAX, out, err);
     drop(control);
     runtime.shutdown().await;
     checkpoints.at_end().await;

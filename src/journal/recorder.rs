@@ -45,6 +45,17 @@ impl Recorder {
             started: AtomicBool::new(false),
         }
     }
+
+    /// A recorder of the session whose journal at `path` already has its
+    /// header (events told before its recorder was made: the command line's
+    /// hooks of the lead).
+    pub(crate) fn of_started(journal: Journal, path: PathBuf) -> Self {
+        Self {
+            journal,
+            path,
+            started: AtomicBool::new(true),
+        }
+    }
 }
 
 impl Keeper for Recorder {
