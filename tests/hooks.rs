@@ -473,6 +473,17 @@ async fn a_slash_command_runs_its_body_with_its_arguments_model_and_tools() {
     assert_eq!(out.status.code(), Some(0));
     let third = mock.requests().pop().unwrap();
     assert_eq!(third.body["messages"][1]["content"], "/nosuch thing");
+    // A follow-up names a command as a task does.
+    let args = ["--quiet", "resume", "/review src/b.rs typo"];
+    let out = run_on(&mock, &ws, &args, &home_env).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let fourth = mock.requests().pop().unwrap();
+    let messages = fourth.body["messages"].as_array().unwrap();
+    assert_eq!(
+        messages.last().unwrap()["content"],
+        "Review src/b.rs for typo bugs. Status: !`echo clean`"
+    );
+    assert_eq!(fourth.body["model"], "m-review");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -53,6 +53,23 @@ pub(super) enum Lead {
     },
 }
 
+impl Lead {
+    /// The same run, asked `prompt` instead.
+    fn asking(self, prompt: String) -> Self {
+        match self {
+            Self::New(_) => Self::New(prompt),
+            Self::Resume {
+                run, role, carried, ..
+            } => Self::Resume {
+                run,
+                role,
+                prompt: Some(prompt),
+                carried,
+            },
+        }
+    }
+}
+
 /// Runs the task the flags name to its exit code.
 pub(super) async fn task<E, I>(cli: Cli, io: Io<'_, E, I>) -> ExitCode
 where
@@ -181,9 +198,13 @@ where
         state.dir().join("checkpoints"),
     ));
     checkpoints.locate().await;
-    // A task that names a slash command runs the command.
-    let (lead, slash) = match lead {
-        Lead::New(task) => {
+    // A task (or a follow-up) that names a slash command runs the command.
+    let asked = match &lead {
+        Lead::New(task) => Some(task.clone()),
+        Lead::Resume { prompt, .. } => prompt.clone(),
+    };
+    let (lead, slash) = match asked {
+        Some(task) => {
             let home = env("HOME").map(std::path::PathBuf::from);
             let mut notes = Vec::new();
             let found = super::slash::slash(
@@ -198,8 +219,8 @@ where
                 let _ = writeln!(err, "orchestrate: warning: {note}");
             }
             match found {
-                Ok(Some(slash)) => (Lead::New(slash.prompt.clone()), Some(slash)),
-                Ok(None) => (Lead::New(task), None),
+                Ok(Some(slash)) => (lead.asking(slash.prompt.clone()), Some(slash)),
+                Ok(None) => (lead, None),
                 Err(e) => {
                     let _ = writeln!(err, "orchestrate: {e}");
                     runtime.shutdown().await;
@@ -207,7 +228,7 @@ where
                 }
             }
         }
-        other => (other, None),
+        None => (lead, None),
     };
     let lead = (lead, checkpoints.clone());
     let hooks = plan.hooks.clone();
