@@ -331,23 +331,19 @@ fn file_spans(body: &str) -> Vec<(usize, usize)> {
     spans
 }
 
-/// What `command` prints (both streams), run in `workspace`.
+/// What `command` prints (both streams), run in `workspace` as a hook runs:
+/// the person's own command, in a process group of its own that goes when it
+/// is done, its output bounded, no provider key in its environment.
 async fn run_shell(command: &str, workspace: &Path) -> String {
-    let run = tokio::process::Command::new("sh")
-        .arg("-c")
-        .arg(command)
-        .current_dir(workspace)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    match tokio::time::timeout(SHELL_TIMEOUT, run).await {
-        Ok(Ok(out)) => {
-            let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-            text.push_str(&String::from_utf8_lossy(&out.stderr));
+    let places = (workspace, workspace);
+    let ran = crate::hooks::run::shell(command, Vec::new(), places, SHELL_TIMEOUT).await;
+    match ran.failure {
+        Some(why) if ran.exit_code.is_none() => format!("[`{command}` did not run to its end: {why}]"),
+        _ => {
+            let mut text = ran.stdout;
+            text.push_str(&ran.stderr);
             clip(text.trim_end())
         }
-        Ok(Err(e)) => format!("[`{command}` could not run: {e}]"),
-        Err(_) => format!("[`{command}` ran past {}s]", SHELL_TIMEOUT.as_secs()),
     }
 }
 

@@ -31,13 +31,29 @@ pub struct Ran {
 
 /// Runs `hook` with `input` on its standard input, in `cwd`.
 pub async fn run(hook: &CommandHook, input: &Value, cwd: &Path, project_dir: &Path) -> Ran {
+    let body = serde_json::to_vec(input).unwrap_or_default();
+    shell(&hook.command, body, (cwd, project_dir), hook.timeout).await
+}
+
+/// Runs `line` as the person's own command (a hook, a command file's
+/// `` !`…` ``): `sh -c` in `cwd` with `CLAUDE_PROJECT_DIR` set to
+/// `project_dir`, `stdin` on its standard input, its process group killed
+/// past `timeout`, its output bounded, no provider key in its environment.
+pub async fn shell(
+    line: &str,
+    stdin: Vec<u8>,
+    (cwd, project_dir): (&Path, &Path),
+    timeout: std::time::Duration,
+) -> Ran {
     let mut command = tokio::process::Command::new("sh");
     command
         .arg("-c")
-        .arg(&hook.command)
+        .arg(line)
         .current_dir(cwd)
         .env_clear()
-        .envs(std::env::vars_os().filter(|(name, _)| !crate::keys::is_key_variable(name, &[])))
+        .envs(std::env::vars_os().filter(|(name, _)| {
+            !crate::keys::is_key_variable(name, &[]) && name != crate::keys::HANDOFF_FD_VAR
+        }))
         .env("CLAUDE_PROJECT_DIR", project_dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -56,17 +72,17 @@ pub async fn run(hook: &CommandHook, input: &Value, cwd: &Path, project_dir: &Pa
     // Every process of the hook goes when it is done, or when its caller
     // gives up on it (a cancelled call).
     let group = Group(child.id().and_then(|id| Pid::from_raw(id as i32)));
-    let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
-    let body = serde_json::to_vec(input).unwrap_or_default();
+    let (pipe, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+    let body = stdin;
     tokio::spawn(async move {
-        if let Some(mut stdin) = stdin {
+        if let Some(mut stdin) = pipe {
             // A hook that does not read its input is no failure.
             let _ = stdin.write_all(&body).await;
         }
     });
     let out = tokio::spawn(read_bounded(stdout));
     let err = tokio::spawn(read_bounded(stderr));
-    let status = tokio::time::timeout(hook.timeout, child.wait()).await;
+    let status = tokio::time::timeout(timeout, child.wait()).await;
     // What it left running (holding its output open) goes with it.
     drop(group);
     let output = |task: tokio::task::JoinHandle<String>| async move {
@@ -93,10 +109,7 @@ pub async fn run(hook: &CommandHook, input: &Value, cwd: &Path, project_dir: &Pa
             ..Ran::default()
         },
         Err(_) => Ran {
-            failure: Some(format!(
-                "it timed out after {}s",
-                hook.timeout.as_secs_f64()
-            )),
+            failure: Some(format!("it timed out after {}s", timeout.as_secs_f64())),
             ..Ran::default()
         },
     }
