@@ -338,7 +338,9 @@ async fn run_shell(command: &str, workspace: &Path) -> String {
     let places = (workspace, workspace);
     let ran = crate::hooks::run::shell(command, Vec::new(), places, SHELL_TIMEOUT).await;
     match ran.failure {
-        Some(why) if ran.exit_code.is_none() => format!("[`{command}` did not run to its end: {why}]"),
+        Some(why) if ran.exit_code.is_none() => {
+            format!("[`{command}` did not run to its end: {why}]")
+        }
         _ => {
             let mut text = ran.stdout;
             text.push_str(&ran.stderr);

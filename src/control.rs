@@ -20,6 +20,9 @@
 //! an MCP server, whatever they started: the process is their child subreaper,
 //! so a double fork still ends under it), is refused before a byte is read
 //! ([`descends_from`]). A `steer` that is answered came from outside the run.
+//! It goes through the run's `UserPromptSubmit` hooks first ([`hooked`]).
+
+pub mod hooked;
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -28,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
+use self::hooked::PromptHooks;
 use crate::events::EventStream;
 use crate::protocol::SessionId;
 use crate::runtime::Handle;
@@ -112,7 +116,18 @@ impl Control {
         state: &StateDir,
         run: SessionId,
         handle: Handle,
+        events: EventStream,
+    ) -> std::io::Result<Self> {
+        Self::serve_hooked(state, run, handle, events, None)
+    }
+
+    /// The same, a `steer`'s message going through `hooks` first.
+    pub fn serve_hooked(
+        state: &StateDir,
+        run: SessionId,
+        handle: Handle,
         mut events: EventStream,
+        hooks: Option<Arc<PromptHooks>>,
     ) -> std::io::Result<Self> {
         // The folder is the owner's alone, so the socket is never reachable by
         // others, even before its own mode is set.
@@ -158,8 +173,10 @@ impl Control {
                             && from_outside(&stream)
                         {
                             let (handle, board) = (handle.clone(), follower.clone());
+                            let hooks = hooks.clone();
                             tokio::spawn(async move {
-                                let _ = tokio::time::timeout(DEADLINE, answer(stream, &handle, &board, began)).await;
+                                let serving = Serving { handle: &handle, board: &board, hooks: hooks.as_ref() };
+                                let _ = tokio::time::timeout(DEADLINE, answer(stream, serving, began)).await;
                             });
                         }
                     }
@@ -208,12 +225,15 @@ pub fn descends_from(pid: i32, ancestor: i32, parent_of: impl Fn(i32) -> Option<
     true
 }
 
-async fn answer(
-    stream: UnixStream,
-    handle: &Handle,
-    board: &Mutex<Board>,
-    began: Instant,
-) -> std::io::Result<()> {
+/// What answers a request: the run, its board, its prompt hooks.
+#[derive(Clone, Copy)]
+struct Serving<'a> {
+    handle: &'a Handle,
+    board: &'a Mutex<Board>,
+    hooks: Option<&'a Arc<PromptHooks>>,
+}
+
+async fn answer(stream: UnixStream, serving: Serving<'_>, began: Instant) -> std::io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
     // One request per connection, of bounded size.
@@ -221,8 +241,8 @@ async fn answer(
     limited.read_line(&mut line).await?;
     let reply = match serde_json::from_str::<Op>(&line) {
         Ok(op) => {
-            let board = board.lock().unwrap_or_else(PoisonError::into_inner);
-            carry_out(op, handle, &board, began.elapsed())
+            let board = serving.board.lock().unwrap_or_else(PoisonError::into_inner);
+            carry_out(op, (serving.handle, serving.hooks), &board, began.elapsed())
         }
         Err(e) => Reply {
             ok: false,
@@ -235,8 +255,14 @@ async fn answer(
     write.shutdown().await
 }
 
-/// Does what `op` asks of the run whose agents `board` shows.
-fn carry_out(op: Op, handle: &Handle, board: &Board, now: Duration) -> Reply {
+/// Does what `op` asks of the run whose agents `board` shows (a `steer`
+/// through `hooks`, when the run has some).
+fn carry_out(
+    op: Op,
+    (handle, hooks): (&Handle, Option<&Arc<PromptHooks>>),
+    board: &Board,
+    now: Duration,
+) -> Reply {
     let failed = |text: String| Reply { ok: false, text };
     let agent = match &op {
         Op::Ps => {
@@ -261,10 +287,18 @@ fn carry_out(op: Op, handle: &Handle, board: &Board, now: Duration) -> Reply {
         Op::Steer { message, .. } if message.trim().is_empty() => {
             return failed("the message is empty".into());
         }
-        Op::Steer { message, .. } => {
-            handle.steer(row.session, message);
-            format!("sent to {label}: it joins at its next turn boundary")
-        }
+        Op::Steer { message, .. } => match hooks {
+            Some(hooks) => {
+                hooks.steer(handle, row, message);
+                format!(
+                    "sent to {label}: it joins at its next turn boundary once the UserPromptSubmit hooks allow it"
+                )
+            }
+            None => {
+                handle.steer(row.session, message);
+                format!("sent to {label}: it joins at its next turn boundary")
+            }
+        },
         Op::Stop { .. } => {
             handle.stop_run(row.session);
             format!("{label} stops at its next turn boundary")

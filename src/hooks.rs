@@ -69,6 +69,14 @@ impl Fired {
     }
 }
 
+/// `prompt` with the `context` prompt hooks added to it.
+pub fn with_context(prompt: String, context: &[String]) -> String {
+    match context.is_empty() {
+        true => prompt,
+        false => format!("{prompt}\n\n{}", context.join("\n\n")),
+    }
+}
+
 impl Hooks {
     /// The hooks of `groups` for a run in `project_dir`.
     pub fn new(groups: Vec<(HookEvent, Group)>, project_dir: &Path) -> Self {

@@ -325,6 +325,19 @@ impl Handle {
         Publisher::new(self.bus.clone(), session, None, agent)
     }
 
+    /// A publisher of events as session `session` (child of `parent`, role
+    /// `agent`) that also keeps them in its journal, which must exist.
+    pub(crate) fn journaling_publisher(
+        &self,
+        session: SessionId,
+        parent: Option<SessionId>,
+        agent: &str,
+    ) -> Publisher {
+        let path = self.state.journal(session);
+        let recorder = crate::journal::recorder::Recorder::of_started(self.journal.clone(), path);
+        Publisher::new(self.bus.clone(), session, parent, agent).keeping(Arc::new(recorder))
+    }
+
     /// Appends `events`, told as session `session`'s before or after it ran
     /// (the command line's hooks of the lead), to its journal, which must
     /// exist.

@@ -717,7 +717,11 @@ async fn session_start_adds_context_by_its_source_and_session_end_runs_at_the_en
         .filter(|e| e["type"] == "hook_ran")
         .collect();
     let events: Vec<&str> = told.iter().filter_map(|e| e["event"].as_str()).collect();
-    assert_eq!(events, ["SessionStart", "SessionStart", "SessionEnd"], "{told:?}");
+    assert_eq!(
+        events,
+        ["SessionStart", "SessionStart", "SessionEnd"],
+        "{told:?}"
+    );
     let lead = told[0]["session"].as_str().unwrap();
     let journal = crate::support::harness::state(ws).journal(lead.parse().unwrap());
     let kept: Vec<Value> = std::fs::read_to_string(&journal)
@@ -727,7 +731,11 @@ async fn session_start_adds_context_by_its_source_and_session_end_runs_at_the_en
         .filter(|r| r["record"] == "event" && r["event"]["type"] == "hook_ran")
         .map(|r| r["event"]["event"].clone())
         .collect();
-    assert_eq!(kept, ["SessionStart", "SessionStart", "SessionEnd"], "{journal:?}");
+    assert_eq!(
+        kept,
+        ["SessionStart", "SessionStart", "SessionEnd"],
+        "{journal:?}"
+    );
     let out = run_on(&mock, ws, &["--quiet", "resume", "and again"], &[]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let last = mock.requests().pop().unwrap();
@@ -898,4 +906,90 @@ async fn continue_false_from_a_tool_hook_ends_the_agent_with_the_hook_s_reason()
     );
     assert_eq!(mock.requests().len(), 1);
     assert_eq!(std::fs::read_to_string(ws.join("b.txt")).unwrap(), "hi\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_from_another_terminal_goes_through_the_prompt_hooks() {
+    use crate::support::mock_llm::{End, Gate};
+    use tokio::io::AsyncBufReadExt;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    settings(
+        ws,
+        &json!({ "hooks": { "UserPromptSubmit": [{ "hooks": [script("guard.sh")] }] } }),
+        &[(
+            "guard.sh",
+            r#"input=$(cat); case "$input" in *forbidden*) echo "not that" >&2; exit 2;; esac; echo "steer noted""#,
+        )],
+    );
+    std::fs::write(ws.join("notes.txt"), "notes\n").unwrap();
+    let go = Gate::new();
+    let mock = MockLlm::start_with({
+        let go = go.clone();
+        move |request, _| match request.results() {
+            0 => Reply::tool_calls(&[("r1", "Read", json!({ "file_path": "notes.txt" }))])
+                .with_end(End::HoldAfter(1, go.clone())),
+            _ => {
+                let messages = request.body["messages"].as_array().unwrap();
+                let heard = messages.last().unwrap()["content"].as_str().unwrap_or("");
+                Reply::text(format!("heard: {heard}"))
+            }
+        }
+    })
+    .await;
+    let mut child = crate::cli::command_on(&mock, ws, &["--json", "read the notes"], &[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let state = crate::support::harness::state(ws);
+    let steer = |message: &'static str| {
+        let state = state.clone();
+        async move {
+            let (_, socket) = orchestrate::control::live_sockets(&state).await.remove(0);
+            let op = orchestrate::control::Op::Steer {
+                agent: "orchestrator".into(),
+                message: message.into(),
+            };
+            orchestrate::control::request(&socket, &op).await.unwrap()
+        }
+    };
+    let (mut refused, mut queued, mut answer) = (false, false, None);
+    let read = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let event: Value = serde_json::from_str(&line).unwrap();
+            match event["type"].as_str().unwrap_or_default() {
+                "turn_started" if event["turn"] == 1 => {
+                    let first = steer("do the forbidden thing").await;
+                    assert!(
+                        first.ok && first.text.contains("UserPromptSubmit"),
+                        "{first:?}"
+                    );
+                    assert!(steer("mind the README").await.ok);
+                }
+                "hook_ran" if event["decision"] == "block" => refused = true,
+                "prompt_queued" => queued = true,
+                "terminal" => answer = event["text"].as_str().map(str::to_owned),
+                _ => {}
+            }
+            // Both messages are through their hooks: the stream may end.
+            if refused && queued {
+                go.open();
+            }
+        }
+    };
+    tokio::time::timeout(crate::support::harness::DEADLINE, read)
+        .await
+        .expect("the run did not end in time");
+    assert_eq!(child.wait().await.unwrap().code(), Some(0));
+    assert_eq!(
+        answer.as_deref(),
+        Some("heard: mind the README\n\nsteer noted")
+    );
+    let asked = mock.requests();
+    let forbidden = asked
+        .iter()
+        .any(|r| r.body["messages"].to_string().contains("forbidden"));
+    assert!(!forbidden, "the refused message never reached the model");
 }

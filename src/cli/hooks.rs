@@ -103,10 +103,7 @@ impl LeadHooks {
             ));
         }
         context.extend(submitted.context);
-        Ok(match context.is_empty() {
-            true => prompt,
-            false => format!("{prompt}\n\n{}", context.join("\n\n")),
-        })
+        Ok(crate::hooks::with_context(prompt, &context))
     }
 
     /// Runs the `SessionEnd` hooks.

@@ -276,6 +276,13 @@ where
         Lead::New(task) => (SessionId::new(), Some(task.clone())),
         Lead::Resume { run, prompt, .. } => (*run, prompt.clone()),
     };
+    // A message from another terminal goes through the prompt hooks too.
+    let prompt_hooks = crate::control::hooked::PromptHooks::new(
+        hooks.clone(),
+        workspace.clone(),
+        state.clone(),
+        mode.name(),
+    );
     let lead_hooks = super::hooks::LeadHooks::new(
         hooks,
         crate::hooks::Place {
@@ -321,7 +328,8 @@ where
         }
     }
     // `orchestrate ps | steer | stop | kill` from another terminal reach it here.
-    let control = match Control::serve(&state, id, runtime.handle(), control_events) {
+    let served = Control::serve_hooked(&state, id, runtime.handle(), control_events, prompt_hooks);
+    let control = match served {
         Ok(control) => Some(control),
         Err(e) => {
             tracing::warn!(error = %e, "the run cannot be controlled from another terminal");

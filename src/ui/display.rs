@@ -94,6 +94,18 @@ impl Display {
                 .iter()
                 .map(|lack| format!("a private checkout is partial: {lack}"))
                 .collect(),
+            // A message sent from another terminal that a prompt hook kept
+            // from its agent.
+            EventKind::HookRan {
+                event: hook,
+                decision,
+                ..
+            } if hook == "UserPromptSubmit" && matches!(decision.as_str(), "block" | "stop") => {
+                vec![format!(
+                    "a UserPromptSubmit hook refused a message for {}",
+                    event.agent
+                )]
+            }
             // A hook's failure or message is the person's to see, also on
             // the live tree and with --quiet (plain lines say it already).
             EventKind::HookRan {
