@@ -458,6 +458,32 @@ impl Handle {
             .cast(OrchestratorMsg::Cancel { session, seq });
     }
 
+    /// Whether `session` is busy: a run in progress, or a prompt waiting to
+    /// start or join one. A session that ended, or never was, is not.
+    pub async fn is_busy(&self, session: SessionId) -> bool {
+        ractor::call!(self.orchestrator, OrchestratorMsg::Busy, session).unwrap_or(false)
+    }
+
+    /// The prompts waiting for `session`, oldest first (steers for its run
+    /// in progress among them).
+    pub async fn queued_prompts(&self, session: SessionId) -> Vec<String> {
+        ractor::call!(self.orchestrator, OrchestratorMsg::Queued, session).unwrap_or_default()
+    }
+
+    /// Drops the prompts waiting for `session`; each one's run ends
+    /// `cancelled` (its terminal event names it). The run in progress goes
+    /// on. How many were dropped.
+    pub async fn clear_queue(&self, session: SessionId) -> usize {
+        ractor::call!(self.orchestrator, OrchestratorMsg::ClearQueue, session).unwrap_or(0)
+    }
+
+    /// Cancels every session's run in progress, and the prompts waiting, as
+    /// [`Handle::cancel`] does for one.
+    pub fn cancel_all(&self) {
+        let seq = self.stamp();
+        let _ = self.orchestrator.cast(OrchestratorMsg::CancelAll { seq });
+    }
+
     /// Runs one prompt to its end: subscribes, prompts, and waits for the run's
     /// terminal event (the one that names this prompt, or one that ends the whole
     /// session). `events` sees every event of the session on the way.

@@ -262,3 +262,69 @@ async fn a_prompt_to_a_session_that_is_gone_fails_at_once() {
     };
     assert_eq!(message, "the runtime has shut down");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_handle_tells_busy_and_queued_clears_the_queue_and_cancels_everything() {
+    let (first, second) = (Gate::new(), Gate::new());
+    let mock = MockLlm::start(vec![
+        held(Reply::text("answer one"), &first),
+        held(Reply::text("never"), &second),
+    ])
+    .await;
+    let (_dir, runtime, session) = harness::start(&mock, harness::spec(ToolRegistry::new())).await;
+    assert!(!runtime.is_busy(session).await, "an idle session");
+    let mut events = runtime.subscribe();
+    let one = runtime.prompt(session, "one");
+    // Asked after the prompt, the answer counts it.
+    assert!(runtime.is_busy(session).await);
+    harness::wait_for(&mut events, session, |k| {
+        matches!(k, EventKind::TurnStarted { .. })
+    })
+    .await;
+    let (two, three) = (
+        runtime.prompt(session, "two"),
+        runtime.prompt(session, "three"),
+    );
+    assert_eq!(runtime.queued_prompts(session).await, ["two", "three"]);
+    assert_eq!(runtime.clear_queue(session).await, 2);
+    assert!(runtime.queued_prompts(session).await.is_empty());
+    assert!(
+        runtime.is_busy(session).await,
+        "the run in progress goes on"
+    );
+    // Each cleared prompt ends cancelled; the first is answered.
+    let mut ended = std::collections::BTreeMap::new();
+    while ended.len() < 3 {
+        let event = events.recv().await.unwrap();
+        if let EventKind::Terminal { prompts, outcome } = &event.kind {
+            let answer = match outcome {
+                Outcome::Completed { text, .. } => text.clone(),
+                Outcome::Cancelled { .. } => "cancelled".to_owned(),
+                other => format!("{other:?}"),
+            };
+            ended.insert(prompts[0], answer);
+            if prompts[0] == two {
+                first.open();
+            }
+        }
+    }
+    assert_eq!(ended[&one], "answer one");
+    assert_eq!(
+        (ended[&two].as_str(), ended[&three].as_str()),
+        ("cancelled", "cancelled")
+    );
+    assert!(
+        !runtime.is_busy(session).await,
+        "its terminal event came after it was done"
+    );
+    // cancel_all ends a run in progress.
+    runtime.prompt(session, "four");
+    harness::wait_for(&mut events, session, |k| {
+        matches!(k, EventKind::TurnStarted { .. })
+    })
+    .await;
+    runtime.cancel_all();
+    let (outcome, _) = harness::until_terminal(&mut events, session).await;
+    assert!(matches!(outcome, Outcome::Cancelled { .. }), "{outcome:?}");
+    assert!(!runtime.is_busy(session).await);
+}

@@ -122,6 +122,19 @@ pub(crate) enum OrchestratorMsg {
     ChildrenRead(HashMap<(SessionId, String), SessionId>),
     /// What the runtime still holds, for a look from outside.
     Retained(RpcReplyPort<crate::actors::Retained>),
+    /// Whether a session has a run in progress or a prompt waiting.
+    Busy(SessionId, RpcReplyPort<bool>),
+    /// The prompts waiting for a session, oldest first.
+    Queued(SessionId, RpcReplyPort<Vec<String>>),
+    /// Drops the prompts waiting for a session (each ends `cancelled`); how
+    /// many there were.
+    ClearQueue(SessionId, RpcReplyPort<usize>),
+    /// Cancels every session's run in progress and the prompts waiting,
+    /// as of `seq`.
+    CancelAll {
+        /// Arrival order, shared with prompts.
+        seq: u64,
+    },
     /// Stop a session once its current run (if any) has ended.
     Stop(SessionId),
     /// End a session's current run at its next turn boundary, as stopped.
@@ -404,6 +417,31 @@ impl Actor for OrchestratorActor {
                 }
             }
             OrchestratorMsg::StopRun(session) => route(state, session, Routed::Stop),
+            OrchestratorMsg::Busy(session, reply) => {
+                let busy = state.sessions.get(&session);
+                let _ = reply.send(busy.is_some_and(|e| e.queue.lock().busy()));
+            }
+            OrchestratorMsg::Queued(session, reply) => {
+                let queued = state.sessions.get(&session);
+                let _ = reply.send(queued.map(|e| e.queue.lock().queued()).unwrap_or_default());
+            }
+            OrchestratorMsg::ClearQueue(session, reply) => {
+                let cleared = match state.sessions.get(&session) {
+                    Some(entry) => {
+                        let dropped = entry.queue.lock().clear();
+                        abandon(entry, &dropped);
+                        dropped.len()
+                    }
+                    None => 0,
+                };
+                let _ = reply.send(cleared);
+            }
+            OrchestratorMsg::CancelAll { seq } => {
+                let sessions: Vec<SessionId> = state.sessions.keys().copied().collect();
+                for session in sessions {
+                    route(state, session, Routed::Cancel(seq));
+                }
+            }
             OrchestratorMsg::Check {
                 session,
                 command,
@@ -682,6 +720,20 @@ enum Routed {
 /// Puts a prompt or a cancel in the session's queue, which outlives session
 /// crashes, then tells the session. A session that is down (waiting to restart)
 /// misses only the telling: it reads its queue when it starts again.
+/// Ends each of `dropped`, prompts of `entry`'s session that will never
+/// run, as cancelled: every prompt gets exactly one terminal event.
+fn abandon(entry: &Entry, dropped: &[QueuedPrompt]) {
+    for prompt in dropped {
+        entry.publisher.publish(EventKind::Terminal {
+            prompts: vec![prompt.seq],
+            outcome: Outcome::Cancelled {
+                partial: String::new(),
+                stats: RunStats::default(),
+            },
+        });
+    }
+}
+
 fn route(state: &mut OrchestratorState, session: SessionId, routed: Routed) {
     let Some(entry) = state.sessions.get_mut(&session) else {
         tracing::warn!(%session, "prompt, cancel or stop for an unknown session");
@@ -705,16 +757,7 @@ fn route(state: &mut OrchestratorState, session: SessionId, routed: Routed) {
         }
         Routed::Cancel(seq) => {
             let dropped = entry.queue.lock().cancel(seq);
-            // Every prompt gets exactly one terminal event, a dropped one too.
-            for prompt in dropped {
-                entry.publisher.publish(EventKind::Terminal {
-                    prompts: vec![prompt.seq],
-                    outcome: Outcome::Cancelled {
-                        partial: String::new(),
-                        stats: RunStats::default(),
-                    },
-                });
-            }
+            abandon(entry, &dropped);
             SessionMsg::Cancel { seq }
         }
         Routed::Stop => {

@@ -425,7 +425,11 @@ impl SessionState {
         }
         let mut inputs = VecDeque::from([input]);
         while let Some(input) = inputs.pop_front() {
-            for effect in self.machine.handle(Instant::now(), input) {
+            let effects = self.machine.handle(Instant::now(), input);
+            // What `Handle::is_busy` reads, told before the effects: a run's
+            // terminal event is never seen while it still counts as running.
+            self.queue.lock().set_running(self.machine.running());
+            for effect in effects {
                 match self.carry_out(myself, effect).await {
                     Some(answer) if answer.is_answer() => inputs.push_front(answer),
                     Some(other) => inputs.push_back(other),

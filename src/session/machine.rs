@@ -286,6 +286,11 @@ impl Machine {
         (machine, effects)
     }
 
+    /// Whether a run is in progress.
+    pub(crate) fn running(&self) -> bool {
+        self.run.is_some()
+    }
+
     /// True while a run from the journal waits to resume: the driver asks the
     /// queue for a remembered cancel before [`Input::Started`].
     pub(crate) fn resuming(&self) -> bool {

@@ -73,6 +73,8 @@ pub(crate) struct PromptQueue {
     /// The session's background sub-agents still running (by task id): its
     /// run does not end before their results have joined it.
     background: std::collections::BTreeSet<crate::protocol::SessionId>,
+    /// The session has a run in progress (as it last said).
+    running: bool,
 }
 
 impl PromptQueue {
@@ -112,6 +114,35 @@ impl PromptQueue {
     /// How many of the session's background sub-agents still run.
     pub(crate) fn background_running(&self) -> usize {
         self.background.len()
+    }
+
+    /// The session says whether it has a run in progress.
+    pub(crate) fn set_running(&mut self, running: bool) {
+        self.running = running;
+    }
+
+    /// Whether the session has work: a run in progress, or a prompt waiting
+    /// that will start or join one.
+    pub(crate) fn busy(&self) -> bool {
+        self.running || self.prompts.iter().any(|p| p.background.is_none())
+    }
+
+    /// The prompts waiting (not background results), oldest first.
+    pub(crate) fn queued(&self) -> Vec<String> {
+        (self.prompts.iter())
+            .filter(|p| p.background.is_none())
+            .map(|p| p.text.clone())
+            .collect()
+    }
+
+    /// Drops the waiting prompts (background results stay: they only join a
+    /// run); returns them, oldest first, each still owed its terminal event.
+    pub(crate) fn clear(&mut self) -> Vec<QueuedPrompt> {
+        let (dropped, kept) = std::mem::take(&mut self.prompts)
+            .into_iter()
+            .partition(|p| p.background.is_none());
+        self.prompts = kept;
+        dropped
     }
 
     /// Takes every waiting prompt, oldest first.
@@ -198,6 +229,32 @@ mod tests {
         assert!(!queue.take_stop());
         queue.stop();
         assert!(queue.take_stop() && !queue.take_stop());
+    }
+
+    #[test]
+    fn a_session_is_busy_while_it_runs_or_a_prompt_waits_and_a_clear_keeps_background_results() {
+        let mut queue = PromptQueue::default();
+        assert!(!queue.busy());
+        queue.set_running(true);
+        assert!(queue.busy());
+        queue.set_running(false);
+        let task = crate::protocol::SessionId::new();
+        queue.background_ended(
+            task,
+            Some(QueuedPrompt {
+                background: Some(task),
+                ..prompt(1)
+            }),
+        );
+        assert!(!queue.busy(), "a background result alone starts nothing");
+        queue.push(prompt(2));
+        queue.push(prompt(3));
+        assert!(queue.busy());
+        assert_eq!(queue.queued(), ["p2", "p3"]);
+        assert_eq!(seqs(&queue.clear()), [2, 3]);
+        assert!(!queue.busy() && queue.queued().is_empty());
+        assert_eq!(seqs(&queue.take_steers()), Vec::<u64>::new());
+        assert_eq!(seqs(&queue.take_all()), [1], "the background result stays");
     }
 
     fn seqs(prompts: &[QueuedPrompt]) -> Vec<u64> {
