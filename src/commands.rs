@@ -335,8 +335,8 @@ fn file_spans(body: &str) -> Vec<(usize, usize)> {
 /// the person's own command, in a process group of its own that goes when it
 /// is done, its output bounded, no provider key in its environment.
 async fn run_shell(command: &str, workspace: &Path) -> String {
-    let places = (workspace, workspace);
-    let ran = crate::hooks::run::shell(command, Vec::new(), places, SHELL_TIMEOUT).await;
+    let ran =
+        crate::hooks::run::shell(command, Vec::new(), workspace, workspace, SHELL_TIMEOUT).await;
     match ran.failure {
         Some(why) if ran.exit_code.is_none() => {
             format!("[`{command}` did not run to its end: {why}]")

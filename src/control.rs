@@ -127,8 +127,9 @@ impl Control {
         run: SessionId,
         handle: Handle,
         mut events: EventStream,
-        hooks: Option<Arc<PromptHooks>>,
+        hooks: Option<PromptHooks>,
     ) -> std::io::Result<Self> {
+        let hooks = hooks.map(Arc::new);
         // The folder is the owner's alone, so the socket is never reachable by
         // others, even before its own mode is set.
         state.prepare().map_err(std::io::Error::other)?;
@@ -175,7 +176,7 @@ impl Control {
                             let (handle, board) = (handle.clone(), follower.clone());
                             let hooks = hooks.clone();
                             tokio::spawn(async move {
-                                let serving = Serving { handle: &handle, board: &board, hooks: hooks.as_ref() };
+                                let serving = Serving { handle: &handle, board: &board, hooks: hooks.as_deref() };
                                 let _ = tokio::time::timeout(DEADLINE, answer(stream, serving, began)).await;
                             });
                         }
@@ -230,7 +231,7 @@ pub fn descends_from(pid: i32, ancestor: i32, parent_of: impl Fn(i32) -> Option<
 struct Serving<'a> {
     handle: &'a Handle,
     board: &'a Mutex<Board>,
-    hooks: Option<&'a Arc<PromptHooks>>,
+    hooks: Option<&'a PromptHooks>,
 }
 
 async fn answer(stream: UnixStream, serving: Serving<'_>, began: Instant) -> std::io::Result<()> {
@@ -242,7 +243,7 @@ async fn answer(stream: UnixStream, serving: Serving<'_>, began: Instant) -> std
     let reply = match serde_json::from_str::<Op>(&line) {
         Ok(op) => {
             let board = serving.board.lock().unwrap_or_else(PoisonError::into_inner);
-            carry_out(op, (serving.handle, serving.hooks), &board, began.elapsed())
+            carry_out(op, serving, &board, began.elapsed())
         }
         Err(e) => Reply {
             ok: false,
@@ -257,12 +258,8 @@ async fn answer(stream: UnixStream, serving: Serving<'_>, began: Instant) -> std
 
 /// Does what `op` asks of the run whose agents `board` shows (a `steer`
 /// through `hooks`, when the run has some).
-fn carry_out(
-    op: Op,
-    (handle, hooks): (&Handle, Option<&Arc<PromptHooks>>),
-    board: &Board,
-    now: Duration,
-) -> Reply {
+fn carry_out(op: Op, serving: Serving<'_>, board: &Board, now: Duration) -> Reply {
+    let (handle, hooks) = (serving.handle, serving.hooks);
     let failed = |text: String| Reply { ok: false, text };
     let agent = match &op {
         Op::Ps => {
@@ -289,7 +286,7 @@ fn carry_out(
         }
         Op::Steer { message, .. } => match hooks {
             Some(hooks) => {
-                hooks.steer(handle, row, message);
+                hooks.steer(row, message);
                 format!(
                     "sent to {label}: it joins at its next turn boundary once the UserPromptSubmit hooks allow it"
                 )

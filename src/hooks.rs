@@ -64,6 +64,7 @@ impl Fired {
             command: self.command.clone(),
             exit_code: self.exit_code,
             decision: self.answer.decision().to_owned(),
+            reason: (self.answer.stop.clone()).or_else(|| self.answer.block.clone()),
             notice: self.answer.notice.clone(),
         }
     }
@@ -97,6 +98,23 @@ impl Hooks {
             .filter(|(e, group)| *e == event && group.matches(tool))
             .flat_map(|(_, group)| group.hooks.iter())
             .collect()
+    }
+
+    /// Runs the `UserPromptSubmit` hooks of the person's `prompt` at
+    /// `place`, telling each run to `tell`: the context they add, or why
+    /// they refused it.
+    pub async fn submit(
+        self: &Arc<Self>,
+        place: &Place,
+        prompt: &str,
+        tell: impl Fn(crate::protocol::EventKind),
+    ) -> Result<Vec<String>, String> {
+        let fields = serde_json::json!({ "prompt": prompt });
+        let answer = (self.fire(HookEvent::UserPromptSubmit, None, place, fields, tell)).await;
+        match answer.stop.or(answer.block) {
+            Some(reason) => Err(reason),
+            None => Ok(answer.context),
+        }
     }
 
     /// Runs every hook of `event` (for `tool`) at `place` with `fields` (a

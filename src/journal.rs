@@ -135,6 +135,15 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         refused: bool,
     },
+    /// What the session may do was narrowed from here on (a slash command's
+    /// or a loaded skill's `allowed-tools`): a session started again from
+    /// its journal is narrowed as it was.
+    Narrowed {
+        /// What narrowed it (`the skill "pdf"`).
+        by: String,
+        /// The calls it allows, as rules (`Read`, `Bash(git diff:*)`).
+        only: Vec<String>,
+    },
     /// A lifecycle event of the session (a tool finished, a retry, a restart...),
     /// recorded from the event bus for the record; a resumed session ignores it.
     Event {

@@ -392,6 +392,9 @@ pub enum EventKind {
         exit_code: Option<i32>,
         /// What it decided: `continue`, `block`, `allow`, `ask`, `stop`, `error`.
         decision: String,
+        /// Why it blocked or stopped, as the agent (or the person) is told.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
         /// Its failure, or its message for the person.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         notice: Option<String>,

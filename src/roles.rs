@@ -119,22 +119,7 @@ impl std::error::Error for RoleError {}
 
 /// The tools a role file may name (Claude Code's names, plus Claude Code's older
 /// spelling `LS`).
-pub const KNOWN_TOOLS: [&str; 14] = [
-    "Read",
-    "Write",
-    "Edit",
-    "MultiEdit",
-    "Ls",
-    "Glob",
-    "Grep",
-    "Bash",
-    "Task",
-    "TaskOutput",
-    "TaskStop",
-    "TodoWrite",
-    "WebFetch",
-    "Skill",
-];
+pub use crate::tools::KNOWN_TOOLS;
 
 /// Claude Code fields this version accepts without acting on them yet.
 const ACCEPTED_FIELDS: [&str; 5] = ["hooks", "memory", "background", "effort", "initialPrompt"];

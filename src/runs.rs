@@ -517,6 +517,7 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
             | Record::Compacted { .. }
             | Record::PromptJoined { .. }
             | Record::ToolStarted { .. }
+            | Record::Narrowed { .. }
             | Record::Message { .. } => {}
         }
         after_start = false;

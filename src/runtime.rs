@@ -314,28 +314,28 @@ impl Handle {
         .map_err(|e| SessionError::Spawn(e.to_string()))?
     }
 
-    /// Publishes `kind` as session `session` (of role `agent`): something
-    /// that happened to it outside its actor (a hook the command line ran).
-    pub fn publish(&self, session: SessionId, agent: &str, kind: EventKind) {
-        crate::events::Publisher::new(self.bus.clone(), session, None, agent).publish(kind);
-    }
-
-    /// A publisher of events as top-level session `session` (role `agent`).
+    /// A publisher of events as top-level session `session` (role `agent`):
+    /// what happened to it outside its actor (a hook the command line ran).
     pub fn publisher(&self, session: SessionId, agent: &str) -> Publisher {
         Publisher::new(self.bus.clone(), session, None, agent)
     }
 
     /// A publisher of events as session `session` (child of `parent`, role
-    /// `agent`) that also keeps them in its journal, which must exist.
+    /// `agent`) that also keeps them in its journal, once it has one (a
+    /// session not started yet has none to keep them in).
     pub(crate) fn journaling_publisher(
         &self,
         session: SessionId,
         parent: Option<SessionId>,
         agent: &str,
     ) -> Publisher {
+        let publisher = Publisher::new(self.bus.clone(), session, parent, agent);
         let path = self.state.journal(session);
+        if !path.is_file() {
+            return publisher;
+        }
         let recorder = crate::journal::recorder::Recorder::of_started(self.journal.clone(), path);
-        Publisher::new(self.bus.clone(), session, parent, agent).keeping(Arc::new(recorder))
+        publisher.keeping(Arc::new(recorder))
     }
 
     /// Appends `events`, told as session `session`'s before or after it ran

@@ -148,18 +148,36 @@ fn parse(dir: &Path, text: String) -> Result<Skill, String> {
     let description = text_of("description")
         .filter(|d| !d.is_empty())
         .ok_or_else(|| format!("{}: no description", file.display()))?;
-    let allowed_tools = match fields.get("allowed-tools") {
+    // What a skill narrows to must be read as meant, or the skill is not
+    // used: a list it cannot read would leave the session wider.
+    let allowed_tools: Option<Vec<String>> = match fields.get("allowed-tools") {
+        None | Some(serde_json::Value::Null) => None,
         Some(serde_json::Value::String(list)) => {
             Some(list.split(',').map(|t| t.trim().to_owned()).collect())
         }
-        Some(serde_json::Value::Array(items)) => Some(
+        Some(serde_json::Value::Array(items)) if items.iter().all(|t| t.is_string()) => Some(
             items
                 .iter()
                 .filter_map(|t| t.as_str().map(str::to_owned))
                 .collect(),
         ),
-        _ => None,
+        Some(other) => {
+            return Err(format!(
+                "{}: allowed-tools must be a list of tools, not {other}",
+                file.display()
+            ));
+        }
     };
+    if let Some(list) = &allowed_tools {
+        let (_, bad) = crate::tools::rules::parse_list(list);
+        if !bad.is_empty() {
+            return Err(format!(
+                "{}: allowed-tools: not a tool or rule: {}",
+                file.display(),
+                bad.join(", ")
+            ));
+        }
+    }
     Ok(Skill {
         name,
         description,
@@ -197,12 +215,29 @@ mod tests {
         skill(home.path(), "charts", "description: Charts.");
         skill(&ws_path, "pdf", "name: pdf\ndescription: Ours.");
         skill(&ws_path, "broken", "name: broken");
+        // A list it cannot read as meant would leave the session wider.
+        skill(
+            &ws_path,
+            "odd",
+            "description: Odd.\nallowed-tools: Bash(git",
+        );
+        skill(&ws_path, "num", "description: Num.\nallowed-tools: 5");
         let (skills, warnings) = Skills::load(&ws_path, Some(home.path()));
         let names: Vec<&str> = skills.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["charts", "pdf"]);
         assert_eq!(skills.get("pdf").unwrap().description, "Mine.");
-        assert_eq!(warnings.len(), 1, "{warnings:?}");
-        assert!(warnings[0].contains("no description"));
+        assert_eq!(warnings.len(), 3, "{warnings:?}");
+        assert!(warnings.iter().any(|w| w.contains("no description")));
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("not a tool or rule: Bash(git"))
+        );
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("must be a list of tools"))
+        );
         assert_eq!(skills.roots().len(), 2, "each of the person's skills");
         let only = skills.select(Some(&["charts".to_owned()]));
         assert!(only.get("pdf").is_none() && only.get("charts").is_some());

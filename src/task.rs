@@ -378,13 +378,14 @@ impl Task {
         Self { env, caller }
     }
 
-    /// The session spec of a sub-agent of role `name`, and whether it works in
-    /// a private checkout; or why there is none.
+    /// The session spec of a sub-agent of role `name` started by call
+    /// `call_id` of `parent`, which `narrowing` narrows (its caller's), and
+    /// whether it works in a private checkout; or why there is none.
     fn child_spec(
         &self,
         name: &str,
-        parent: SessionId,
-        call_id: &str,
+        (parent, call_id): (SessionId, &str),
+        narrowing: Vec<crate::tools::narrowing::Narrow>,
     ) -> Result<(SessionSpec, crate::isolation::Wanted), ToolError> {
         let catalog = self
             .env
@@ -404,17 +405,21 @@ impl Task {
         // only delegates still has workers that read and write.
         let mut offered: Vec<&str> = self.env.tools.names();
         offered.push("Task");
-        let allowed = role.allowed_tools(&offered);
+        let mut allowed = role.allowed_tools(&offered);
+        // What narrows its caller narrows it: only what that allows is offered.
+        allowed.retain(|tool| crate::tools::narrowing::offered(&narrowing, tool));
         let isolated = crate::isolation::wanted(self.env.isolation, role.isolation, &allowed);
         let mut tools = self.env.tools.only(&allowed);
         tools = with_skills(tools, self.env.skills.as_ref(), role.skills.as_deref());
         if let Some(hub) = &self.env.mcp {
-            tools = tools.with_source(Arc::new(crate::mcp::tools_for(
+            let mcp = crate::mcp::tools_for(
                 hub,
                 &role.name,
                 role.tools.as_deref(),
                 &role.disallowed_tools,
-            )));
+            );
+            let mcp = mcp.narrowed(crate::tools::narrowing::mcp_entries(&narrowing));
+            tools = tools.with_source(Arc::new(mcp));
         }
         let model = match (&role.model, &self.env.models) {
             (ModelChoice::Named(_), Some(models)) => models
@@ -469,6 +474,7 @@ impl Task {
         spec.meter = self.env.meter.clone();
         spec.checkpoints = self.env.checkpoints.clone();
         spec.fallback = fallback;
+        spec.narrowing = narrowing;
         match &self.env.models {
             Some(models) => models.describe(&mut spec),
             None => spec.model_info = crate::model_info::builtin(&spec.model).unwrap_or_default(),
@@ -580,8 +586,9 @@ impl Tool for Task {
                     "prompt is empty: say what the sub-agent should do and report".into(),
                 ));
             }
-            let (mut spec, isolated) =
-                self.child_spec(&input.subagent_type, ctx.session, &ctx.call_id)?;
+            let by = (ctx.session, ctx.call_id.as_str());
+            let narrowing = ctx.narrowing.snapshot();
+            let (mut spec, isolated) = self.child_spec(&input.subagent_type, by, narrowing)?;
             if let Some(secs) = input.timeout {
                 if secs == 0 {
                     return Err(ToolError::InvalidInput(

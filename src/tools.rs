@@ -123,6 +123,25 @@ impl ReadDeny {
     }
 }
 
+/// The tools a role file, a command's or a skill's `allowed-tools` may name
+/// (Claude Code's names; any case, so Claude Code's older `LS` is `Ls`).
+pub const KNOWN_TOOLS: [&str; 14] = [
+    "Read",
+    "Write",
+    "Edit",
+    "MultiEdit",
+    "Ls",
+    "Glob",
+    "Grep",
+    "Bash",
+    "Task",
+    "TaskOutput",
+    "TaskStop",
+    "TodoWrite",
+    "WebFetch",
+    "Skill",
+];
+
 /// What a call spent through others (a sub-agent's tokens and their cost), for
 /// the caller's totals.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -446,9 +446,11 @@ async fn a_slash_command_runs_its_body_with_its_arguments_model_and_tools() {
         first.body["messages"][1]["content"],
         "Review src/a.rs for off-by-one bugs. Status: !`echo clean`"
     );
+    // A Read rule covers the tools that read (Ls, Glob, Grep), as in Claude
+    // Code; `Bash(git diff:*)` offers Bash.
     assert_eq!(
         crate::support::harness::tool_names(first),
-        ["Read", "Grep", "Bash"]
+        ["Read", "Ls", "Glob", "Grep", "Bash"]
     );
     assert!(
         text(&out.stderr).contains("are left as text"),
@@ -784,6 +786,7 @@ async fn a_slash_command_s_and_a_loaded_skill_s_allowed_tools_narrow_what_calls_
         "---\nallowed-tools: Read, Bash(echo:*)\n---\nProbe $ARGUMENTS.\n",
     )
     .unwrap();
+    std::fs::write(ws.join("seen.txt"), "").unwrap();
     let folder = ws.join(".claude/skills/tidy");
     std::fs::create_dir_all(&folder).unwrap();
     std::fs::write(
@@ -795,6 +798,19 @@ async fn a_slash_command_s_and_a_loaded_skill_s_allowed_tools_narrow_what_calls_
         let probing = request.body["messages"][1]["content"]
             .as_str()
             .is_some_and(|c| c.starts_with("Probe"));
+        let last = request.body["messages"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .clone();
+        if last["content"] == "touch again" {
+            return Reply::tool_calls(&[(
+                "again",
+                "Bash",
+                json!({ "command": "touch again.txt" }),
+            )]);
+        }
         match (probing, request.results()) {
             (true, 0) => Reply::tool_calls(&[
                 ("echo", "Bash", json!({ "command": "echo ok" })),
@@ -830,6 +846,18 @@ async fn a_slash_command_s_and_a_loaded_skill_s_allowed_tools_narrow_what_calls_
         !ws.join("made.txt").exists(),
         "the refused command never ran"
     );
+    // The run carried on by `resume` is narrowed as it was.
+    let mut args = BYPASS.to_vec();
+    args.extend(["--quiet", "resume", "touch again"]);
+    let out = run_on(&mock, &ws, &args, &home_env).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let again = results(&mock);
+    assert!(
+        again["again"].contains("allows only Read, Bash(echo:*)"),
+        "{}",
+        again["again"]
+    );
+    assert!(!ws.join("again.txt").exists());
     // A skill narrows the session once it is loaded.
     let mut args = BYPASS.to_vec();
     args.extend(["--quiet", "tidy up"]);
@@ -851,7 +879,7 @@ async fn a_slash_command_s_and_a_loaded_skill_s_allowed_tools_narrow_what_calls_
         !ws.join("w.txt").exists(),
         "the refused write never happened"
     );
-    assert!(!results["ls"].starts_with("Error"), "{}", results["ls"]);
+    assert_eq!(results["ls"].trim(), "seen.txt", "{}", results["ls"]);
     assert!(results["rm"].contains("allows only"), "{}", results["rm"]);
 }
 
@@ -992,4 +1020,56 @@ async fn a_message_from_another_terminal_goes_through_the_prompt_hooks() {
         .iter()
         .any(|r| r.body["messages"].to_string().contains("forbidden"));
     assert!(!forbidden, "the refused message never reached the model");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_agent_is_narrowed_as_its_caller_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("repo");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(ws.join(".claude/commands")).unwrap();
+    std::fs::create_dir_all(ws.join("agents")).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(
+        ws.join(".claude/commands/survey.md"),
+        "---\nallowed-tools: Task, Read\n---\nSurvey $ARGUMENTS.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.join("agents/writer.md"),
+        "---\nname: writer\ndescription: Writes.\ntools: Read, Write, Bash\n---\nYou write.\n",
+    )
+    .unwrap();
+    let mock = MockLlm::start_with(|request, _| {
+        let writer = request.system().starts_with("You write.");
+        match (writer, request.results()) {
+            (false, 0) => Reply::tool_calls(&[(
+                "t1",
+                "Task",
+                json!({ "description": "w", "prompt": "Write it.", "subagent_type": "writer" }),
+            )]),
+            (true, 0) => Reply::tool_calls(&[(
+                "w1",
+                "Write",
+                json!({ "file_path": "w.txt", "content": "x" }),
+            )]),
+            (true, _) => Reply::text("could not write"),
+            (false, _) => Reply::text("surveyed"),
+        }
+    })
+    .await;
+    let home_env = [("HOME", home.to_str().unwrap())];
+    let mut args = BYPASS.to_vec();
+    args.extend(["--quiet", "/survey the tree"]);
+    let out = run_on(&mock, &ws, &args, &home_env).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let writer: Vec<Recorded> = mock
+        .requests()
+        .into_iter()
+        .filter(|r| r.system().starts_with("You write."))
+        .collect();
+    assert_eq!(crate::support::harness::tool_names(&writer[0]), ["Read"]);
+    let refused = tool_results(&writer[1]).pop().unwrap().1;
+    assert_eq!(refused, "Error: unknown tool \"Write\"");
+    assert!(!ws.join("w.txt").exists());
 }

@@ -258,14 +258,9 @@ impl Actor for SessionActor {
             stopping: stop_when_idle,
             seed: rand::random(),
         };
-        // What its own history narrowed (a skill it loaded) still narrows it.
+        // What narrowed it before (a skill it loaded) still narrows it.
         let narrowing = crate::tools::narrowing::Narrowing::new(spec.narrowing.clone());
-        let recorded = records.iter().flatten().filter_map(|r| match r {
-            Record::Message { message } => Some(message),
-            _ => None,
-        });
-        let history = spec.history.iter().chain(recorded);
-        for narrow in crate::session::narrowed::narrowed(history, &spec.tools) {
+        for narrow in crate::session::narrowed::journaled(records.as_deref().unwrap_or_default()) {
             narrowing.add(narrow);
         }
         let (machine, effects) = Machine::start(machine_args, records.as_deref());

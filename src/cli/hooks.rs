@@ -90,19 +90,11 @@ impl LeadHooks {
                 .await;
             context.extend(started.context);
         }
-        let submitted = self
-            .fire(
-                HookEvent::UserPromptSubmit,
-                None,
-                serde_json::json!({ "prompt": prompt }),
-            )
-            .await;
-        if let Some(reason) = submitted.block.or(submitted.stop) {
-            return Err(format!(
-                "a UserPromptSubmit hook refused the prompt: {reason}"
-            ));
-        }
-        context.extend(submitted.context);
+        let tell = |kind| self.publisher.publish(kind);
+        let submitted = self.hooks.submit(&self.place, &prompt, tell).await;
+        let added = submitted
+            .map_err(|reason| format!("a UserPromptSubmit hook refused the prompt: {reason}"))?;
+        context.extend(added);
         Ok(crate::hooks::with_context(prompt, &context))
     }
 

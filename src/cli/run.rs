@@ -25,6 +25,7 @@ use crate::session::SessionSpec;
 use crate::session::budget::{Budget, RunMeter};
 use crate::setup::Setup;
 use crate::task::{Caller, TaskEnv};
+use crate::tools::narrowing::Narrow;
 use crate::ui::display::{Display, Progress};
 
 /// How often the progress shows the events that arrived since its last frame.
@@ -279,9 +280,9 @@ where
     // A message from another terminal goes through the prompt hooks too.
     let prompt_hooks = crate::control::hooked::PromptHooks::new(
         hooks.clone(),
-        workspace.clone(),
-        state.clone(),
+        (workspace.clone(), state.clone()),
         mode.name(),
+        runtime.handle(),
     );
     let lead_hooks = super::hooks::LeadHooks::new(
         hooks,
@@ -571,16 +572,21 @@ fn lead_spec(
     let mut offered: Vec<&str> = standard.names();
     offered.push("Task");
     let mut allowed = role.allowed_tools(&offered);
-    // A slash command's `allowed-tools` only narrow the role's: the tools
-    // they name are offered (`Bash(git:*)` names Bash), and each call must
-    // be one they allow.
-    let only = slash.and_then(|s| Some((s.tools.as_ref()?, &s.source)));
-    if let Some((only, _)) = only {
-        let named: Vec<&str> = (only.iter())
-            .map(|t| t.split('(').next().unwrap_or(t).trim())
-            .collect();
-        allowed.retain(|tool| named.contains(tool));
+    // A slash command's `allowed-tools` only narrow the role's: what they
+    // allow is offered (`Bash(git:*)` offers Bash), and each call must be
+    // one they allow.
+    let mut narrowing = Vec::new();
+    if let Some((only, source)) = slash.and_then(|s| Some((s.tools.as_ref()?, &s.source))) {
+        let (narrow, bad) = Narrow::of(format!("the command {source}"), only);
+        if !bad.is_empty() {
+            return Err(format!(
+                "{source}: allowed-tools: not a tool or rule: {}",
+                bad.join(", ")
+            ));
+        }
+        narrowing.push(narrow);
     }
+    allowed.retain(|tool| crate::tools::narrowing::offered(&narrowing, tool));
     let mut tools = standard.only(&allowed);
     tools = crate::task::with_skills(tools, Some(&plan.skills), role.skills.as_deref());
     let mcp = handle.mcp();
@@ -590,9 +596,7 @@ fn lead_spec(
         role.tools.as_deref(),
         &role.disallowed_tools,
     );
-    if let Some((only, _)) = only {
-        from_mcp = from_mcp.narrowed(only);
-    }
+    from_mcp = from_mcp.narrowed(crate::tools::narrowing::mcp_entries(&narrowing));
     tools = tools.with_source(Arc::new(from_mcp));
     let mut watcher = None;
     if cli.max_depth > 0 && allowed.contains(&"Task") {
@@ -635,17 +639,7 @@ fn lead_spec(
     plan.models.describe(&mut spec);
     spec.fallback = fallback;
     spec.permission_mode = permission_mode;
-    if let Some((only, source)) = only {
-        let (narrow, bad) =
-            crate::tools::narrowing::Narrow::of(format!("the command {source}"), only);
-        if !bad.is_empty() {
-            return Err(format!(
-                "{source}: allowed-tools: not a tool or rule: {}",
-                bad.join(", ")
-            ));
-        }
-        spec.narrowing = vec![narrow];
-    }
+    spec.narrowing = narrowing;
     #[cfg(feature = "test-support")]
     {
         spec.faults = cli

@@ -3,12 +3,18 @@
 //! hooks as the first prompt does: a hook that blocks keeps it from the
 //! agent (told as the agent's `hook_ran` event, kept in its journal), and
 //! what the hooks add joins it. The hooks run after the request is answered,
-//! as they may take longer than a request may.
+//! as they may take longer than a request may, one message at a time in the
+//! order they came, so two messages reach an agent in the order they were
+//! sent.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use tokio::sync::mpsc;
+
+use crate::actors::AbortOnDrop;
 use crate::hooks::{HookEvent, Hooks, Place};
+use crate::protocol::SessionId;
 use crate::runtime::Handle;
 use crate::state::StateDir;
 use crate::ui::progress::Row;
@@ -16,6 +22,23 @@ use crate::ui::progress::Row;
 /// The run's `UserPromptSubmit` hooks, for messages from other terminals.
 #[derive(Debug)]
 pub struct PromptHooks {
+    /// Where messages wait for their hooks.
+    messages: mpsc::UnboundedSender<Message>,
+    /// Runs the hooks of each message in turn; ends with this.
+    _worker: AbortOnDrop,
+}
+
+/// A message for an agent, waiting for its hooks.
+#[derive(Debug)]
+struct Message {
+    session: SessionId,
+    parent: Option<SessionId>,
+    role: String,
+    text: String,
+}
+
+/// What the hooks of each message run with.
+struct Runner {
     hooks: Arc<Hooks>,
     /// The hooks' working directory.
     cwd: PathBuf,
@@ -23,49 +46,68 @@ pub struct PromptHooks {
     state: StateDir,
     /// The run's permission mode, as the hooks' input names it.
     permission_mode: String,
+    handle: Handle,
 }
 
 impl PromptHooks {
-    /// The `UserPromptSubmit` hooks of `hooks`, run in `cwd`; `None` when
-    /// there are none.
+    /// The `UserPromptSubmit` hooks of `hooks`, run in `cwd`, for the run of
+    /// `handle`; `None` when there are none.
     pub fn new(
         hooks: Arc<Hooks>,
-        cwd: PathBuf,
-        state: StateDir,
+        (cwd, state): (PathBuf, StateDir),
         permission_mode: &str,
-    ) -> Option<Arc<Self>> {
-        hooks.has(HookEvent::UserPromptSubmit).then(|| {
-            Arc::new(Self {
-                hooks,
-                cwd,
-                state,
-                permission_mode: permission_mode.to_owned(),
-            })
+        handle: Handle,
+    ) -> Option<Self> {
+        if !hooks.has(HookEvent::UserPromptSubmit) {
+            return None;
+        }
+        let runner = Runner {
+            hooks,
+            cwd,
+            state,
+            permission_mode: permission_mode.to_owned(),
+            handle,
+        };
+        let (messages, mut waiting) = mpsc::unbounded_channel::<Message>();
+        let worker = tokio::spawn(async move {
+            while let Some(message) = waiting.recv().await {
+                runner.submit(message).await;
+            }
+        });
+        Some(Self {
+            messages,
+            _worker: AbortOnDrop(worker),
         })
     }
 
-    /// Sends `message` to the agent of `row` once its hooks allow it.
-    pub(super) fn steer(self: &Arc<Self>, handle: &Handle, row: &Row, message: String) {
-        let (this, handle) = (self.clone(), handle.clone());
-        let (session, parent, role) = (row.session, row.parent, row.role.clone());
-        tokio::spawn(async move {
-            let place = Place {
-                session: session.to_string(),
-                cwd: this.cwd.clone(),
-                transcript: Some(this.state.journal(session)),
-                permission_mode: this.permission_mode.clone(),
-            };
-            let publisher = handle.journaling_publisher(session, parent, &role);
-            let tell = |kind| publisher.publish(kind);
-            let fields = serde_json::json!({ "prompt": message });
-            let event = HookEvent::UserPromptSubmit;
-            let answer = this.hooks.fire(event, None, &place, fields, tell).await;
-            if answer.block.is_none() && answer.stop.is_none() {
-                handle.steer(
-                    session,
-                    crate::hooks::with_context(message, &answer.context),
-                );
-            }
+    /// Sends `text` to the agent of `row` once its hooks allow it.
+    pub(super) fn steer(&self, row: &Row, text: String) {
+        let _ = self.messages.send(Message {
+            session: row.session,
+            parent: row.parent,
+            role: row.role.clone(),
+            text,
         });
+    }
+}
+
+impl Runner {
+    /// Runs the hooks of `message`, then sends it on with what they added,
+    /// unless they refused it.
+    async fn submit(&self, message: Message) {
+        let place = Place {
+            session: message.session.to_string(),
+            cwd: self.cwd.clone(),
+            transcript: Some(self.state.journal(message.session)),
+            permission_mode: self.permission_mode.clone(),
+        };
+        let publisher =
+            (self.handle).journaling_publisher(message.session, message.parent, &message.role);
+        let tell = |kind| publisher.publish(kind);
+        let submitted = self.hooks.submit(&place, &message.text, tell).await;
+        if let Ok(context) = submitted {
+            let text = crate::hooks::with_context(message.text, &context);
+            self.handle.steer(message.session, text);
+        }
     }
 }

@@ -32,7 +32,7 @@ pub struct Ran {
 /// Runs `hook` with `input` on its standard input, in `cwd`.
 pub async fn run(hook: &CommandHook, input: &Value, cwd: &Path, project_dir: &Path) -> Ran {
     let body = serde_json::to_vec(input).unwrap_or_default();
-    shell(&hook.command, body, (cwd, project_dir), hook.timeout).await
+    shell(&hook.command, body, cwd, project_dir, hook.timeout).await
 }
 
 /// Runs `line` as the person's own command (a hook, a command file's
@@ -42,7 +42,8 @@ pub async fn run(hook: &CommandHook, input: &Value, cwd: &Path, project_dir: &Pa
 pub async fn shell(
     line: &str,
     stdin: Vec<u8>,
-    (cwd, project_dir): (&Path, &Path),
+    cwd: &Path,
+    project_dir: &Path,
     timeout: std::time::Duration,
 ) -> Ran {
     let mut command = tokio::process::Command::new("sh");

@@ -288,9 +288,9 @@ pub struct McpTools {
     allowed: Option<Vec<String>>,
     /// Its role's disallowed `mcp__…` entries.
     denied: Vec<String>,
-    /// A narrowing's `mcp__…` entries (a slash command's `allowed-tools`;
-    /// `None`: not narrowed).
-    only: Option<Vec<String>>,
+    /// The `mcp__…` entries of each narrowing in force (a slash command's
+    /// or a caller's `allowed-tools`): a tool must be named by every one.
+    only: Vec<Vec<String>>,
 }
 
 impl McpTools {
@@ -307,15 +307,14 @@ impl McpTools {
             servers,
             allowed,
             denied,
-            only: None,
+            only: Vec::new(),
         }
     }
 
-    /// The same, offering only what `entries` (`allowed-tools` entries;
-    /// those that are not `mcp__…` say nothing of these tools) name too.
-    pub fn narrowed(mut self, entries: &[String]) -> Self {
-        let named = entries.iter().filter(|e| e.starts_with("mcp__")).cloned();
-        self.only = Some(named.collect());
+    /// The same, offering only what each of `narrowings` (the `mcp__…`
+    /// entries of each narrowing's `allowed-tools`) names too.
+    pub fn narrowed(mut self, narrowings: Vec<Vec<String>>) -> Self {
+        self.only.extend(narrowings);
         self
     }
 
@@ -323,7 +322,7 @@ impl McpTools {
         let whole = format!("mcp__{server}");
         let names = |list: &[String]| list.iter().any(|e| *e == whole || e == full_name);
         self.allowed.as_deref().is_none_or(names)
-            && self.only.as_deref().is_none_or(names)
+            && self.only.iter().all(|list| names(list))
             && !names(&self.denied)
     }
 
@@ -500,10 +499,10 @@ mod tests {
         assert!(one.get("mcp__a__write").is_none());
         // A narrowing keeps what it names too; its other entries say nothing.
         let narrowed = McpTools::new(hub.clone(), servers.clone(), None, Vec::new())
-            .narrowed(&["Read".into(), "mcp__a__write".into()]);
+            .narrowed(vec![vec!["mcp__a__write".into()]]);
         assert_eq!(names(&narrowed), ["mcp__a__write"]);
         let closed = McpTools::new(hub.clone(), servers.clone(), None, Vec::new())
-            .narrowed(&["Read".into()]);
+            .narrowed(vec![Vec::new()]);
         assert!(names(&closed).is_empty());
         let denied = McpTools::new(
             hub,

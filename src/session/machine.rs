@@ -36,6 +36,7 @@ pub(crate) use self::input::{Input, ToolDone};
 use self::jitter::Jitter;
 use self::tool_turn::ToolTurn;
 use super::SessionSpec;
+use super::narrowed;
 use super::queue::{QueuedPrompt, cancels};
 use super::repeats::Repeats;
 use super::resume::{self, ActiveRun, Next};
@@ -266,6 +267,15 @@ impl Machine {
                 machine.transcript = spec.history.clone();
                 machine.emit(Effect::Journal(records));
             }
+        }
+        // What narrows it from its start is journaled once.
+        let journaled = narrowed::journaled(journal.unwrap_or_default());
+        let narrowing: Vec<Record> = (machine.spec.narrowing.iter())
+            .filter(|n| !journaled.contains(n))
+            .map(narrowed::record)
+            .collect();
+        if !narrowing.is_empty() {
+            machine.emit(Effect::Journal(narrowing));
         }
         machine.publish(EventKind::SessionStarted {
             model: machine.spec.model.clone(),

@@ -67,6 +67,7 @@ pub(crate) fn resume(records: &[Record]) -> Resumed {
             | Record::Fetched { .. }
             | Record::Merging { .. }
             | Record::Merged { .. }
+            | Record::Narrowed { .. }
             | Record::CheckoutRemoved => {}
             Record::RunStarted { prompt, .. } => {
                 pairing.close(&mut transcript);

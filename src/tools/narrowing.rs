@@ -3,7 +3,10 @@
 //! narrowing is a list in Claude Code's rule syntax (`Read`, `Bash(git:*)`,
 //! `mcp__server`, `mcp__server__tool`); a call runs only when every narrowing
 //! in force allows it, so a later one can only narrow further. The `Skill`
-//! tool itself stays allowed: loading another skill can only narrow more.
+//! tool itself stays allowed: loading another skill can only narrow more;
+//! `Task` brings `TaskOutput` and `TaskStop` with it. A sub-agent started
+//! under a narrowing is narrowed as its caller was. What a narrowing allows
+//! is also all that is offered to the model.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -22,7 +25,16 @@ impl Narrow {
     /// The narrowing `by` sets with its `allowed-tools` entries `list`; the
     /// entries that are not rules are left out and returned apart.
     pub fn of(by: impl Into<String>, list: &[String]) -> (Self, Vec<String>) {
-        let (only, bad) = super::rules::parse_list(list);
+        let (mut only, bad) = super::rules::parse_list(list);
+        // Tool names in any case, as role files take them (`LS`).
+        for rule in &mut only {
+            if let Some(known) = super::KNOWN_TOOLS
+                .iter()
+                .find(|k| k.eq_ignore_ascii_case(&rule.tool))
+            {
+                rule.tool = (*known).to_owned();
+            }
+        }
         let narrow = Self {
             by: by.into(),
             only: only.into(),
@@ -30,10 +42,20 @@ impl Narrow {
         (narrow, bad)
     }
 
+    /// Whether some call of `tool` may be allowed: the tool is offered.
+    pub fn offers(&self, tool: &str) -> bool {
+        tool == "Skill"
+            || self.only.iter().any(|rule| {
+                super::rules::applies_to(&rule.tool, tool)
+                    || (rule.tool == "Task" && matches!(tool, "TaskOutput" | "TaskStop"))
+            })
+    }
+
     /// Why a call of `tool` with `input` is refused (the run's `rules` match
     /// paths and commands), or `None` when this narrowing allows it.
     pub fn refusal(&self, rules: &Rules, tool: &str, input: &serde_json::Value) -> Option<String> {
-        if tool == "Skill" || rules.permits(&self.only, tool, input) {
+        let follows_task = matches!(tool, "TaskOutput" | "TaskStop") && self.offers(tool);
+        if tool == "Skill" || follows_task || rules.permits(&self.only, tool, input) {
             return None;
         }
         let allowed: Vec<String> = self.only.iter().map(ToString::to_string).collect();
@@ -73,13 +95,31 @@ impl Narrowing {
         list.iter().find_map(|n| n.refusal(rules, tool, input))
     }
 
-    /// Whether anything narrows the session.
-    pub fn is_empty(&self) -> bool {
+    /// The narrowings in force now (what a sub-agent started now inherits).
+    pub fn snapshot(&self) -> Vec<Narrow> {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .is_empty()
+            .clone()
     }
+}
+
+/// Whether every one of `narrows` offers `tool`.
+pub fn offered(narrows: &[Narrow], tool: &str) -> bool {
+    narrows.iter().all(|n| n.offers(tool))
+}
+
+/// The `mcp__…` entries of `narrows`, one list per narrowing (what each
+/// leaves of the MCP tools).
+pub fn mcp_entries(narrows: &[Narrow]) -> Vec<Vec<String>> {
+    (narrows.iter())
+        .map(|n| {
+            (n.only.iter())
+                .filter(|r| r.tool.starts_with("mcp__"))
+                .map(|r| r.tool.clone())
+                .collect()
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -160,7 +200,47 @@ mod tests {
     }
 
     #[test]
+    fn what_a_narrowing_allows_is_what_it_offers() {
+        let n = narrow("x", &["Read", "Bash(git diff:*)", "Task", "mcp__git"]);
+        for tool in [
+            "Read",
+            "Glob",
+            "Grep",
+            "Ls",
+            "Bash",
+            "Task",
+            "TaskOutput",
+            "TaskStop",
+            "Skill",
+            "mcp__git__log",
+        ] {
+            assert!(n.offers(tool), "{tool}");
+        }
+        for tool in ["Write", "Edit", "WebFetch", "mcp__files__read"] {
+            assert!(!n.offers(tool), "{tool}");
+        }
+        let rules = Rules::default();
+        assert!(
+            n.refusal(&rules, "TaskOutput", &json!({"task_id": "x"}))
+                .is_none()
+        );
+        assert!(
+            narrow("y", &["Read"])
+                .refusal(&rules, "TaskStop", &json!({}))
+                .is_some()
+        );
+        let both = [n, narrow("z", &["Read", "mcp__files"])];
+        assert!(offered(&both, "Read") && !offered(&both, "Bash"));
+        assert_eq!(
+            mcp_entries(&both),
+            [vec!["mcp__git".to_owned()], vec!["mcp__files".to_owned()]]
+        );
+    }
+
+    #[test]
     fn entries_that_are_not_rules_are_told_apart() {
+        let lower = narrow("l", &["LS", "read"]);
+        assert!(lower.offers("Ls") && lower.offers("Read"));
         let list = vec!["Read".to_owned(), "Bash(git".to_owned()];
         let (n, bad) = Narrow::of("z", &list);
         assert_eq!(n.only.len(), 1);

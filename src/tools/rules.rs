@@ -477,7 +477,7 @@ pub fn takes_a_pattern(tool: &str) -> bool {
     )
 }
 
-fn applies_to(rule_tool: &str, tool: &str) -> bool {
+pub(crate) fn applies_to(rule_tool: &str, tool: &str) -> bool {
     rule_tool == tool
         || (rule_tool == "Edit" && matches!(tool, "Write" | "MultiEdit" | "NotebookEdit"))
         || (rule_tool == "Read" && matches!(tool, "Glob" | "Grep" | "Ls"))

@@ -99,11 +99,13 @@ impl Display {
             EventKind::HookRan {
                 event: hook,
                 decision,
+                reason,
                 ..
             } if hook == "UserPromptSubmit" && matches!(decision.as_str(), "block" | "stop") => {
                 vec![format!(
-                    "a UserPromptSubmit hook refused a message for {}",
-                    event.agent
+                    "a UserPromptSubmit hook refused a message for {}: {}",
+                    event.agent,
+                    reason.as_deref().unwrap_or("no reason given")
                 )]
             }
             // A hook's failure or message is the person's to see, also on

@@ -51,7 +51,13 @@ impl SessionState {
     ) {
         // A check that writes in the shared tree is a change like any.
         let call_id = format!("check-{}", crate::protocol::SessionId::new());
-        let ctx = self.tool_context(call_id, cancel.clone(), false);
+        let mut ctx = self.tool_context(call_id, cancel.clone(), false);
+        // A check is its caller's, not the agent's: what the agent narrowed
+        // itself to since (a skill it loaded) does not narrow it; what its
+        // caller was narrowed by does.
+        ctx.narrowing = Arc::new(crate::tools::narrowing::Narrowing::new(
+            self.spec.narrowing.clone(),
+        ));
         let gate = self.gate();
         let input = json!({
             "command": command,

@@ -333,5 +333,6 @@ pub(super) fn tool_error(turn: u64, index: usize, call_id: String, why: &str) ->
         changes: Vec::new(),
         spent: Default::default(),
         stop: None,
+        narrowed: None,
     })
 }

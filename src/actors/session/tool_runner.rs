@@ -53,13 +53,14 @@ impl Actor for ToolRunnerActor {
         args: ToolRunnerArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
         let task = tokio::spawn(async move {
-            let mut stop = None;
+            let mut besides = Besides::default();
             let outcome = run_call(
                 args.tool.as_deref(),
                 &args.call,
-                (&args.ctx, &args.gate),
+                &args.ctx,
+                &args.gate,
                 args.timeout,
-                &mut stop,
+                &mut besides,
             )
             .await;
             let result = match outcome {
@@ -80,7 +81,8 @@ impl Actor for ToolRunnerActor {
                 result,
                 changes: args.ctx.changes.take(),
                 spent: args.ctx.spent.take(),
-                stop,
+                stop: besides.stop,
+                narrowed: besides.narrowed,
             }));
             myself.stop(None);
         });
@@ -97,14 +99,24 @@ impl Actor for ToolRunnerActor {
     }
 }
 
-/// Runs `call` of `tool` in `ctx`, as `gate` allows; a hook that ends the
-/// agent (`continue: false`) puts its reason in `stop`.
+/// What a call leaves besides its result, for the session.
+#[derive(Debug, Default)]
+struct Besides {
+    /// A hook ended the agent (`continue: false`), for this reason.
+    stop: Option<String>,
+    /// The call narrowed the session (a skill loaded).
+    narrowed: Option<crate::tools::narrowing::Narrow>,
+}
+
+/// Runs `call` of `tool` in `ctx`, as `gate` allows; what it leaves besides
+/// its result goes in `besides`.
 async fn run_call(
     tool: Option<&dyn Tool>,
     call: &ToolCall,
-    (ctx, gate): (&ToolContext, &Gate),
+    ctx: &ToolContext,
+    gate: &Gate,
     timeout: Duration,
-    stop: &mut Option<String>,
+    besides: &mut Besides,
 ) -> Result<String, ToolError> {
     let tool = tool.ok_or_else(|| ToolError::UnknownTool(call.name.clone()))?;
     let input = call
@@ -120,7 +132,7 @@ async fn run_call(
     // through.
     let hooked = tokio::select! {
         () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
-        hooked = gate.pre_tool_use(ctx, tool.name(), &input, stop) => hooked?,
+        hooked = gate.pre_tool_use(ctx, tool.name(), &input, &mut besides.stop) => hooked?,
     };
     tokio::select! {
         () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
@@ -185,11 +197,12 @@ async fn run_call(
     }?;
     // A call that narrows its session (a skill loaded) does from now on.
     if let Some(narrow) = tool.narrows(&called) {
-        ctx.narrowing.add(narrow);
+        ctx.narrowing.add(narrow.clone());
+        besides.narrowed = Some(narrow);
     }
     tokio::select! {
         () = ctx.cancel.cancelled() => Ok(result),
-        result = gate.post_tool_use(ctx, tool.name(), &called, result.clone(), stop) => Ok(result),
+        result = gate.post_tool_use(ctx, tool.name(), &called, result.clone(), &mut besides.stop) => Ok(result),
     }
 }
 

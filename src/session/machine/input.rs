@@ -128,4 +128,6 @@ pub(crate) struct ToolDone {
     /// A hook ended the agent (`continue: false`), for this reason: the run
     /// stops once its turn's calls are done.
     pub(crate) stop: Option<String>,
+    /// What the call narrowed the session to from then on (a skill loaded).
+    pub(crate) narrowed: Option<crate::tools::narrowing::Narrow>,
 }

@@ -336,13 +336,16 @@ impl Machine {
             changes,
             spent,
             stop,
+            narrowed,
         } = done;
         if let Some(run) = self.run.as_mut() {
             run.stats.charge(&spent.usage, spent.cost_usd);
-            if let Some(reason) = stop {
-                run.stop
-                    .get_or_insert_with(|| format!("hook: {}", one_line(&reason)));
-            }
+        }
+        // The session is narrowed now, whatever became of the call's turn.
+        if let Some(narrow) = narrowed {
+            self.emit(Effect::Journal(vec![crate::session::narrowed::record(
+                &narrow,
+            )]));
         }
         self.check_budget();
         for change in changes {
@@ -365,6 +368,11 @@ impl Machine {
             return;
         }
         self.store_result(index, result);
+        // A hook that ends the agent ends this run, not a later one.
+        if let (Some(reason), Some(run)) = (stop, self.run.as_mut()) {
+            run.stop
+                .get_or_insert_with(|| format!("hook: {}", one_line(&reason)));
+        }
         #[cfg(feature = "test-support")]
         self.strike(crate::faults::FaultPoint::AfterToolResult(self.turns()));
         self.advance_tools(now);

@@ -47,6 +47,7 @@ fn record_names(journal: &[Record]) -> Vec<String> {
             Record::Terminal { .. } => "terminal".to_owned(),
             Record::Event { .. } => "event".to_owned(),
             Record::Checked { .. } => "checked".to_owned(),
+            Record::Narrowed { by, .. } => format!("narrowed by {by}"),
             Record::Committed { .. }
             | Record::Fetched { .. }
             | Record::Merging { .. }
@@ -633,5 +634,39 @@ fn a_stop_ends_the_run_at_its_next_turn_boundary_with_its_work_so_far() {
     assert_eq!(
         (reason.as_str(), partial.as_str()),
         ("requested", "reading first")
+    );
+}
+
+#[test]
+fn narrowings_are_journaled_once_at_the_start_and_as_a_call_narrows() {
+    use crate::tools::narrowing::Narrow;
+    let narrow = |by: &str| Narrow::of(by, &["Read".to_owned()]).0;
+    let mut spec = spec();
+    spec.narrowing = vec![narrow("the command /review")];
+    let mut sim = Sim::new(spec.clone());
+    sim.prompt("go");
+    sim.answer(calls(&[("s1", "Read")]));
+    let (turn, index, _) = sim.running[0].clone();
+    let mut done = super::sim::tool_done(turn, index, "s1", "loaded", false);
+    if let Input::ToolDone(done) = &mut done {
+        done.narrowed = Some(narrow("the skill \"tidy\""));
+    }
+    sim.running.clear();
+    sim.input(done);
+    let names = record_names(&sim.journal);
+    assert_eq!(names[0], "header");
+    assert_eq!(names[1], "narrowed by the command /review");
+    assert!(
+        names.contains(&"narrowed by the skill \"tidy\"".to_owned()),
+        "{names:?}"
+    );
+    // Started again from its journal, it is not journaled twice.
+    let resumed = Sim::resume(spec, sim.journal.clone(), PromptQueue::default(), 100);
+    let again = record_names(&resumed.journal);
+    let narrowed = again.iter().filter(|n| n.starts_with("narrowed")).count();
+    assert_eq!(narrowed, 2, "{again:?}");
+    assert_eq!(
+        crate::session::narrowed::journaled(&sim.journal),
+        [narrow("the command /review"), narrow("the skill \"tidy\"")]
     );
 }

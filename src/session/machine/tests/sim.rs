@@ -590,6 +590,7 @@ pub(super) fn tool_done(turn: u64, index: usize, id: &str, content: &str, is_err
         changes: Vec::new(),
         spent: Default::default(),
         stop: None,
+        narrowed: None,
     })
 }
 
