@@ -24,6 +24,7 @@ mod descriptors;
 pub mod exit;
 mod flags;
 mod hooks;
+mod interactive;
 mod mcp;
 mod resume;
 mod rewind;
@@ -45,15 +46,33 @@ pub(crate) struct Io<'a, E, I> {
     pub(crate) interrupt: I,
     pub(crate) out: &'a mut dyn Write,
     pub(crate) err: &'a mut dyn Write,
+    /// The person's prompts at a terminal, for an interactive session.
+    pub(crate) prompts: Option<Prompts>,
 }
 
-/// Runs the CLI to its exit code. `interrupt` resolves on each Ctrl-C.
+/// The lines a person types at the terminal, a paste as one (see
+/// [`crate::ui::TerminalApprover::prompts`]); closed by Ctrl-D.
+pub type Prompts = tokio::sync::mpsc::UnboundedReceiver<String>;
+
+/// What the person does at the terminal: each Ctrl-C (`interrupt` resolves
+/// on the next), and the lines they type (an interactive session's prompts,
+/// when there is a terminal).
+#[derive(Debug)]
+pub struct Person<I> {
+    /// Resolves on the next Ctrl-C.
+    pub interrupt: I,
+    /// Their prompts.
+    pub prompts: Option<Prompts>,
+}
+
+/// Runs the CLI to its exit code. What the `person` types opens an
+/// interactive session when no task is given.
 pub async fn run<I>(
     cli: Cli,
     approver: Arc<dyn Approver>,
     progress: Progress,
     env: impl Fn(&str) -> Option<String>,
-    interrupt: I,
+    person: Person<I>,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> ExitCode
@@ -95,9 +114,10 @@ where
         approver,
         progress,
         env,
-        interrupt,
+        interrupt: person.interrupt,
         out,
         err,
+        prompts: person.prompts,
     };
     match (&cli.command, cli.continue_with.clone()) {
         (Some(Command::Resume { id, prompt }), _) => {

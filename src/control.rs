@@ -390,7 +390,8 @@ pub async fn request(socket: &SocketPath, op: &Op) -> Result<Reply, String> {
 }
 
 /// The live tree: one line per agent.
-fn ps(board: &Board, now: Duration) -> String {
+/// The rows of `board` as `ps` answers them, `now` after it began.
+pub(crate) fn ps(board: &Board, now: Duration) -> String {
     let now_ms = now.as_millis() as u64;
     let mut text = String::new();
     for row in board.rows() {

@@ -93,32 +93,49 @@ async fn run(keys: Keys) -> ExitCode {
     // (a pipe, CI) those calls are refused with a message naming the flag to pass.
     let terminal = std::io::stderr().is_terminal();
     let live = terminal.then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
+    // With no task on a terminal, the session is interactive: what the person
+    // types while no question is on screen is a prompt, a paste one prompt.
+    let interactive = args.task.is_none() && args.command.is_none() && args.continue_with.is_none();
+    let mut prompts = None;
     let approver: Arc<dyn Approver> = if std::io::stdin().is_terminal()
         && terminal
         && let Ok(input) = std::io::stdin().as_fd().try_clone_to_owned()
     {
-        Arc::new(TerminalApprover::new(
-            Box::new(std::io::stderr()),
-            input,
-            live.clone(),
-        ))
+        let asking = TerminalApprover::new(Box::new(std::io::stderr()), input, live.clone());
+        if interactive {
+            prompts = asking.prompts();
+        }
+        Arc::new(asking)
     } else {
         Arc::new(DenyAll)
     };
+    // Pasted text comes marked, so that its lines are one prompt.
+    let pasting = prompts.is_some();
+    if pasting {
+        eprint!("{PASTE_ON}");
+    }
     let progress = match live {
         Some(multi) => cli::Progress::Live(multi),
         None => cli::Progress::Plain,
     };
     let mut out = std::io::stdout();
     let mut err = std::io::stderr();
-    cli::run(
+    let code = cli::run(
         args,
         approver,
         progress,
         |k| keys.get(k).or_else(|| std::env::var(k).ok()),
-        interrupt,
+        cli::Person { interrupt, prompts },
         &mut out,
         &mut err,
     )
-    .await
+    .await;
+    if pasting {
+        eprint!("{PASTE_OFF}");
+    }
+    code
 }
+
+/// A terminal's bracketed paste, on and off.
+const PASTE_ON: &str = "\x1b[?2004h";
+const PASTE_OFF: &str = "\x1b[?2004l";

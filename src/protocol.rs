@@ -340,6 +340,17 @@ pub enum EventKind {
         #[serde(skip)]
         held: bool,
     },
+    /// A running call's output since its previous `tool_output` event (the
+    /// first at once, later ones at most every 100 ms), for the person; what
+    /// the model gets at the end is its result.
+    ToolOutput {
+        /// The call's id.
+        call_id: String,
+        /// The output since the previous event of this call.
+        text: String,
+        /// Output past the cap of one event was left out.
+        truncated: bool,
+    },
     /// A tool call ended.
     ToolFinished {
         /// The call's id.
@@ -517,7 +528,7 @@ impl EventKind {
     /// events never are.
     pub fn is_progress(&self) -> bool {
         match self {
-            Self::TextDelta { .. } | Self::ReasoningDelta { .. } => true,
+            Self::TextDelta { .. } | Self::ReasoningDelta { .. } | Self::ToolOutput { .. } => true,
             Self::SessionStarted { .. }
             | Self::PromptQueued { .. }
             | Self::TurnStarted { .. }

@@ -22,6 +22,7 @@ mod hooks;
 mod isolation;
 mod journals;
 mod lifecycle;
+mod live;
 mod mcp;
 mod permissions;
 mod prompt_queue;

@@ -51,19 +51,33 @@ pub(super) fn run(
         );
         return ExitCode::from(exit::FAILED);
     }
+    rewind_run((workspace, state), run.id, to, force, out, err)
+}
+
+/// Puts `workspace` back as run `run`'s checkpoint `to` (its first by
+/// default) holds it; the run is not running, or it is this process's own
+/// with no agent working (an interactive session's `/rewind`).
+pub(super) fn rewind_run(
+    (workspace, state): (std::path::PathBuf, crate::state::StateDir),
+    run: crate::protocol::SessionId,
+    to: Option<u32>,
+    force: bool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> ExitCode {
     let leave_out: Vec<_> = state
         .private()
         .into_iter()
         .map(|p| p.canonicalize().unwrap_or(p))
         .collect();
-    let copies = state.dir().join("checkpoints").join(run.id.to_string());
+    let copies = state.dir().join("checkpoints").join(run.to_string());
     let rewound = match checkout::place(&workspace) {
         Err(CheckoutError::NoRepository(_)) => {
             let workspace = workspace.canonicalize().unwrap_or(workspace);
-            rewind_outside(&workspace, &copies, run.id, to, force)
+            rewind_outside(&workspace, &copies, run, to, force)
         }
         Err(e) => Err(Refused::Git(e)),
-        Ok(place) => rewind(&place, &state.scratch(), &leave_out, run.id, to, force),
+        Ok(place) => rewind(&place, &state.scratch(), &leave_out, run, to, force),
     };
     match rewound {
         Ok(said) => {

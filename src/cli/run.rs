@@ -78,6 +78,10 @@ where
     I: FnMut() -> futures::future::BoxFuture<'static, ()>,
 {
     let Some(task) = cli.task.clone().filter(|t| !t.trim().is_empty()) else {
+        // At a terminal, with no task: an interactive session.
+        if io.prompts.is_some() {
+            return super::interactive::start(cli, io).await;
+        }
         let _ = writeln!(
             io.err,
             "orchestrate: no task given: run `orchestrate \"what to do\"` (or `orchestrate --help`)"
@@ -100,6 +104,7 @@ where
         mut interrupt,
         out,
         err,
+        prompts,
     } = io;
     let setup = match setup::prepare(&cli, &env, approver).await {
         Ok(setup) => setup,
@@ -200,6 +205,11 @@ where
     ));
     checkpoints.locate().await;
     // A task (or a follow-up) that names a slash command runs the command.
+    // An interactive session keeps what the person typed first in its history.
+    let typed_first = match &lead {
+        Lead::New(task) if prompts.is_some() => Some(task.clone()),
+        _ => None,
+    };
     let asked = match &lead {
         Lead::New(task) => Some(task.clone()),
         Lead::Resume { prompt, .. } => prompt.clone(),
@@ -234,6 +244,10 @@ where
     let lead = (lead, checkpoints.clone());
     let hooks = plan.hooks.clone();
     let workspace = plan.workspace.clone();
+    let workspace_for_lines = plan.workspace.clone();
+    let roles: Vec<(String, String)> = (plan.catalog.roles())
+        .map(|r| (r.name.clone(), r.description.clone()))
+        .collect();
     let made = lead_spec(
         &cli,
         &role,
@@ -357,54 +371,128 @@ where
     let mut frame = tokio::time::interval(FRAME);
     frame.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let per_event = cli.json;
+    // An interactive session goes on after each answer, for the next line.
+    let mut prompts = prompts;
+    let mut session = prompts.as_ref().map(|_| super::interactive::Session {
+        waiting: prompt.into_iter().collect(),
+        history: super::interactive::History::new(state.dir().join("history")),
+        interrupted: false,
+        mode: mode.clone(),
+        colors: colors.clone(),
+    });
+    if let (Some(session), Some(first)) = (&session, &typed_first)
+        && let Err(e) = session.history.add(first)
+    {
+        tracing::warn!(error = %e, "the prompt is not kept in the history");
+    }
+    let typed = super::interactive::Typed::new(
+        (&workspace_for_lines, &state),
+        cli.trust_workspace,
+        env("HOME").map(std::path::PathBuf::from),
+        roles,
+        (runtime.handle(), id),
+    );
+    let mut quit = false;
     let mut shown = Shown {
         display: Display::new(mode, colors),
         open: std::collections::HashSet::new(),
         json: cli.json,
         lead: id,
         prompt,
+        idle: false,
+        run: crate::ui::progress::Board::new(),
+        began: std::time::Instant::now(),
     };
     let outcome = loop {
-        tokio::select! {
+        let ended = tokio::select! {
             event = events.recv(), if per_event => {
                 let Some(event) = event else { break None };
-                if let Some(outcome) = shown.show(&event, out, err) {
-                    break Some(outcome);
-                }
+                shown.show(&event, out, err)
             }
             // At most a frame's worth at a time, so that Ctrl-C and the run's end
             // are heard between batches of a long backlog.
             _ = frame.tick(), if !per_event => match shown.drain(&mut events, FRAME_EVENTS, out, err) {
-                Drained::Ended(outcome) => break Some(outcome),
-                Drained::More => frame.reset_immediately(),
-                Drained::Empty => {}
+                Drained::Ended(outcome) => Some(outcome),
+                Drained::More => {
+                    frame.reset_immediately();
+                    None
+                }
+                Drained::Empty => None,
             },
-            Some(event) = lead_events.recv() => {
-                if let Some(outcome) = ends_run(&event.kind, prompt) {
-                    // Everything published before the end is waiting to be shown.
-                    match shown.drain(&mut events, usize::MAX, out, err) {
-                        Drained::Ended(seen) => break Some(seen),
-                        Drained::More | Drained::Empty => break Some(outcome.clone()),
+            Some(event) = lead_events.recv() => match ends_run(&event.kind, shown.prompt).filter(|_| !shown.idle) {
+                // Everything published before the end is waiting to be shown.
+                Some(outcome) => match shown.drain(&mut events, usize::MAX, out, err) {
+                    Drained::Ended(seen) => Some(seen),
+                    Drained::More | Drained::Empty => Some(outcome.clone()),
+                },
+                None => None,
+            },
+            _ = tick.tick() => {
+                shown.display.refresh();
+                None
+            }
+            Some(reload) = reloaded(watcher.as_mut()) => {
+                shown.display.reloaded(&reload, err);
+                None
+            }
+            line = next_line(prompts.as_mut()) => {
+                let Some(session) = session.as_mut() else { continue };
+                match line {
+                    // Ctrl-D: the terminal is closed.
+                    None => {
+                        quit = true;
+                        break None;
+                    }
+                    Some(line) => {
+                        if typed.line(&line, session, &mut shown, out, err).await {
+                            quit = true;
+                            break None;
+                        }
+                        None
                     }
                 }
             }
-            _ = tick.tick() => shown.display.refresh(),
-            Some(reload) = reloaded(watcher.as_mut()) => shown.display.reloaded(&reload, err),
             () = &mut ctrl_c => {
-                interrupts += 1;
-                if interrupts > 1 {
-                    // Exit now, but not before what is journaled reaches the disk
-                    // and the workspace's state is checkpointed (bounded).
-                    let _ = tokio::time::timeout(Duration::from_secs(1), runtime.sync_journals()).await;
-                    let _ = tokio::time::timeout(Duration::from_secs(2), checkpoints.at_end()).await;
-                    let _ = writeln!(err, "orchestrate: interrupted");
-                    return ExitCode::from(exit::CANCELLED);
-                }
-                runtime.cancel(id);
                 ctrl_c = interrupt();
+                match session.as_mut() {
+                    // The first cancels what runs (and what waits); the next quits.
+                    Some(session) if !session.waiting.is_empty() && !session.interrupted => {
+                        session.interrupted = true;
+                        session.waiting.truncate(1);
+                        runtime.cancel(id);
+                        let _ = writeln!(err, "orchestrate: cancelling; Ctrl-C again to quit");
+                        None
+                    }
+                    Some(_) => {
+                        quit = true;
+                        break None;
+                    }
+                    None => {
+                        interrupts += 1;
+                        if interrupts > 1 {
+                            // Exit now, but not before what is journaled reaches the disk
+                            // and the workspace's state is checkpointed (bounded).
+                            let _ = tokio::time::timeout(Duration::from_secs(1), runtime.sync_journals()).await;
+                            let _ = tokio::time::timeout(Duration::from_secs(2), checkpoints.at_end()).await;
+                            let _ = writeln!(err, "orchestrate: interrupted");
+                            return ExitCode::from(exit::CANCELLED);
+                        }
+                        runtime.cancel(id);
+                        None
+                    }
+                }
             }
+        };
+        let Some(outcome) = ended else { continue };
+        match session.as_mut() {
+            None => break Some(outcome),
+            Some(session) => session.answered(outcome, &mut shown, out, err),
         }
     };
+    if quit {
+        // What still runs is cancelled, not waited for.
+        runtime.cancel(id);
+    }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
     while !shown.open.is_empty() {
         match tokio::time::timeout_at(deadline, events.recv()).await {
@@ -423,7 +511,18 @@ where
     checkpoints.at_end().await;
     drop(lock);
     shown.display.finish(err);
+    if quit {
+        return ExitCode::from(exit::DONE);
+    }
     report(cli.json, outcome, out, err)
+}
+
+/// The next line the person typed; never, outside an interactive session.
+async fn next_line(prompts: Option<&mut super::Prompts>) -> Option<String> {
+    match prompts {
+        Some(prompts) => prompts.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The outcome `kind` ends the run with: the answer to `prompt`, or with no
@@ -446,14 +545,21 @@ async fn reloaded(watcher: Option<&mut RoleWatcher>) -> Option<Reload> {
 
 /// Where the run's events are shown: the display, the `--json` lines, and the
 /// sessions still open; and what ends the run: the lead's answer to the prompt.
-struct Shown {
-    display: Display,
+pub(super) struct Shown {
+    pub(super) display: Display,
     /// Sessions that started and have not ended yet: sub-agents cancelled with
     /// the lead end a moment after it, and their ends are worth showing.
     open: std::collections::HashSet<SessionId>,
-    json: bool,
+    pub(super) json: bool,
     lead: SessionId,
-    prompt: Option<u64>,
+    pub(super) prompt: Option<u64>,
+    /// Nothing ends the run now (an interactive session waits for a line).
+    pub(super) idle: bool,
+    /// The whole run's agents, across the prompts of an interactive session
+    /// (each prompt's display shows its own).
+    pub(super) run: crate::ui::progress::Board,
+    /// When the run began here.
+    pub(super) began: std::time::Instant,
 }
 
 /// What showing the events waiting came to.
@@ -473,8 +579,9 @@ impl Shown {
             print_json(out, event);
         }
         self.display.show(event, err);
+        self.run.apply(event, self.began.elapsed());
         track(&mut self.open, event);
-        (event.session == self.lead)
+        (!self.idle && event.session == self.lead)
             .then(|| ends_run(&event.kind, self.prompt).cloned())
             .flatten()
     }

@@ -13,6 +13,7 @@ mod command;
 mod confine;
 pub(crate) mod group;
 pub mod launcher;
+mod live;
 mod output;
 mod protect;
 

@@ -57,6 +57,12 @@ impl TerminalApprover {
         }
     }
 
+    /// The person's prompts, typed while no question is on screen (an
+    /// interactive session's); `None` once taken.
+    pub fn prompts(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<String>> {
+        self.keyboard.try_lock().ok()?.prompts()
+    }
+
     fn say(&self, text: &str) {
         let mut out = self
             .out
@@ -97,14 +103,11 @@ impl Approver for TerminalApprover {
             // A line typed before the question was shown answers nothing; one
             // typed once it shows does (discarding after showing it would race
             // with a quick answer, which was then lost and the run waited).
+            let _asking = keyboard.asking();
             keyboard.discard_typed_ahead();
             self.say(question);
-            Some(
-                keyboard
-                    .line()
-                    .await
-                    .is_some_and(|line| super::trust::is_yes(&line)),
-            )
+            let line = keyboard.line().await;
+            Some(line.is_some_and(|line| super::trust::is_yes(&line)))
         })
     }
 
@@ -114,6 +117,7 @@ impl Approver for TerminalApprover {
             // Shown again however the question ends: answered, or abandoned
             // when a cancel drops this future mid-question.
             let _paused = self.pause.as_ref().map(Paused::new);
+            let _asking = keyboard.asking();
             self.pages(&mut keyboard, &request).await
         })
     }

@@ -70,7 +70,11 @@ impl Terminal {
     }
 
     fn type_keys(&self, keys: &str) {
-        rustix::io::write(&self.keys, keys.as_bytes()).unwrap();
+        let mut left = keys.as_bytes();
+        while !left.is_empty() {
+            let n = rustix::io::write(&self.keys, left).unwrap();
+            left = &left[n..];
+        }
     }
 }
 
@@ -387,4 +391,127 @@ async fn a_question_abandoned_by_a_cancel_gives_the_live_tree_back() {
     let out = exited(child).await;
     assert_eq!(out.status.code(), Some(0), "{}", *terminal.screen.borrow());
     assert!(!dir.path().join("pwned").exists());
+}
+
+/// Types `keys`, then waits until the screen shows `then` after `at`; where
+/// the screen ends then.
+async fn ask(terminal: &Terminal, at: usize, keys: &str, then: &str) -> usize {
+    terminal.type_keys(keys);
+    terminal.shows_after(at, then).await.len()
+}
+
+/// The last user message of `request`.
+fn last_user(request: &crate::support::mock_llm::Recorded) -> String {
+    let messages = request.body["messages"].as_array().unwrap();
+    let user = messages.iter().rev().find(|m| m["role"] == "user").unwrap();
+    user["content"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interactive_session_takes_tasks_follow_ups_a_queue_a_paste_and_a_cancel() {
+    let (slow, never) = (Gate::new(), Gate::new());
+    let mock = MockLlm::start_with({
+        let (slow, never) = (slow.clone(), never.clone());
+        move |request, _| {
+            let asked = last_user(request);
+            match asked.as_str() {
+                "slow one" => Reply::text("slow answer").with_end(End::HoldAfter(0, slow.clone())),
+                "never ends" => Reply::text("half").with_end(End::HoldAfter(1, never.clone())),
+                _ if asked.starts_with("line 1\n") => {
+                    Reply::text(format!("pasted {} lines", asked.lines().count()))
+                }
+                other => Reply::text(format!("answer to {other}")),
+            }
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let (terminal, child) = start(&mock, dir.path(), &[], 30);
+    let mut seen = terminal.shows("› ").await.len();
+    seen = ask(&terminal, seen, "first task\n", "› ").await;
+    seen = ask(&terminal, seen, "follow up\n", "› ").await;
+    // A prompt typed while the lead works waits in its queue.
+    terminal.type_keys("slow one\n");
+    crate::support::harness::wait_until("the slow prompt is asked", || {
+        mock.requests().iter().any(|r| last_user(r) == "slow one")
+    })
+    .await;
+    seen = ask(&terminal, seen, "queued one\n", "queued: queued one").await;
+    slow.open();
+    crate::support::harness::wait_until("the queued prompt is asked", || {
+        mock.requests().iter().any(|r| last_user(r) == "queued one")
+    })
+    .await;
+    seen = terminal.shows_after(seen, "› ").await.len();
+    // A paste of 20 lines is one prompt.
+    let lines: Vec<String> = (1..=20).map(|i| format!("line {i}")).collect();
+    let pasted = format!("\x1b[200~{}\n\x1b[201~\n", lines.join("\n"));
+    seen = ask(&terminal, seen, &pasted, "› ").await;
+    // A cancel in the middle of a stream ends that turn, not the session.
+    terminal.type_keys("never ends\n");
+    crate::support::harness::wait_until("the endless prompt is asked", || {
+        mock.requests().iter().any(|r| last_user(r) == "never ends")
+    })
+    .await;
+    let pid = rustix::process::Pid::from_raw(child.id().unwrap() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    // Cancelled, and the prompt line is back.
+    let _ = terminal
+        .shows_after(seen, "orchestrate: cancelled\r\n› ")
+        .await;
+    terminal.type_keys("/exit\n");
+    let out = exited(child).await;
+    assert_eq!(out.status.code(), Some(0), "{}", *terminal.screen.borrow());
+    let answers = text(&out.stdout);
+    for expected in [
+        "answer to first task",
+        "answer to follow up",
+        "slow answer",
+        "answer to queued one",
+        "pasted 20 lines",
+    ] {
+        assert!(answers.contains(expected), "{expected}: {answers}");
+    }
+    let asked: Vec<String> = mock.requests().iter().map(last_user).collect();
+    assert_eq!(asked.len(), 6, "{asked:?}");
+    assert_eq!(
+        asked.iter().filter(|a| a.starts_with("line 1\n")).count(),
+        1
+    );
+    // The follow-up saw the first answer: one conversation.
+    let follow = &mock.requests()[1];
+    assert!(
+        follow.body["messages"]
+            .to_string()
+            .contains("answer to first task"),
+        "{}",
+        follow.body["messages"]
+    );
+    // Every prompt is in the workspace's history, for its owner alone.
+    let state = crate::support::harness::state(dir.path());
+    let history = state.dir().join("history");
+    let kept = std::fs::read_to_string(&history).unwrap();
+    assert!(
+        kept.contains("\"first task\"") && kept.contains("\"/exit\""),
+        "{kept}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&history).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    drop(never);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_d_at_an_empty_prompt_ends_an_interactive_session() {
+    let mock = MockLlm::start_with(|_, _| Reply::text("hello")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (terminal, child) = start(&mock, dir.path(), &[], 30);
+    let seen = terminal.shows("› ").await.len();
+    terminal.type_keys("say hi\n");
+    terminal.shows_after(seen, "› ").await;
+    terminal.type_keys("\x04");
+    let out = exited(child).await;
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(text(&out.stdout), "hello\n");
+    assert_eq!(mock.request_count(), 1);
 }

@@ -12,9 +12,11 @@ use std::time::Duration;
 use rustix::process::Signal;
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
+use tokio::time::Instant;
 
 use super::confine::Confinement;
 use super::group::start;
+use super::live::{Chunk, Live};
 use super::output::CappedOutput;
 use crate::error::ToolError;
 use crate::tools::ToolContext;
@@ -63,18 +65,46 @@ pub(super) async fn run(
         .map_err(|e| ToolError::Failed(format!("cannot read the output pipe: {e}")))?;
 
     let mut output = CappedOutput::default();
+    // The output as it comes goes to whoever watches the session's events.
+    let mut live = ctx.events.as_ref().map(|_| Live::default());
+    let tell = |chunk: Option<Chunk>| {
+        if let (Some(Chunk { text, truncated }), Some(events)) = (chunk, &ctx.events) {
+            events.publish(crate::protocol::EventKind::ToolOutput {
+                call_id: ctx.call_id.clone(),
+                text,
+                truncated,
+            });
+        }
+    };
     let mut buf = vec![0; READ_CHUNK];
     let mut eof = false;
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);
+    // One timer for the live output, set again only when what waits becomes
+    // due at another time (once an event): a timer made at every read would
+    // cost more than the reads.
+    let flush = tokio::time::sleep(timeout);
+    tokio::pin!(flush);
+    let mut armed = None;
     let end = loop {
+        let due = live.as_ref().and_then(Live::due);
+        if let Some(at) = due.filter(|at| armed != Some(*at)) {
+            flush.as_mut().reset(at);
+        }
+        armed = due;
         tokio::select! {
             biased;
             () = ctx.cancel.cancelled() => break End::Cancelled,
             () = &mut deadline => break End::TimedOut,
+            () = &mut flush, if armed.is_some() => {
+                tell(live.as_mut().and_then(|l| l.flush(Instant::now())));
+            }
             read = reader.read(&mut buf), if !eof => match read {
                 Ok(0) => eof = true,
-                Ok(n) => output.push(&buf[..n]),
+                Ok(n) => {
+                    output.push(&buf[..n]);
+                    tell(live.as_mut().and_then(|l| l.push(&buf[..n], Instant::now())));
+                }
                 Err(e) => {
                     tracing::warn!("reading the output of a Bash call: {e}");
                     eof = true;
@@ -94,11 +124,19 @@ pub(super) async fn run(
         while !eof {
             match reader.read(&mut buf).await {
                 Ok(0) | Err(_) => eof = true,
-                Ok(n) => output.push(&buf[..n]),
+                Ok(n) => {
+                    output.push(&buf[..n]);
+                    tell(
+                        live.as_mut()
+                            .and_then(|l| l.push(&buf[..n], Instant::now())),
+                    );
+                }
             }
         }
     })
     .await;
+    // What was read after the last event goes out before the call ends.
+    tell(live.as_mut().and_then(|l| l.finish(Instant::now())));
     if matches!(end, End::TimedOut | End::Cancelled) {
         // Reaps the killed shell; should it hang (a process stuck in the kernel),
         // dropping the child leaves it to tokio's orphan reaper.

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::text::{short_call, short_reason};
+use super::text::{last_line, short_call, short_reason};
 use crate::protocol::{Event, EventKind, Outcome, SessionId};
 
 /// What an agent is doing.
@@ -94,6 +94,8 @@ pub struct Row {
     pub model: String,
     /// The model it fell back to, when its own failed.
     pub fallback: Option<String>,
+    /// The last line its running tool call printed, made safe to show.
+    pub output: Option<String>,
 }
 
 /// An isolated agent's checkout, as its row shows it.
@@ -215,6 +217,7 @@ impl Board {
                     check: None,
                     model: String::new(),
                     fallback: None,
+                    output: None,
                 });
                 let index = self.rows.len() - 1;
                 self.index.insert(event.session, index);
@@ -244,6 +247,11 @@ impl Board {
             EventKind::TextDelta { .. } | EventKind::ReasoningDelta { .. } => {
                 row.state = State::Streaming
             }
+            EventKind::ToolOutput { text, .. } => {
+                if let Some(line) = last_line(text) {
+                    row.output = Some(line);
+                }
+            }
             EventKind::TurnFinished {
                 usage, cost_usd, ..
             } => {
@@ -260,6 +268,7 @@ impl Board {
                 name, arguments, ..
             } => {
                 row.tools += 1;
+                row.output = None;
                 row.state = match (&row.state, name.as_str()) {
                     (State::Waiting(n), "Task") => State::Waiting(n + 1),
                     (_, "Task") => State::Waiting(1),
@@ -267,6 +276,7 @@ impl Board {
                 };
             }
             EventKind::ToolFinished { name, .. } => {
+                row.output = None;
                 row.state = match (&row.state, name.as_str()) {
                     (State::Waiting(n), "Task") if *n > 1 => State::Waiting(n - 1),
                     _ => State::Thinking,
@@ -440,6 +450,47 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_running_call_shows_the_last_line_it_printed_until_it_ends() {
+        let lead = SessionId::new();
+        let mut board = Board::new();
+        let event = |kind| Event {
+            seq: 0,
+            session: lead,
+            parent: None,
+            agent: "orchestrator".into(),
+            kind,
+        };
+        board.apply(
+            &event(EventKind::ToolStarted {
+                call_id: "b1".into(),
+                name: "Bash".into(),
+                arguments: r#"{"command":"make"}"#.into(),
+            }),
+            Duration::ZERO,
+        );
+        let output = |text: &str| EventKind::ToolOutput {
+            call_id: "b1".into(),
+            text: text.into(),
+            truncated: false,
+        };
+        board.apply(&event(output("compiling a\ncompiling b\n")), Duration::ZERO);
+        board.apply(&event(output("  40%\r  80%\x1b[2K\r\n\n")), Duration::ZERO);
+        assert_eq!(board.rows()[0].output.as_deref(), Some("80% [2K"));
+        let shown = super::super::render::render_row(&board, 0, 0);
+        assert!(shown.contains("Bash make › 80% [2K"), "{shown}");
+        board.apply(
+            &event(EventKind::ToolFinished {
+                call_id: "b1".into(),
+                name: "Bash".into(),
+                is_error: false,
+                preview: String::new(),
+            }),
+            Duration::ZERO,
+        );
+        assert_eq!(board.rows()[0].output, None);
     }
 
     #[test]

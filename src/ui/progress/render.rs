@@ -52,6 +52,9 @@ pub fn render_row(board: &Board, index: usize, now_ms: u64) -> String {
         .unwrap_or(now_ms)
         .saturating_sub(row.started_ms);
     let mut state = state_text(&row.state, now_ms, row.tools);
+    if let (State::Tool(_), Some(line)) = (&row.state, &row.output) {
+        state.push_str(&format!(" › {}", clip(line, 50)));
+    }
     if row.queued > 0 {
         state.push_str(&format!(" · {} queued", row.queued));
     }
@@ -230,6 +233,7 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
         | EventKind::TurnStarted { .. }
         | EventKind::TextDelta { .. }
         | EventKind::ReasoningDelta { .. }
+        | EventKind::ToolOutput { .. }
         | EventKind::TurnFinished { .. }
         | EventKind::ToolFinished { .. }
         | EventKind::FileChanged { .. } => return None,

@@ -14,6 +14,21 @@ pub fn short_call(name: &str, arguments: &str) -> String {
     }
 }
 
+/// The last line of `text` with something on it (a progress bar's `\r`
+/// ends a line too), its control characters made spaces: what a row shows
+/// of a command's output.
+pub(super) fn last_line(text: &str) -> Option<String> {
+    let line = text
+        .split(['\n', '\r'])
+        .map(str::trim)
+        .rfind(|l| !l.is_empty())?;
+    Some(
+        line.chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect(),
+    )
+}
+
 pub(super) fn short_reason(reason: &str) -> String {
     let reason = reason.split(':').next().unwrap_or(reason);
     clip(reason, 30)

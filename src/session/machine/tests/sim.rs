@@ -612,6 +612,7 @@ pub(super) fn event_name(event: &EventKind) -> &'static str {
         EventKind::ModelFallback { .. } => "model_fallback",
         EventKind::BackgroundWait { .. } => "background_wait",
         EventKind::HookRan { .. } => "hook_ran",
+        EventKind::ToolOutput { .. } => "tool_output",
         EventKind::RateLimited { .. } => "rate_limited",
         EventKind::Compacted { .. } => "compacted",
         EventKind::Todos { .. } => "todos",

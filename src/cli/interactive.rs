@@ -1,0 +1,414 @@
+//! An interactive session: `orchestrate` with no task at a terminal. Each line
+//! the person types is a task, then a follow-up in the same conversation (the
+//! same run, as `-c` carries one on); a line typed while the agents work
+//! waits in the lead's prompt queue and is shown as queued. Lines that start
+//! with `/` are the built-in commands first ([`BUILTINS`]), then the person's
+//! slash commands; a `/word` that names neither is a plain task. Every prompt
+//! is kept in the workspace's history ([`History`]). What a line asks for is
+//! decided here, purely ([`read`]); the run driver carries it out.
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use std::process::ExitCode;
+
+use super::Io;
+use super::flags::Cli;
+use super::run::Shown;
+use crate::protocol::{Outcome, SessionId};
+use crate::runtime::Handle;
+use crate::state::StateDir;
+use crate::ui::display::{Display, Progress};
+
+/// The built-in commands, which a person's command of the same name cannot
+/// replace.
+pub(super) const BUILTINS: [&str; 6] = ["help", "agents", "ps", "cost", "rewind", "exit"];
+
+/// Prompts kept in a workspace's history, at most.
+pub(super) const MAX_HISTORY: usize = 1000;
+
+/// What a typed line asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Line {
+    /// Nothing (an empty line).
+    Nothing,
+    /// `/exit`: the session ends.
+    Exit,
+    /// `/help`: the commands.
+    Help,
+    /// `/agents`: the roles.
+    Agents,
+    /// `/ps`: the agents of the run, as their rows show them.
+    Ps,
+    /// `/cost`: what the run has spent.
+    Cost,
+    /// `/rewind [N]`: the workspace put back as the run's checkpoint N (its
+    /// first by default) holds it.
+    Rewind(Option<u32>),
+    /// A task or a follow-up (a slash command's name included: it is
+    /// expanded when it names one).
+    Prompt(String),
+    /// `/rewind` with something that is not a checkpoint number.
+    Bad(String),
+}
+
+/// What `line` asks for.
+pub(super) fn read(line: &str) -> Line {
+    let text = line.trim();
+    if text.is_empty() {
+        return Line::Nothing;
+    }
+    let Some(command) = text.strip_prefix('/') else {
+        return Line::Prompt(text.to_owned());
+    };
+    let (name, rest) = command
+        .split_once(char::is_whitespace)
+        .unwrap_or((command, ""));
+    let rest = rest.trim();
+    match name {
+        "exit" | "quit" if rest.is_empty() => Line::Exit,
+        "help" if rest.is_empty() => Line::Help,
+        "agents" if rest.is_empty() => Line::Agents,
+        "ps" if rest.is_empty() => Line::Ps,
+        "cost" if rest.is_empty() => Line::Cost,
+        "rewind" if rest.is_empty() => Line::Rewind(None),
+        "rewind" => match rest.parse() {
+            Ok(n) => Line::Rewind(Some(n)),
+            Err(_) => Line::Bad(format!(
+                "/rewind takes a checkpoint number (`/rewind 2`), not {rest:?}"
+            )),
+        },
+        _ => Line::Prompt(text.to_owned()),
+    }
+}
+
+/// Opens an interactive session: the prompt line until the first task (a
+/// built-in command answered meanwhile), then the run, which takes every line
+/// after. Ctrl-D, Ctrl-C or `/exit` before a task end it with nothing run.
+pub(super) async fn start<E, I>(cli: Cli, mut io: Io<'_, E, I>) -> ExitCode
+where
+    E: Fn(&str) -> Option<String>,
+    I: FnMut() -> futures::future::BoxFuture<'static, ()>,
+{
+    let Some((workspace, _)) = super::setup::state_or_say(&cli, &io.env, io.err) else {
+        return ExitCode::from(super::exit::USAGE);
+    };
+    let home = (io.env)("HOME").map(PathBuf::from);
+    for name in BUILTINS {
+        if let Ok(Some(command)) = crate::commands::find(&workspace, home.as_deref(), name) {
+            let _ = writeln!(
+                io.err,
+                "orchestrate: warning: {}: the built-in /{name} comes first; this command is not used",
+                command.source.display()
+            );
+        }
+    }
+    let _ = writeln!(
+        io.err,
+        "orchestrate: type a task, then follow-ups; /help for more, Ctrl-D to quit"
+    );
+    let mut interrupted = (io.interrupt)();
+    loop {
+        let _ = write!(io.err, "{MARK}");
+        let _ = io.err.flush();
+        let Some(prompts) = io.prompts.as_mut() else {
+            return ExitCode::from(super::exit::USAGE);
+        };
+        let line = tokio::select! {
+            line = prompts.recv() => line,
+            () = &mut interrupted => None,
+        };
+        let Some(line) = line else {
+            let _ = writeln!(io.err);
+            return ExitCode::from(super::exit::DONE);
+        };
+        let said = match read(&line) {
+            Line::Exit => return ExitCode::from(super::exit::DONE),
+            Line::Nothing => continue,
+            Line::Prompt(task) => {
+                return super::run::drive(cli, super::run::Lead::New(task), io).await;
+            }
+            Line::Help => help(&[]),
+            Line::Bad(why) => format!("{why}\n"),
+            Line::Agents | Line::Ps | Line::Cost | Line::Rewind(_) => {
+                "nothing has run yet: type a task first\n".to_owned()
+            }
+        };
+        let _ = write!(io.err, "{said}");
+    }
+}
+
+/// What `/help` says, with the person's `commands` (name, description).
+pub(super) fn help(commands: &[(String, String)]) -> String {
+    let mut text = String::from(
+        "Type a task; each line after is a follow-up in the same conversation.\n\
+         Ctrl-C cancels what runs; Ctrl-C again, Ctrl-D on an empty line or /exit quits.\n\
+         /help      this\n\
+         /agents    the roles sub-agents can take\n\
+         /ps        the agents of this run\n\
+         /cost      what this run has spent\n\
+         /rewind N  the workspace as the run's checkpoint N holds it (the first by default)\n\
+         /exit      quit\n",
+    );
+    for (name, description) in commands {
+        text.push_str(&format!("/{name:<9} {description}\n"));
+    }
+    text
+}
+
+/// A workspace's prompts, one JSON string a line, the newest last, at most
+/// [`MAX_HISTORY`], in a file only its owner may read.
+#[derive(Debug)]
+pub(super) struct History {
+    path: PathBuf,
+}
+
+impl History {
+    /// The history kept at `path`.
+    pub(super) fn new(path: PathBuf) -> Self {
+        Self { path }
+    }
+
+    /// Adds `prompt`, dropping the oldest past the cap.
+    pub(super) fn add(&self, prompt: &str) -> std::io::Result<()> {
+        let mut kept: VecDeque<String> = match crate::small_file::read_own(&self.path, 4 << 20) {
+            Ok(text) => text.lines().map(str::to_owned).collect(),
+            Err(_) => VecDeque::new(),
+        };
+        kept.push_back(serde_json::to_string(prompt).unwrap_or_default());
+        while kept.len() > MAX_HISTORY {
+            kept.pop_front();
+        }
+        let mut text = Vec::from(kept).join("\n");
+        text.push('\n');
+        write_private(&self.path, text.as_bytes())
+    }
+
+    /// The prompts, oldest first.
+    #[cfg(test)]
+    pub(super) fn prompts(&self) -> Vec<String> {
+        let text = crate::small_file::read_own(&self.path, 4 << 20).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+/// Writes `bytes` to `path` readable and writable by its owner only, whole
+/// or not at all (a temporary file renamed over it).
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let temporary = path.with_extension("tmp");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temporary)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, path)
+}
+
+/// The session as the run driver follows it.
+#[derive(Debug)]
+pub(super) struct Session {
+    /// The prompts sent and not answered yet, oldest first.
+    pub(super) waiting: VecDeque<u64>,
+    /// Where the prompts are kept.
+    pub(super) history: History,
+    /// A Ctrl-C cancelled what ran; another quits.
+    pub(super) interrupted: bool,
+    /// How progress is shown, to show the next prompt's afresh.
+    pub(super) mode: Progress,
+    /// The roles' colors.
+    pub(super) colors: std::collections::HashMap<String, String>,
+}
+
+/// What the prompt line looks like.
+pub(super) const MARK: &str = "› ";
+
+impl Session {
+    /// The answer to the oldest prompt waiting came: its tree is left as it
+    /// ended, the answer printed, and the next prompt's tree starts afresh
+    /// (or the prompt line shows, when none waits).
+    pub(super) fn answered(
+        &mut self,
+        outcome: Outcome,
+        shown: &mut Shown,
+        out: &mut dyn Write,
+        err: &mut dyn Write,
+    ) {
+        shown.display.finish(err);
+        let _ = super::run::report(shown.json, Some(outcome), out, err);
+        self.waiting.pop_front();
+        self.interrupted = false;
+        shown.prompt = self.waiting.front().copied();
+        shown.idle = shown.prompt.is_none();
+        if let Progress::Live(multi) = &self.mode {
+            multi.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+        }
+        shown.display = Display::new(self.mode.clone(), self.colors.clone());
+        if shown.idle {
+            let _ = write!(err, "{MARK}");
+            let _ = err.flush();
+        }
+    }
+}
+
+/// What carries out the lines typed during a run: its lead, the roles, the
+/// slash commands.
+pub(super) struct Typed {
+    handle: Handle,
+    lead: SessionId,
+    roles: Vec<(String, String)>,
+    workspace: PathBuf,
+    state: StateDir,
+    home: Option<PathBuf>,
+    /// The workspace's commands may run their `` !`…` ``.
+    trusted: bool,
+}
+
+impl Typed {
+    /// For the run whose lead is `lead` in `workspace` (its state in
+    /// `state`), whose sub-agents take `roles` (name, description).
+    pub(super) fn new(
+        (workspace, state): (&Path, &StateDir),
+        trusted: bool,
+        home: Option<PathBuf>,
+        roles: Vec<(String, String)>,
+        (handle, lead): (Handle, SessionId),
+    ) -> Self {
+        Self {
+            handle,
+            lead,
+            roles,
+            workspace: workspace.to_owned(),
+            state: state.clone(),
+            home,
+            trusted,
+        }
+    }
+
+    /// Carries out `line` of `session`; true when it ends the session.
+    pub(super) async fn line(
+        &self,
+        line: &str,
+        session: &mut Session,
+        shown: &mut Shown,
+        out: &mut dyn Write,
+        err: &mut dyn Write,
+    ) -> bool {
+        if !line.trim().is_empty()
+            && let Err(e) = session.history.add(line.trim())
+        {
+            tracing::warn!(error = %e, "the prompt is not kept in the history");
+        }
+        let said = match read(line) {
+            Line::Exit => return true,
+            Line::Nothing => String::new(),
+            Line::Help => help(&[]),
+            Line::Agents => (self.roles.iter())
+                .map(|(name, description)| format!("{name:<16} {description}\n"))
+                .collect(),
+            Line::Ps => crate::control::ps(&shown.run, shown.began.elapsed()),
+            Line::Cost => cost(&shown.run),
+            Line::Bad(why) => format!("{why}\n"),
+            Line::Rewind(_) if !session.waiting.is_empty() => {
+                "the agents are working: /rewind once they are done\n".to_owned()
+            }
+            Line::Rewind(to) => {
+                let places = (self.workspace.clone(), self.state.clone());
+                let _ = super::rewind::rewind_run(places, self.lead, to, false, out, err);
+                String::new()
+            }
+            Line::Prompt(text) => {
+                let mut notes = Vec::new();
+                let expanded = super::slash::slash(
+                    &text,
+                    &self.workspace,
+                    self.home.as_deref(),
+                    self.trusted,
+                    &mut notes,
+                )
+                .await;
+                for note in notes {
+                    let _ = writeln!(err, "orchestrate: warning: {note}");
+                }
+                let prompt = match expanded {
+                    Ok(Some(slash)) => slash.prompt,
+                    Ok(None) => text.clone(),
+                    Err(e) => {
+                        let _ = writeln!(err, "orchestrate: {e}");
+                        return false;
+                    }
+                };
+                let sent = self.handle.prompt(self.lead, prompt);
+                session.waiting.push_back(sent);
+                if shown.idle {
+                    shown.idle = false;
+                    shown.prompt = Some(sent);
+                    return false;
+                }
+                let first = text.lines().next().unwrap_or_default();
+                format!("queued: {first}\n")
+            }
+        };
+        let _ = write!(err, "{said}");
+        if shown.idle {
+            let _ = write!(err, "{MARK}");
+        }
+        let _ = err.flush();
+        false
+    }
+}
+
+/// What `/cost` says of the run `board` shows: the lead's cost (its
+/// sub-agents' rolled in as they end) and every agent's tokens.
+fn cost(board: &crate::ui::progress::Board) -> String {
+    let lead = board.rows().iter().find(|r| r.parent.is_none());
+    let tokens: u64 = board.rows().iter().map(|r| r.tokens).sum();
+    match lead.map(crate::ui::progress::Row::cost_usd) {
+        Some(Some(dollars)) => format!("spent ${dollars:.4}, {tokens} tokens\n"),
+        Some(None) => format!("spent {tokens} tokens (a price is unknown)\n"),
+        None => "nothing spent yet\n".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_built_in_commands_then_prompts() {
+        assert_eq!(read("  "), Line::Nothing);
+        assert_eq!(read("/exit"), Line::Exit);
+        assert_eq!(read("/help"), Line::Help);
+        assert_eq!(read("/rewind"), Line::Rewind(None));
+        assert_eq!(read("/rewind 3"), Line::Rewind(Some(3)));
+        assert!(matches!(read("/rewind last"), Line::Bad(_)));
+        assert_eq!(read("fix the bug"), Line::Prompt("fix the bug".into()));
+        // A name no built-in has is left for the slash commands (or a plain task).
+        assert_eq!(read("/review a.rs"), Line::Prompt("/review a.rs".into()));
+        assert_eq!(read("/exit now"), Line::Prompt("/exit now".into()));
+    }
+
+    #[test]
+    fn the_history_keeps_the_newest_prompts_for_its_owner_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let history = History::new(dir.path().join("history"));
+        for i in 0..(MAX_HISTORY + 5) {
+            history.add(&format!("prompt {i}\nsecond line")).unwrap();
+        }
+        let kept = history.prompts();
+        assert_eq!(kept.len(), MAX_HISTORY);
+        assert_eq!(kept[0], "prompt 5\nsecond line");
+        let mode = std::fs::metadata(dir.path().join("history"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+}
