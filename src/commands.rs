@@ -83,6 +83,49 @@ pub fn find(workspace: &Path, home: Option<&Path>, name: &str) -> Result<Option<
     Ok(None)
 }
 
+/// The commands of `home` and `workspace` by name (`frontend:component`
+/// for `frontend/component.md`), the person's winning a shared name, with
+/// their descriptions; at most [`MAX_LISTED`]. A file that cannot be read is
+/// left out.
+pub fn list(workspace: &Path, home: Option<&Path>) -> Vec<(String, String)> {
+    let mut names = std::collections::BTreeSet::new();
+    let roots = [
+        home.map(|h| h.join(".claude/commands")),
+        Some(workspace.join(".claude/commands")),
+    ];
+    for root in roots.into_iter().flatten().filter(|r| r.is_dir()) {
+        let mut folders = vec![(root.clone(), 0)];
+        while let Some((folder, depth)) = folders.pop() {
+            let Ok(entries) = std::fs::read_dir(&folder) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let Ok(kind) = entry.file_type() else {
+                    continue;
+                };
+                let path = entry.path();
+                if kind.is_dir() && depth < 4 {
+                    folders.push((path, depth + 1));
+                } else if kind.is_file() && path.extension().is_some_and(|e| e == "md") {
+                    let name = path.strip_prefix(&root).unwrap_or(&path).with_extension("");
+                    let name = name.to_string_lossy().replace('/', ":");
+                    names.insert(name);
+                }
+            }
+        }
+    }
+    (names.into_iter())
+        .take(MAX_LISTED)
+        .filter_map(|name| {
+            let command = find(workspace, home, &name).ok().flatten()?;
+            Some((name, command.description.unwrap_or_default()))
+        })
+        .collect()
+}
+
+/// Commands [`list`] gives, at most.
+pub const MAX_LISTED: usize = 200;
+
 /// `frontend:component` as `frontend/component.md` under `root`.
 fn by_path(root: &Path, name: &str) -> Option<PathBuf> {
     let parts: Vec<&str> = name.split(':').collect();

@@ -129,7 +129,7 @@ where
             Line::Prompt(task) => {
                 return super::run::drive(cli, super::run::Lead::New(task), io).await;
             }
-            Line::Help => help(&[]),
+            Line::Help => help(&crate::commands::list(&workspace, home.as_deref())),
             Line::Bad(why) => format!("{why}\n"),
             Line::Agents | Line::Ps | Line::Cost | Line::Rewind(_) => {
                 "nothing has run yet: type a task first\n".to_owned()
@@ -151,7 +151,11 @@ pub(super) fn help(commands: &[(String, String)]) -> String {
          /rewind N  the workspace as the run's checkpoint N holds it (the first by default)\n\
          /exit      quit\n",
     );
-    for (name, description) in commands {
+    // A command named as a built-in is not used.
+    for (name, description) in commands
+        .iter()
+        .filter(|(n, _)| !BUILTINS.contains(&n.as_str()))
+    {
         text.push_str(&format!("/{name:<9} {description}\n"));
     }
     text
@@ -240,7 +244,7 @@ impl Session {
         out: &mut dyn Write,
         err: &mut dyn Write,
     ) {
-        shown.display.finish(err);
+        shown.display.clear();
         let _ = super::run::report(shown.json, Some(outcome), out, err);
         self.waiting.pop_front();
         self.interrupted = false;
@@ -308,7 +312,10 @@ impl Typed {
         let said = match read(line) {
             Line::Exit => return true,
             Line::Nothing => String::new(),
-            Line::Help => help(&[]),
+            Line::Help => help(&crate::commands::list(
+                &self.workspace,
+                self.home.as_deref(),
+            )),
             Line::Agents => (self.roles.iter())
                 .map(|(name, description)| format!("{name:<16} {description}\n"))
                 .collect(),

@@ -232,6 +232,19 @@ impl Display {
         self.bars[i].set_message(row);
     }
 
+    /// Takes the live tree off the screen, for what comes in its place (an
+    /// interactive session's answer); a plain display has nothing on it.
+    pub fn clear(&mut self) {
+        if matches!(self.mode, Progress::Live(_)) {
+            let _ = self.multi.clear();
+            self.multi
+                .set_draw_target(indicatif::ProgressDrawTarget::hidden());
+            for bar in &self.bars {
+                bar.finish_and_clear();
+            }
+        }
+    }
+
     /// Leaves the final tree, then the summary table when there were sub-agents.
     pub fn finish(&mut self, err: &mut dyn Write) {
         if matches!(self.mode, Progress::Off) {

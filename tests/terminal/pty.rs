@@ -505,10 +505,30 @@ async fn an_interactive_session_takes_tasks_follow_ups_a_queue_a_paste_and_a_can
 async fn ctrl_d_at_an_empty_prompt_ends_an_interactive_session() {
     let mock = MockLlm::start_with(|_, _| Reply::text("hello")).await;
     let dir = tempfile::tempdir().unwrap();
+    let commands = dir.path().join(".claude/commands");
+    std::fs::create_dir_all(&commands).unwrap();
+    std::fs::write(commands.join("help.md"), "Help me.\n").unwrap();
+    std::fs::write(
+        commands.join("review.md"),
+        "---\ndescription: Reviews a file\n---\nReview $1.\n",
+    )
+    .unwrap();
     let (terminal, child) = start(&mock, dir.path(), &[], 30);
-    let seen = terminal.shows("› ").await.len();
-    terminal.type_keys("say hi\n");
-    terminal.shows_after(seen, "› ").await;
+    let screen = terminal.shows("› ").await;
+    assert!(
+        screen.contains("help.md: the built-in /help comes first"),
+        "{screen}"
+    );
+    // The built-ins, then the person's commands.
+    let seen = ask(
+        &terminal,
+        screen.len(),
+        "/help\n",
+        "/review    Reviews a file",
+    )
+    .await;
+    let seen = ask(&terminal, seen, "say hi\n", "› ").await;
+    let _ = seen;
     terminal.type_keys("\x04");
     let out = exited(child).await;
     assert_eq!(out.status.code(), Some(0));
