@@ -8,6 +8,7 @@ pub mod config;
 pub mod connection;
 pub mod hub;
 pub mod listing;
+pub mod progress;
 
 use std::sync::Arc;
 

@@ -500,3 +500,49 @@ async fn mcp_list_shows_each_server_whether_it_starts_and_its_tools() {
         "{shown}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_progress_notifications_are_told_as_the_calls_output() {
+    let mock = MockLlm::start_with(|request, _| match request.results() {
+        0 => Reply::tool_calls(&[(
+            "long",
+            "mcp__everything__trigger-long-running-operation",
+            json!({ "duration": 0.3, "steps": 3 }),
+        )]),
+        _ => Reply::text("done"),
+    })
+    .await;
+    let dir = workspace(&json!({ "everything": { "command": bin("mcp-server-everything") } }));
+    let args = [
+        "--trust-workspace",
+        "--permission-mode",
+        "bypassPermissions",
+        "--json",
+        "go",
+    ];
+    let out = run_on(&mock, dir.path(), &args, &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let events: Vec<Value> = text(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let finished = events
+        .iter()
+        .position(|e| e["type"] == "tool_finished" && e["call_id"] == "long")
+        .expect("the call finished");
+    let told: Vec<(usize, &str)> = (events.iter().enumerate())
+        .filter(|(_, e)| e["type"] == "tool_output" && e["call_id"] == "long")
+        .map(|(i, e)| (i, e["text"].as_str().unwrap()))
+        .collect();
+    let texts: Vec<&str> = told.iter().map(|(_, t)| *t).collect();
+    assert_eq!(texts, ["[1/3]\n", "[2/3]\n", "[3/3]\n"], "{told:?}");
+    assert!(
+        told.iter().all(|(i, _)| *i < finished),
+        "told before the call ended"
+    );
+    let result = tool_results(&mock.requests()[1]).pop().unwrap().1;
+    assert!(
+        result.contains("Long running operation completed"),
+        "{result}"
+    );
+}

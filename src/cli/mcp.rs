@@ -64,7 +64,7 @@ pub(super) async fn run(
     let workspace = prepared.workspace().to_owned();
     let starts = starting
         .iter()
-        .map(|s| connection::connect(s, &workspace, None, limit, &keys));
+        .map(|s| connection::connect(s, &workspace, None, limit, &keys, Default::default()));
     let started = futures::future::join_all(starts).await;
     for server in &all {
         let _ = writeln!(

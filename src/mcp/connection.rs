@@ -110,12 +110,34 @@ impl Tail {
     }
 }
 
-/// Hears the server's notifications: a changed tool list is passed on.
+/// Hears the server's notifications: a changed tool list is passed on, and
+/// how far a call has come is told as its output.
 struct Listener {
     changed: mpsc::UnboundedSender<()>,
+    /// The server's name, which its progress notifications are told under.
+    server: String,
+    progress: std::sync::Arc<super::progress::Progress>,
 }
 
 impl ClientHandler for Listener {
+    fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        let token = match &params.progress_token.0 {
+            rmcp::model::NumberOrString::String(token) => token.to_string(),
+            rmcp::model::NumberOrString::Number(n) => n.to_string(),
+        };
+        let said = super::progress::Said {
+            progress: params.progress,
+            total: params.total,
+            message: params.message,
+        };
+        self.progress.tell(&self.server, &token, &said);
+        std::future::ready(())
+    }
+
     fn on_tool_list_changed(
         &self,
         _context: NotificationContext<RoleClient>,
@@ -143,9 +165,14 @@ pub async fn connect(
     logs: Option<&Path>,
     limit: Duration,
     key_variables: &[String],
+    progress: std::sync::Arc<super::progress::Progress>,
 ) -> Result<Connection, String> {
     let (tx, changed) = mpsc::unbounded_channel();
-    let listener = Listener { changed: tx };
+    let listener = Listener {
+        changed: tx,
+        server: config.name.clone(),
+        progress,
+    };
     let (service, process) = match &config.transport {
         Transport::Stdio { command, args, env } => {
             let mut process = spawn(command, args, env, workspace, key_variables)?;

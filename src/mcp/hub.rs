@@ -70,6 +70,8 @@ struct Slot {
 #[derive(Debug, Default)]
 pub struct McpHub {
     servers: BTreeMap<String, Slot>,
+    /// The calls whose progress notifications are told.
+    progress: Arc<super::progress::Progress>,
 }
 
 impl McpHub {
@@ -86,7 +88,10 @@ impl McpHub {
                 (slot.config.name.clone(), slot)
             })
             .collect();
-        Self { servers }
+        Self {
+            servers,
+            progress: Arc::default(),
+        }
     }
 
     /// Whether `server`'s tool annotations are believed (the person's own file
@@ -173,6 +178,12 @@ impl McpHub {
         }
     }
 
+    /// The calls whose progress notifications are told (what each server's
+    /// connection tells them to).
+    pub fn progress(&self) -> Arc<super::progress::Progress> {
+        self.progress.clone()
+    }
+
     /// Sends a call to `tool` (its server's own name) of `server`, waiting for a
     /// server that is starting or restarting, and gives back its result as text
     /// (an `isError` result is an error result).
@@ -217,21 +228,48 @@ impl McpHub {
         };
         let mut params = rmcp::model::CallToolRequestParams::new(tool.to_owned());
         params.arguments = arguments;
+        let request =
+            rmcp::model::ClientRequest::CallToolRequest(rmcp::model::Request::new(params));
+        let options = rmcp::service::PeerRequestOptions::no_options();
+        let handle = match peer.send_request_with_option(request, options).await {
+            Ok(handle) => handle,
+            Err(e) => return Err(ToolError::Failed(self.failure(server, &e).await)),
+        };
+        // What the server says of the call's progress is its output, for
+        // whoever watches.
+        let token = super::progress::token_text(&handle.progress_token);
+        let _watched = (ctx.events.clone())
+            .map(|events| self.progress.watch(server, &token, events, &ctx.call_id));
+        let (request_id, peer) = (handle.id.clone(), handle.peer.clone());
         // The server's death ends the call, whatever the transport makes of it.
         let mut gone = slot.state.subscribe();
         let result = tokio::select! {
-            () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
-            result = peer.call_tool(params) => result,
+            () = ctx.cancel.cancelled() => None,
+            result = handle.await_response() => Some(result),
             state = gone.wait_for(|s| !matches!(s, State::Ready { .. })) => {
                 let state = state.map(|s| s.clone()).unwrap_or(State::Stopped);
                 return Err(ToolError::Failed(crashed(server, &state)));
             }
         };
+        let Some(result) = result else {
+            // The server is told, so that it stops working on it.
+            let cancelled = rmcp::model::CancelledNotificationParam::new(
+                Some(request_id),
+                Some("cancelled".into()),
+            );
+            let _ = peer.notify_cancelled(cancelled).await;
+            return Err(ToolError::Cancelled);
+        };
         match result {
-            Ok(result) => match listing::result_text(&result) {
-                (text, false) => Ok(text),
-                (text, true) => Err(ToolError::Failed(text)),
-            },
+            Ok(rmcp::model::ServerResult::CallToolResult(result)) => {
+                match listing::result_text(&result) {
+                    (text, false) => Ok(text),
+                    (text, true) => Err(ToolError::Failed(text)),
+                }
+            }
+            Ok(_) => Err(ToolError::Failed(format!(
+                "MCP server {server:?} answered the call with something that is not a tool's result"
+            ))),
             Err(e) => Err(ToolError::Failed(self.failure(server, &e).await)),
         }
     }

@@ -81,11 +81,12 @@ impl Actor for McpServerActor {
             .ok_or_else(|| format!("no MCP server {:?}", args.name))?;
         let (workspace, logs, limit) = (args.workspace.clone(), args.logs.clone(), args.limit);
         let keys = args.key_variables.clone();
+        let progress = args.hub.progress();
         let cancelled = stop.clone();
         let task = tokio::spawn(async move {
             let connected = tokio::select! {
                 () = cancelled.cancelled() => return,
-                connected = connection::connect(&config, &workspace, logs.as_deref(), limit, &keys) => connected,
+                connected = connection::connect(&config, &workspace, logs.as_deref(), limit, &keys, progress) => connected,
             };
             if let Err(ractor::MessagingErr::SendErr(McpServerMsg::Connected(Ok(orphan)))) =
                 myself.cast(McpServerMsg::Connected(connected.map(Box::new)))

@@ -57,7 +57,12 @@ async fn a_changed_tool_list_is_listed_again_and_a_hang_up_ends_the_watch() {
     let peer = tokio::spawn(server(theirs));
     let (tx, changed) = mpsc::unbounded_channel();
     let (read, write) = tokio::io::split(ours);
-    let service = Listener { changed: tx }.serve((read, write)).await.unwrap();
+    let listener = Listener {
+        changed: tx,
+        server: "test".into(),
+        progress: Default::default(),
+    };
+    let service = listener.serve((read, write)).await.unwrap();
     let limit = Duration::from_secs(30);
     let connection = listed("s", service, None, changed, limit).await.unwrap();
     let names =
