@@ -154,9 +154,9 @@ mod tests {
         let token = "7";
         progress.tell("files", token, &said);
         // Another server naming the same token speaks for nobody.
-        progress.tell("other", &token, &said);
+        progress.tell("other", token, &said);
         drop(watched);
-        progress.tell("files", &token, &said);
+        progress.tell("files", token, &said);
         let told = EventKind::ToolOutput {
             call_id: "call-1".into(),
             text: "[3/10] indexing\n".into(),
