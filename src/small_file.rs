@@ -187,6 +187,37 @@ pub fn open(path: &Path, access: Access) -> Result<File, ReadError> {
     Ok(file)
 }
 
+/// Makes `target` (in `folder`) hold `bytes`, whole or not at all: a fresh
+/// file of this user's only (mode 0600, never through a link) is written in
+/// `folder`, then renamed over it, so a reader sees one or the other.
+pub(crate) fn replace_whole(folder: &Path, target: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let fresh = folder.join(format!(
+        ".{}.{}.{}",
+        target
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("file"),
+        std::process::id(),
+        uuid::Uuid::new_v4()
+    ));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(&fresh)
+        .and_then(|mut out| out.write_all(bytes));
+    match written.and_then(|()| std::fs::rename(&fresh, target)) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = std::fs::remove_file(&fresh);
+            Err(e)
+        }
+    }
+}
+
 /// The bytes of the regular file at `path` (opened by [`open`]), at most `limit`.
 pub fn read(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
     let fail = |problem| ReadError {

@@ -717,9 +717,6 @@ enum Routed {
     BackgroundEnded(SessionId, Option<QueuedPrompt>),
 }
 
-/// Puts a prompt or a cancel in the session's queue, which outlives session
-/// crashes, then tells the session. A session that is down (waiting to restart)
-/// misses only the telling: it reads its queue when it starts again.
 /// Ends each of `dropped`, prompts of `entry`'s session that will never
 /// run, as cancelled: every prompt gets exactly one terminal event.
 fn abandon(entry: &Entry, dropped: &[QueuedPrompt]) {
@@ -734,6 +731,9 @@ fn abandon(entry: &Entry, dropped: &[QueuedPrompt]) {
     }
 }
 
+/// Puts a prompt or a cancel in the session's queue, which outlives session
+/// crashes, then tells the session. A session that is down (waiting to restart)
+/// misses only the telling: it reads its queue when it starts again.
 fn route(state: &mut OrchestratorState, session: SessionId, routed: Routed) {
     let Some(entry) = state.sessions.get_mut(&session) else {
         tracing::warn!(%session, "prompt, cancel or stop for an unknown session");

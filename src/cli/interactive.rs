@@ -23,10 +23,13 @@ use crate::ui::display::{Display, Progress};
 
 /// The built-in commands, which a person's command of the same name cannot
 /// replace.
-pub(super) const BUILTINS: [&str; 6] = ["help", "agents", "ps", "cost", "rewind", "exit"];
+pub(super) const BUILTINS: [&str; 7] = ["help", "agents", "ps", "cost", "rewind", "exit", "quit"];
 
 /// Prompts kept in a workspace's history, at most.
 pub(super) const MAX_HISTORY: usize = 1000;
+
+/// Bytes of a workspace's history, at most.
+pub(super) const MAX_HISTORY_BYTES: u64 = 1 << 20;
 
 /// What a typed line asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,11 +70,14 @@ pub(super) fn read(line: &str) -> Line {
         .unwrap_or((command, ""));
     let rest = rest.trim();
     match name {
-        "exit" | "quit" if rest.is_empty() => Line::Exit,
-        "help" if rest.is_empty() => Line::Help,
-        "agents" if rest.is_empty() => Line::Agents,
-        "ps" if rest.is_empty() => Line::Ps,
-        "cost" if rest.is_empty() => Line::Cost,
+        "exit" | "quit" | "help" | "agents" | "ps" | "cost" if !rest.is_empty() => {
+            Line::Bad(format!("/{name} takes nothing after it"))
+        }
+        "exit" | "quit" => Line::Exit,
+        "help" => Line::Help,
+        "agents" => Line::Agents,
+        "ps" => Line::Ps,
+        "cost" => Line::Cost,
         "rewind" if rest.is_empty() => Line::Rewind(None),
         "rewind" => match rest.parse() {
             Ok(n) => Line::Rewind(Some(n)),
@@ -174,45 +180,50 @@ impl History {
         Self { path }
     }
 
-    /// Adds `prompt`, dropping the oldest past the cap.
+    /// Adds `prompt`, dropping the oldest past the cap (in prompts, and in
+    /// bytes). A history that cannot be read is left as it is, not replaced.
     pub(super) fn add(&self, prompt: &str) -> std::io::Result<()> {
-        let mut kept: VecDeque<String> = match crate::small_file::read_own(&self.path, 4 << 20) {
+        let mut kept: VecDeque<String> = match crate::small_file::read_to_string(
+            &self.path,
+            MAX_HISTORY_BYTES,
+        ) {
             Ok(text) => text.lines().map(str::to_owned).collect(),
-            Err(_) => VecDeque::new(),
+            Err(e) if matches!(&e.problem, crate::small_file::Problem::Io(io) if io.kind() == std::io::ErrorKind::NotFound) => {
+                VecDeque::new()
+            }
+            Err(e) => return Err(std::io::Error::other(e.to_string())),
         };
         kept.push_back(serde_json::to_string(prompt).unwrap_or_default());
-        while kept.len() > MAX_HISTORY {
-            kept.pop_front();
+        let mut bytes: usize = kept.iter().map(|l| l.len() + 1).sum();
+        while kept.len() > MAX_HISTORY || (bytes as u64 > MAX_HISTORY_BYTES && kept.len() > 1) {
+            bytes -= kept.pop_front().map_or(0, |l| l.len() + 1);
         }
         let mut text = Vec::from(kept).join("\n");
         text.push('\n');
-        write_private(&self.path, text.as_bytes())
+        let folder = self.path.parent().unwrap_or(Path::new("."));
+        crate::small_file::replace_whole(folder, &self.path, text.as_bytes())
+    }
+
+    /// Keeps `line` (what was typed; nothing for an empty one); a history
+    /// that cannot be written is no reason to stop the session.
+    pub(super) fn keep(&self, line: &str) {
+        let line = line.trim();
+        if !line.is_empty()
+            && let Err(e) = self.add(line)
+        {
+            tracing::warn!(error = %e, "the prompt is not kept in the history");
+        }
     }
 
     /// The prompts, oldest first.
     #[cfg(test)]
     pub(super) fn prompts(&self) -> Vec<String> {
-        let text = crate::small_file::read_own(&self.path, 4 << 20).unwrap_or_default();
+        let text =
+            crate::small_file::read_to_string(&self.path, MAX_HISTORY_BYTES).unwrap_or_default();
         text.lines()
             .filter_map(|l| serde_json::from_str(l).ok())
             .collect()
     }
-}
-
-/// Writes `bytes` to `path` readable and writable by its owner only, whole
-/// or not at all (a temporary file renamed over it).
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let temporary = path.with_extension("tmp");
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&temporary)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&temporary, path)
 }
 
 /// The session as the run driver follows it.
@@ -246,7 +257,10 @@ impl Session {
     ) {
         shown.display.clear();
         let _ = super::run::report(shown.json, Some(outcome), out, err);
+        // Prompts that joined the run it answers are answered with it.
+        let answered = std::mem::take(&mut shown.answered);
         self.waiting.pop_front();
+        self.waiting.retain(|p| !answered.contains(p));
         self.interrupted = false;
         shown.prompt = self.waiting.front().copied();
         shown.idle = shown.prompt.is_none();
@@ -278,11 +292,13 @@ impl Typed {
     /// For the run whose lead is `lead` in `workspace` (its state in
     /// `state`), whose sub-agents take `roles` (name, description).
     pub(super) fn new(
-        (workspace, state): (&Path, &StateDir),
+        workspace: &Path,
+        state: &StateDir,
         trusted: bool,
         home: Option<PathBuf>,
         roles: Vec<(String, String)>,
-        (handle, lead): (Handle, SessionId),
+        handle: Handle,
+        lead: SessionId,
     ) -> Self {
         Self {
             handle,
@@ -295,20 +311,17 @@ impl Typed {
         }
     }
 
-    /// Carries out `line` of `session`; true when it ends the session.
+    /// Carries out `line` of `session` (a prompt through the lead's
+    /// `hooks`); true when it ends the session.
     pub(super) async fn line(
         &self,
         line: &str,
-        session: &mut Session,
+        (session, hooks): (&mut Session, &super::hooks::LeadHooks),
         shown: &mut Shown,
         out: &mut dyn Write,
         err: &mut dyn Write,
     ) -> bool {
-        if !line.trim().is_empty()
-            && let Err(e) = session.history.add(line.trim())
-        {
-            tracing::warn!(error = %e, "the prompt is not kept in the history");
-        }
+        session.history.keep(line);
         let said = match read(line) {
             Line::Exit => return true,
             Line::Nothing => String::new(),
@@ -319,15 +332,18 @@ impl Typed {
             Line::Agents => (self.roles.iter())
                 .map(|(name, description)| format!("{name:<16} {description}\n"))
                 .collect(),
-            Line::Ps => crate::control::ps(&shown.run, shown.began.elapsed()),
-            Line::Cost => cost(&shown.run),
+            Line::Ps => (shown.run.as_ref())
+                .map(|run| crate::control::ps(run, shown.began.elapsed()))
+                .unwrap_or_default(),
+            Line::Cost => shown.run.as_ref().map(cost).unwrap_or_default(),
             Line::Bad(why) => format!("{why}\n"),
             Line::Rewind(_) if !session.waiting.is_empty() => {
                 "the agents are working: /rewind once they are done\n".to_owned()
             }
             Line::Rewind(to) => {
-                let places = (self.workspace.clone(), self.state.clone());
-                let _ = super::rewind::rewind_run(places, self.lead, to, false, out, err);
+                let (workspace, state) = (self.workspace.clone(), self.state.clone());
+                let _ =
+                    super::rewind::rewind_run(workspace, &state, self.lead, to, false, out, err);
                 String::new()
             }
             Line::Prompt(text) => {
@@ -351,6 +367,14 @@ impl Typed {
                         return false;
                     }
                 };
+                // A follow-up is the person's prompt as the first was.
+                let prompt = match hooks.prompt(prompt, None).await {
+                    Ok(prompt) => prompt,
+                    Err(refused) => {
+                        say(&format!("orchestrate: {refused}\n"), shown, err);
+                        return false;
+                    }
+                };
                 let sent = self.handle.prompt(self.lead, prompt);
                 session.waiting.push_back(sent);
                 if shown.idle {
@@ -362,13 +386,19 @@ impl Typed {
                 format!("queued: {first}\n")
             }
         };
-        let _ = write!(err, "{said}");
-        if shown.idle {
-            let _ = write!(err, "{MARK}");
-        }
-        let _ = err.flush();
+        say(&said, shown, err);
         false
     }
+}
+
+/// Says `text` to the person, then shows the prompt line again when nothing
+/// runs.
+fn say(text: &str, shown: &mut Shown, err: &mut dyn Write) {
+    shown.display.say(text, err);
+    if shown.idle {
+        let _ = write!(err, "{MARK}");
+    }
+    let _ = err.flush();
 }
 
 /// What `/cost` says of the run `board` shows: the lead's cost (its
@@ -398,7 +428,9 @@ mod tests {
         assert_eq!(read("fix the bug"), Line::Prompt("fix the bug".into()));
         // A name no built-in has is left for the slash commands (or a plain task).
         assert_eq!(read("/review a.rs"), Line::Prompt("/review a.rs".into()));
-        assert_eq!(read("/exit now"), Line::Prompt("/exit now".into()));
+        // A built-in's name is never a person's command.
+        assert!(matches!(read("/exit now"), Line::Bad(_)));
+        assert_eq!(read("/quit"), Line::Exit);
     }
 
     #[test]

@@ -51,14 +51,15 @@ pub(super) fn run(
         );
         return ExitCode::from(exit::FAILED);
     }
-    rewind_run((workspace, state), run.id, to, force, out, err)
+    rewind_run(workspace, &state, run.id, to, force, out, err)
 }
 
 /// Puts `workspace` back as run `run`'s checkpoint `to` (its first by
 /// default) holds it; the run is not running, or it is this process's own
 /// with no agent working (an interactive session's `/rewind`).
 pub(super) fn rewind_run(
-    (workspace, state): (std::path::PathBuf, crate::state::StateDir),
+    workspace: std::path::PathBuf,
+    state: &crate::state::StateDir,
     run: crate::protocol::SessionId,
     to: Option<u32>,
     force: bool,

@@ -380,17 +380,17 @@ where
         mode: mode.clone(),
         colors: colors.clone(),
     });
-    if let (Some(session), Some(first)) = (&session, &typed_first)
-        && let Err(e) = session.history.add(first)
-    {
-        tracing::warn!(error = %e, "the prompt is not kept in the history");
+    if let (Some(session), Some(first)) = (&session, &typed_first) {
+        session.history.keep(first);
     }
     let typed = super::interactive::Typed::new(
-        (&workspace_for_lines, &state),
+        &workspace_for_lines,
+        &state,
         cli.trust_workspace,
         env("HOME").map(std::path::PathBuf::from),
         roles,
-        (runtime.handle(), id),
+        runtime.handle(),
+        id,
     );
     let mut quit = false;
     let mut shown = Shown {
@@ -400,8 +400,9 @@ where
         lead: id,
         prompt,
         idle: false,
-        run: crate::ui::progress::Board::new(),
+        run: session.as_ref().map(|_| crate::ui::progress::Board::new()),
         began: std::time::Instant::now(),
+        answered: Vec::new(),
     };
     let outcome = loop {
         let ended = tokio::select! {
@@ -423,7 +424,10 @@ where
                 // Everything published before the end is waiting to be shown.
                 Some(outcome) => match shown.drain(&mut events, usize::MAX, out, err) {
                     Drained::Ended(seen) => Some(seen),
-                    Drained::More | Drained::Empty => Some(outcome.clone()),
+                    Drained::More | Drained::Empty => {
+                        shown.answered = prompts_of(&event.kind);
+                        Some(outcome.clone())
+                    }
                 },
                 None => None,
             },
@@ -444,7 +448,7 @@ where
                         break None;
                     }
                     Some(line) => {
-                        if typed.line(&line, session, &mut shown, out, err).await {
+                        if typed.line(&line, (session, &lead_hooks), &mut shown, out, err).await {
                             quit = true;
                             break None;
                         }
@@ -460,7 +464,7 @@ where
                         session.interrupted = true;
                         session.waiting.truncate(1);
                         runtime.cancel(id);
-                        let _ = writeln!(err, "orchestrate: cancelling; Ctrl-C again to quit");
+                        shown.display.say("orchestrate: cancelling; Ctrl-C again to quit\n", err);
                         None
                     }
                     Some(_) => {
@@ -525,6 +529,14 @@ async fn next_line(prompts: Option<&mut super::Prompts>) -> Option<String> {
     }
 }
 
+/// The prompts `kind` answers, when it is a terminal event.
+fn prompts_of(kind: &EventKind) -> Vec<u64> {
+    match kind {
+        EventKind::Terminal { prompts, .. } => prompts.clone(),
+        _ => Vec::new(),
+    }
+}
+
 /// The outcome `kind` ends the run with: the answer to `prompt`, or with no
 /// prompt, any terminal event.
 fn ends_run(kind: &EventKind, prompt: Option<u64>) -> Option<&Outcome> {
@@ -556,10 +568,13 @@ pub(super) struct Shown {
     /// Nothing ends the run now (an interactive session waits for a line).
     pub(super) idle: bool,
     /// The whole run's agents, across the prompts of an interactive session
-    /// (each prompt's display shows its own).
-    pub(super) run: crate::ui::progress::Board,
+    /// (each prompt's display shows its own); none outside one.
+    pub(super) run: Option<crate::ui::progress::Board>,
     /// When the run began here.
     pub(super) began: std::time::Instant,
+    /// The prompts the last answer shown answered (a follow-up that joined
+    /// a run is answered with it).
+    pub(super) answered: Vec<u64>,
 }
 
 /// What showing the events waiting came to.
@@ -579,11 +594,17 @@ impl Shown {
             print_json(out, event);
         }
         self.display.show(event, err);
-        self.run.apply(event, self.began.elapsed());
+        if let Some(run) = self.run.as_mut() {
+            run.apply(event, self.began.elapsed());
+        }
         track(&mut self.open, event);
-        (!self.idle && event.session == self.lead)
+        let ended = (!self.idle && event.session == self.lead)
             .then(|| ends_run(&event.kind, self.prompt).cloned())
-            .flatten()
+            .flatten();
+        if ended.is_some() {
+            self.answered = prompts_of(&event.kind);
+        }
+        ended
     }
 
     /// Shows at most `at_most` of the events waiting in `events`, up to the one

@@ -7,8 +7,7 @@
 //! from the journals. It is a cache: nothing is lost when it goes.
 
 use std::collections::{HashMap, HashSet};
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -313,26 +312,7 @@ fn index_path(folder: &Path, run: SessionId) -> PathBuf {
 fn write_file(folder: &Path, run: SessionId, file: &FileRef<'_>) -> std::io::Result<()> {
     crate::state::make_private_dir(folder, false).map_err(std::io::Error::other)?;
     let bytes = serde_json::to_vec(file).map_err(std::io::Error::other)?;
-    let target = index_path(folder, run);
-    let fresh = folder.join(format!(
-        ".{run}.{}.{}",
-        std::process::id(),
-        SessionId::new()
-    ));
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(&fresh)
-        .and_then(|mut out| out.write_all(&bytes));
-    match written.and_then(|()| std::fs::rename(&fresh, &target)) {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            let _ = std::fs::remove_file(&fresh);
-            Err(e)
-        }
-    }
+    crate::small_file::replace_whole(folder, &index_path(folder, run), &bytes)
 }
 
 #[cfg(test)]

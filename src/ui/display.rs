@@ -232,6 +232,21 @@ impl Display {
         self.bars[i].set_message(row);
     }
 
+    /// Says `text` (whole lines) to the person: above the live tree, which
+    /// would otherwise draw over it, or as it is.
+    pub fn say(&mut self, text: &str, err: &mut dyn Write) {
+        match self.mode {
+            Progress::Live(_) if !self.bars.is_empty() => {
+                for line in text.lines() {
+                    let _ = self.multi.println(visible(line, Shown::Line));
+                }
+            }
+            _ => {
+                let _ = write!(err, "{text}");
+            }
+        }
+    }
+
     /// Takes the live tree off the screen, for what comes in its place (an
     /// interactive session's answer); a plain display has nothing on it.
     pub fn clear(&mut self) {

@@ -135,6 +135,15 @@ pub(super) struct Asking(Arc<Terminal>);
 
 impl Drop for Asking {
     fn drop(&mut self) {
+        // What was typed for the question (answered, or abandoned by a
+        // cancel) is no prompt.
+        let mut question = self
+            .0
+            .question
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let _ = rustix::termios::tcflush(&self.0.input, rustix::termios::QueueSelector::IFlush);
+        *question += 1;
         self.0.asking.store(false, Ordering::SeqCst);
     }
 }
@@ -175,6 +184,9 @@ fn read_lines(
             }
         };
         let now = *question;
+        // Whether a question is on screen, read under the same lock as its
+        // number: a question shown after this read has discarded what it read.
+        let asking = terminal.asking.load(Ordering::SeqCst);
         drop(question);
         if read == 0 {
             return;
@@ -184,8 +196,7 @@ fn read_lines(
             // (or is a prompt, when none was and someone reads prompts).
             if line.is_empty() {
                 stamp = now;
-                prompt = terminal.prompting.load(Ordering::SeqCst)
-                    && !terminal.asking.load(Ordering::SeqCst);
+                prompt = terminal.prompting.load(Ordering::SeqCst) && !asking;
             }
             line.extend_from_slice(piece);
             if line.ends_with(b"\n") {
@@ -195,7 +206,11 @@ fn read_lines(
                         Some(whole) => prompts.send(whole).is_ok(),
                         None => true,
                     },
-                    false => tx.send((stamp, text)).is_ok(),
+                    false => {
+                        // A paste cut by a question ends with it.
+                        paste = Paste::default();
+                        tx.send((stamp, text)).is_ok()
+                    }
                 };
                 if !sent {
                     return;

@@ -535,3 +535,32 @@ async fn ctrl_d_at_an_empty_prompt_ends_an_interactive_session() {
     assert_eq!(text(&out.stdout), "hello\n");
     assert_eq!(mock.request_count(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_that_joins_the_run_in_progress_is_answered_with_it() {
+    let mock = MockLlm::start_with(|request, _| match request.results() {
+        0 => Reply::tool_calls(&[(
+            "b1",
+            "Bash",
+            json!({ "command": "while [ ! -f go ]; do sleep 0.02; done" }),
+        )]),
+        _ => Reply::text(format!("heard {}", last_user(request))),
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--permission-mode", "bypassPermissions"];
+    let (terminal, child) = start(&mock, dir.path(), &args, 30);
+    let seen = terminal.shows("› ").await.len();
+    terminal.type_keys("wait for it\n");
+    crate::support::harness::wait_until("the command runs", || mock.request_count() == 1).await;
+    // Typed while the call runs: it joins the run at its next turn boundary.
+    let seen = ask(&terminal, seen, "and this too\n", "queued: and this too").await;
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    // One answer for both, and the prompt line is back.
+    let seen = terminal.shows_after(seen, "› ").await.len();
+    let _ = ask(&terminal, seen, "/exit\n", "").await;
+    let out = exited(child).await;
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(text(&out.stdout), "heard and this too\n");
+    assert_eq!(mock.request_count(), 2, "the follow-up joined the run");
+}

@@ -110,7 +110,12 @@ impl SessionState {
                 None
             }
             Effect::TakeOne => {
-                let taken = self.queue.lock().take_one();
+                let mut queue = self.queue.lock();
+                let taken = queue.take_one();
+                // Taken, it is a run: busy from now, under the same lock.
+                if taken.is_some() {
+                    queue.set_running(true);
+                }
                 Some(Input::Taken(taken.into_iter().collect()))
             }
             Effect::TakeAll => Some(Input::Taken(self.queue.lock().take_all())),

@@ -45,9 +45,10 @@ impl Live {
         }
     }
 
-    /// When what waits is due to go out; `None` when nothing waits.
+    /// When what waits is due to go out; `None` when nothing waits (the
+    /// start of a cut character alone waits for its rest, not for a time).
     pub(crate) fn due(&self) -> Option<Instant> {
-        let waiting = !self.pending.is_empty() || self.truncated;
+        let waiting = self.pending.len() > incomplete_tail(&self.pending) || self.truncated;
         waiting.then(|| self.sent.map_or_else(Instant::now, |at| at + EVERY))
     }
 
@@ -143,9 +144,10 @@ mod tests {
         let capped = live.flush(start + EVERY).unwrap();
         assert_eq!(capped.text.len(), MAX_EVENT_BYTES);
         assert!(capped.truncated);
-        // "é" is two bytes, cut between two reads.
+        // "é" is two bytes, cut between two reads: its start alone is not due.
         let e = "é".as_bytes();
         assert_eq!(live.push(&e[..1], start + EVERY * 3).map(|c| c.text), None);
+        assert_eq!(live.due(), None);
         let whole = live.push(&e[1..], start + EVERY * 4).unwrap();
         assert_eq!((whole.text.as_str(), whole.truncated), ("é", false));
         // A cut character at the very end is shown as it is.
