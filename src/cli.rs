@@ -26,11 +26,13 @@ mod flags;
 mod hooks;
 mod interactive;
 mod mcp;
+mod open;
 mod resume;
 mod rewind;
 mod run;
 mod sessions;
 mod setup;
+mod shown;
 mod slash;
 mod trust;
 
@@ -125,6 +127,12 @@ where
             resume::resume(cli, id, prompt, io).await
         }
         (_, Some(prompt)) => resume::resume(cli, None, Some(prompt), io).await,
+        // At a terminal, with no task: an interactive session.
+        (_, None)
+            if io.prompts.is_some() && cli.task.as_ref().is_none_or(|t| t.trim().is_empty()) =>
+        {
+            open::session(cli, io).await
+        }
         (_, None) => run::task(cli, io).await,
     }
 }

@@ -472,6 +472,8 @@ impl Prepared {
         let (skills, skill_notes) =
             crate::skills::Skills::load(&sources.workspace, sources.home.as_deref());
         notes.extend(skill_notes);
+        let (skills, skill_notes) = skills.without_unusable(crate::tools::skill::unusable);
+        notes.extend(skill_notes);
         let skills = Arc::new(skills);
         // Only the user's own file names key variables (`api_key_env`): a
         // repository's neither adds names nor, redeclaring a provider, takes the

@@ -92,6 +92,23 @@ impl Skills {
         (skills, warnings)
     }
 
+    /// The same without the skills `unusable` finds (each with why), and the
+    /// warnings that say so.
+    pub fn without_unusable(
+        mut self,
+        unusable: impl Fn(&Skill) -> Option<String>,
+    ) -> (Self, Vec<String>) {
+        let mut warnings = Vec::new();
+        self.by_name.retain(|_, skill| match unusable(skill) {
+            Some(why) => {
+                warnings.push(format!("{why}; the skill is skipped"));
+                false
+            }
+            None => true,
+        });
+        (self, warnings)
+    }
+
     /// The skills `names` selects (all of them for `None`).
     pub fn select(&self, names: Option<&[String]>) -> Self {
         let by_name = self
@@ -168,16 +185,6 @@ fn parse(dir: &Path, text: String) -> Result<Skill, String> {
             ));
         }
     };
-    if let Some(list) = &allowed_tools {
-        let (_, bad) = crate::tools::rules::parse_list(list);
-        if !bad.is_empty() {
-            return Err(format!(
-                "{}: allowed-tools: not a tool or rule: {}",
-                file.display(),
-                bad.join(", ")
-            ));
-        }
-    }
     Ok(Skill {
         name,
         description,
@@ -216,23 +223,13 @@ mod tests {
         skill(&ws_path, "pdf", "name: pdf\ndescription: Ours.");
         skill(&ws_path, "broken", "name: broken");
         // A list it cannot read as meant would leave the session wider.
-        skill(
-            &ws_path,
-            "odd",
-            "description: Odd.\nallowed-tools: Bash(git",
-        );
         skill(&ws_path, "num", "description: Num.\nallowed-tools: 5");
         let (skills, warnings) = Skills::load(&ws_path, Some(home.path()));
         let names: Vec<&str> = skills.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["charts", "pdf"]);
         assert_eq!(skills.get("pdf").unwrap().description, "Mine.");
-        assert_eq!(warnings.len(), 3, "{warnings:?}");
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
         assert!(warnings.iter().any(|w| w.contains("no description")));
-        assert!(
-            warnings
-                .iter()
-                .any(|w| w.contains("not a tool or rule: Bash(git"))
-        );
         assert!(
             warnings
                 .iter()

@@ -11,11 +11,7 @@ use std::collections::VecDeque;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use std::process::ExitCode;
-
-use super::Io;
-use super::flags::Cli;
-use super::run::Shown;
+use super::shown::Shown;
 use crate::protocol::{Outcome, SessionId};
 use crate::runtime::Handle;
 use crate::state::StateDir;
@@ -86,62 +82,6 @@ pub(super) fn read(line: &str) -> Line {
             )),
         },
         _ => Line::Prompt(text.to_owned()),
-    }
-}
-
-/// Opens an interactive session: the prompt line until the first task (a
-/// built-in command answered meanwhile), then the run, which takes every line
-/// after. Ctrl-D, Ctrl-C or `/exit` before a task end it with nothing run.
-pub(super) async fn start<E, I>(cli: Cli, mut io: Io<'_, E, I>) -> ExitCode
-where
-    E: Fn(&str) -> Option<String>,
-    I: FnMut() -> futures::future::BoxFuture<'static, ()>,
-{
-    let Some((workspace, _)) = super::setup::state_or_say(&cli, &io.env, io.err) else {
-        return ExitCode::from(super::exit::USAGE);
-    };
-    let home = (io.env)("HOME").map(PathBuf::from);
-    for name in BUILTINS {
-        if let Ok(Some(command)) = crate::commands::find(&workspace, home.as_deref(), name) {
-            let _ = writeln!(
-                io.err,
-                "orchestrate: warning: {}: the built-in /{name} comes first; this command is not used",
-                command.source.display()
-            );
-        }
-    }
-    let _ = writeln!(
-        io.err,
-        "orchestrate: type a task, then follow-ups; /help for more, Ctrl-D to quit"
-    );
-    let mut interrupted = (io.interrupt)();
-    loop {
-        let _ = write!(io.err, "{MARK}");
-        let _ = io.err.flush();
-        let Some(prompts) = io.prompts.as_mut() else {
-            return ExitCode::from(super::exit::USAGE);
-        };
-        let line = tokio::select! {
-            line = prompts.recv() => line,
-            () = &mut interrupted => None,
-        };
-        let Some(line) = line else {
-            let _ = writeln!(io.err);
-            return ExitCode::from(super::exit::DONE);
-        };
-        let said = match read(&line) {
-            Line::Exit => return ExitCode::from(super::exit::DONE),
-            Line::Nothing => continue,
-            Line::Prompt(task) => {
-                return super::run::drive(cli, super::run::Lead::New(task), io).await;
-            }
-            Line::Help => help(&crate::commands::list(&workspace, home.as_deref())),
-            Line::Bad(why) => format!("{why}\n"),
-            Line::Agents | Line::Ps | Line::Cost | Line::Rewind(_) => {
-                "nothing has run yet: type a task first\n".to_owned()
-            }
-        };
-        let _ = write!(io.err, "{said}");
     }
 }
 
@@ -256,7 +196,7 @@ impl Session {
         err: &mut dyn Write,
     ) {
         shown.display.clear();
-        let _ = super::run::report(shown.json, Some(outcome), out, err);
+        let _ = super::shown::report(shown.json, Some(outcome), out, err);
         // Prompts that joined the run it answers are answered with it.
         let answered = std::mem::take(&mut shown.answered);
         self.waiting.pop_front();

@@ -66,7 +66,9 @@ where
     }
     match (&lead.outcome, prompt) {
         // It ended, and nothing more is asked: how it ended, as it was reported.
-        (Some(outcome), None) => run::report(cli.json, Some(outcome.clone()), io.out, io.err),
+        (Some(outcome), None) => {
+            super::shown::report(cli.json, Some(outcome.clone()), io.out, io.err)
+        }
         (_, prompt) => {
             // Carried on, not followed up: held to what is left of its budget,
             // the limits it was given unless the flags say otherwise.

@@ -22,6 +22,20 @@ pub struct SkillInput {
     pub skill: String,
 }
 
+/// Why `skill` cannot be used, when its `allowed-tools` hold an entry that
+/// is not a tool or a rule: what it narrows to must be read as meant, or a
+/// session would be left wider than the skill says.
+pub fn unusable(skill: &crate::skills::Skill) -> Option<String> {
+    let (_, bad) = crate::tools::rules::parse_list(skill.allowed_tools.as_deref()?);
+    (!bad.is_empty()).then(|| {
+        format!(
+            "{}: allowed-tools: not a tool or rule: {}",
+            skill.dir.join("SKILL.md").display(),
+            bad.join(", ")
+        )
+    })
+}
+
 /// Loads a skill.
 #[derive(Debug)]
 pub struct Skill {
@@ -105,5 +119,35 @@ impl Tool for Skill {
                 skill.text
             ))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_skill_whose_allowed_tools_cannot_be_read_is_skipped_with_why() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, allowed) in [("odd", "Read, Bash(git"), ("fine", "Read, Bash(git:*)")] {
+            let folder = dir.path().join(".claude/skills").join(name);
+            std::fs::create_dir_all(&folder).unwrap();
+            let text =
+                format!("---\nname: {name}\ndescription: d\nallowed-tools: {allowed}\n---\nx\n");
+            std::fs::write(folder.join("SKILL.md"), text).unwrap();
+        }
+        let (skills, warnings) = Skills::load(dir.path(), None);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let (skills, warnings) = skills.without_unusable(unusable);
+        let names: Vec<&str> = skills.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["fine"]);
+        assert_eq!(warnings.len(), 1);
+        assert!(
+            warnings[0].contains(
+                "odd/SKILL.md: allowed-tools: not a tool or rule: Bash(git; the skill is skipped"
+            ),
+            "{}",
+            warnings[0]
+        );
     }
 }
