@@ -507,7 +507,7 @@ async fn a_servers_progress_notifications_are_told_as_the_calls_output() {
         0 => Reply::tool_calls(&[(
             "long",
             "mcp__everything__trigger-long-running-operation",
-            json!({ "duration": 0.3, "steps": 3 }),
+            json!({ "duration": 0.9, "steps": 3 }),
         )]),
         _ => Reply::text("done"),
     })
@@ -535,7 +535,11 @@ async fn a_servers_progress_notifications_are_told_as_the_calls_output() {
         .map(|(i, e)| (i, e["text"].as_str().unwrap()))
         .collect();
     let texts: Vec<&str> = told.iter().map(|(_, t)| *t).collect();
-    assert_eq!(texts, ["[1/3]\n", "[2/3]\n", "[3/3]\n"], "{told:?}");
+    // The last notification and the result leave the server together: which
+    // is handled first is the client's scheduling, so only the earlier ones
+    // (300 ms apart) are sure to be told while the call runs.
+    assert!(texts.starts_with(&["[1/3]\n", "[2/3]\n"]), "{told:?}");
+    assert!(texts.len() <= 3, "{told:?}");
     assert!(
         told.iter().all(|(i, _)| *i < finished),
         "told before the call ended"
