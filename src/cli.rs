@@ -34,6 +34,7 @@ mod sessions;
 mod setup;
 mod shown;
 mod slash;
+mod title;
 mod trust;
 
 pub use self::flags::{AgentsAction, Cli, Command, McpAction, SessionsAction};

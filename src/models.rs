@@ -97,6 +97,15 @@ impl Models {
         same.then(|| target.model.clone())
     }
 
+    /// The `small` alias's model, when one is configured.
+    pub fn small(&self) -> Option<Model> {
+        let target = self.settings.resolve_model("small").ok().flatten()?;
+        Some(Model {
+            provider: target.provider.as_ref().map(|p| self.providers[p].clone()),
+            id: target.model.clone(),
+        })
+    }
+
     /// The lead's model.
     pub fn lead(&self) -> Model {
         let target = &self.settings.model;

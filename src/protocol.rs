@@ -340,6 +340,16 @@ pub enum EventKind {
         #[serde(skip)]
         held: bool,
     },
+    /// The run's first prompt got a title (`titles = true`), written by a
+    /// model in the background; what that cost counts in the run's.
+    Titled {
+        /// The title.
+        title: String,
+        /// The tokens the title took.
+        usage: crate::conversation::Usage,
+        /// What they cost; `None` when the price is unknown.
+        cost_usd: Option<f64>,
+    },
     /// A running call's output since its previous `tool_output` event (the
     /// first at once, later ones at most every 100 ms), for the person; what
     /// the model gets at the end is its result.
@@ -543,6 +553,7 @@ impl EventKind {
             | Self::ModelFallback { .. }
             | Self::BackgroundWait { .. }
             | Self::HookRan { .. }
+            | Self::Titled { .. }
             | Self::Compacted { .. }
             | Self::Todos { .. }
             | Self::Restarted { .. }

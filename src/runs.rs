@@ -74,6 +74,8 @@ pub struct Agent {
     pub cost: Option<f64>,
     /// The prompt of its first run.
     pub task: String,
+    /// The title its first prompt got, when it has one.
+    pub title: Option<String>,
     /// Its journal shows a run to carry on (started, its prompt saved, not ended).
     pub unfinished: bool,
     /// The limits its last run was given, as journaled (a lead's, when it had any).
@@ -244,6 +246,8 @@ pub struct Summary {
     pub cost: Option<f64>,
     /// The first line of the lead's task (clipped).
     pub task_line: String,
+    /// The title its first prompt got (`titles = true`), when it has one.
+    pub title: Option<String>,
     /// Lines of its journals that are damaged, skipped in reading it.
     pub damaged: Vec<Damaged>,
 }
@@ -280,6 +284,7 @@ pub fn summaries(state: &StateDir) -> Summaries {
                 tokens: entries.iter().map(|e| e.tokens).sum(),
                 cost: entries.iter().try_fold(0.0, |sum, e| Some(sum + e.cost?)),
                 task_line: lead.task_line.clone(),
+                title: lead.title.clone(),
                 damaged: entries.iter().flat_map(|e| e.damaged.clone()).collect(),
             }
         })
@@ -468,6 +473,7 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
     // The current run's own turns: an unfinished run's cost.
     let mut running_cost = Some(0.0);
     let mut task = None;
+    let mut title = None;
     let mut after_start = false;
     let mut limits = None;
     let (mut checkout, mut changes, mut checkout_removed) = (None, None, false);
@@ -503,6 +509,15 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
                     running.turns += 1;
                 }
                 EventKind::ToolStarted { .. } => running.tool_calls += 1,
+                EventKind::Titled {
+                    title: given,
+                    usage,
+                    cost_usd,
+                } => {
+                    tokens += usage.total();
+                    cost = add_costs(cost, *cost_usd);
+                    title = Some(given.clone());
+                }
                 _ => {}
             },
             Record::Header {
@@ -539,6 +554,7 @@ fn agent(session: SessionId, records: &[Record]) -> Agent {
         tokens,
         cost,
         task: task.unwrap_or_default(),
+        title,
         limits,
         checkout,
         changes,

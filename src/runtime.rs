@@ -314,15 +314,21 @@ impl Handle {
         .map_err(|e| SessionError::Spawn(e.to_string()))?
     }
 
-    /// A publisher of events as top-level session `session` (role `agent`):
+    /// A publisher of events as session `session` (child of `parent`, role `agent`):
     /// what happened to it outside its actor (a hook the command line ran).
-    pub fn publisher(&self, session: SessionId, agent: &str) -> Publisher {
-        Publisher::new(self.bus.clone(), session, None, agent)
+    pub fn publisher(
+        &self,
+        session: SessionId,
+        parent: Option<SessionId>,
+        agent: &str,
+    ) -> Publisher {
+        Publisher::new(self.bus.clone(), session, parent, agent)
     }
 
     /// A publisher of events as session `session` (child of `parent`, role
-    /// `agent`) that also keeps them in its journal, once it has one (a
-    /// session not started yet has none to keep them in).
+    /// `agent`) that also keeps them in its journal: a session that has
+    /// started (its journal's header is written, or queued to be, before
+    /// these).
     pub(crate) fn journaling_publisher(
         &self,
         session: SessionId,
@@ -331,11 +337,13 @@ impl Handle {
     ) -> Publisher {
         let publisher = Publisher::new(self.bus.clone(), session, parent, agent);
         let path = self.state.journal(session);
-        if !path.is_file() {
-            return publisher;
-        }
         let recorder = crate::journal::recorder::Recorder::of_started(self.journal.clone(), path);
         publisher.keeping(Arc::new(recorder))
+    }
+
+    /// Where session `session`'s journal is.
+    pub(crate) fn journal_path(&self, session: SessionId) -> std::path::PathBuf {
+        self.state.journal(session)
     }
 
     /// Appends `events`, told as session `session`'s before or after it ran

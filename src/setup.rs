@@ -153,6 +153,8 @@ pub struct Setup {
     pub notes: Vec<String>,
     /// What this kernel does not allow of Bash's confinement, said once.
     pub sandbox_notes: Vec<String>,
+    /// A run's first prompt gets a title (`titles = true` in the user's file).
+    pub titles: bool,
     options: Options,
 }
 
@@ -494,6 +496,7 @@ impl Prepared {
                 models.fallback(name, &model, &role.source)?;
             }
         }
+        let titles = sources.user.file.titles == Some(true);
         let workspace = sources.workspace.clone();
         let local = permissions::local_file(&workspace);
         let user_file = sources.user_file().map(Path::to_owned);
@@ -526,6 +529,7 @@ impl Prepared {
             key_variables: keys,
             notes,
             sandbox_notes,
+            titles,
             options,
         })
     }

@@ -915,3 +915,96 @@ async fn the_soft_limit_on_open_files_is_raised_to_the_hard_one() {
     let ceiling = orchestrate::cli::OPEN_FILES_CEILING;
     assert_eq!(soft, hard.min(ceiling), "{result}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_gets_a_title_only_when_the_persons_file_asks_and_sessions_lists_it() {
+    let gate = Gate::new();
+    let mock = MockLlm::start_with({
+        let gate = gate.clone();
+        move |request, _| {
+            if request.system().starts_with("Write a title") {
+                return Reply::text("\"Fix the parser bug\"");
+            }
+            Reply::text("done").with_end(End::HoldAfter(0, gate.clone()))
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    // Off by default: no request the run did not need.
+    gate.open();
+    let out = run_on(&mock, ws, &["fix the parser"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(mock.request_count(), 1);
+    // Asked for in the person's own file.
+    let gate = Gate::new();
+    let mock = MockLlm::start_with({
+        let gate = gate.clone();
+        move |request, _| {
+            if request.system().starts_with("Write a title") {
+                return Reply::text("\"Fix the parser bug\"");
+            }
+            Reply::text("done").with_end(End::HoldAfter(0, gate.clone()))
+        }
+    })
+    .await;
+    std::fs::create_dir_all(ws.join(".config/orchestrate")).unwrap();
+    std::fs::write(
+        ws.join(".config/orchestrate/config.toml"),
+        "titles = true\n",
+    )
+    .unwrap();
+    let child = command_on(
+        &mock,
+        ws,
+        &["--json", "the parser drops the last token"],
+        &[],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    // The answer waits until the title is kept, so that the run's end does
+    // not drop it.
+    let state = crate::support::harness::state(ws);
+    crate::support::harness::wait_until("the title is journaled", || {
+        std::fs::read_dir(state.sessions())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains("\"type\":\"titled\""))
+            })
+    })
+    .await;
+    gate.open();
+    let out = tokio::time::timeout(DEADLINE, child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let titled: Vec<Value> = text(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "titled")
+        .collect();
+    assert_eq!(titled.len(), 1, "{}", text(&out.stdout));
+    assert_eq!(titled[0]["title"], "Fix the parser bug");
+    assert_eq!(titled[0]["usage"]["input_tokens"], 10);
+    let asked = mock.requests();
+    let title_request = asked
+        .iter()
+        .find(|r| r.system().starts_with("Write a title"))
+        .unwrap();
+    assert_eq!(
+        title_request.body["messages"][1]["content"],
+        "the parser drops the last token"
+    );
+    let list = run_on(&mock, ws, &["sessions"], &[]).await;
+    let listed = text(&list.stdout);
+    assert!(listed.contains("Fix the parser bug"), "{listed}");
+    assert!(
+        !listed.contains("the parser drops"),
+        "the title stands for the task: {listed}"
+    );
+}

@@ -45,7 +45,7 @@ impl LeadHooks {
         agent: &str,
     ) -> Self {
         let held = Arc::new(Held::default());
-        let publisher = handle.publisher(lead, agent).keeping(held.clone());
+        let publisher = handle.publisher(lead, None, agent).keeping(held.clone());
         Self {
             hooks,
             place,

@@ -240,6 +240,10 @@ where
     let hooks = plan.hooks.clone();
     let workspace = plan.workspace.clone();
     let workspace_for_lines = plan.workspace.clone();
+    // A title for the run's first prompt, when the person's own file asks
+    // for one; never in a replay.
+    let titling = (plan.titles && matches!(lead.0, Lead::New(_)) && cli.replay.is_none())
+        .then(|| plan.models.clone());
     let roles: Vec<(String, String)> = (plan.catalog.roles())
         .map(|r| (r.name.clone(), r.description.clone()))
         .collect();
@@ -259,6 +263,22 @@ where
             return ExitCode::from(exit::USAGE);
         }
     };
+    // The `small` model writes the title, else the lead's.
+    let titler = titling.map(|models| match models.small() {
+        Some(small) => super::title::Titler {
+            provider: small.provider.unwrap_or_else(|| models.default_provider()),
+            info: models.info(&small.id),
+            model: small.id,
+        },
+        None => super::title::Titler {
+            provider: spec
+                .provider
+                .clone()
+                .unwrap_or_else(|| models.default_provider()),
+            model: spec.model.clone(),
+            info: spec.model_info,
+        },
+    });
     if cli.max_cost.is_some() && spec.model_info.cost(&Default::default()).is_none() {
         let _ = writeln!(
             err,
@@ -352,6 +372,10 @@ where
     let mut lead_events = runtime.subscribe_session_terminal(id);
     // The run's end: the terminal event answering the prompt, or, for a resumed
     // run with no new prompt, the first terminal event of the lead.
+    let _title = match (titler, &prompt) {
+        (Some(titler), Some(text)) => Some(titler.start(runtime.handle(), id, &role, text)),
+        _ => None,
+    };
     let prompt = prompt.map(|p| runtime.prompt(id, p));
     let mut interrupts = 0;
     let mut ctrl_c = interrupt();

@@ -94,7 +94,7 @@ pub(super) fn list(runs: &[Summary]) -> String {
             run.agents,
             tokens(run.tokens),
             dollars(run.cost),
-            clip(&run.task_line, 60),
+            clip(run.title.as_deref().unwrap_or(&run.task_line), 60),
         ));
     }
     text

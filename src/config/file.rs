@@ -38,6 +38,10 @@ pub struct ConfigFile {
     pub model_info: BTreeMap<String, ModelInfo>,
     /// When a session compacts its conversation (`[compaction]`).
     pub compaction: Option<CompactionEntry>,
+    /// Whether a run's first prompt gets a short title, written by the `small`
+    /// model (or the run's) in the background. Honoured only in the user's own
+    /// file: a repository cannot make runs send requests they did not need.
+    pub titles: Option<bool>,
 }
 
 /// The `[compaction]` table.

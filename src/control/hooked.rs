@@ -101,8 +101,14 @@ impl Runner {
             transcript: Some(self.state.journal(message.session)),
             permission_mode: self.permission_mode.clone(),
         };
-        let publisher =
-            (self.handle).journaling_publisher(message.session, message.parent, &message.role);
+        // Kept in the agent's journal once it has one (a message for an
+        // agent that has not started yet has none to go to).
+        let publisher = match self.handle.journal_path(message.session).is_file() {
+            true => {
+                (self.handle).journaling_publisher(message.session, message.parent, &message.role)
+            }
+            false => (self.handle).publisher(message.session, message.parent, &message.role),
+        };
         let tell = |kind| publisher.publish(kind);
         let submitted = self.hooks.submit(&place, &message.text, tell).await;
         if let Ok(context) = submitted {

@@ -40,6 +40,9 @@ pub(super) struct Entry {
     pub cost: Option<f64>,
     /// The first line of its first prompt, clipped.
     pub task_line: String,
+    /// The title its first prompt got, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
     /// Its journal's damaged lines.
     pub damaged: Vec<Damaged>,
 }
@@ -63,6 +66,7 @@ impl Entry {
             tokens: agent.tokens,
             cost: agent.cost,
             task_line: clip(line, TASK_LINE).to_owned(),
+            title: agent.title.clone(),
             damaged,
         }
     }

@@ -234,6 +234,17 @@ impl Board {
             EventKind::Restarted { .. } | EventKind::PromptQueued { .. } => {}
             EventKind::BackgroundWait { running } => row.state = State::Background(*running),
             EventKind::HookRan { .. } => {}
+            // What the title cost counts as the lead's.
+            EventKind::Titled {
+                usage, cost_usd, ..
+            } => {
+                row.tokens += usage.total();
+                row.cost_unknown |= cost_usd.is_none();
+                // Counted now, and kept past the run's end (whose cost is
+                // its turns' and what ended before).
+                row.cost_ended += cost_usd.unwrap_or(0.0);
+                row.cost = cost_usd.map(|c| c + row.cost.unwrap_or(0.0));
+            }
             EventKind::ModelFallback { to, .. } => {
                 row.model.clone_from(to);
                 row.fallback = Some(to.clone());

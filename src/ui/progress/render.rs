@@ -106,6 +106,7 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
         EventKind::Restarted { reason, .. } => {
             format!("crashed and restarted ({})", clip(reason, 60))
         }
+        EventKind::Titled { title, .. } => format!("titled {}", clip(title, 60)),
         EventKind::HookRan {
             event,
             command,

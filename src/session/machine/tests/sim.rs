@@ -613,6 +613,7 @@ pub(super) fn event_name(event: &EventKind) -> &'static str {
         EventKind::BackgroundWait { .. } => "background_wait",
         EventKind::HookRan { .. } => "hook_ran",
         EventKind::ToolOutput { .. } => "tool_output",
+        EventKind::Titled { .. } => "titled",
         EventKind::RateLimited { .. } => "rate_limited",
         EventKind::Compacted { .. } => "compacted",
         EventKind::Todos { .. } => "todos",
