@@ -240,26 +240,20 @@ impl McpHub {
         let token = super::progress::token_text(&handle.progress_token);
         let _watched = (ctx.events.clone())
             .map(|events| self.progress.watch(server, &token, events, &ctx.call_id));
-        let (request_id, peer) = (handle.id.clone(), handle.peer.clone());
+        // A call given up on before its answer (cancelled, timed out, its
+        // session gone) is cancelled at the server too.
+        let mut given_up = GivenUp(Some((handle.peer.clone(), handle.id.clone())));
         // The server's death ends the call, whatever the transport makes of it.
         let mut gone = slot.state.subscribe();
         let result = tokio::select! {
-            () = ctx.cancel.cancelled() => None,
-            result = handle.await_response() => Some(result),
+            () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
+            result = handle.await_response() => result,
             state = gone.wait_for(|s| !matches!(s, State::Ready { .. })) => {
                 let state = state.map(|s| s.clone()).unwrap_or(State::Stopped);
                 return Err(ToolError::Failed(crashed(server, &state)));
             }
         };
-        let Some(result) = result else {
-            // The server is told, so that it stops working on it.
-            let cancelled = rmcp::model::CancelledNotificationParam::new(
-                Some(request_id),
-                Some("cancelled".into()),
-            );
-            let _ = peer.notify_cancelled(cancelled).await;
-            return Err(ToolError::Cancelled);
-        };
+        given_up.0 = None;
         match result {
             Ok(rmcp::model::ServerResult::CallToolResult(result)) => {
                 match listing::result_text(&result) {
@@ -267,6 +261,11 @@ impl McpHub {
                     (text, true) => Err(ToolError::Failed(text)),
                 }
             }
+            // An answer with no content is an empty result.
+            Ok(
+                rmcp::model::ServerResult::EmptyResult(_)
+                | rmcp::model::ServerResult::TaskAckResult(_),
+            ) => Ok(String::new()),
             Ok(_) => Err(ToolError::Failed(format!(
                 "MCP server {server:?} answered the call with something that is not a tool's result"
             ))),
@@ -312,6 +311,27 @@ fn crashed(server: &str, state: &State) -> String {
             format!("MCP server {server:?} crashed during this call and is not running: {reason}")
         }
         _ => format!("MCP server {server:?} stopped during this call"),
+    }
+}
+
+/// A call's request, cancelled at its server when this is dropped before the
+/// answer came (then it holds nothing).
+struct GivenUp(Option<(rmcp::Peer<rmcp::RoleClient>, rmcp::model::RequestId)>);
+
+impl Drop for GivenUp {
+    fn drop(&mut self) {
+        let Some((peer, id)) = self.0.take() else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let cancelled = rmcp::model::CancelledNotificationParam::new(
+                    Some(id),
+                    Some("cancelled".into()),
+                );
+                let _ = peer.notify_cancelled(cancelled).await;
+            });
+        }
     }
 }
 
