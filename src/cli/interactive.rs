@@ -123,6 +123,11 @@ impl History {
     /// Adds `prompt`, dropping the oldest past the cap (in prompts, and in
     /// bytes). A history that cannot be read is left as it is, not replaced.
     pub(super) fn add(&self, prompt: &str) -> std::io::Result<()> {
+        let line = serde_json::to_string(prompt).unwrap_or_default();
+        // One that would fill the history alone is not kept.
+        if line.len() as u64 >= MAX_HISTORY_BYTES {
+            return Ok(());
+        }
         let mut kept: VecDeque<String> = match crate::small_file::read_to_string(
             &self.path,
             MAX_HISTORY_BYTES,
@@ -133,7 +138,7 @@ impl History {
             }
             Err(e) => return Err(std::io::Error::other(e.to_string())),
         };
-        kept.push_back(serde_json::to_string(prompt).unwrap_or_default());
+        kept.push_back(line);
         let mut bytes: usize = kept.iter().map(|l| l.len() + 1).sum();
         while kept.len() > MAX_HISTORY || (bytes as u64 > MAX_HISTORY_BYTES && kept.len() > 1) {
             bytes -= kept.pop_front().map_or(0, |l| l.len() + 1);
@@ -308,7 +313,9 @@ impl Typed {
                     }
                 };
                 // A follow-up is the person's prompt as the first was.
-                let prompt = match hooks.prompt(prompt, None).await {
+                let submitted = hooks.prompt(prompt, None).await;
+                hooks.journal();
+                let prompt = match submitted {
                     Ok(prompt) => prompt,
                     Err(refused) => {
                         say(&format!("orchestrate: {refused}\n"), shown, err);

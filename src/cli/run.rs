@@ -242,8 +242,11 @@ where
     let workspace_for_lines = plan.workspace.clone();
     // A title for the run's first prompt, when the person's own file asks
     // for one; never in a replay.
-    let titling = (plan.titles && matches!(lead.0, Lead::New(_)) && cli.replay.is_none())
-        .then(|| plan.models.clone());
+    let titling = (plan.titles
+        && matches!(lead.0, Lead::New(_))
+        && cli.replay.is_none()
+        && cli.record.is_none())
+    .then(|| plan.models.clone());
     let roles: Vec<(String, String)> = (plan.catalog.roles())
         .map(|r| (r.name.clone(), r.description.clone()))
         .collect();
@@ -372,7 +375,7 @@ where
     let mut lead_events = runtime.subscribe_session_terminal(id);
     // The run's end: the terminal event answering the prompt, or, for a resumed
     // run with no new prompt, the first terminal event of the lead.
-    let _title = match (titler, &prompt) {
+    let title = match (titler, &prompt) {
         (Some(titler), Some(text)) => Some(titler.start(runtime.handle(), id, &role, text)),
         _ => None,
     };
@@ -512,6 +515,8 @@ where
             Some(session) => session.answered(outcome, &mut shown, out, err),
         }
     };
+    // A title not written by now is not waited for.
+    drop(title);
     if quit {
         // What still runs is cancelled, not waited for.
         runtime.cancel(id);

@@ -3,7 +3,8 @@
 //! prompt, in a task of its own that never holds the run up and is dropped
 //! when the run ends first. The title is the lead's `titled` event, kept in
 //! its journal, which `orchestrate sessions` lists; what it cost counts in
-//! the run's. Never in a replay (no request the recording did not make).
+//! the run's listing and rows (not against `--max-cost`). Never in a replay
+//! or a recording (no request the recording would not hold).
 
 use std::sync::Arc;
 
@@ -79,7 +80,9 @@ fn request(model: &str, prompt: &str) -> ChatRequest {
         model: model.to_owned(),
         messages: vec![Message::system(ASK), Message::user(&prompt[..end])],
         tools: Arc::from([]),
-        max_tokens: Some(32),
+        // The provider's own limit: a small one would fall under a thinking
+        // budget configured for it.
+        max_tokens: None,
         place: "title".to_owned(),
     }
 }

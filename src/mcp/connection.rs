@@ -125,10 +125,7 @@ impl ClientHandler for Listener {
         params: rmcp::model::ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) -> impl Future<Output = ()> + Send + '_ {
-        let token = match &params.progress_token.0 {
-            rmcp::model::NumberOrString::String(token) => token.to_string(),
-            rmcp::model::NumberOrString::Number(n) => n.to_string(),
-        };
+        let token = super::progress::token_text(&params.progress_token);
         let said = super::progress::Said {
             progress: params.progress,
             total: params.total,
@@ -168,6 +165,7 @@ pub async fn connect(
     progress: std::sync::Arc<super::progress::Progress>,
 ) -> Result<Connection, String> {
     let (tx, changed) = mpsc::unbounded_channel();
+    progress.forget(&config.name);
     let listener = Listener {
         changed: tx,
         server: config.name.clone(),

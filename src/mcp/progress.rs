@@ -78,6 +78,16 @@ impl Progress {
         }
     }
 
+    /// `server` (re)connected: what it said before is of no call of now
+    /// (its tokens count from the start again).
+    pub(crate) fn forget(&self, server: &str) {
+        let mut early = self
+            .early
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        early.retain(|((from, _), _)| from != server);
+    }
+
     /// `server` said how far the call of `token` has come.
     pub(crate) fn tell(&self, server: &str, token: &str, said: &Said) {
         let key = (server.to_owned(), token.to_owned());

@@ -160,6 +160,7 @@ fn read_lines(
     let mut stamp = 0;
     let mut prompt = false;
     let mut paste = Paste::default();
+    let mut last_question = 0;
     loop {
         // Wait for input without taking it, so that a question shown meanwhile
         // still discards it.
@@ -188,6 +189,11 @@ fn read_lines(
         // number: a question shown after this read has discarded what it read.
         let asking = terminal.asking.load(Ordering::SeqCst);
         drop(question);
+        // A question came (and may have gone): a paste it cut is over.
+        if now != last_question {
+            paste = Paste::default();
+            last_question = now;
+        }
         if read == 0 {
             return;
         }

@@ -69,6 +69,18 @@ impl Terminal {
         self.shows_after(0, text).await
     }
 
+    /// Waits until the screen has shown the prompt line `n` times.
+    async fn marks(&self, n: usize) {
+        let mut screen = self.screen.clone();
+        let wait = screen.wait_for(|s| s.matches("› ").count() >= n);
+        if tokio::time::timeout(DEADLINE, wait).await.is_err() {
+            panic!(
+                "the prompt line never showed {n} times:\n{}",
+                *self.screen.borrow()
+            );
+        }
+    }
+
     fn type_keys(&self, keys: &str) {
         let mut left = keys.as_bytes();
         while !left.is_empty() {
@@ -519,7 +531,7 @@ async fn ctrl_d_at_an_empty_prompt_ends_an_interactive_session() {
         screen.contains("help.md: the built-in /help comes first"),
         "{screen}"
     );
-    // The built-ins, then the person's commands.
+    // The built-ins, then the person's commands; the prompt line after each.
     let seen = ask(
         &terminal,
         screen.len(),
@@ -527,8 +539,10 @@ async fn ctrl_d_at_an_empty_prompt_ends_an_interactive_session() {
         "/review    Reviews a file",
     )
     .await;
-    let seen = ask(&terminal, seen, "say hi\n", "› ").await;
     let _ = seen;
+    terminal.marks(2).await;
+    terminal.type_keys("say hi\n");
+    terminal.marks(3).await;
     terminal.type_keys("\x04");
     let out = exited(child).await;
     assert_eq!(out.status.code(), Some(0));

@@ -96,6 +96,9 @@ pub struct Row {
     pub fallback: Option<String>,
     /// The last line its running tool call printed, made safe to show.
     pub output: Option<String>,
+    /// Tokens its run's title took (the lead's), which its run's counters
+    /// do not hold.
+    pub titled: u64,
 }
 
 /// An isolated agent's checkout, as its row shows it.
@@ -218,6 +221,7 @@ impl Board {
                     model: String::new(),
                     fallback: None,
                     output: None,
+                    titled: 0,
                 });
                 let index = self.rows.len() - 1;
                 self.index.insert(event.session, index);
@@ -239,6 +243,7 @@ impl Board {
                 usage, cost_usd, ..
             } => {
                 row.tokens += usage.total();
+                row.titled += usage.total();
                 row.cost_unknown |= cost_usd.is_none();
                 // Counted now, and kept past the run's end (whose cost is
                 // its turns' and what ended before).
@@ -385,7 +390,7 @@ impl Board {
                 let stats = outcome.stats();
                 row.turns = row.turns.max(stats.turns);
                 row.tools = row.tools.max(stats.tool_calls);
-                row.tokens = row.tokens.max(stats.usage.total());
+                row.tokens = row.tokens.max(stats.usage.total() + row.titled);
                 // Sub-agents' costs are rolled into it; earlier runs' stay.
                 row.cost_unknown |= stats.cost_usd.is_none();
                 row.cost = stats.cost_usd.map(|c| c + row.cost_ended);
