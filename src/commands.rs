@@ -94,24 +94,9 @@ pub fn list(workspace: &Path, home: Option<&Path>) -> Vec<(String, String)> {
         Some(workspace.join(".claude/commands")),
     ];
     for root in roots.into_iter().flatten().filter(|r| r.is_dir()) {
-        let mut folders = vec![(root.clone(), 0)];
-        while let Some((folder, depth)) = folders.pop() {
-            let Ok(entries) = std::fs::read_dir(&folder) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                let Ok(kind) = entry.file_type() else {
-                    continue;
-                };
-                let path = entry.path();
-                if kind.is_dir() && depth < 4 {
-                    folders.push((path, depth + 1));
-                } else if kind.is_file() && path.extension().is_some_and(|e| e == "md") {
-                    let name = path.strip_prefix(&root).unwrap_or(&path).with_extension("");
-                    let name = name.to_string_lossy().replace('/', ":");
-                    names.insert(name);
-                }
-            }
+        for path in command_files(&root) {
+            let name = path.strip_prefix(&root).unwrap_or(&path).with_extension("");
+            names.insert(name.to_string_lossy().replace('/', ":"));
         }
     }
     (names.into_iter())
@@ -139,13 +124,9 @@ fn by_path(root: &Path, name: &str) -> Option<PathBuf> {
     path.is_file().then_some(path)
 }
 
-/// The one file named `<name>.md` in a folder of `root`.
-fn by_stem(root: &Path, name: &str) -> Option<PathBuf> {
-    if name.contains(':') {
-        return None;
-    }
-    let file = format!("{name}.md");
-    let mut found = Vec::new();
+/// The `.md` files under `root`, four folders deep at most.
+fn command_files(root: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
     let mut folders = vec![(root.to_owned(), 0)];
     while let Some((folder, depth)) = folders.pop() {
         let Ok(entries) = std::fs::read_dir(&folder) else {
@@ -155,13 +136,27 @@ fn by_stem(root: &Path, name: &str) -> Option<PathBuf> {
             let Ok(kind) = entry.file_type() else {
                 continue;
             };
+            let path = entry.path();
             if kind.is_dir() && depth < 4 {
-                folders.push((entry.path(), depth + 1));
-            } else if kind.is_file() && entry.file_name() == file.as_str() {
-                found.push(entry.path());
+                folders.push((path, depth + 1));
+            } else if kind.is_file() && path.extension().is_some_and(|e| e == "md") {
+                files.push(path);
             }
         }
     }
+    files
+}
+
+/// The one file named `<name>.md` in a folder of `root`.
+fn by_stem(root: &Path, name: &str) -> Option<PathBuf> {
+    if name.contains(':') {
+        return None;
+    }
+    let file = format!("{name}.md");
+    let mut found: Vec<PathBuf> = command_files(root)
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n == file.as_str()))
+        .collect();
     (found.len() == 1).then(|| found.remove(0))
 }
 

@@ -916,19 +916,22 @@ async fn the_soft_limit_on_open_files_is_raised_to_the_hard_one() {
     assert_eq!(soft, hard.min(ceiling), "{result}");
 }
 
+/// A model that titles a task and answers once `gate` opens.
+async fn titling_mock(gate: &Gate) -> MockLlm {
+    let gate = gate.clone();
+    MockLlm::start_with(move |request, _| {
+        if request.system().starts_with("Write a title") {
+            return Reply::text("\"Fix the parser bug\"");
+        }
+        Reply::text("done").with_end(End::HoldAfter(0, gate.clone()))
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_gets_a_title_only_when_the_persons_file_asks_and_sessions_lists_it() {
     let gate = Gate::new();
-    let mock = MockLlm::start_with({
-        let gate = gate.clone();
-        move |request, _| {
-            if request.system().starts_with("Write a title") {
-                return Reply::text("\"Fix the parser bug\"");
-            }
-            Reply::text("done").with_end(End::HoldAfter(0, gate.clone()))
-        }
-    })
-    .await;
+    let mock = titling_mock(&gate).await;
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path();
     // Off by default: no request the run did not need.
@@ -938,16 +941,7 @@ async fn a_run_gets_a_title_only_when_the_persons_file_asks_and_sessions_lists_i
     assert_eq!(mock.request_count(), 1);
     // Asked for in the person's own file.
     let gate = Gate::new();
-    let mock = MockLlm::start_with({
-        let gate = gate.clone();
-        move |request, _| {
-            if request.system().starts_with("Write a title") {
-                return Reply::text("\"Fix the parser bug\"");
-            }
-            Reply::text("done").with_end(End::HoldAfter(0, gate.clone()))
-        }
-    })
-    .await;
+    let mock = titling_mock(&gate).await;
     std::fs::create_dir_all(ws.join(".config/orchestrate")).unwrap();
     std::fs::write(
         ws.join(".config/orchestrate/config.toml"),

@@ -45,6 +45,21 @@ fn logged(file: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// A workspace (`repo`) whose `.claude/commands/` holds `file` with `text`,
+/// beside a home of its own (`home`, empty): the folder holding both, the
+/// workspace, the home.
+fn with_command(
+    file: &str,
+    text: &str,
+) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let (ws, home) = (dir.path().join("repo"), dir.path().join("home"));
+    std::fs::create_dir_all(ws.join(".claude/commands")).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(ws.join(".claude/commands").join(file), text).unwrap();
+    (dir, ws, home)
+}
+
 /// The results of the last request, by call id.
 fn results(mock: &MockLlm) -> std::collections::HashMap<String, String> {
     tool_results(&mock.requests().pop().unwrap())
@@ -420,16 +435,10 @@ async fn a_notification_hook_hears_of_each_permission_question() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slash_command_runs_its_body_with_its_arguments_model_and_tools() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("repo");
-    let home = dir.path().join("home");
-    std::fs::create_dir_all(ws.join(".claude/commands")).unwrap();
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::write(
-        ws.join(".claude/commands/review.md"),
+    let (_dir, ws, home) = with_command(
+        "review.md",
         "---\ndescription: Reviews a file\nallowed-tools: Read, Grep, Bash(git diff:*)\nmodel: m-review\n---\nReview $1 for $2 bugs. Status: !`echo clean`\n",
-    )
-    .unwrap();
+    );
     let mock = MockLlm::start_with(|_, _| Reply::text("reviewed")).await;
     let home_env = [("HOME", home.to_str().unwrap())];
     let out = run_on(
@@ -776,16 +785,10 @@ async fn session_start_adds_context_by_its_source_and_session_end_runs_at_the_en
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slash_command_s_and_a_loaded_skill_s_allowed_tools_narrow_what_calls_may_do() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("repo");
-    let home = dir.path().join("home");
-    std::fs::create_dir_all(ws.join(".claude/commands")).unwrap();
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::write(
-        ws.join(".claude/commands/probe.md"),
+    let (_dir, ws, home) = with_command(
+        "probe.md",
         "---\nallowed-tools: Read, Bash(echo:*)\n---\nProbe $ARGUMENTS.\n",
-    )
-    .unwrap();
+    );
     std::fs::write(ws.join("seen.txt"), "").unwrap();
     let folder = ws.join(".claude/skills/tidy");
     std::fs::create_dir_all(&folder).unwrap();
@@ -1024,17 +1027,11 @@ async fn a_message_from_another_terminal_goes_through_the_prompt_hooks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sub_agent_is_narrowed_as_its_caller_was() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("repo");
-    let home = dir.path().join("home");
-    std::fs::create_dir_all(ws.join(".claude/commands")).unwrap();
-    std::fs::create_dir_all(ws.join("agents")).unwrap();
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::write(
-        ws.join(".claude/commands/survey.md"),
+    let (_dir, ws, home) = with_command(
+        "survey.md",
         "---\nallowed-tools: Task, Read\n---\nSurvey $ARGUMENTS.\n",
-    )
-    .unwrap();
+    );
+    std::fs::create_dir_all(ws.join("agents")).unwrap();
     std::fs::write(
         ws.join("agents/writer.md"),
         "---\nname: writer\ndescription: Writes.\ntools: Read, Write, Bash\n---\nYou write.\n",
