@@ -99,13 +99,17 @@ impl Skills {
         unusable: impl Fn(&Skill) -> Option<String>,
     ) -> (Self, Vec<String>) {
         let mut warnings = Vec::new();
+        let mut skipped = Vec::new();
         self.by_name.retain(|_, skill| match unusable(skill) {
             Some(why) => {
                 warnings.push(format!("{why}; the skill is skipped"));
+                skipped.push(skill.dir.clone());
                 false
             }
             None => true,
         });
+        // Nor are its files readable.
+        self.roots.retain(|root| !skipped.contains(root));
         (self, warnings)
     }
 

@@ -242,11 +242,13 @@ where
     let workspace_for_lines = plan.workspace.clone();
     // A title for the run's first prompt, when the person's own file asks
     // for one; never in a replay.
-    let titling = (plan.titles
-        && matches!(lead.0, Lead::New(_))
-        && cli.replay.is_none()
-        && cli.record.is_none())
-    .then(|| plan.models.clone());
+    // Of the task as given (a command's body), not of what hooks add to it.
+    let titling = match &lead.0 {
+        Lead::New(task) if plan.titles && cli.replay.is_none() && cli.record.is_none() => {
+            Some((plan.models.clone(), task.clone()))
+        }
+        _ => None,
+    };
     let roles: Vec<(String, String)> = (plan.catalog.roles())
         .map(|r| (r.name.clone(), r.description.clone()))
         .collect();
@@ -267,11 +269,12 @@ where
         }
     };
     // The `small` model writes the title, else the lead's.
-    let titler = titling.map(|models| match models.small() {
+    let titler = titling.map(|(models, task)| match models.small() {
         Some(small) => super::title::Titler {
             provider: small.provider.unwrap_or_else(|| models.default_provider()),
             info: models.info(&small.id),
             model: small.id,
+            task,
         },
         None => super::title::Titler {
             provider: spec
@@ -280,6 +283,7 @@ where
                 .unwrap_or_else(|| models.default_provider()),
             model: spec.model.clone(),
             info: spec.model_info,
+            task,
         },
     });
     if cli.max_cost.is_some() && spec.model_info.cost(&Default::default()).is_none() {
@@ -375,10 +379,7 @@ where
     let mut lead_events = runtime.subscribe_session_terminal(id);
     // The run's end: the terminal event answering the prompt, or, for a resumed
     // run with no new prompt, the first terminal event of the lead.
-    let title = match (titler, &prompt) {
-        (Some(titler), Some(text)) => Some(titler.start(runtime.handle(), id, &role, text)),
-        _ => None,
-    };
+    let title = titler.map(|titler| titler.start(runtime.handle(), id, &role));
     let prompt = prompt.map(|p| runtime.prompt(id, p));
     let mut interrupts = 0;
     let mut ctrl_c = interrupt();

@@ -33,19 +33,15 @@ pub(super) struct Titler {
     pub(super) model: String,
     /// Its prices, for what the title costs.
     pub(super) info: ModelInfo,
+    /// The task to title, as the person gave it.
+    pub(super) task: String,
 }
 
 impl Titler {
-    /// Starts writing the title of run `lead` (its lead's role `role`) from
-    /// its first `prompt`; the task ends with the returned guard.
-    pub(super) fn start(
-        self,
-        handle: Handle,
-        lead: SessionId,
-        role: &str,
-        prompt: &str,
-    ) -> AbortOnDrop {
-        let request = request(&self.model, prompt);
+    /// Starts writing the title of run `lead` (its lead's role `role`); the
+    /// task ends with the returned guard.
+    pub(super) fn start(self, handle: Handle, lead: SessionId, role: &str) -> AbortOnDrop {
+        let request = request(&self.model, &self.task);
         let role = role.to_owned();
         AbortOnDrop(tokio::spawn(async move {
             let turn = match self.provider.complete(&request).await {

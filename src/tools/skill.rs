@@ -136,11 +136,20 @@ mod tests {
                 format!("---\nname: {name}\ndescription: d\nallowed-tools: {allowed}\n---\nx\n");
             std::fs::write(folder.join("SKILL.md"), text).unwrap();
         }
-        let (skills, warnings) = Skills::load(dir.path(), None);
+        // The person's own: their folders are readable by Read.
+        let workspace = tempfile::tempdir().unwrap();
+        let (skills, warnings) = Skills::load(workspace.path(), Some(dir.path()));
         assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(skills.roots().len(), 2);
         let (skills, warnings) = skills.without_unusable(unusable);
         let names: Vec<&str> = skills.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["fine"]);
+        assert_eq!(
+            skills.roots().len(),
+            1,
+            "a skipped skill's files are not readable"
+        );
+        assert!(skills.roots()[0].ends_with("fine"));
         assert_eq!(warnings.len(), 1);
         assert!(
             warnings[0].contains(
