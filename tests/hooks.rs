@@ -60,6 +60,23 @@ fn with_command(
     (dir, ws, home)
 }
 
+/// Opens `gate` once a hook has written a whole line to `file` (a hook
+/// that runs beside what it concerns, whose side effect the run must not
+/// outpace).
+fn open_once_logged(
+    gate: &crate::support::mock_llm::Gate,
+    file: &Path,
+) -> tokio::task::JoinHandle<()> {
+    let (gate, file) = (gate.clone(), file.to_owned());
+    tokio::spawn(async move {
+        crate::support::harness::wait_until("the hook wrote its line", || {
+            std::fs::read_to_string(&file).is_ok_and(|t| t.ends_with('\n'))
+        })
+        .await;
+        gate.open();
+    })
+}
+
 /// The results of the last request, by call id.
 fn results(mock: &MockLlm) -> std::collections::HashMap<String, String> {
     tool_results(&mock.requests().pop().unwrap())
@@ -410,16 +427,7 @@ async fn a_notification_hook_hears_of_each_permission_question() {
     })
     .await;
     let log_file = ws.join("asked.log");
-    let opener = tokio::spawn({
-        let (heard, log_file) = (heard.clone(), log_file.clone());
-        async move {
-            crate::support::harness::wait_until("the hook wrote its line", || {
-                std::fs::read_to_string(&log_file).is_ok_and(|t| t.ends_with('\n'))
-            })
-            .await;
-            heard.open();
-        }
-    });
+    let opener = open_once_logged(&heard, &log_file);
     // No terminal: the question is refused, and the hook hears of it.
     let out = run_on(&mock, ws, &["--quiet", "write it"], &[]).await;
     opener.await.unwrap();
@@ -676,16 +684,7 @@ async fn a_pre_compact_hook_hears_of_a_compaction_by_its_trigger() {
     })
     .await;
     let log_file = ws.join("compact.log");
-    let opener = tokio::spawn({
-        let (heard, log_file) = (heard.clone(), log_file.clone());
-        async move {
-            crate::support::harness::wait_until("the PreCompact hook wrote", || {
-                std::fs::read_to_string(&log_file).is_ok_and(|t| t.ends_with('\n'))
-            })
-            .await;
-            heard.open();
-        }
-    });
+    let opener = open_once_logged(&heard, &log_file);
     let out = run_on(&mock, ws, &["--quiet", "read every file"], &[]).await;
     opener.await.unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
