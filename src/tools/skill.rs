@@ -36,6 +36,11 @@ pub fn unusable(skill: &crate::skills::Skill) -> Option<String> {
     })
 }
 
+/// The skill's name in what the model asked for (`/pdf` or `pdf`).
+fn asked(skill: &str) -> &str {
+    skill.trim().trim_start_matches('/')
+}
+
 /// Loads a skill.
 #[derive(Debug)]
 pub struct Skill {
@@ -84,8 +89,8 @@ impl Tool for Skill {
     }
 
     fn narrows(&self, input: &Value) -> Option<crate::tools::narrowing::Narrow> {
-        let name = input["skill"].as_str().or(input["command"].as_str())?;
-        let skill = self.skills.get(name.trim().trim_start_matches('/'))?;
+        let input: SkillInput = serde_json::from_value(input.clone()).ok()?;
+        let skill = self.skills.get(asked(&input.skill))?;
         let list = skill.allowed_tools.as_ref()?;
         let by = format!("the skill {:?}", skill.name);
         Some(crate::tools::narrowing::Narrow::of(by, list).0)
@@ -98,7 +103,7 @@ impl Tool for Skill {
     ) -> BoxFuture<'a, Result<String, ToolError>> {
         Box::pin(async move {
             let input: SkillInput = crate::tools::parse(input)?;
-            let name = input.skill.trim().trim_start_matches('/');
+            let name = asked(&input.skill);
             let Some(skill) = self.skills.get(name) else {
                 let known: Vec<&str> = self.skills.iter().map(|s| s.name.as_str()).collect();
                 return Err(ToolError::InvalidInput(format!(
