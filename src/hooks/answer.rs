@@ -251,32 +251,23 @@ mod tests {
     }
 
     #[test]
-    fn a_crashed_guard_blocks_only_when_it_says_so() {
+    fn a_crashed_or_failed_guard_blocks_only_when_it_says_so() {
         let crashed = ran(127, "", "jq: not found");
-        let pre = HookEvent::PreToolUse;
-        assert!(read(pre, &hook(false), &crashed).block.is_none());
-        assert!(
-            read(pre, &hook(true), &crashed)
-                .block
-                .unwrap()
-                .contains("exited 127: jq: not found")
-        );
-    }
-
-    #[test]
-    fn a_failure_blocks_only_when_the_hook_says_so() {
         let failed = Ran {
             failure: Some("it timed out after 1s".into()),
             ..Ran::default()
         };
         let pre = HookEvent::PreToolUse;
-        assert!(read(pre, &hook(false), &failed).block.is_none());
-        assert!(
-            read(pre, &hook(true), &failed)
-                .block
-                .unwrap()
-                .contains("timed out")
-        );
+        for (how, said) in [
+            (&crashed, "exited 127: jq: not found"),
+            (&failed, "timed out"),
+        ] {
+            assert!(read(pre, &hook(false), how).block.is_none());
+            assert!(
+                read(pre, &hook(true), how).block.unwrap().contains(said),
+                "{said}"
+            );
+        }
     }
 
     #[test]

@@ -468,17 +468,22 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_running_call_shows_the_last_line_it_printed_until_it_ends() {
-        let lead = SessionId::new();
-        let mut board = Board::new();
-        let event = |kind| Event {
+    /// `kind` happening to lead session `lead`.
+    fn of_lead(lead: SessionId, kind: EventKind) -> Event {
+        Event {
             seq: 0,
             session: lead,
             parent: None,
             agent: "orchestrator".into(),
             kind,
-        };
+        }
+    }
+
+    #[test]
+    fn a_running_call_shows_the_last_line_it_printed_until_it_ends() {
+        let lead = SessionId::new();
+        let mut board = Board::new();
+        let event = |kind| of_lead(lead, kind);
         board.apply(
             &event(EventKind::ToolStarted {
                 call_id: "b1".into(),
@@ -539,13 +544,7 @@ mod tests {
     fn a_fallback_shows_on_its_row_and_each_model_is_charged_its_own_turns() {
         let lead = SessionId::new();
         let mut board = Board::new();
-        let event = |kind| Event {
-            seq: 0,
-            session: lead,
-            parent: None,
-            agent: "orchestrator".into(),
-            kind,
-        };
+        let event = |kind| of_lead(lead, kind);
         let turn = |cost: f64| EventKind::TurnFinished {
             turn: 1,
             text: String::new(),
