@@ -292,18 +292,14 @@ impl Typed {
                 String::new()
             }
             Line::Prompt(text) => {
-                let mut notes = Vec::new();
                 let expanded = super::slash::slash(
                     &text,
                     &self.workspace,
                     self.home.as_deref(),
                     self.trusted,
-                    &mut notes,
+                    err,
                 )
                 .await;
-                for note in notes {
-                    let _ = writeln!(err, "orchestrate: warning: {note}");
-                }
                 let prompt = match expanded {
                     Ok(Some(slash)) => slash.prompt,
                     Ok(None) => text.clone(),

@@ -212,18 +212,14 @@ where
     let (lead, slash) = match asked {
         Some(task) => {
             let home = env("HOME").map(std::path::PathBuf::from);
-            let mut notes = Vec::new();
             let found = super::slash::slash(
                 &task,
                 &plan.workspace,
                 home.as_deref(),
                 cli.trust_workspace,
-                &mut notes,
+                err,
             )
             .await;
-            for note in notes {
-                let _ = writeln!(err, "orchestrate: warning: {note}");
-            }
             match found {
                 Ok(Some(slash)) => (lead.asking(slash.prompt.clone()), Some(slash)),
                 Ok(None) => (lead, None),

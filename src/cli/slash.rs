@@ -24,13 +24,13 @@ pub(super) struct Slash {
 
 /// The run `task` names when it is a command of `workspace` or `home`;
 /// `trusted`: the workspace's commands may run their `` !`…` `` and read their
-/// `@file`s. Warnings go to `warnings`.
+/// `@file`s. Warnings are said on `err`.
 pub(super) async fn slash(
     task: &str,
     workspace: &Path,
     home: Option<&Path>,
     trusted: bool,
-    warnings: &mut Vec<String>,
+    err: &mut dyn std::io::Write,
 ) -> Result<Option<Slash>, String> {
     let Some((name, args)) = commands::split(task) else {
         return Ok(None);
@@ -41,7 +41,9 @@ pub(super) async fn slash(
     let allowed = command.own || trusted;
     let (prompt, notes) = commands::expand(&command.body, args, workspace, allowed).await;
     let source = command.source.display().to_string();
-    warnings.extend(notes.into_iter().map(|n| format!("{source}: {n}")));
+    for note in notes {
+        let _ = writeln!(err, "orchestrate: warning: {source}: {note}");
+    }
     Ok(Some(Slash {
         prompt,
         tools: command.allowed_tools,
