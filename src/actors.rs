@@ -77,6 +77,8 @@ pub(crate) struct SessionEnv {
     pub(crate) stamps: Arc<AtomicU64>,
     /// What the runtime's file tools share.
     pub(crate) files: Arc<crate::tools::files::FileState>,
+    /// The folders its Bash commands ran in, compared before and after each.
+    pub(crate) trees: Arc<crate::tools::bash::Trees>,
     /// Each read of a journal to start a session from waits for a permit, for
     /// the tests of an Orchestrator that never waits on the disk.
     #[cfg(feature = "test-support")]

@@ -300,6 +300,11 @@ impl Publisher {
         self
     }
 
+    /// The role of the session it publishes as.
+    pub fn agent(&self) -> &str {
+        &self.agent
+    }
+
     /// Publishes one event for this session (and keeps it, when it is a
     /// lifecycle event and this publisher has a keeper).
     pub fn publish(&self, kind: EventKind) {

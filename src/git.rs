@@ -11,6 +11,7 @@
 pub mod checkout;
 pub mod checkpoint;
 pub mod config;
+pub mod shadow;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -189,17 +190,35 @@ const GIT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(300);
 /// Runs `command` (in a process group of its own) to its end, or until
 /// [`GIT_DEADLINE`], when its group is killed and the run fails.
 pub(crate) fn output_within(
-    mut command: std::process::Command,
+    command: std::process::Command,
 ) -> std::io::Result<std::process::Output> {
-    use std::io::Read;
+    output_fed(command, Vec::new())
+}
+
+/// As [`output_within`], with `input` on the command's standard input (closed
+/// after it; nothing when empty).
+pub(crate) fn output_fed(
+    mut command: std::process::Command,
+    input: Vec<u8>,
+) -> std::io::Result<std::process::Output> {
+    use std::io::{Read, Write};
     use std::os::unix::process::CommandExt;
     use std::process::Stdio;
+    let stdin = if input.is_empty() {
+        Stdio::null()
+    } else {
+        Stdio::piped()
+    };
     let mut child = command
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .spawn()?;
+    if let Some(mut pipe) = child.stdin.take() {
+        // A thread of its own: git may answer before it has read it all.
+        std::thread::spawn(move || pipe.write_all(&input));
+    }
     let drain = |pipe: Option<Box<dyn Read + Send>>| {
         std::thread::spawn(move || {
             let mut bytes = Vec::new();
@@ -221,28 +240,56 @@ pub(crate) fn output_within(
             .take()
             .map(|p| Box::new(p) as Box<dyn Read + Send>),
     );
-    let started = std::time::Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
+    let Some(status) = wait_within(&mut child, GIT_DEADLINE)? else {
+        if let Some(group) = rustix::process::Pid::from_raw(child.id() as i32) {
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
         }
-        if started.elapsed() > GIT_DEADLINE {
-            if let Some(group) = rustix::process::Pid::from_raw(child.id() as i32) {
-                let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
-            }
-            let _ = child.wait();
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("git took longer than {} s", GIT_DEADLINE.as_secs()),
-            ));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
+        let _ = child.wait();
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("git took longer than {} s", GIT_DEADLINE.as_secs()),
+        ));
     };
     Ok(std::process::Output {
         status,
         stdout: stdout.join().unwrap_or_default(),
         stderr: stderr.join().unwrap_or_default(),
     })
+}
+
+/// Waits for `child` to exit, at most `deadline`: its status, or `None` when it
+/// still runs. Woken by the process's own descriptor the moment it exits (a
+/// git takes a few milliseconds; a poll would add its period to each), or,
+/// where the kernel has none, by polling.
+fn wait_within(
+    child: &mut std::process::Child,
+    deadline: std::time::Duration,
+) -> std::io::Result<Option<std::process::ExitStatus>> {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let started = std::time::Instant::now();
+    let pidfd = rustix::process::Pid::from_raw(child.id() as i32).and_then(|pid| {
+        rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+    });
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        let left = deadline.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        match &pidfd {
+            Some(fd) => {
+                let mut fds = [PollFd::new(fd, PollFlags::IN)];
+                let timeout = Timespec::try_from(left).unwrap_or(Timespec {
+                    tv_sec: 1,
+                    tv_nsec: 0,
+                });
+                let _ = poll(&mut fds, Some(&timeout));
+            }
+            None => std::thread::sleep(std::time::Duration::from_millis(5)),
+        }
+    }
 }
 
 /// Plain `git args` in `dir` for a test's set-up: an identity, and no

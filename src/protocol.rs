@@ -248,6 +248,17 @@ pub struct Event {
     pub kind: EventKind,
 }
 
+/// One tool call of one session.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallRef {
+    /// The session.
+    pub session: SessionId,
+    /// Its role.
+    pub agent: String,
+    /// The call's id.
+    pub call_id: String,
+}
+
 /// What happened.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -339,6 +350,17 @@ pub enum EventKind {
         /// journal's copy of this event leaves it out. Not serialized.
         #[serde(skip)]
         held: bool,
+        /// Every call that was running in the same folder when the change
+        /// was seen, this one included, when there were several (a Bash
+        /// command's change is found by comparing its folder before and
+        /// after, and another agent's command may have made it); empty
+        /// otherwise.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        calls: Vec<CallRef>,
+        /// A Bash command changed this many files, more than are told one by
+        /// one: `path` is the folder that holds them all and `diff` is empty.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        count: Option<usize>,
     },
     /// The run's first prompt got a title (`titles = true`), written by a
     /// model in the background; what that cost counts in the run's.

@@ -174,6 +174,9 @@ impl Runtime {
             saver: config.saver,
             stamps: stamps.clone(),
             files: Arc::default(),
+            trees: Arc::new(crate::tools::bash::Trees::new(
+                state.scratch().join("shadows"),
+            )),
             #[cfg(feature = "test-support")]
             journal_reads: config.journal_reads,
         });

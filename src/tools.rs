@@ -101,6 +101,9 @@ pub struct ToolContext {
     /// What narrows the calling session (a slash command's or a loaded
     /// skill's `allowed-tools`), shared by its calls.
     pub narrowing: Arc<narrowing::Narrowing>,
+    /// The folders the runtime's Bash commands ran in, compared before and
+    /// after each to tell what it changed.
+    pub trees: Arc<bash::Trees>,
 }
 
 /// The Read deny rules a listing honours: the run's and the calling role's.
@@ -201,6 +204,17 @@ pub struct FileChange {
     pub diff: String,
     /// The file did not exist before the call.
     pub created: bool,
+    /// Found by comparing the folder before and after the call (a Bash
+    /// command's): neither the call's arguments nor its result hold the diff.
+    #[serde(default)]
+    pub compared: bool,
+    /// Every call running in the folder when it was seen, when there were
+    /// several.
+    #[serde(default)]
+    pub calls: Vec<crate::protocol::CallRef>,
+    /// More files changed than are told one by one: this many, all below `path`.
+    #[serde(default)]
+    pub count: Option<usize>,
 }
 
 impl Changes {
@@ -216,11 +230,18 @@ impl Changes {
     }
 
     fn push(&self, path: &str, diff: &str, created: bool) {
-        let change = FileChange {
+        self.add(FileChange {
             path: path.to_owned(),
             diff: diff.to_owned(),
             created,
-        };
+            compared: false,
+            calls: Vec::new(),
+            count: None,
+        });
+    }
+
+    /// Records a change as it is.
+    pub fn add(&self, change: FileChange) {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -259,6 +280,7 @@ impl ToolContext {
             read_roots: Arc::from([]),
             reattach: None,
             narrowing: Arc::default(),
+            trees: Arc::default(),
         }
     }
 

@@ -424,6 +424,91 @@ async fn every_tool_is_offered_and_edits_show_as_diff_events() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_bash_command_changed_shows_as_diff_events() {
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[(
+            "b1",
+            "Bash",
+            serde_json::json!({"command": "printf 'one\\ntwo\\n' > kept.txt && rm gone.txt && mkdir -p out && echo made > out/new.txt"}),
+        )]),
+        Reply::tool_calls(&[("b2", "Bash", serde_json::json!({"command": "ls"}))]),
+        Reply::text("done"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .current_dir(root)
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    };
+    git(&["init", "-q"]);
+    std::fs::write(root.join("kept.txt"), "one\n").unwrap();
+    std::fs::write(root.join("gone.txt"), "bye\n").unwrap();
+    git(&["add", "."]);
+    git(&["commit", "-q", "-m", "first"]);
+    let index = std::fs::read(root.join(".git/index")).unwrap();
+    let args = [
+        "--json",
+        "--permission-mode",
+        "bypassPermissions",
+        "change things",
+    ];
+    let out = run_on(&mock, root, &args, &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let events: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let changed: Vec<(&str, &str, &str, bool)> = events
+        .iter()
+        .filter(|e| e["type"] == "file_changed")
+        .map(|e| {
+            let field = |k: &str| e[k].as_str().unwrap();
+            (
+                field("call_id"),
+                field("path"),
+                field("diff"),
+                e["created"] == true,
+            )
+        })
+        .collect();
+    assert_eq!(
+        changed,
+        [
+            (
+                "b1",
+                "gone.txt",
+                "--- a/gone.txt\n+++ b/gone.txt\n@@ -1 +0,0 @@\n-bye\n",
+                false
+            ),
+            (
+                "b1",
+                "kept.txt",
+                "--- a/kept.txt\n+++ b/kept.txt\n@@ -1 +1,2 @@\n one\n+two\n",
+                false
+            ),
+            (
+                "b1",
+                "out/new.txt",
+                "--- a/out/new.txt\n+++ b/out/new.txt\n@@ -0,0 +1 @@\n+made\n",
+                true
+            ),
+        ],
+        "the second command changed nothing"
+    );
+    assert_eq!(
+        std::fs::read(root.join(".git/index")).unwrap(),
+        index,
+        "the person's index is untouched"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_terminal_a_command_is_refused_and_the_run_goes_on() {
     let mock = MockLlm::start(vec![
         Reply::tool_calls(&[(

@@ -42,6 +42,9 @@ pub enum CheckoutError {
         /// Its error output's last line.
         message: String,
     },
+    /// A folder outside any repository too large to shadow.
+    #[error("{0} holds more than {files} files or {mib} MiB", files = super::shadow::MAX_FILES, mib = super::shadow::MAX_BYTES >> 20)]
+    TooLarge(String),
     /// A file could not be read or written.
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -104,7 +107,11 @@ const IDENTITY: [(&str, &str); 4] = [
 ];
 
 /// Runs git `args` in `dir` with `env`; its output, or the error of a failure.
-fn git_bytes(dir: &Path, args: &[&str], env: &[(&str, &OsStr)]) -> Result<Vec<u8>, CheckoutError> {
+pub(super) fn git_bytes(
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &OsStr)],
+) -> Result<Vec<u8>, CheckoutError> {
     let mut command = super::command(dir);
     command.args(args).envs(env.iter().copied());
     let out = super::output_within(command)?;
@@ -114,7 +121,7 @@ fn git_bytes(dir: &Path, args: &[&str], env: &[(&str, &OsStr)]) -> Result<Vec<u8
     Err(failed(dir, args, &out.stderr))
 }
 
-fn failed(dir: &Path, args: &[&str], stderr: &[u8]) -> CheckoutError {
+pub(super) fn failed(dir: &Path, args: &[&str], stderr: &[u8]) -> CheckoutError {
     let said = String::from_utf8_lossy(stderr);
     CheckoutError::Git {
         command: args.join(" "),
@@ -190,42 +197,69 @@ pub(super) fn snapshot_as(
     let index = scratch.join(format!("index.{}", crate::protocol::SessionId::new()));
     let env = [("GIT_INDEX_FILE", index.as_os_str())];
     let made = (|| {
-        let own = root.join(git(root, &["rev-parse", "--git-path", "index"], &[])?);
-        // A regular file only: a clone's index is the model's to make (a FIFO
-        // would hold the copy forever). Not where filters are configured: the
-        // index holds their stored form (an LFS pointer), and every file is
-        // read as it is on disk instead (filters are off for this git).
-        let regular = std::fs::symlink_metadata(&own).is_ok_and(|m| m.is_file());
-        let raw = super::filters_configured(root);
-        if !regular || raw || std::fs::copy(own, &index).is_err() {
-            git(root, &["read-tree", &head], &env)?;
-        }
-        git(root, &["add", "--all", "--", "."], &env)?;
-        // Taken out again after (an exclude pathspec naming an ignored
-        // place makes `add` fail).
-        for place in leave_out {
-            let Ok(rel) = place.strip_prefix(root) else {
-                continue;
-            };
-            if rel.as_os_str().is_empty() {
-                continue;
-            }
-            let literal = format!(":(literal){}", rel.display());
-            let args = [
-                "rm",
-                "-r",
-                "-q",
-                "--cached",
-                "--ignore-unmatch",
-                "--",
-                &literal,
-            ];
-            git(root, &args, &env)?;
-        }
+        seed_index(root, &index, &head)?;
+        add_all(root, &env, leave_out)?;
         commit_index(root, &env, &head, message)
     })();
     let _ = std::fs::remove_file(&index);
     made
+}
+
+/// Adds everything in the work tree below `dir` to the index `env` names, but
+/// `leave_out` (absolute places).
+pub(super) fn add_all(
+    dir: &Path,
+    env: &[(&str, &OsStr)],
+    leave_out: &[PathBuf],
+) -> Result<(), CheckoutError> {
+    git(dir, &["add", "--all", "--", "."], env)?;
+    // Taken out again after (an exclude pathspec naming an ignored place
+    // makes `add` fail); forced, as what was just added may have changed on
+    // disk since (a journal being written).
+    for place in leave_out {
+        let Ok(rel) = place.strip_prefix(dir) else {
+            continue;
+        };
+        if rel.as_os_str().is_empty() {
+            continue;
+        }
+        let literal = format!(":(literal){}", rel.display());
+        let args = [
+            "rm",
+            "-r",
+            "-q",
+            "-f",
+            "--cached",
+            "--ignore-unmatch",
+            "--",
+            &literal,
+        ];
+        git(dir, &args, env)?;
+    }
+    Ok(())
+}
+
+/// Starts `index` (a file of orchestrate's) as the repository at `root`
+/// sees its work tree: a copy of the repository's own index, whose record of
+/// each file's size and time spares reading the files that did not change, or
+/// where that cannot be trusted, `head`'s tree (`None`: empty).
+pub(super) fn seed_index(root: &Path, index: &Path, head: &str) -> Result<(), CheckoutError> {
+    let env = [("GIT_INDEX_FILE", index.as_os_str())];
+    let own = root.join(git(root, &["rev-parse", "--git-path", "index"], &[])?);
+    // A regular file only: a clone's index is the model's to make (a FIFO
+    // would hold the copy forever). Not where filters are configured: the
+    // index holds their stored form (an LFS pointer), and every file is
+    // read as it is on disk instead (filters are off for this git).
+    let regular = std::fs::symlink_metadata(&own).is_ok_and(|m| m.is_file());
+    let raw = super::filters_configured(root);
+    if !regular || raw || std::fs::copy(own, index).is_err() {
+        let _ = std::fs::remove_file(index);
+        match head {
+            "" => git(root, &["read-tree", "--empty"], &env)?,
+            head => git(root, &["read-tree", head], &env)?,
+        };
+    }
+    Ok(())
 }
 
 /// The index `env` names, as a commit on `parent` with `message`, by
@@ -435,6 +469,16 @@ fn tree_of(root: &Path, commit: &str) -> Result<String, CheckoutError> {
 /// The paths whose content differs between trees `from` and `to`, each with
 /// its content in both.
 pub fn changed(root: &Path, from: &str, to: &str) -> Result<Vec<PathChange>, CheckoutError> {
+    changed_with(root, &[], from, to)
+}
+
+/// As [`changed`], git run with `env`.
+pub(super) fn changed_with(
+    root: &Path,
+    env: &[(&str, &OsStr)],
+    from: &str,
+    to: &str,
+) -> Result<Vec<PathChange>, CheckoutError> {
     let out = git_bytes(
         root,
         &[
@@ -446,7 +490,7 @@ pub fn changed(root: &Path, from: &str, to: &str) -> Result<Vec<PathChange>, Che
             from,
             to,
         ],
-        &[],
+        env,
     )?;
     // Records: ":<old mode> <new mode> <old oid> <new oid> <status>\0<path>\0".
     let mut fields = out.split(|b| *b == 0).filter(|f| !f.is_empty());

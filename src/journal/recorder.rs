@@ -148,6 +148,8 @@ fn lean(kind: &EventKind) -> Option<(EventKind, Elided)> {
             diff,
             created,
             held,
+            calls,
+            count,
         } if *held && !diff.is_empty() => Some((
             EventKind::FileChanged {
                 call_id: call_id.clone(),
@@ -155,6 +157,8 @@ fn lean(kind: &EventKind) -> Option<(EventKind, Elided)> {
                 diff: String::new(),
                 created: *created,
                 held: true,
+                calls: calls.clone(),
+                count: *count,
             },
             elided("diff", diff),
         )),
@@ -271,6 +275,8 @@ mod tests {
             diff: diff.into(),
             created: false,
             held,
+            calls: Vec::new(),
+            count: None,
         };
         let (kind, elided) = kept(change("-a\n+b\n", true));
         // (`held` is not kept: it only decides what the journal keeps.)

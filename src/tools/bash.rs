@@ -11,6 +11,7 @@
 
 mod command;
 mod confine;
+mod edits;
 pub(crate) mod group;
 pub mod launcher;
 mod live;
@@ -25,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use self::confine::{Confinement, Launch, SandboxMode};
+pub use self::edits::Trees;
 pub use self::group::child_env;
 use super::{Concurrency, Tool, ToolContext};
 use crate::error::ToolError;
@@ -128,7 +130,14 @@ impl Tool for Bash {
                 return Err(ToolError::InvalidInput("the command is empty".into()));
             }
             let timeout = input.timeout()?;
-            command::run(&self.confinement, &input.command, timeout, ctx).await
+            let seeing = edits::begin(ctx).await;
+            let ran = command::run(&self.confinement, &input.command, timeout, ctx).await;
+            if let Some(seeing) = seeing {
+                for change in seeing.end().await {
+                    ctx.changes.add(change);
+                }
+            }
+            ran
         })
     }
 }

@@ -231,6 +231,7 @@ impl SessionState {
             read_roots: self.env.read_roots.clone(),
             reattach: None,
             narrowing: self.narrowing.clone(),
+            trees: self.env.trees.clone(),
         }
     }
 

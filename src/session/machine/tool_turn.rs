@@ -351,14 +351,16 @@ impl Machine {
         for change in changes {
             // A call cut off after its write has an error for a result: then
             // only the event holds the diff of a file that was there.
-            let held =
-                change.created || (!result.is_error && result.content.contains(&change.diff));
+            let held = !change.compared
+                && (change.created || (!result.is_error && result.content.contains(&change.diff)));
             self.publish(EventKind::FileChanged {
                 call_id: result.tool_call_id.clone(),
                 path: change.path,
                 diff: change.diff,
                 created: change.created,
                 held,
+                calls: change.calls,
+                count: change.count,
             });
         }
         let Some(turn) = self.tool_turn() else {

@@ -298,13 +298,19 @@ impl Board {
                     _ => State::Thinking,
                 };
             }
-            EventKind::FileChanged { path, diff, .. } => {
+            EventKind::FileChanged {
+                path, diff, count, ..
+            } => {
                 let (added, removed) = diff_stat(diff);
                 let files = match row.checkout {
                     Some(_) => self.unmerged.entry(index).or_default(),
                     None => &mut self.files,
                 };
-                let counts = files.entry(path.clone()).or_default();
+                let shown = match count {
+                    Some(n) => format!("{path} ({n} files)"),
+                    None => path.clone(),
+                };
+                let counts = files.entry(shown).or_default();
                 counts.0 += added;
                 counts.1 += removed;
             }

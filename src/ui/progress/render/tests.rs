@@ -275,6 +275,8 @@ fn the_files_a_run_changed_are_listed_with_lines_added_and_removed() {
                 diff: diff.into(),
                 created: false,
                 held: false,
+                calls: Vec::new(),
+                count: None,
             },
         )
     };
@@ -353,6 +355,8 @@ fn an_isolated_agents_row_says_what_became_of_its_changes() {
         diff: diff.into(),
         created: false,
         held: false,
+        calls: Vec::new(),
+        count: None,
     };
     apply(&mut board, a, changed.clone());
     assert_eq!(files_changed(&board), "");
