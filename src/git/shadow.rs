@@ -28,14 +28,18 @@ pub const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 /// the index (it is orchestrate's own, read by nobody else), no threads to
 /// look at every entry when a few are asked for, and one flush to disk for
 /// all the objects a command writes rather than one each.
-const QUICK: [(&str, &str); 7] = [
-    ("GIT_CONFIG_COUNT", "3"),
+/// Its index is whole in one file (a split index would write its shared
+/// part into the repository's folder).
+const QUICK: [(&str, &str); 9] = [
+    ("GIT_CONFIG_COUNT", "4"),
     ("GIT_CONFIG_KEY_0", "index.skipHash"),
     ("GIT_CONFIG_VALUE_0", "true"),
     ("GIT_CONFIG_KEY_1", "core.preloadIndex"),
     ("GIT_CONFIG_VALUE_1", "false"),
     ("GIT_CONFIG_KEY_2", "core.fsyncMethod"),
     ("GIT_CONFIG_VALUE_2", "batch"),
+    ("GIT_CONFIG_KEY_3", "core.splitIndex"),
+    ("GIT_CONFIG_VALUE_3", "false"),
 ];
 
 /// One folder's shadow index.
@@ -106,6 +110,8 @@ impl Shadow {
     fn env(&self) -> Vec<(&str, &OsStr)> {
         let mut env = vec![("GIT_INDEX_FILE", self.index.as_os_str())];
         env.extend(QUICK.iter().map(|(k, v)| (*k, OsStr::new(*v))));
+        // Its messages as this code reads them.
+        env.push(("LC_ALL", OsStr::new("C")));
         if let Some(own) = &self.own {
             env.push(("GIT_DIR", own.as_os_str()));
             env.push(("GIT_WORK_TREE", self.folder.as_os_str()));
@@ -164,8 +170,13 @@ impl Shadow {
             return git(&self.folder, &["write-tree"], &env);
         }
         let prefix = format!("--prefix={}", self.prefix);
-        // No tracked or added file in the folder: git has no tree for it.
-        Ok(git(&self.folder, &["write-tree", &prefix], &env).unwrap_or_else(|_| EMPTY_TREE.into()))
+        match git(&self.folder, &["write-tree", &prefix], &env) {
+            // No tracked or added file in the folder: git has no tree for it.
+            Err(CheckoutError::Git { message, .. }) if message.ends_with("not found") => {
+                Ok(EMPTY_TREE.into())
+            }
+            written => written,
+        }
     }
 
     /// The paths (relative to the folder) whose content differs between
@@ -257,7 +268,7 @@ impl Drop for Shadow {
 
 /// Whether `folder` (outside any repository) is small enough to shadow: a
 /// walk that stops at the first file past `max_files` or `max_bytes`,
-/// leaving out what git would (ignored files, `.git` folders) and `leave_out`.
+/// leaving out `.git` folders and `leave_out`.
 fn small_enough(
     folder: &Path,
     leave_out: &[PathBuf],
@@ -265,11 +276,10 @@ fn small_enough(
     max_bytes: u64,
 ) -> Result<(), CheckoutError> {
     let leave_out = leave_out.to_vec();
+    // No ignore file is read (one that is a FIFO would hold the walk
+    // forever): ignored files count too.
     let walk = ignore::WalkBuilder::new(folder)
-        .hidden(false)
-        .ignore(false)
-        .parents(false)
-        .require_git(false)
+        .standard_filters(false)
         .filter_entry(move |e| e.file_name() != ".git" && !leave_out.iter().any(|p| p == e.path()))
         .build();
     let (mut files, mut bytes) = (0usize, 0u64);

@@ -52,6 +52,7 @@ impl Trees {
                 scratch: scratch.clone(),
                 leave_out: leave_out.to_vec(),
                 state: Mutex::default(),
+                gone: Mutex::default(),
             })
         });
         Some(tree.clone())
@@ -65,6 +66,9 @@ struct Tree {
     scratch: PathBuf,
     leave_out: Vec<PathBuf>,
     state: Mutex<State>,
+    /// The calls gone without an end, for the next look to forget: a lock
+    /// never held across a look, so that dropping a call never waits for one.
+    gone: Mutex<Vec<u64>>,
 }
 
 #[derive(Debug, Default)]
@@ -86,14 +90,34 @@ enum Looked {
         /// `None`: every look compares the whole folder.
         watch: Option<Watch>,
         tree: String,
+        /// The last look failed: what its watch named may be missing, so the
+        /// next compares the whole folder.
+        failed: bool,
     },
     /// It cannot be compared (too large outside a repository, no git).
     Never,
 }
 
 impl Tree {
+    /// The folder's state, the calls gone since the last look forgotten: what
+    /// was found for one of them goes to the first call still running.
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let gone = std::mem::take(&mut *self.gone.lock().unwrap_or_else(PoisonError::into_inner));
+        if !gone.is_empty() {
+            state.running.retain(|(n, _)| !gone.contains(n));
+            let heir = state.running.first().map(|(n, _)| *n);
+            let found = std::mem::take(&mut state.found);
+            state.found = found
+                .into_iter()
+                .filter_map(|(n, change)| match (gone.contains(&n), heir) {
+                    (false, _) => Some((n, change)),
+                    (true, Some(heir)) => Some((heir, change)),
+                    (true, None) => None,
+                })
+                .collect();
+        }
+        state
     }
 
     /// `call` starts: what changed since the last look is told with the
@@ -134,11 +158,13 @@ impl Tree {
         mine
     }
 
-    /// Call `n` is gone without an end (its future was dropped).
+    /// Call `n` is gone without an end (its future was dropped): the next
+    /// look forgets it.
     fn forget(&self, n: u64) {
-        let mut state = self.state();
-        state.running.retain(|(m, _)| *m != n);
-        state.found.retain(|(m, _)| *m != n);
+        self.gone
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(n);
     }
 
     /// What changed since the last look (the first makes the shadow), and
@@ -149,11 +175,13 @@ impl Tree {
             shadow,
             watch,
             tree,
+            failed,
         } = looked
         else {
             return (Vec::new(), None);
         };
         let dirty = match watch.as_mut().map(Watch::take) {
+            Some(Ok(_)) if std::mem::take(failed) => Dirty::All,
             Some(Ok(dirty)) => dirty,
             Some(Err(e)) => {
                 tracing::debug!(folder = %self.folder.display(), "no longer watched: {e}");
@@ -180,6 +208,7 @@ impl Tree {
             Ok(changes) => (changes, Some(shadow)),
             Err(e) => {
                 tracing::warn!(folder = %self.folder.display(), "Bash's changes not compared: {e}");
+                *failed = true;
                 (Vec::new(), Some(shadow))
             }
         }
@@ -198,6 +227,7 @@ impl Tree {
                 shadow: Box::new(shadow),
                 watch,
                 tree,
+                failed: false,
             },
             Err(e) => {
                 tracing::info!(folder = %self.folder.display(), "Bash's changes not compared: {e}");
@@ -221,15 +251,28 @@ fn told(shadow: &Shadow, changes: &[PathChange], calls: &[CallRef]) -> Vec<FileC
 }
 
 /// A call's comparison under way: [`Seeing::end`] takes what it changed; dropped
-/// before, the folder forgets the call.
+/// before (its call cancelled, even while its first look runs), the folder
+/// forgets the call.
 pub(super) struct Seeing {
     tree: Arc<Tree>,
-    n: u64,
+    slot: Arc<Mutex<Slot>>,
     ended: bool,
 }
 
-/// Starts comparing the folder of `ctx`'s call, when its runtime compares.
+/// The call's number once its first look is done, and whether the call is gone.
+#[derive(Default)]
+struct Slot {
+    n: Option<u64>,
+    gone: bool,
+}
+
+/// Starts comparing the folder of `ctx`'s call, when its runtime compares and
+/// the call is not in a private checkout (whose git folder is the model's to
+/// write, and whose changes come back by its merge).
 pub(super) async fn begin(ctx: &ToolContext) -> Option<Seeing> {
+    if ctx.checkout.is_some() {
+        return None;
+    }
     let tree = ctx.trees.tree(&ctx.workspace, &ctx.private)?;
     let call = CallRef {
         session: ctx.session,
@@ -239,22 +282,32 @@ pub(super) async fn begin(ctx: &ToolContext) -> Option<Seeing> {
             .map_or_else(String::new, |e| e.agent().to_owned()),
         call_id: ctx.call_id.clone(),
     };
-    let started = tree.clone();
-    let n = tokio::task::spawn_blocking(move || started.begin(call))
-        .await
-        .ok()?;
-    Some(Seeing {
-        tree,
-        n,
+    let seeing = Seeing {
+        tree: tree.clone(),
+        slot: Arc::default(),
         ended: false,
-    })
+    };
+    let slot = seeing.slot.clone();
+    let started = tokio::task::spawn_blocking(move || {
+        let n = tree.begin(call);
+        let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
+        match slot.gone {
+            true => tree.forget(n),
+            false => slot.n = Some(n),
+        }
+    });
+    started.await.ok()?;
+    Some(seeing)
 }
 
 impl Seeing {
     /// What the call changed, as the folder shows it now.
     pub(super) async fn end(mut self) -> Vec<FileChange> {
         self.ended = true;
-        let (tree, n) = (self.tree.clone(), self.n);
+        let n = self.slot.lock().unwrap_or_else(PoisonError::into_inner).n;
+        let (tree, Some(n)) = (self.tree.clone(), n) else {
+            return Vec::new();
+        };
         tokio::task::spawn_blocking(move || tree.end(n))
             .await
             .unwrap_or_default()
@@ -263,8 +316,13 @@ impl Seeing {
 
 impl Drop for Seeing {
     fn drop(&mut self) {
-        if !self.ended {
-            self.tree.forget(self.n);
+        if self.ended {
+            return;
+        }
+        let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
+        slot.gone = true;
+        if let Some(n) = slot.n {
+            self.tree.forget(n);
         }
     }
 }

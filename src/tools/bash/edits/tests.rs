@@ -69,20 +69,35 @@ fn calls_of_different_agents_overlapping_in_one_folder_are_all_named() {
 }
 
 #[test]
-fn a_call_dropped_before_its_end_is_forgotten() {
+fn a_call_dropped_before_its_end_is_forgotten_and_what_was_found_for_it_is_kept() {
     let (_dir, root, trees) = repository();
     let tree = trees.tree(&root, &[]).unwrap();
     let first = tree.begin(call("writer", "a1"));
+    std::fs::write(root.join("early.txt"), "x\n").unwrap();
+    // Found as the second starts: the first's, which is then dropped.
     let second = tree.begin(call("tester", "b1"));
     tree.forget(first);
     std::fs::write(root.join("late.txt"), "x\n").unwrap();
     let changes = tree.end(second);
-    assert_eq!(paths(&changes), ["late.txt"]);
+    assert_eq!(paths(&changes), ["early.txt", "late.txt"]);
     assert!(
-        changes[0].calls.is_empty(),
+        changes[1].calls.is_empty(),
         "the forgotten call is not named"
     );
     assert!(tree.state().running.is_empty());
+}
+
+#[tokio::test]
+async fn a_call_dropped_before_its_end_is_never_left_running() {
+    let (_dir, root, trees) = repository();
+    let mut ctx = ToolContext::new(root.clone(), crate::protocol::SessionId::new());
+    ctx.trees = Arc::new(trees);
+    let seeing = begin(&ctx).await.unwrap();
+    drop(seeing);
+    let tree = ctx.trees.tree(&root, &[]).unwrap();
+    let n = tree.begin(call("lead", "b9"));
+    assert_eq!(tree.state().running.len(), 1, "only the call that runs");
+    tree.end(n);
 }
 
 #[test]

@@ -99,13 +99,13 @@ impl Watch {
     }
 
     /// Watches the folder `rel` (relative to the root) and every folder below
-    /// it that git does not ignore.
+    /// it.
     fn watch_tree(&mut self, rel: &Path) -> std::io::Result<()> {
         let leave_out = self.leave_out.clone();
+        // No ignore file is read: the crate would wait forever on one that
+        // is a FIFO (git's rules are git's to apply, in the shadow).
         let walk = ignore::WalkBuilder::new(self.root.join(rel))
-            .hidden(false)
-            .ignore(false)
-            .require_git(false)
+            .standard_filters(false)
             .filter_entry(move |e| {
                 e.file_name() != ".git" && !leave_out.iter().any(|p| e.path().starts_with(p))
             })
@@ -162,7 +162,9 @@ impl Watch {
     /// One event: the path it touched, and the watches it makes or ends.
     fn seen(&mut self, wd: i32, mask: ReadFlags, name: Option<PathBuf>) {
         if mask.contains(ReadFlags::QUEUE_OVERFLOW) {
+            // Folders made meanwhile went unwatched.
             self.all = true;
+            self.rewatch = true;
             return;
         }
         if mask.contains(ReadFlags::IGNORED) {

@@ -65,18 +65,31 @@ fn a_new_folder_is_named_and_watched_from_then_on() {
 }
 
 #[test]
-fn git_its_ignored_folders_and_the_places_left_out_are_not_watched() {
+fn git_and_the_places_left_out_are_not_watched() {
     let (_dir, root) = folder();
-    std::fs::write(root.join(".gitignore"), "target/\n").unwrap();
-    for dir in [".git", "target", "state"] {
+    for dir in [".git", "state"] {
         std::fs::create_dir(root.join(dir)).unwrap();
     }
     let mut watch = Watch::new(&root, &[root.join("state")]).unwrap();
     std::fs::write(root.join(".git/index"), "x").unwrap();
-    std::fs::write(root.join("target/out.o"), "x").unwrap();
     std::fs::write(root.join("state/journal"), "x").unwrap();
     std::fs::write(root.join("state.txt"), "x").unwrap();
     assert_eq!(paths(watch.take().unwrap()), ["state.txt"]);
+}
+
+#[test]
+fn an_ignore_file_that_never_ends_is_never_read() {
+    let (_dir, root) = folder();
+    rustix::fs::mkfifoat(
+        rustix::fs::CWD,
+        root.join(".gitignore"),
+        rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+    )
+    .unwrap();
+    std::fs::create_dir(root.join("src")).unwrap();
+    let mut watch = Watch::new(&root, &[]).unwrap();
+    std::fs::write(root.join("src/lib.rs"), "x").unwrap();
+    assert_eq!(paths(watch.take().unwrap()), ["src/lib.rs"]);
 }
 
 #[test]
