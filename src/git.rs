@@ -79,27 +79,35 @@ pub fn environment(parent: &[(OsString, OsString)]) -> Vec<(OsString, OsString)>
         .find(|(name, _)| name == "GIT_CONFIG_COUNT")
         .and_then(|(_, value)| value.to_str()?.parse::<usize>().ok())
         .unwrap_or(0);
-    let mut env: Vec<(OsString, OsString)> = SAFE_CONFIG
+    let mut env: Vec<(OsString, OsString)> = config_env(&SAFE_CONFIG, start)
+        .into_iter()
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect();
+    env.extend(quiet());
+    env
+}
+
+/// `pairs` as git reads configuration from the environment: each as
+/// `GIT_CONFIG_KEY_<n>` and `GIT_CONFIG_VALUE_<n>` from `start` on, and
+/// `GIT_CONFIG_COUNT` past them.
+pub(crate) fn config_env(pairs: &[(&str, &str)], start: usize) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = pairs
         .iter()
         .enumerate()
         .flat_map(|(i, (key, value))| {
             [
+                (format!("GIT_CONFIG_KEY_{}", start + i), (*key).to_owned()),
                 (
-                    format!("GIT_CONFIG_KEY_{}", start + i).into(),
-                    (*key).into(),
-                ),
-                (
-                    format!("GIT_CONFIG_VALUE_{}", start + i).into(),
-                    (*value).into(),
+                    format!("GIT_CONFIG_VALUE_{}", start + i),
+                    (*value).to_owned(),
                 ),
             ]
         })
         .collect();
     env.push((
-        "GIT_CONFIG_COUNT".into(),
-        (start + SAFE_CONFIG.len()).to_string().into(),
+        "GIT_CONFIG_COUNT".to_owned(),
+        (start + pairs.len()).to_string(),
     ));
-    env.extend(quiet());
     env
 }
 

@@ -107,18 +107,35 @@ const IDENTITY: [(&str, &str); 4] = [
 ];
 
 /// Runs git `args` in `dir` with `env`; its output, or the error of a failure.
-pub(super) fn git_bytes(
+fn git_bytes(dir: &Path, args: &[&str], env: &[(&str, &OsStr)]) -> Result<Vec<u8>, CheckoutError> {
+    git_fed(dir, args, env, Vec::new())
+}
+
+/// As [`git_bytes`], `input` on git's standard input.
+pub(super) fn git_fed(
     dir: &Path,
     args: &[&str],
     env: &[(&str, &OsStr)],
+    input: Vec<u8>,
 ) -> Result<Vec<u8>, CheckoutError> {
-    let mut command = super::command(dir);
-    command.args(args).envs(env.iter().copied());
-    let out = super::output_within(command)?;
+    let out = git_run(dir, args, env, input)?;
     if out.status.success() {
         return Ok(out.stdout);
     }
     Err(failed(dir, args, &out.stderr))
+}
+
+/// Runs git `args` in `dir` with `env` and `input` on its standard input
+/// (none when empty): how it ended, whatever its exit code.
+pub(super) fn git_run(
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &OsStr)],
+    input: Vec<u8>,
+) -> Result<std::process::Output, CheckoutError> {
+    let mut command = super::command(dir);
+    command.args(args).envs(env.iter().copied());
+    Ok(super::output_fed(command, input)?)
 }
 
 pub(super) fn failed(dir: &Path, args: &[&str], stderr: &[u8]) -> CheckoutError {
@@ -242,7 +259,8 @@ pub(super) fn add_all(
 /// Starts `index` (a file of orchestrate's) as the repository at `root`
 /// sees its work tree: a copy of the repository's own index, whose record of
 /// each file's size and time spares reading the files that did not change, or
-/// where that cannot be trusted, `head`'s tree (`None`: empty).
+/// where that cannot be trusted, `head`'s tree (empty when `head` is: no
+/// commit yet).
 pub(super) fn seed_index(root: &Path, index: &Path, head: &str) -> Result<(), CheckoutError> {
     let env = [("GIT_INDEX_FILE", index.as_os_str())];
     let own = root.join(git(root, &["rev-parse", "--git-path", "index"], &[])?);

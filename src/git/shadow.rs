@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use super::checkout::{self, CheckoutError, PathChange, git};
@@ -27,19 +28,15 @@ pub const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 /// What makes a look at a few paths quick in a large index: no checksum of
 /// the index (it is orchestrate's own, read by nobody else), no threads to
 /// look at every entry when a few are asked for, and one flush to disk for
-/// all the objects a command writes rather than one each.
-/// Its index is whole in one file (a split index would write its shared
-/// part into the repository's folder).
-const QUICK: [(&str, &str); 9] = [
-    ("GIT_CONFIG_COUNT", "4"),
-    ("GIT_CONFIG_KEY_0", "index.skipHash"),
-    ("GIT_CONFIG_VALUE_0", "true"),
-    ("GIT_CONFIG_KEY_1", "core.preloadIndex"),
-    ("GIT_CONFIG_VALUE_1", "false"),
-    ("GIT_CONFIG_KEY_2", "core.fsyncMethod"),
-    ("GIT_CONFIG_VALUE_2", "batch"),
-    ("GIT_CONFIG_KEY_3", "core.splitIndex"),
-    ("GIT_CONFIG_VALUE_3", "false"),
+/// all the objects a command writes rather than one each. Its index is whole
+/// in one file (a split index would write its shared part into the
+/// repository's folder), and an ignored path named to `add` is no advice.
+const QUICK: [(&str, &str); 5] = [
+    ("index.skipHash", "true"),
+    ("core.preloadIndex", "false"),
+    ("core.fsyncMethod", "batch"),
+    ("core.splitIndex", "false"),
+    ("advice.addIgnoredFile", "false"),
 ];
 
 /// One folder's shadow index.
@@ -56,6 +53,8 @@ pub struct Shadow {
     prefix: String,
     /// Places inside the folder that are never part of it (the run's own state).
     leave_out: Vec<PathBuf>,
+    /// [`QUICK`] as git's environment.
+    quick: Vec<(String, String)>,
 }
 
 impl Shadow {
@@ -74,6 +73,7 @@ impl Shadow {
             own: None,
             prefix: String::new(),
             leave_out: leave_out.to_vec(),
+            quick: super::config_env(&QUICK, 0),
         };
         match checkout::place(folder) {
             Ok(place) => {
@@ -109,7 +109,7 @@ impl Shadow {
     /// [`QUICK`].
     fn env(&self) -> Vec<(&str, &OsStr)> {
         let mut env = vec![("GIT_INDEX_FILE", self.index.as_os_str())];
-        env.extend(QUICK.iter().map(|(k, v)| (*k, OsStr::new(*v))));
+        env.extend(self.quick.iter().map(|(k, v)| (k.as_str(), OsStr::new(v))));
         // Its messages as this code reads them.
         env.push(("LC_ALL", OsStr::new("C")));
         if let Some(own) = &self.own {
@@ -131,20 +131,20 @@ impl Shadow {
         let (present, gone): (Vec<&PathBuf>, Vec<&PathBuf>) = paths
             .iter()
             .partition(|p| std::fs::symlink_metadata(self.folder.join(p)).is_ok());
-        let env = self.env();
+        let mut env = self.env();
+        // The paths are names, not patterns.
+        env.push(("GIT_LITERAL_PATHSPECS", OsStr::new("1")));
         let run = |args: &[&str], list: &[&PathBuf], ignored_ok: bool| {
             if list.is_empty() {
                 return Ok(());
             }
-            let mut command = super::command(&self.folder);
-            command
-                .arg("--literal-pathspecs")
-                .arg("-c")
-                .arg("advice.addIgnoredFile=false")
-                .args(args)
-                .args(list)
-                .envs(env.iter().copied());
-            let out = super::output_within(command)?;
+            // On its input, as bytes: any name, any number of them.
+            let mut names = Vec::new();
+            for path in list {
+                names.extend_from_slice(path.as_os_str().as_bytes());
+                names.push(0);
+            }
+            let out = checkout::git_run(&self.folder, args, &env, names)?;
             // `add` exits 1 when a path it was given is ignored (it adds the
             // others): nothing to bring in.
             match out.status.code() {
@@ -153,12 +153,15 @@ impl Shadow {
                 _ => Err(checkout::failed(&self.folder, args, &out.stderr)),
             }
         };
-        let done = run(
-            &["rm", "-r", "-q", "-f", "--cached", "--ignore-unmatch", "--"],
-            &gone,
-            false,
-        )
-        .and_then(|()| run(&["add", "--all", "--"], &present, true));
+        let from_input = ["--pathspec-from-file=-", "--pathspec-file-nul"];
+        let rm = ["rm", "-r", "-q", "-f", "--cached", "--ignore-unmatch"];
+        let done = run(&[&rm[..], &from_input].concat(), &gone, false).and_then(|()| {
+            run(
+                &[&["add", "--all"][..], &from_input].concat(),
+                &present,
+                true,
+            )
+        });
         // A path gone between the look and the add, say.
         done.or_else(|_| self.refresh_all())
     }
@@ -243,17 +246,11 @@ impl Shadow {
         oids: &[&str],
         env: &[(&str, &OsStr)],
     ) -> Result<Vec<u8>, CheckoutError> {
-        let mut command = super::command(&self.folder);
-        command.args(args).envs(env.iter().copied());
         let input: Vec<u8> = oids
             .iter()
             .flat_map(|o| format!("{o}\n").into_bytes())
             .collect();
-        let out = super::output_fed(command, input)?;
-        if out.status.success() {
-            return Ok(out.stdout);
-        }
-        Err(checkout::failed(&self.folder, args, &out.stderr))
+        checkout::git_fed(&self.folder, args, env, input)
     }
 }
 

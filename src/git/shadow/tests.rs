@@ -176,3 +176,19 @@ fn a_walk_outside_a_repository_stops_past_its_bounds() {
         "the state counts when not left out"
     );
 }
+
+#[test]
+fn a_name_that_is_not_utf8_is_brought_in_as_it_is() {
+    use std::os::unix::ffi::OsStrExt;
+    let repo = repository();
+    let root = canonical(repo.path());
+    let scratch = tempfile::tempdir().unwrap();
+    let shadow = Shadow::open(&root, scratch.path(), &[]).unwrap();
+    let before = shadow.tree().unwrap();
+    let name = PathBuf::from(std::ffi::OsStr::from_bytes(b"caf\xe9.txt"));
+    std::fs::write(root.join(&name), "latin-1\n").unwrap();
+    shadow.refresh(std::slice::from_ref(&name)).unwrap();
+    let changes = shadow.changed(&before, &shadow.tree().unwrap()).unwrap();
+    assert_eq!(changes.len(), 1);
+    assert_eq!(changes[0].path, name);
+}

@@ -44,8 +44,6 @@ impl Trees {
     /// Folder `folder`'s, made now if it is new.
     fn tree(&self, folder: &Path, leave_out: &[PathBuf]) -> Option<Arc<Tree>> {
         let scratch = self.scratch.as_ref()?;
-        // A folder removed since (a private checkout's) is forgotten.
-        self.trees.retain(|path, _| path.is_dir());
         let tree = self.trees.entry(folder.to_owned()).or_insert_with(|| {
             Arc::new(Tree {
                 folder: folder.to_owned(),
@@ -98,24 +96,45 @@ enum Looked {
     Never,
 }
 
+impl State {
+    /// Forgets the calls `gone`: what was found for one of them goes to the
+    /// first call still running.
+    fn forget(&mut self, gone: &[u64]) {
+        self.running.retain(|(n, _)| !gone.contains(n));
+        let heir = self.running.first().map(|(n, _)| *n);
+        self.found = std::mem::take(&mut self.found)
+            .into_iter()
+            .filter_map(|(n, change)| match (gone.contains(&n), heir) {
+                (false, _) => Some((n, change)),
+                (true, Some(heir)) => Some((heir, change)),
+                (true, None) => None,
+            })
+            .collect();
+    }
+
+    /// Every call running.
+    fn calls(&self) -> Vec<CallRef> {
+        self.running.iter().map(|(_, c)| c.clone()).collect()
+    }
+
+    /// Call `n` ends: what was found for it.
+    fn finish(&mut self, n: u64) -> Vec<FileChange> {
+        self.running.retain(|(m, _)| *m != n);
+        let (mine, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.found)
+            .into_iter()
+            .partition(|(owner, _)| *owner == n);
+        self.found = others;
+        mine.into_iter().map(|(_, change)| change).collect()
+    }
+}
+
 impl Tree {
-    /// The folder's state, the calls gone since the last look forgotten: what
-    /// was found for one of them goes to the first call still running.
+    /// The folder's state, the calls gone since the last look forgotten.
     fn state(&self) -> MutexGuard<'_, State> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let gone = std::mem::take(&mut *self.gone.lock().unwrap_or_else(PoisonError::into_inner));
         if !gone.is_empty() {
-            state.running.retain(|(n, _)| !gone.contains(n));
-            let heir = state.running.first().map(|(n, _)| *n);
-            let found = std::mem::take(&mut state.found);
-            state.found = found
-                .into_iter()
-                .filter_map(|(n, change)| match (gone.contains(&n), heir) {
-                    (false, _) => Some((n, change)),
-                    (true, Some(heir)) => Some((heir, change)),
-                    (true, None) => None,
-                })
-                .collect();
+            state.forget(&gone);
         }
         state
     }
@@ -125,12 +144,12 @@ impl Tree {
     fn begin(&self, call: CallRef) -> u64 {
         let mut guard = self.state();
         let state: &mut State = &mut guard;
+        let calls = state.calls();
         let (changes, shadow) = self.look(&mut state.looked);
         if let (Some(shadow), Some((first, _))) = (shadow, state.running.first())
             && !changes.is_empty()
         {
             let first = *first;
-            let calls: Vec<CallRef> = state.running.iter().map(|(_, c)| c.clone()).collect();
             let told = told(shadow, &changes, &calls);
             state.found.extend(told.into_iter().map(|c| (first, c)));
         }
@@ -144,17 +163,11 @@ impl Tree {
     fn end(&self, n: u64) -> Vec<FileChange> {
         let mut guard = self.state();
         let state: &mut State = &mut guard;
+        let calls = state.calls();
         let (changes, shadow) = self.look(&mut state.looked);
-        let calls: Vec<CallRef> = state.running.iter().map(|(_, c)| c.clone()).collect();
-        let (mut mine, others): (Vec<_>, Vec<_>) = std::mem::take(&mut state.found)
-            .into_iter()
-            .partition(|(owner, _)| *owner == n);
-        state.found = others;
-        let mut mine: Vec<FileChange> = mine.drain(..).map(|(_, c)| c).collect();
-        if let Some(shadow) = shadow {
-            mine.extend(told(shadow, &changes, &calls));
-        }
-        state.running.retain(|(m, _)| *m != n);
+        let now = shadow.map(|shadow| told(shadow, &changes, &calls));
+        let mut mine = state.finish(n);
+        mine.extend(now.into_iter().flatten());
         mine
     }
 
@@ -181,7 +194,6 @@ impl Tree {
             return (Vec::new(), None);
         };
         let dirty = match watch.as_mut().map(Watch::take) {
-            Some(Ok(_)) if std::mem::take(failed) => Dirty::All,
             Some(Ok(dirty)) => dirty,
             Some(Err(e)) => {
                 tracing::debug!(folder = %self.folder.display(), "no longer watched: {e}");
@@ -189,6 +201,11 @@ impl Tree {
                 Dirty::All
             }
             None => Dirty::All,
+        };
+        // After a failed look, what its watch named may be missing.
+        let dirty = match std::mem::take(failed) {
+            true => Dirty::All,
+            false => dirty,
         };
         let refreshed = match dirty {
             Dirty::Paths(paths) if paths.is_empty() => return (Vec::new(), Some(shadow)),

@@ -116,9 +116,10 @@ fn diff(shown: &str, change: &PathChange, blobs: &HashMap<String, Option<Vec<u8>
     }
 }
 
-/// `bytes` as text, unless they are binary (a NUL byte, or not UTF-8).
+/// `bytes` as text, unless they are binary (as the file tools judge) or not
+/// UTF-8.
 fn text(bytes: &[u8]) -> Option<&str> {
-    if bytes.contains(&0) {
+    if crate::tools::files::is_binary(bytes) {
         return None;
     }
     std::str::from_utf8(bytes).ok()

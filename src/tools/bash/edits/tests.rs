@@ -117,3 +117,31 @@ fn a_plain_folder_is_compared_and_nothing_is_without_a_scratch_folder() {
         "no scratch: never"
     );
 }
+
+#[test]
+fn what_was_found_for_a_forgotten_call_goes_to_the_first_still_running() {
+    let change = |path: &str| FileChange {
+        path: path.into(),
+        diff: String::new(),
+        created: false,
+        compared: true,
+        calls: Vec::new(),
+        count: None,
+    };
+    let mut state = State {
+        running: vec![
+            (1, call("a", "a1")),
+            (2, call("b", "b1")),
+            (3, call("c", "c1")),
+        ],
+        found: vec![(1, change("x")), (2, change("y"))],
+        ..State::default()
+    };
+    state.forget(&[1]);
+    assert_eq!(state.running.len(), 2);
+    assert_eq!(paths(&state.finish(2)), ["x", "y"]);
+    assert!(state.finish(3).is_empty());
+    state.found = vec![(4, change("z"))];
+    state.forget(&[4]);
+    assert!(state.found.is_empty(), "nobody left to take it");
+}
