@@ -372,8 +372,9 @@ pub enum EventKind {
         /// What they cost; `None` when the price is unknown.
         cost_usd: Option<f64>,
     },
-    /// A running call's output since its previous `tool_output` event (the
-    /// first at once, later ones at most every 100 ms), for the person; what
+    /// A running call's output since its previous `tool_output` event (a
+    /// Bash call's first at once, later ones at most every 100 ms; an MCP
+    /// server's progress notification each as it comes), for the person; what
     /// the model gets at the end is its result.
     ToolOutput {
         /// The call's id.

@@ -5,8 +5,9 @@
 //! in force allows it, so a later one can only narrow further. The `Skill`
 //! tool itself stays allowed: loading another skill can only narrow more;
 //! `Task` brings `TaskOutput` and `TaskStop` with it. A sub-agent started
-//! under a narrowing is narrowed as its caller was. What a narrowing allows
-//! is also all that is offered to the model.
+//! under a narrowing is narrowed as its caller was. A session started under
+//! a narrowing is offered only what it allows; one narrowed later (a skill
+//! loaded) keeps the list it was offered, its calls refused.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -28,11 +29,8 @@ impl Narrow {
         let (mut only, bad) = super::rules::parse_list(list);
         // Tool names in any case, as role files take them (`LS`).
         for rule in &mut only {
-            if let Some(known) = super::KNOWN_TOOLS
-                .iter()
-                .find(|k| k.eq_ignore_ascii_case(&rule.tool))
-            {
-                rule.tool = (*known).to_owned();
+            if let Some(known) = super::known_tool(&rule.tool) {
+                rule.tool = known.to_owned();
             }
         }
         let narrow = Self {
