@@ -412,14 +412,7 @@ impl Task {
         let mut tools = self.env.tools.only(&allowed);
         tools = with_skills(tools, self.env.skills.as_ref(), role.skills.as_deref());
         if let Some(hub) = &self.env.mcp {
-            let mcp = crate::mcp::tools_for(
-                hub,
-                &role.name,
-                role.tools.as_deref(),
-                &role.disallowed_tools,
-            );
-            let mcp = mcp.narrowed(crate::tools::narrowing::mcp_entries(&narrowing));
-            tools = tools.with_source(Arc::new(mcp));
+            tools = tools.with_source(Arc::new(mcp_tools(hub, role, &narrowing)));
         }
         let model = match (&role.model, &self.env.models) {
             (ModelChoice::Named(_), Some(models)) => models
@@ -688,6 +681,21 @@ impl Tool for Task {
             report(&agent, delegated)
         })
     }
+}
+
+/// The MCP tools of `hub` that `role` may use, as `narrowing` leaves them.
+pub fn mcp_tools(
+    hub: &Arc<crate::mcp::McpHub>,
+    role: &crate::roles::Role,
+    narrowing: &[crate::tools::narrowing::Narrow],
+) -> crate::mcp::McpTools {
+    crate::mcp::tools_for(
+        hub,
+        &role.name,
+        role.tools.as_deref(),
+        &role.disallowed_tools,
+    )
+    .narrowed(crate::tools::narrowing::mcp_entries(narrowing))
 }
 
 /// `tools` whose `Skill` (when they have it) sees the skills `selected` names

@@ -145,6 +145,14 @@ pub const KNOWN_TOOLS: [&str; 14] = [
     "Skill",
 ];
 
+/// The tool of [`KNOWN_TOOLS`] `name` names, in any case.
+pub fn known_tool(name: &str) -> Option<&'static str> {
+    KNOWN_TOOLS
+        .iter()
+        .copied()
+        .find(|k| k.eq_ignore_ascii_case(name))
+}
+
 /// What a call spent through others (a sub-agent's tokens and their cost), for
 /// the caller's totals.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -128,16 +128,12 @@ impl History {
         if line.len() as u64 >= MAX_HISTORY_BYTES {
             return Ok(());
         }
-        let mut kept: VecDeque<String> = match crate::small_file::read_to_string(
-            &self.path,
-            MAX_HISTORY_BYTES,
-        ) {
-            Ok(text) => text.lines().map(str::to_owned).collect(),
-            Err(e) if matches!(&e.problem, crate::small_file::Problem::Io(io) if io.kind() == std::io::ErrorKind::NotFound) => {
-                VecDeque::new()
-            }
-            Err(e) => return Err(std::io::Error::other(e.to_string())),
-        };
+        let mut kept: VecDeque<String> =
+            match crate::small_file::read_to_string(&self.path, MAX_HISTORY_BYTES) {
+                Ok(text) => text.lines().map(str::to_owned).collect(),
+                Err(e) if e.is_not_found() => VecDeque::new(),
+                Err(e) => return Err(std::io::Error::other(e.to_string())),
+            };
         kept.push_back(line);
         let mut bytes: usize = kept.iter().map(|l| l.len() + 1).sum();
         while kept.len() > MAX_HISTORY || (bytes as u64 > MAX_HISTORY_BYTES && kept.len() > 1) {

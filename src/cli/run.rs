@@ -312,7 +312,7 @@ where
     // A message from another terminal goes through the prompt hooks too.
     let prompt_hooks = crate::control::hooked::PromptHooks::new(
         hooks.clone(),
-        (workspace.clone(), state.clone()),
+        workspace.clone(),
         mode.name(),
         runtime.handle(),
     );
@@ -639,13 +639,7 @@ fn lead_spec(
     let mut tools = standard.only(&allowed);
     tools = crate::task::with_skills(tools, Some(&plan.skills), role.skills.as_deref());
     let mcp = handle.mcp();
-    let mut from_mcp = crate::mcp::tools_for(
-        &mcp,
-        &role.name,
-        role.tools.as_deref(),
-        &role.disallowed_tools,
-    );
-    from_mcp = from_mcp.narrowed(crate::tools::narrowing::mcp_entries(&narrowing));
+    let from_mcp = crate::task::mcp_tools(&mcp, &role, &narrowing);
     tools = tools.with_source(Arc::new(from_mcp));
     let mut watcher = None;
     if cli.max_depth > 0 && allowed.contains(&"Task") {

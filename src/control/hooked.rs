@@ -16,7 +16,6 @@ use crate::actors::AbortOnDrop;
 use crate::hooks::{HookEvent, Hooks, Place};
 use crate::protocol::SessionId;
 use crate::runtime::Handle;
-use crate::state::StateDir;
 use crate::ui::progress::Row;
 
 /// The run's `UserPromptSubmit` hooks, for messages from other terminals.
@@ -42,8 +41,6 @@ struct Runner {
     hooks: Arc<Hooks>,
     /// The hooks' working directory.
     cwd: PathBuf,
-    /// Where the agents' journals are (the hooks' `transcript_path`).
-    state: StateDir,
     /// The run's permission mode, as the hooks' input names it.
     permission_mode: String,
     handle: Handle,
@@ -51,10 +48,11 @@ struct Runner {
 
 impl PromptHooks {
     /// The `UserPromptSubmit` hooks of `hooks`, run in `cwd`, for the run of
-    /// `handle`; `None` when there are none.
+    /// `handle` (whose journals are their `transcript_path`); `None` when
+    /// there are none.
     pub fn new(
         hooks: Arc<Hooks>,
-        (cwd, state): (PathBuf, StateDir),
+        cwd: PathBuf,
         permission_mode: &str,
         handle: Handle,
     ) -> Option<Self> {
@@ -64,7 +62,6 @@ impl PromptHooks {
         let runner = Runner {
             hooks,
             cwd,
-            state,
             permission_mode: permission_mode.to_owned(),
             handle,
         };
@@ -95,15 +92,17 @@ impl Runner {
     /// Runs the hooks of `message`, then sends it on with what they added,
     /// unless they refused it.
     async fn submit(&self, message: Message) {
+        let journal = self.handle.journal_path(message.session);
+        // Kept in the agent's journal once it has one (a message for an
+        // agent that has not started yet has none to go to).
+        let journaled = journal.is_file();
         let place = Place {
             session: message.session.to_string(),
             cwd: self.cwd.clone(),
-            transcript: Some(self.state.journal(message.session)),
+            transcript: Some(journal),
             permission_mode: self.permission_mode.clone(),
         };
-        // Kept in the agent's journal once it has one (a message for an
-        // agent that has not started yet has none to go to).
-        let publisher = match self.handle.journal_path(message.session).is_file() {
+        let publisher = match journaled {
             true => {
                 (self.handle).journaling_publisher(message.session, message.parent, &message.role)
             }

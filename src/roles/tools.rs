@@ -6,7 +6,6 @@
 //! matching calls and leaves the tool, as a deny rule does. An entry orchestrate
 //! does not provide is a warning, never a reason to refuse the role.
 
-use super::KNOWN_TOOLS;
 use crate::tools::rules::Rule;
 
 /// What a list of entries says.
@@ -59,10 +58,7 @@ pub(super) fn entries(names: &[String], list: List, key: &str, path: &str, line:
             }
             continue;
         }
-        let Some(known) = KNOWN_TOOLS
-            .iter()
-            .find(|k| k.eq_ignore_ascii_case(&rule.tool))
-        else {
+        let Some(known) = crate::tools::known_tool(&rule.tool) else {
             out.warnings.push(format!(
                 "{path}:{line}: tool {:?} is not available here; the role runs without it",
                 rule.tool
@@ -72,7 +68,7 @@ pub(super) fn entries(names: &[String], list: List, key: &str, path: &str, line:
         if list == List::Deny && rule.pattern.is_some() {
             if crate::tools::rules::takes_a_pattern(known) {
                 out.deny_rules.push(Rule {
-                    tool: (*known).to_owned(),
+                    tool: known.to_owned(),
                     pattern: rule.pattern,
                 });
             } else {
@@ -82,7 +78,7 @@ pub(super) fn entries(names: &[String], list: List, key: &str, path: &str, line:
             }
             continue;
         }
-        match (&rule.pattern, *known) {
+        match (&rule.pattern, known) {
             (Some(_), "Bash") => out.bash_rules.push(Rule {
                 tool: "Bash".to_owned(),
                 pattern: rule.pattern,
@@ -96,7 +92,7 @@ pub(super) fn entries(names: &[String], list: List, key: &str, path: &str, line:
         if let Some(tools) = out.tools.as_mut()
             && !tools.iter().any(|t| t == known)
         {
-            tools.push((*known).to_owned());
+            tools.push(known.to_owned());
         }
     }
     if plain_bash || out.tools.is_none() {

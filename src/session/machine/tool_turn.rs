@@ -371,9 +371,8 @@ impl Machine {
         }
         self.store_result(index, result);
         // A hook that ends the agent ends this run, not a later one.
-        if let (Some(reason), Some(run)) = (stop, self.run.as_mut()) {
-            run.stop
-                .get_or_insert_with(|| format!("hook: {}", one_line(&reason)));
+        if let Some(reason) = stop {
+            self.stop_run(now, &format!("hook: {}", one_line(&reason)));
         }
         #[cfg(feature = "test-support")]
         self.strike(crate::faults::FaultPoint::AfterToolResult(self.turns()));

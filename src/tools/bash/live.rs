@@ -56,8 +56,19 @@ impl Live {
     /// start of a character cut by the read waits for its rest, unless the
     /// bytes after it were left out.
     pub(crate) fn flush(&mut self, now: Instant) -> Option<Chunk> {
+        self.take(now, false)
+    }
+
+    /// The rest, once the command has ended: nothing more comes to complete
+    /// a cut character.
+    pub(crate) fn finish(&mut self, now: Instant) -> Option<Chunk> {
+        self.take(now, true)
+    }
+
+    /// What waits, a cut character's start too when `whole`.
+    fn take(&mut self, now: Instant, whole: bool) -> Option<Chunk> {
         let mut bytes = std::mem::take(&mut self.pending);
-        if !self.truncated {
+        if !whole && !self.truncated {
             let cut = incomplete_tail(&bytes);
             self.pending = bytes.split_off(bytes.len() - cut);
         }
@@ -65,23 +76,8 @@ impl Live {
             return None;
         }
         self.sent = Some(now);
-        let truncated = std::mem::take(&mut self.truncated);
         Some(Chunk {
             text: String::from_utf8_lossy(&bytes).into_owned(),
-            truncated,
-        })
-    }
-
-    /// The rest, once the command has ended.
-    pub(crate) fn finish(&mut self, now: Instant) -> Option<Chunk> {
-        // Nothing more comes to complete a cut character.
-        let rest = std::mem::take(&mut self.pending);
-        if rest.is_empty() && !self.truncated {
-            return None;
-        }
-        self.sent = Some(now);
-        Some(Chunk {
-            text: String::from_utf8_lossy(&rest).into_owned(),
             truncated: std::mem::take(&mut self.truncated),
         })
     }
