@@ -12,22 +12,14 @@
 //! compared calls' watch.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
+mod support;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
 use orchestrate::tools::bash::{Bash, Trees};
 use orchestrate::{SessionId, Tool, ToolContext};
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = std::process::Command::new("git")
-        .current_dir(dir)
-        .args(["-c", "user.name=b", "-c", "user.email=b@b"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}");
-}
 
 /// A repository of 10 000 committed files.
 fn repository(root: &Path) {
@@ -39,9 +31,9 @@ fn repository(root: &Path) {
         }
     }
     std::fs::write(root.join(".gitignore"), "target/\n").unwrap();
-    git(root, &["init", "-q"]);
-    git(root, &["add", "."]);
-    git(root, &["commit", "-q", "-m", "files"]);
+    support::git(root, &["init", "-q"]);
+    support::git(root, &["add", "."]);
+    support::git(root, &["commit", "-q", "-m", "files"]);
 }
 
 /// One call of `command`; its wall ms and the files it told.
@@ -65,10 +57,7 @@ fn line(name: &str, mut walls: Vec<f64>, told: usize) {
 
 #[tokio::main]
 async fn main() {
-    let rounds: usize = std::env::var("EDITS_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(20);
+    let rounds = support::env_or("EDITS_ROUNDS", 20);
     let dir = tempfile::tempdir().unwrap();
     // Two alike: the bare calls' changes are not the compared calls' to see.
     let made = |name: &str| {

@@ -13,6 +13,8 @@
     clippy::print_stderr
 )]
 
+mod support;
+
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -23,10 +25,7 @@ const DIRS: usize = 100;
 const FILES: usize = 100;
 
 fn main() {
-    let rounds: usize = std::env::var("CHECKOUT_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(3);
+    let rounds = support::env_or("CHECKOUT_ROUNDS", 3);
     let repo = tempfile::tempdir().unwrap();
     let root = repo.path().canonicalize().unwrap();
     let bytes = repository(&root);
@@ -68,14 +67,14 @@ fn main() {
         let wt = scratch.path().join("worktree");
         let wt_text = wt.to_str().unwrap();
         let started = Instant::now();
-        git(
+        support::git(
             &root,
             &["worktree", "add", "--quiet", "--detach", wt_text, "HEAD"],
         );
         let create = started.elapsed();
         let (tree, own) = (size(&wt, Some(".git")), worktree_git_size(&root));
         let started = Instant::now();
-        git(&root, &["worktree", "remove", "--force", wt_text]);
+        support::git(&root, &["worktree", "remove", "--force", wt_text]);
         let remove = started.elapsed();
         row("git worktree add", None, create, remove, tree, own);
     }
@@ -106,27 +105,10 @@ fn settle() {
     assert!(done.success());
 }
 
-/// Plain git for the set-up, with no configuration of the machine's.
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(["-c", "user.name=b", "-c", "user.email=b@b"])
-        .args(args)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// A repository of DIRS × FILES source files of about 4 KB, committed, then a
 /// file changed and one added: its files' bytes.
 fn repository(root: &Path) -> u64 {
-    git(root, &["init", "-q", "-b", "main"]);
+    support::git(root, &["init", "-q", "-b", "main"]);
     let mut bytes = 0;
     for d in 0..DIRS {
         let dir = root.join(format!("src/d{d}"));
@@ -137,8 +119,8 @@ fn repository(root: &Path) -> u64 {
             std::fs::write(dir.join(format!("f{f}.rs")), text).unwrap();
         }
     }
-    git(root, &["add", "."]);
-    git(root, &["commit", "-q", "-m", "init"]);
+    support::git(root, &["add", "."]);
+    support::git(root, &["commit", "-q", "-m", "init"]);
     std::fs::write(root.join("src/d1/f1.rs"), "changed\n").unwrap();
     std::fs::write(root.join("new.rs"), "new\n").unwrap();
     bytes

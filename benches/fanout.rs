@@ -35,6 +35,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[path = "../tests/support/mock_llm.rs"]
 mod mock_llm;
 
+mod support;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -371,7 +373,7 @@ fn run_cli(url: &str, n: usize, work: Work) {
         env!("CARGO_BIN_EXE_orchestrate"),
         work.prompt(n),
     );
-    let cpu = stat_ms(13);
+    let cpu = support::stat_ms(13);
     let start = Instant::now();
     let out = Command::new("script")
         .args(["-qec", &command, "/dev/null"])
@@ -401,7 +403,7 @@ fn run_cli(url: &str, n: usize, work: Work) {
         "{:.1} {} {}",
         wall.as_secs_f64() * 1000.0,
         out.stdout.len(),
-        stat_ms(13) - cpu
+        support::stat_ms(13) - cpu
     );
 }
 
@@ -898,23 +900,7 @@ fn report(wall: Duration, cpu_at_start: f64) {
 
 /// The CPU time this process used so far (user and system), in ms.
 fn cpu_ms() -> f64 {
-    stat_ms(11)
-}
-
-/// Two adjacent clock-tick fields of `/proc/self/stat` from `first` (counted
-/// from the 3rd field, the first after the name), summed, in ms (a tick is 10 ms):
-/// 11 is the process's user and system time, 13 its waited-for children's.
-fn stat_ms(first: usize) -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(first) + ticks(first + 1)) * 10.0
+    support::stat_ms(11)
 }
 
 fn peak_rss_kib() -> u64 {
@@ -927,10 +913,7 @@ fn peak_rss_kib() -> u64 {
 }
 
 fn threads(var: &str) -> usize {
-    std::env::var(var)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2)
+    support::env_or(var, 2)
 }
 
 /// How many pieces a lead's prompt asks for: `do 200 pieces`.

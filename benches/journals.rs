@@ -25,6 +25,8 @@
 #[path = "../tests/support/mock_llm.rs"]
 mod mock_llm;
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -41,10 +43,7 @@ const WORKERS: usize = 100;
 const CALLS: usize = 10;
 
 fn main() {
-    let rounds: usize = std::env::var("JOURNAL_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(3);
+    let rounds = support::env_or("JOURNAL_ROUNDS", 3);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

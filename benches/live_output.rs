@@ -10,26 +10,13 @@
 //! this process's CPU (user and system) per call, and the events told.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
+mod support;
+
 use std::time::Instant;
 
 use orchestrate::events::Publisher;
 use orchestrate::tools::bash::Bash;
 use orchestrate::{EventBus, SessionId, Tool, ToolContext};
-
-/// This process's CPU ms so far (`utime` + `stime` in `/proc/self/stat`,
-/// clock ticks of 10 ms).
-fn own_cpu_ms() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) * 10.0
-}
 
 /// One call printing 10 MB, told live when `live`; its wall and CPU ms, and
 /// the events told.
@@ -49,10 +36,10 @@ async fn call(ws: &std::path::Path, command: &str, live: bool) -> (f64, f64, usi
         ctx.events = Some(Publisher::new(bus.clone(), session, None, "bench"));
     }
     let input = serde_json::json!({ "command": command });
-    let (cpu, start) = (own_cpu_ms(), Instant::now());
+    let (cpu, start) = (support::stat_ms(11), Instant::now());
     let result = Bash::default().call(input, &ctx).await.unwrap();
     let wall = start.elapsed().as_secs_f64() * 1000.0;
-    let cpu = own_cpu_ms() - cpu;
+    let cpu = support::stat_ms(11) - cpu;
     assert!(result.len() > 30_000, "the capped result");
     drop((ctx, bus));
     (wall, cpu, counted.await.unwrap())

@@ -12,28 +12,15 @@
 //! each). Prints one line per case: calls, CPU ms per call, wall ms per call.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
+mod support;
+
 use std::process::{Command, Stdio};
 use std::time::Instant;
-
-/// The CPU ms this process's waited-for children have used so far
-/// (`cutime` + `cstime` in `/proc/self/stat`, clock ticks of 10 ms).
-fn children_cpu_ms() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(13) + ticks(14)) * 10.0
-}
 
 /// Runs `make()` `calls` times to its end (a launcher with a user namespace
 /// given its id maps, as the Bash tool gives them); prints CPU and wall per call.
 fn case(name: &str, calls: usize, mapped: bool, make: impl Fn() -> Command) {
-    let cpu = children_cpu_ms();
+    let cpu = support::stat_ms(13);
     let start = Instant::now();
     for _ in 0..calls {
         let mut child = make()
@@ -52,15 +39,12 @@ fn case(name: &str, calls: usize, mapped: bool, make: impl Fn() -> Command) {
         assert!(status.success(), "{name}: {status}");
     }
     let wall = start.elapsed().as_secs_f64() * 1000.0 / calls as f64;
-    let cpu = (children_cpu_ms() - cpu) / calls as f64;
+    let cpu = (support::stat_ms(13) - cpu) / calls as f64;
     println!("{name:<22} {calls:>5} calls  {cpu:>6.2} ms CPU/call  {wall:>6.2} ms wall/call");
 }
 
 fn main() {
-    let calls: usize = std::env::var("SANDBOX_CALLS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(300);
+    let calls = support::env_or("SANDBOX_CALLS", 300);
     // A workspace that is a git repository with the files the sandbox protects,
     // and a state root to hide, as a run has them.
     let dir = tempfile::tempdir().unwrap();

@@ -437,20 +437,12 @@ async fn what_a_bash_command_changed_shows_as_diff_events() {
     .await;
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .current_dir(root)
-            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", text(&out.stderr));
-    };
-    git(&["init", "-q"]);
+    let git = crate::isolation::git;
+    git(root, &["init", "-q"]);
     std::fs::write(root.join("kept.txt"), "one\n").unwrap();
     std::fs::write(root.join("gone.txt"), "bye\n").unwrap();
-    git(&["add", "."]);
-    git(&["commit", "-q", "-m", "first"]);
+    git(root, &["add", "."]);
+    git(root, &["commit", "-q", "-m", "first"]);
     let index = std::fs::read(root.join(".git/index")).unwrap();
     let args = [
         "--json",

@@ -900,48 +900,37 @@ async fn continue_false_from_a_tool_hook_ends_the_agent_with_the_hook_s_reason()
             r#"cat >/dev/null; echo '{"continue": false, "stopReason": "the build is red"}'"#,
         )],
     );
+    /// Runs `task` whose one call is `tool` with `input`: the hook ends the
+    /// agent, and the model is not asked again.
+    async fn ended_by_the_hook(ws: &Path, tool: &'static str, input: Value, task: &str) {
+        let mock = MockLlm::start_with(move |request, _| match request.results() {
+            0 => Reply::tool_calls(&[("call", tool, input.clone())]),
+            _ => Reply::text("carried on"),
+        })
+        .await;
+        let mut args = BYPASS.to_vec();
+        args.extend(["--json", task]);
+        let out = run_on(&mock, ws, &args, &[]).await;
+        let stdout = text(&out.stdout);
+        assert!(
+            stdout.contains(r#""reason":"hook: the build is red""#),
+            "{stdout}"
+        );
+        assert_eq!(mock.requests().len(), 1, "the model is not asked again");
+    }
     // Before the call: refused, and the agent ends.
-    let mock = MockLlm::start_with(|request, _| match request.results() {
-        0 => Reply::tool_calls(&[(
-            "write",
-            "Write",
-            json!({ "file_path": "w.txt", "content": "x" }),
-        )]),
-        _ => Reply::text("carried on"),
-    })
-    .await;
-    let mut args = BYPASS.to_vec();
-    args.extend(["--json", "write it"]);
-    let out = run_on(&mock, ws, &args, &[]).await;
-    let stdout = text(&out.stdout);
-    assert!(
-        stdout.contains(r#""reason":"hook: the build is red""#),
-        "{stdout}"
-    );
-    assert_eq!(mock.requests().len(), 1, "the model is not asked again");
+    let write = json!({ "file_path": "w.txt", "content": "x" });
+    ended_by_the_hook(ws, "Write", write, "write it").await;
     assert!(!ws.join("w.txt").exists());
     // After the call: it ran, and the agent ends.
-    let mock = MockLlm::start_with(|request, _| match request.results() {
-        0 => Reply::tool_calls(&[("echo", "Bash", json!({ "command": "echo hi > b.txt" }))]),
-        _ => Reply::text("carried on"),
-    })
-    .await;
-    let mut args = BYPASS.to_vec();
-    args.extend(["--json", "echo it"]);
-    let out = run_on(&mock, ws, &args, &[]).await;
-    let stdout = text(&out.stdout);
-    assert!(
-        stdout.contains(r#""reason":"hook: the build is red""#),
-        "{stdout}"
-    );
-    assert_eq!(mock.requests().len(), 1);
+    let echo = json!({ "command": "echo hi > b.txt" });
+    ended_by_the_hook(ws, "Bash", echo, "echo it").await;
     assert_eq!(std::fs::read_to_string(ws.join("b.txt")).unwrap(), "hi\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_from_another_terminal_goes_through_the_prompt_hooks() {
     use crate::support::mock_llm::{End, Gate};
-    use tokio::io::AsyncBufReadExt;
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path();
     settings(
@@ -967,22 +956,17 @@ async fn a_message_from_another_terminal_goes_through_the_prompt_hooks() {
         }
     })
     .await;
-    let mut child = crate::cli::command_on(&mock, ws, &["--json", "read the notes"], &[])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut command = crate::cli::command_on(&mock, ws, &["--json", "read the notes"], &[]);
+    let (mut child, mut lines) = crate::support::harness::spawn_json(&mut command);
     let state = crate::support::harness::state(ws);
     let steer = |message: &'static str| {
         let state = state.clone();
         async move {
-            let (_, socket) = orchestrate::control::live_sockets(&state).await.remove(0);
             let op = orchestrate::control::Op::Steer {
                 agent: "orchestrator".into(),
                 message: message.into(),
             };
-            orchestrate::control::request(&socket, &op).await.unwrap()
+            crate::support::harness::control(&state, &op).await
         }
     };
     let (mut refused, mut queued, mut answer) = (false, false, None);

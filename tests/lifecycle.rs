@@ -252,23 +252,6 @@ fn own_and_rolled_up(events: &[Value], agent: &str) -> (u64, u64) {
     )
 }
 
-/// The binary started as `command` (with `--json`), and its output's lines.
-fn spawn_json(
-    command: &mut tokio::process::Command,
-) -> (
-    tokio::process::Child,
-    tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
-) {
-    use tokio::io::AsyncBufReadExt;
-    let mut child = command
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    (child, lines)
-}
-
 /// Runs the binary with `--json`, calling `on_event` with each event as it
 /// comes, until it returns true (the process is then killed with SIGKILL
 /// once `before_kill` returns) or the run ends; its exit code (`None` when
@@ -278,7 +261,7 @@ async fn watch_run(
     mut on_event: impl FnMut(&Value) -> bool,
     before_kill: impl std::future::Future<Output = ()>,
 ) -> (Option<i32>, Vec<Value>) {
-    let (mut child, mut lines) = spawn_json(&mut command);
+    let (mut child, mut lines) = crate::support::harness::spawn_json(&mut command);
     let mut events = Vec::new();
     let mut killed = false;
     let read = async {
@@ -646,14 +629,13 @@ async fn run_with_control(
     state: orchestrate::state::StateDir,
     act: impl Fn(&Value) -> Option<orchestrate::control::Op>,
 ) -> (Option<i32>, Vec<Value>) {
-    let (mut child, mut lines) = spawn_json(&mut command);
+    let (mut child, mut lines) = crate::support::harness::spawn_json(&mut command);
     let mut events = Vec::new();
     let read = async {
         while let Some(line) = lines.next_line().await.unwrap() {
             let event: Value = serde_json::from_str(&line).unwrap();
             if let Some(op) = act(&event) {
-                let (_, socket) = orchestrate::control::live_sockets(&state).await.remove(0);
-                let reply = orchestrate::control::request(&socket, &op).await.unwrap();
+                let reply = crate::support::harness::control(&state, &op).await;
                 assert!(reply.ok, "{reply:?}");
             }
             events.push(event);

@@ -2,7 +2,6 @@
 //! before the call ends; the model still gets the whole output at the end.
 
 use serde_json::{Value, json};
-use tokio::io::AsyncBufReadExt;
 
 use crate::support::harness::tool_results;
 use crate::support::mock_llm::{MockLlm, Reply};
@@ -19,12 +18,8 @@ async fn a_commands_output_is_told_while_it_runs() {
     })
     .await;
     let args = ["--permission-mode", "bypassPermissions", "--json", "run it"];
-    let mut child = crate::cli::command_on(&mock, ws, &args, &[])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut command = crate::cli::command_on(&mock, ws, &args, &[]);
+    let (mut child, mut lines) = crate::support::harness::spawn_json(&mut command);
     let mut told = Vec::new();
     let mut finished = false;
     let read = async {

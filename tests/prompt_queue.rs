@@ -295,7 +295,10 @@ async fn the_handle_tells_busy_and_queued_clears_the_queue_and_cancels_everythin
     // Each cleared prompt ends cancelled; the first is answered.
     let mut ended = std::collections::BTreeMap::new();
     while ended.len() < 3 {
-        let event = events.recv().await.unwrap();
+        let event = tokio::time::timeout(harness::DEADLINE, events.recv())
+            .await
+            .expect("every prompt ends")
+            .unwrap();
         if let EventKind::Terminal { prompts, outcome } = &event.kind {
             let answer = match outcome {
                 Outcome::Completed { text, .. } => text.clone(),

@@ -23,6 +23,30 @@ pub const DEADLINE: Duration = Duration::from_secs(30);
 /// The key tests send; it must never show up anywhere but the Authorization header.
 pub const TEST_KEY: &str = "sk-test-0123456789-secret";
 
+/// The lines a child's standard output gives.
+pub type Lines = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>;
+
+/// Starts `command` (the binary with `--json`): the child and its event lines.
+pub fn spawn_json(command: &mut tokio::process::Command) -> (tokio::process::Child, Lines) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    (child, lines)
+}
+
+/// Sends `op` to the live run of the state folder `state`: its reply.
+pub async fn control(
+    state: &orchestrate::state::StateDir,
+    op: &orchestrate::control::Op,
+) -> orchestrate::control::Reply {
+    let (_, socket) = orchestrate::control::live_sockets(state).await.remove(0);
+    orchestrate::control::request(&socket, op).await.unwrap()
+}
+
 /// The state folder of `workspace` when it is also `$HOME` (as the tests that run
 /// the binary make it) with no XDG variable set: the runtimes the tests start
 /// keep their journals there too.

@@ -532,14 +532,13 @@ async fn ctrl_d_at_an_empty_prompt_ends_an_interactive_session() {
         "{screen}"
     );
     // The built-ins, then the person's commands; the prompt line after each.
-    let seen = ask(
+    ask(
         &terminal,
         screen.len(),
         "/help\n",
         "/review    Reviews a file",
     )
     .await;
-    let _ = seen;
     terminal.marks(2).await;
     terminal.type_keys("say hi\n");
     terminal.marks(3).await;
@@ -571,8 +570,8 @@ async fn a_follow_up_that_joins_the_run_in_progress_is_answered_with_it() {
     let seen = ask(&terminal, seen, "and this too\n", "queued: and this too").await;
     std::fs::write(dir.path().join("go"), "").unwrap();
     // One answer for both, and the prompt line is back.
-    let seen = terminal.shows_after(seen, "› ").await.len();
-    let _ = ask(&terminal, seen, "/exit\n", "").await;
+    terminal.shows_after(seen, "› ").await;
+    terminal.type_keys("/exit\n");
     let out = exited(child).await;
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(text(&out.stdout), "heard and this too\n");

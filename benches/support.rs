@@ -1,0 +1,46 @@
+//! What the benches share: this process's CPU from `/proc`, a setting read
+//! from the environment, and plain git for a repository's set-up.
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
+
+use std::path::Path;
+
+/// The CPU ms of two adjacent fields of `/proc/self/stat` (clock ticks of
+/// 10 ms), counted after the name: 11 this process's own (`utime` and
+/// `stime`), 13 its waited-for children's (`cutime` and `cstime`).
+pub fn stat_ms(first: usize) -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(first) + ticks(first + 1)) * 10.0
+}
+
+/// The number the variable `var` holds, else `default`.
+pub fn env_or(var: &str, default: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Plain git for the set-up, with no configuration of the machine's.
+pub fn git(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=b", "-c", "user.email=b@b"])
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
