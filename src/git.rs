@@ -265,6 +265,81 @@ pub(crate) fn output_fed(
     })
 }
 
+/// A git kept running to be asked in turn (`cat-file --batch-command`):
+/// its standard input and output, its error output dropped. Dropped, its
+/// group is killed and it is waited for.
+#[derive(Debug)]
+pub(crate) struct Conversation {
+    child: std::process::Child,
+    input: std::process::ChildStdin,
+    output: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Conversation {
+    /// Starts `command`.
+    pub(crate) fn start(mut command: std::process::Command) -> std::io::Result<Self> {
+        use std::os::unix::process::CommandExt;
+        use std::process::Stdio;
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()?;
+        let (input, output) = match (child.stdin.take(), child.stdout.take()) {
+            (Some(input), Some(output)) => (input, std::io::BufReader::new(output)),
+            _ => {
+                kill_group(&mut child);
+                return Err(std::io::Error::other("git's pipes were not made"));
+            }
+        };
+        Ok(Self {
+            child,
+            input,
+            output,
+        })
+    }
+
+    /// One exchange: `talk` writes and reads in turn. Past [`GIT_DEADLINE`]
+    /// the git is killed, which ends any read `talk` waits in; after an
+    /// error the conversation is of no more use.
+    pub(crate) fn talk<T>(
+        &mut self,
+        talk: impl FnOnce(
+            &mut std::process::ChildStdin,
+            &mut std::io::BufReader<std::process::ChildStdout>,
+        ) -> std::io::Result<T>,
+    ) -> std::io::Result<T> {
+        let group = rustix::process::Pid::from_raw(self.child.id() as i32);
+        let (done, waiting) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                waiting.recv_timeout(GIT_DEADLINE)
+                && let Some(group) = group
+            {
+                let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+            }
+        });
+        let said = talk(&mut self.input, &mut self.output);
+        drop(done);
+        said
+    }
+}
+
+impl Drop for Conversation {
+    fn drop(&mut self) {
+        kill_group(&mut self.child);
+    }
+}
+
+/// Kills `child`'s group and waits for it.
+fn kill_group(child: &mut std::process::Child) {
+    if let Some(group) = rustix::process::Pid::from_raw(child.id() as i32) {
+        let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+    }
+    let _ = child.wait();
+}
+
 /// Waits for `child` to exit, at most `deadline`: its status, or `None` when it
 /// still runs. Woken by the process's own descriptor the moment it exits (a
 /// git takes a few milliseconds; a poll would add its period to each), or,

@@ -10,20 +10,21 @@
 //!
 //! Blocking: every method runs git.
 
-use std::collections::HashMap;
+mod entries;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsStr;
+use std::io::{BufRead, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use super::checkout::{self, CheckoutError, PathChange, git};
+use super::checkout::{self, Blob, CheckoutError, PathChange, git};
+use entries::Entry;
 
 /// The most files a folder outside a repository may hold to be shadowed.
 pub const MAX_FILES: usize = 20_000;
 /// The most bytes its files may hold together.
 pub const MAX_BYTES: u64 = 128 * 1024 * 1024;
-
-/// git's empty tree.
-pub const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 
 /// What makes a look at a few paths quick in a large index: no checksum of
 /// the index (it is orchestrate's own, read by nobody else), no threads to
@@ -48,13 +49,20 @@ pub struct Shadow {
     index: PathBuf,
     /// The private repository, outside a repository.
     own: Option<PathBuf>,
+    /// In a repository, where the objects it writes go (the repository's
+    /// own are read beside them): nothing is added to the person's store.
+    objects: Option<(PathBuf, PathBuf)>,
     /// The folder's place below the top of its work tree, `/`-ended; empty
     /// at the top.
     prefix: String,
+    /// How long its repository's object ids are, in bytes.
+    oid_len: usize,
     /// Places inside the folder that are never part of it (the run's own state).
     leave_out: Vec<PathBuf>,
     /// [`QUICK`] as git's environment.
     quick: Vec<(String, String)>,
+    /// The git that reads its objects, once started.
+    reader: std::sync::Mutex<Option<super::Conversation>>,
 }
 
 impl Shadow {
@@ -66,14 +74,22 @@ impl Shadow {
         leave_out: &[PathBuf],
     ) -> Result<Self, CheckoutError> {
         std::fs::create_dir_all(scratch)?;
-        let name = format!("shadow.{}", crate::protocol::SessionId::new());
+        sweep(scratch);
+        let name = format!(
+            "shadow.{}.{}",
+            std::process::id(),
+            crate::protocol::SessionId::new()
+        );
         let mut shadow = Self {
             folder: folder.to_owned(),
             index: scratch.join(format!("{name}.index")),
             own: None,
+            objects: None,
             prefix: String::new(),
+            oid_len: 20,
             leave_out: leave_out.to_vec(),
             quick: super::config_env(&QUICK, 0),
+            reader: std::sync::Mutex::new(None),
         };
         match checkout::place(folder) {
             Ok(place) => {
@@ -84,9 +100,21 @@ impl Shadow {
                 )
                 .unwrap_or_default();
                 checkout::seed_index(&place.root, &shadow.index, &head)?;
+                let theirs = [
+                    "rev-parse",
+                    "--path-format=absolute",
+                    "--git-path",
+                    "objects",
+                ];
+                let theirs = PathBuf::from(git(&place.root, &theirs, &[])?);
+                let ours = scratch.join(format!("{name}.objects"));
+                std::fs::create_dir(&ours)?;
+                shadow.objects = Some((ours, theirs));
                 // Paths stored once per prefix: a smaller index to read and write.
                 let version = ["update-index", "--index-version", "4"];
                 git(&place.root, &version, &shadow.env())?;
+                let format = git(&place.root, &["rev-parse", "--show-object-format"], &[])?;
+                shadow.oid_len = if format == "sha256" { 32 } else { 20 };
                 let prefix = place.prefix.to_string_lossy().into_owned();
                 shadow.prefix = match prefix.trim_end_matches('/') {
                     "" => String::new(),
@@ -102,6 +130,8 @@ impl Shadow {
             }
         }
         shadow.refresh_all()?;
+        // An index this code cannot read is found now, not at the first look.
+        shadow.entries(None)?;
         Ok(shadow)
     }
 
@@ -116,6 +146,10 @@ impl Shadow {
             env.push(("GIT_DIR", own.as_os_str()));
             env.push(("GIT_WORK_TREE", self.folder.as_os_str()));
         }
+        if let Some((ours, theirs)) = &self.objects {
+            env.push(("GIT_OBJECT_DIRECTORY", ours.as_os_str()));
+            env.push(("GIT_ALTERNATE_OBJECT_DIRECTORIES", theirs.as_os_str()));
+        }
         env
     }
 
@@ -124,72 +158,118 @@ impl Shadow {
         checkout::add_all(&self.folder, &self.env(), &self.leave_out)
     }
 
-    /// Brings `paths` (relative to the folder; files or folders, present or
-    /// gone) into the shadow, and nothing else; on any failure, the whole
-    /// folder.
-    pub fn refresh(&self, paths: &[PathBuf]) -> Result<(), CheckoutError> {
-        let (present, gone): (Vec<&PathBuf>, Vec<&PathBuf>) = paths
-            .iter()
-            .partition(|p| std::fs::symlink_metadata(self.folder.join(p)).is_ok());
+    /// Brings `named` (relative to the folder; files or folders, present or
+    /// gone), or the whole folder when `None`, into the shadow: what changed
+    /// in them since they were last brought in. A failure to bring in the
+    /// paths named leaves the index as it was (git writes it whole or not at
+    /// all), and the whole folder is compared instead.
+    pub fn update(&self, named: Option<&[PathBuf]>) -> Result<Vec<PathChange>, CheckoutError> {
+        if let Some(named) = named {
+            let names: HashSet<Vec<u8>> = named
+                .iter()
+                .map(|p| p.as_os_str().as_bytes().to_vec())
+                .collect();
+            let before = self.entries(Some(&names))?;
+            match self.add(named, &before) {
+                Ok(()) => return Ok(compared(before, self.entries(Some(&names))?)),
+                Err(e) => {
+                    tracing::debug!(folder = %self.folder.display(), "the whole folder instead: {e}")
+                }
+            }
+        }
+        let before = self.entries(None)?;
+        self.refresh_all()?;
+        Ok(compared(before, self.entries(None)?))
+    }
+
+    /// Brings `named` into the index, `before` being what it holds of them.
+    /// When each is a file it holds (changed or gone), `update-index` of
+    /// those files, which reads no folder; otherwise `add --all` of each
+    /// present on disk or held, which looks for new files (and honours the
+    /// ignore files) below them.
+    fn add(&self, named: &[PathBuf], before: &[Entry]) -> Result<(), CheckoutError> {
+        let files: HashSet<&[u8]> = before.iter().map(|e| e.path.as_slice()).collect();
+        let held: HashSet<&[u8]> = before.iter().flat_map(|e| places(&e.path)).collect();
+        let on_disk = |path: &Path| std::fs::symlink_metadata(self.folder.join(path));
+        let only_files = named.iter().all(|path| {
+            let bytes = path.as_os_str().as_bytes();
+            files.contains(bytes) && !on_disk(path).is_ok_and(|m| m.is_dir())
+        });
+        let (args, listed): (&[&str], Vec<&[u8]>) = if only_files {
+            let update = &["update-index", "--add", "--remove", "-z", "--stdin"];
+            (update, files.into_iter().collect())
+        } else {
+            let add = &[
+                "add",
+                "--all",
+                "--pathspec-from-file=-",
+                "--pathspec-file-nul",
+            ];
+            let listed = named
+                .iter()
+                .map(|p| p.as_os_str().as_bytes())
+                .filter(|p| held.contains(p) || on_disk(Path::new(OsStr::from_bytes(p))).is_ok())
+                .collect();
+            (add, listed)
+        };
+        if listed.is_empty() {
+            return Ok(());
+        }
+        // On its input, as bytes: any name, any number of them.
+        let mut names = Vec::new();
+        for path in listed {
+            names.extend_from_slice(path);
+            names.push(0);
+        }
         let mut env = self.env();
         // The paths are names, not patterns.
         env.push(("GIT_LITERAL_PATHSPECS", OsStr::new("1")));
-        let run = |args: &[&str], list: &[&PathBuf], ignored_ok: bool| {
-            if list.is_empty() {
-                return Ok(());
-            }
-            // On its input, as bytes: any name, any number of them.
-            let mut names = Vec::new();
-            for path in list {
-                names.extend_from_slice(path.as_os_str().as_bytes());
-                names.push(0);
-            }
-            let out = checkout::git_run(&self.folder, args, &env, names)?;
-            // `add` exits 1 when a path it was given is ignored (it adds the
-            // others): nothing to bring in.
-            match out.status.code() {
-                Some(0) => Ok(()),
-                Some(1) if ignored_ok => Ok(()),
-                _ => Err(checkout::failed(&self.folder, args, &out.stderr)),
+        let out = checkout::git_run(&self.folder, args, &env, names)?;
+        // `add` exits 1 when a path it was given is ignored (it adds the
+        // others): nothing to bring in.
+        match out.status.code() {
+            Some(0) => Ok(()),
+            Some(1) if !only_files => Ok(()),
+            _ => Err(checkout::failed(&self.folder, args, &out.stderr)),
+        }
+    }
+
+    /// The shadow's entries in the folder (their paths relative to it),
+    /// only those at or below `names` when given.
+    fn entries(&self, names: Option<&HashSet<Vec<u8>>>) -> Result<Vec<Entry>, CheckoutError> {
+        let bytes = match std::fs::read(&self.index) {
+            // Nothing was ever added to it.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            read => read?,
+        };
+        let prefix = self.prefix.as_bytes();
+        // A few names are compared with each path; many are looked up by
+        // each of its places.
+        let few: Option<Vec<&[u8]>> = names
+            .filter(|names| names.len() <= 32)
+            .map(|names| names.iter().map(Vec::as_slice).collect());
+        let wanted = |path: &[u8]| {
+            let Some(inside) = path.strip_prefix(prefix) else {
+                return false;
+            };
+            match (&few, names) {
+                (Some(few), _) => few.iter().any(|name| at_or_below(inside, name)),
+                (None, Some(names)) => places(inside).any(|p| names.contains(p)),
+                (None, None) => true,
             }
         };
-        let from_input = ["--pathspec-from-file=-", "--pathspec-file-nul"];
-        let rm = ["rm", "-r", "-q", "-f", "--cached", "--ignore-unmatch"];
-        let done = run(&[&rm[..], &from_input].concat(), &gone, false).and_then(|()| {
-            run(
-                &[&["add", "--all"][..], &from_input].concat(),
-                &present,
-                true,
-            )
-        });
-        // A path gone between the look and the add, say.
-        done.or_else(|_| self.refresh_all())
-    }
-
-    /// The folder's tree as the shadow holds it now.
-    pub fn tree(&self) -> Result<String, CheckoutError> {
-        let env = self.env();
-        if self.prefix.is_empty() {
-            return git(&self.folder, &["write-tree"], &env);
+        let mut found = entries::read(&bytes, self.oid_len, wanted)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+        for entry in &mut found {
+            entry.path.drain(..prefix.len());
         }
-        let prefix = format!("--prefix={}", self.prefix);
-        match git(&self.folder, &["write-tree", &prefix], &env) {
-            // No tracked or added file in the folder: git has no tree for it.
-            Err(CheckoutError::Git { message, .. }) if message.ends_with("not found") => {
-                Ok(EMPTY_TREE.into())
-            }
-            written => written,
-        }
-    }
-
-    /// The paths (relative to the folder) whose content differs between
-    /// trees `from` and `to`.
-    pub fn changed(&self, from: &str, to: &str) -> Result<Vec<PathChange>, CheckoutError> {
-        checkout::changed_with(&self.folder, &self.env(), from, to)
+        Ok(found)
     }
 
     /// The content of each blob of `oids`, or `None` for one larger than
-    /// `limit` bytes (not read) or missing.
+    /// `limit` bytes (not read) or missing: asked of one git kept running
+    /// (its start costs as much as its answers), the sizes first and then
+    /// the contents of the small ones.
     pub fn blobs(
         &self,
         oids: &[&str],
@@ -200,65 +280,152 @@ impl Shadow {
         if oids.is_empty() {
             return Ok(found);
         }
-        let env = self.env();
-        // Sizes first, so that a large blob is never read.
-        let sizes = self.batch(&["cat-file", "--batch-check"], oids, &env)?;
-        let small: Vec<&str> = String::from_utf8_lossy(&sizes)
-            .lines()
-            .filter_map(|line| {
-                let mut words = line.split(' ');
-                let (oid, kind, size) = (words.next()?, words.next()?, words.next()?);
-                let size: u64 = size.parse().ok()?;
-                (kind == "blob" && size <= limit)
-                    .then(|| oids.iter().copied().find(|o| *o == oid))?
-            })
-            .collect();
-        if small.is_empty() {
-            return Ok(found);
-        }
-        let out = self.batch(&["cat-file", "--batch"], &small, &env)?;
-        // "<oid> blob <size>\n<content>\n", each.
-        let mut rest = &out[..];
-        while let Some(end) = rest.iter().position(|b| *b == b'\n') {
-            let header = String::from_utf8_lossy(&rest[..end]).into_owned();
-            let mut words = header.split(' ');
-            let (Some(oid), Some(_), Some(size)) = (words.next(), words.next(), words.next())
-            else {
-                break;
-            };
-            let Ok(size) = size.parse::<usize>() else {
-                break;
-            };
-            let body = &rest[end + 1..];
-            if body.len() < size {
-                break;
+        let mut reader = self
+            .reader
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let conversation = match reader.as_mut() {
+            Some(conversation) => conversation,
+            None => {
+                let mut command = super::command(&self.folder);
+                command
+                    .args(["cat-file", "--batch-command", "--buffer"])
+                    .envs(self.env());
+                reader.insert(super::Conversation::start(command)?)
             }
-            found.insert(oid.to_owned(), Some(body[..size].to_vec()));
-            rest = body.get(size + 1..).unwrap_or_default();
+        };
+        let read = conversation.talk(|input, output| {
+            let mut small = Vec::new();
+            for oid in oids {
+                writeln!(input, "info {oid}")?;
+            }
+            writeln!(input, "flush")?;
+            input.flush()?;
+            for _ in oids {
+                // "<oid> blob <size>", or "<oid> missing".
+                let line = line(output)?;
+                let mut words = line.split(' ');
+                let (oid, kind, size) = (words.next(), words.next(), words.next());
+                let size = size.and_then(|s| s.parse::<u64>().ok());
+                if let (Some(oid), Some("blob"), Some(size)) = (oid, kind, size)
+                    && size <= limit
+                {
+                    small.push(oid.to_owned());
+                }
+            }
+            for oid in &small {
+                writeln!(input, "contents {oid}")?;
+            }
+            writeln!(input, "flush")?;
+            input.flush()?;
+            let mut contents = Vec::new();
+            for _ in &small {
+                // "<oid> blob <size>\n<content>\n".
+                let header = line(output)?;
+                let mut words = header.split(' ');
+                let oid = words.next().unwrap_or_default().to_owned();
+                let size = words.nth(1).and_then(|s| s.parse::<u64>().ok());
+                let size = size.filter(|s| *s <= limit).ok_or_else(|| {
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, header.clone())
+                })?;
+                let mut body = vec![0; size as usize + 1];
+                output.read_exact(&mut body)?;
+                body.pop();
+                contents.push((oid, body));
+            }
+            Ok(contents)
+        });
+        // Out of step after an error: the next asks a new one.
+        let read = read.inspect_err(|_| *reader = None)?;
+        for (oid, body) in read {
+            if let Some(slot) = found.get_mut(&oid) {
+                *slot = Some(body);
+            }
         }
         Ok(found)
     }
+}
 
-    /// Runs `args` with one line per `oids` on its input.
-    fn batch(
-        &self,
-        args: &[&str],
-        oids: &[&str],
-        env: &[(&str, &OsStr)],
-    ) -> Result<Vec<u8>, CheckoutError> {
-        let input: Vec<u8> = oids
-            .iter()
-            .flat_map(|o| format!("{o}\n").into_bytes())
-            .collect();
-        checkout::git_fed(&self.folder, args, env, input)
+/// One line of `output`, without its end.
+fn line(output: &mut impl BufRead) -> std::io::Result<String> {
+    let mut line = String::new();
+    if output.read_line(&mut line)? == 0 {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
     }
+    Ok(line.trim_end_matches('\n').to_owned())
+}
+
+/// Whether `path` is `name` or below it.
+fn at_or_below(path: &[u8], name: &[u8]) -> bool {
+    path.strip_prefix(name)
+        .is_some_and(|rest| rest.is_empty() || rest[0] == b'/')
+}
+
+/// `path` and each folder above it: `a/b/c`, `a/b`, `a`.
+fn places(path: &[u8]) -> impl Iterator<Item = &[u8]> {
+    std::iter::successors(Some(path), |p| {
+        p.iter().rposition(|b| *b == b'/').map(|end| &p[..end])
+    })
+}
+
+/// What differs between entries `before` and `after`, by path.
+fn compared(before: Vec<Entry>, after: Vec<Entry>) -> Vec<PathChange> {
+    let blob = |e: Entry| Blob {
+        oid: e.oid,
+        mode: format!("{:06o}", e.mode),
+    };
+    let mut paths: BTreeMap<Vec<u8>, (Option<Entry>, Option<Entry>)> = BTreeMap::new();
+    for entry in before {
+        let slot = paths.entry(entry.path.clone()).or_default();
+        slot.0 = Some(entry);
+    }
+    for entry in after {
+        let slot = paths.entry(entry.path.clone()).or_default();
+        slot.1 = Some(entry);
+    }
+    paths
+        .into_iter()
+        .filter(|(_, (before, after))| before != after)
+        .map(|(path, (before, after))| PathChange {
+            path: PathBuf::from(OsStr::from_bytes(&path)),
+            before: before.map(blob),
+            after: after.map(blob),
+        })
+        .collect()
 }
 
 impl Drop for Shadow {
     fn drop(&mut self) {
+        // Its reader first: it may hold its objects open.
+        drop(self.reader.get_mut().map(Option::take));
         let _ = std::fs::remove_file(&self.index);
-        if let Some(own) = &self.own {
-            let _ = std::fs::remove_dir_all(own);
+        let ours = self.objects.iter().map(|(ours, _)| ours);
+        for place in self.own.iter().chain(ours) {
+            let _ = std::fs::remove_dir_all(place);
+        }
+    }
+}
+
+/// Removes from `scratch` what shadows of processes no longer running left
+/// (a run killed before it could remove its own).
+fn sweep(scratch: &Path) {
+    let Ok(entries) = std::fs::read_dir(scratch) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("shadow."))
+            .and_then(|n| n.split('.').next())
+            .and_then(|pid| pid.parse::<i32>().ok())
+            .and_then(rustix::process::Pid::from_raw);
+        let gone = pid.is_some_and(|pid| {
+            rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH)
+        });
+        if gone {
+            let path = entry.path();
+            let _ = std::fs::remove_dir_all(&path).or_else(|_| std::fs::remove_file(&path));
         }
     }
 }

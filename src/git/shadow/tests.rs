@@ -30,6 +30,22 @@ fn listed(changes: &[PathChange]) -> Vec<(String, bool, bool)> {
     listed
 }
 
+/// How many loose objects the repository at `root` holds.
+fn loose_objects(root: &Path) -> usize {
+    walkdir(&root.join(".git/objects"))
+}
+
+fn walkdir(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| match e.file_type().unwrap().is_dir() {
+            true => walkdir(&e.path()),
+            false => 1,
+        })
+        .sum()
+}
+
 fn canonical(dir: &Path) -> PathBuf {
     dir.canonicalize().unwrap()
 }
@@ -39,9 +55,9 @@ fn the_paths_given_are_compared_and_the_persons_index_is_untouched() {
     let repo = repository();
     let root = canonical(repo.path());
     let index = std::fs::read(root.join(".git/index")).unwrap();
+    let objects = loose_objects(&root);
     let scratch = tempfile::tempdir().unwrap();
     let shadow = Shadow::open(&root, scratch.path(), &[]).unwrap();
-    let before = shadow.tree().unwrap();
 
     std::fs::write(root.join("a.txt"), "one\nmore\n").unwrap();
     std::fs::write(root.join("new.txt"), "new\n").unwrap();
@@ -51,10 +67,7 @@ fn the_paths_given_are_compared_and_the_persons_index_is_untouched() {
         .iter()
         .map(PathBuf::from)
         .collect();
-    shadow.refresh(&paths).unwrap();
-    let after = shadow.tree().unwrap();
-
-    let changes = shadow.changed(&before, &after).unwrap();
+    let changes = shadow.update(Some(&paths)).unwrap();
     assert_eq!(
         listed(&changes),
         vec![
@@ -80,8 +93,14 @@ fn the_paths_given_are_compared_and_the_persons_index_is_untouched() {
         "over the limit: not read"
     );
 
+    assert!(shadow.update(Some(&paths)).unwrap().is_empty(), "told once");
     assert_eq!(std::fs::read(root.join(".git/index")).unwrap(), index);
     assert!(!root.join(".git/index.lock").exists());
+    assert_eq!(
+        loose_objects(&root),
+        objects,
+        "the objects it wrote are its own"
+    );
     drop(shadow);
     assert_eq!(
         std::fs::read_dir(scratch.path()).unwrap().count(),
@@ -96,14 +115,12 @@ fn only_the_paths_given_are_looked_at() {
     let root = canonical(repo.path());
     let scratch = tempfile::tempdir().unwrap();
     let shadow = Shadow::open(&root, scratch.path(), &[]).unwrap();
-    let before = shadow.tree().unwrap();
     std::fs::write(root.join("a.txt"), "changed\n").unwrap();
-    shadow.refresh(&[PathBuf::from("sub")]).unwrap();
-    assert_eq!(shadow.tree().unwrap(), before, "a.txt was not named");
-    shadow.refresh_all().unwrap();
+    let sub = shadow.update(Some(&[PathBuf::from("sub")])).unwrap();
+    assert!(sub.is_empty(), "a.txt was not named");
     assert_eq!(
-        listed(&shadow.changed(&before, &shadow.tree().unwrap()).unwrap()).len(),
-        1
+        listed(&shadow.update(None).unwrap()),
+        vec![("a.txt".into(), true, true)]
     );
 }
 
@@ -114,20 +131,21 @@ fn a_folder_below_the_top_is_its_own_tree() {
     let sub = root.join("sub");
     let scratch = tempfile::tempdir().unwrap();
     let shadow = Shadow::open(&sub, scratch.path(), &[]).unwrap();
-    let before = shadow.tree().unwrap();
     std::fs::write(sub.join("c.txt"), "three\n").unwrap();
-    shadow.refresh(&[PathBuf::from("c.txt")]).unwrap();
-    let changes = shadow.changed(&before, &shadow.tree().unwrap()).unwrap();
+    std::fs::write(root.join("a.txt"), "outside the folder\n").unwrap();
+    let changes = shadow.update(Some(&[PathBuf::from("c.txt")])).unwrap();
     assert_eq!(listed(&changes), vec![("c.txt".into(), false, true)]);
+    assert!(
+        shadow.update(None).unwrap().is_empty(),
+        "what is above the folder is not its own"
+    );
 
     // A folder with nothing in it yet.
     let empty = root.join("empty");
     std::fs::create_dir(&empty).unwrap();
     let shadow = Shadow::open(&empty, scratch.path(), &[]).unwrap();
-    assert_eq!(shadow.tree().unwrap(), EMPTY_TREE);
     std::fs::write(empty.join("d.txt"), "four\n").unwrap();
-    shadow.refresh(&[PathBuf::from("d.txt")]).unwrap();
-    let changes = shadow.changed(EMPTY_TREE, &shadow.tree().unwrap()).unwrap();
+    let changes = shadow.update(Some(&[PathBuf::from("d.txt")])).unwrap();
     assert_eq!(listed(&changes), vec![("d.txt".into(), false, true)]);
 }
 
@@ -138,12 +156,13 @@ fn outside_a_repository_the_shadow_is_a_repository_of_its_own() {
     std::fs::write(folder.join("notes.txt"), "one\n").unwrap();
     let scratch = tempfile::tempdir().unwrap();
     let shadow = Shadow::open(&folder, scratch.path(), &[]).unwrap();
-    let before = shadow.tree().unwrap();
-    assert_ne!(before, EMPTY_TREE, "what was there is in it");
     std::fs::write(folder.join("notes.txt"), "two\n").unwrap();
-    shadow.refresh(&[PathBuf::from("notes.txt")]).unwrap();
-    let changes = shadow.changed(&before, &shadow.tree().unwrap()).unwrap();
-    assert_eq!(listed(&changes), vec![("notes.txt".into(), true, true)]);
+    let changes = shadow.update(Some(&[PathBuf::from("notes.txt")])).unwrap();
+    assert_eq!(
+        listed(&changes),
+        vec![("notes.txt".into(), true, true)],
+        "what was there is in it"
+    );
     assert!(
         !folder.join(".git").exists(),
         "nothing is made in the folder"
@@ -184,11 +203,108 @@ fn a_name_that_is_not_utf8_is_brought_in_as_it_is() {
     let root = canonical(repo.path());
     let scratch = tempfile::tempdir().unwrap();
     let shadow = Shadow::open(&root, scratch.path(), &[]).unwrap();
-    let before = shadow.tree().unwrap();
     let name = PathBuf::from(std::ffi::OsStr::from_bytes(b"caf\xe9.txt"));
     std::fs::write(root.join(&name), "latin-1\n").unwrap();
-    shadow.refresh(std::slice::from_ref(&name)).unwrap();
-    let changes = shadow.changed(&before, &shadow.tree().unwrap()).unwrap();
+    let changes = shadow.update(Some(std::slice::from_ref(&name))).unwrap();
     assert_eq!(changes.len(), 1);
     assert_eq!(changes[0].path, name);
+}
+
+#[test]
+fn a_name_git_will_not_take_compares_the_whole_folder() {
+    let repo = repository();
+    let root = canonical(repo.path());
+    let scratch = tempfile::tempdir().unwrap();
+    let shadow = Shadow::open(&root, scratch.path(), &[]).unwrap();
+    std::fs::write(root.join("a.txt"), "changed\n").unwrap();
+    // Beyond a link: `add` refuses it.
+    std::os::unix::fs::symlink("sub", root.join("link")).unwrap();
+    let changes = shadow.update(Some(&[PathBuf::from("link/b.txt")])).unwrap();
+    assert_eq!(
+        listed(&changes),
+        vec![("a.txt".into(), true, true), ("link".into(), false, true)]
+    );
+}
+
+#[test]
+fn a_repository_of_longer_ids_is_compared() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = canonical(dir.path());
+    plain(&root, &["init", "-q", "--object-format=sha256"]);
+    std::fs::write(root.join("a.txt"), "one\n").unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let shadow = Shadow::open(&root, scratch.path(), &[]).unwrap();
+    std::fs::write(root.join("a.txt"), "two\n").unwrap();
+    let changes = shadow.update(Some(&[PathBuf::from("a.txt")])).unwrap();
+    assert_eq!(listed(&changes), vec![("a.txt".into(), true, true)]);
+    let after = changes[0].after.as_ref().unwrap().oid.clone();
+    assert_eq!(after.len(), 64);
+    let blobs = shadow.blobs(&[&after], 1024).unwrap();
+    assert_eq!(blobs[&after].as_deref(), Some(&b"two\n"[..]));
+}
+
+#[test]
+fn files_it_holds_changed_or_gone_are_brought_in_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let repo = repository();
+    let root = canonical(repo.path());
+    let scratch = tempfile::tempdir().unwrap();
+    let shadow = Shadow::open(&root, scratch.path(), &[]).unwrap();
+    std::fs::write(root.join("a.txt"), "one\ntwo\n").unwrap();
+    std::fs::set_permissions(root.join("a.txt"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::remove_file(root.join("sub/b.txt")).unwrap();
+    let named = [PathBuf::from("a.txt"), PathBuf::from("sub/b.txt")];
+    let changes = shadow.update(Some(&named)).unwrap();
+    assert_eq!(
+        listed(&changes),
+        vec![
+            ("a.txt".into(), true, true),
+            ("sub/b.txt".into(), true, false)
+        ]
+    );
+    assert_eq!(changes[0].after.as_ref().unwrap().mode, "100755");
+
+    // A file become a folder: what is in it is looked for.
+    std::fs::remove_file(root.join("a.txt")).unwrap();
+    std::fs::create_dir(root.join("a.txt")).unwrap();
+    std::fs::write(root.join("a.txt/inner"), "in\n").unwrap();
+    let changes = shadow.update(Some(&[PathBuf::from("a.txt")])).unwrap();
+    assert_eq!(
+        listed(&changes),
+        vec![
+            ("a.txt".into(), true, false),
+            ("a.txt/inner".into(), false, true)
+        ]
+    );
+}
+
+#[test]
+fn what_a_process_no_longer_running_left_is_swept() {
+    let scratch = tempfile::tempdir().unwrap();
+    let mut ended = std::process::Command::new("true").spawn().unwrap();
+    let pid = ended.id();
+    ended.wait().unwrap();
+    let left = scratch.path().join(format!("shadow.{pid}.x.index"));
+    std::fs::write(&left, "").unwrap();
+    std::fs::create_dir(scratch.path().join(format!("shadow.{pid}.x.objects"))).unwrap();
+    let mine = scratch
+        .path()
+        .join(format!("shadow.{}.y.index", std::process::id()));
+    std::fs::write(&mine, "").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let folder = canonical(dir.path());
+    let shadow = Shadow::open(&folder, scratch.path(), &[]).unwrap();
+    assert!(!left.exists());
+    assert!(
+        !scratch
+            .path()
+            .join(format!("shadow.{pid}.x.objects"))
+            .exists()
+    );
+    assert!(mine.exists(), "a running process's is kept");
+
+    // The folder was empty: nothing was in the shadow's index.
+    std::fs::write(folder.join("first.txt"), "one\n").unwrap();
+    let changes = shadow.update(Some(&[PathBuf::from("first.txt")])).unwrap();
+    assert_eq!(listed(&changes), vec![("first.txt".into(), false, true)]);
 }

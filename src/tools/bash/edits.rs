@@ -87,7 +87,6 @@ enum Looked {
         shadow: Box<Shadow>,
         /// `None`: every look compares the whole folder.
         watch: Option<Watch>,
-        tree: String,
         /// The last look failed: what its watch named may be missing, so the
         /// next compares the whole folder.
         failed: bool,
@@ -187,7 +186,6 @@ impl Tree {
         let Looked::Seen {
             shadow,
             watch,
-            tree,
             failed,
         } = looked
         else {
@@ -207,20 +205,11 @@ impl Tree {
             true => Dirty::All,
             false => dirty,
         };
-        let refreshed = match dirty {
+        let changes = match dirty {
             Dirty::Paths(paths) if paths.is_empty() => return (Vec::new(), Some(shadow)),
-            Dirty::Paths(paths) => shadow.refresh(&paths.into_iter().collect::<Vec<_>>()),
-            Dirty::All => shadow.refresh_all(),
+            Dirty::Paths(paths) => shadow.update(Some(&paths.into_iter().collect::<Vec<_>>())),
+            Dirty::All => shadow.update(None),
         };
-        let now = refreshed.and_then(|()| shadow.tree());
-        let changes = now.and_then(|now| {
-            let changes = match now == *tree {
-                true => Vec::new(),
-                false => shadow.changed(tree, &now)?,
-            };
-            *tree = now;
-            Ok(changes)
-        });
         match changes {
             Ok(changes) => (changes, Some(shadow)),
             Err(e) => {
@@ -237,13 +226,10 @@ impl Tree {
         let watch = Watch::new(&self.folder, &self.leave_out)
             .inspect_err(|e| tracing::debug!(folder = %self.folder.display(), "not watched: {e}"))
             .ok();
-        let made = Shadow::open(&self.folder, &self.scratch, &self.leave_out)
-            .and_then(|shadow| Ok((shadow.tree()?, shadow)));
-        match made {
-            Ok((tree, shadow)) => Looked::Seen {
+        match Shadow::open(&self.folder, &self.scratch, &self.leave_out) {
+            Ok(shadow) => Looked::Seen {
                 shadow: Box::new(shadow),
                 watch,
-                tree,
                 failed: false,
             },
             Err(e) => {
