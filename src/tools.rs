@@ -7,6 +7,7 @@ pub mod edit;
 pub(crate) mod files;
 pub mod glob;
 pub mod grep;
+pub(crate) mod live;
 pub mod ls;
 pub mod multi_edit;
 pub mod narrowing;

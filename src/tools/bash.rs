@@ -14,7 +14,6 @@ mod confine;
 mod edits;
 pub(crate) mod group;
 pub mod launcher;
-mod live;
 mod output;
 mod protect;
 

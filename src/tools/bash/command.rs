@@ -16,10 +16,10 @@ use tokio::time::Instant;
 
 use super::confine::Confinement;
 use super::group::start;
-use super::live::{Chunk, Live};
 use super::output::CappedOutput;
 use crate::error::ToolError;
 use crate::tools::ToolContext;
+use crate::tools::live::{Chunk, Live};
 
 /// How long the output is still read once the group has been killed: only a process
 /// that left the group (`setsid`) of a shell started without the launcher, or one

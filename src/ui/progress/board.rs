@@ -5,8 +5,11 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::text::{last_line, short_call, short_reason};
+use super::text::{last_line, short_call, short_reason, unfinished_line};
 use crate::protocol::{Event, EventKind, Outcome, SessionId};
+
+/// The most of a call's unfinished last line a row keeps.
+const UNFINISHED: usize = 1024;
 
 /// What an agent is doing.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,6 +99,10 @@ pub struct Row {
     pub fallback: Option<String>,
     /// The last line its running tool call printed, made safe to show.
     pub output: Option<String>,
+    /// What that call printed after its last line break, raw, to be joined
+    /// with what it prints next (a line or an escape sequence cut between
+    /// two events); the last [`UNFINISHED`] bytes at most.
+    unfinished: String,
     /// Tokens its run's title took (the lead's), which its run's counters
     /// do not hold.
     pub titled: u64,
@@ -221,6 +228,7 @@ impl Board {
                     model: String::new(),
                     fallback: None,
                     output: None,
+                    unfinished: String::new(),
                     titled: 0,
                 });
                 let index = self.rows.len() - 1;
@@ -264,9 +272,11 @@ impl Board {
                 row.state = State::Streaming
             }
             EventKind::ToolOutput { text, .. } => {
-                if let Some(line) = last_line(text) {
+                let joined = std::mem::take(&mut row.unfinished) + text;
+                if let Some(line) = last_line(&joined) {
                     row.output = Some(line);
                 }
+                row.unfinished = unfinished_line(&joined, UNFINISHED).to_owned();
             }
             EventKind::TurnFinished {
                 usage, cost_usd, ..
@@ -285,6 +295,7 @@ impl Board {
             } => {
                 row.tools += 1;
                 row.output = None;
+                row.unfinished.clear();
                 row.state = match (&row.state, name.as_str()) {
                     (State::Waiting(n), "Task") => State::Waiting(n + 1),
                     (_, "Task") => State::Waiting(1),
@@ -293,6 +304,7 @@ impl Board {
             }
             EventKind::ToolFinished { name, .. } => {
                 row.output = None;
+                row.unfinished.clear();
                 row.state = match (&row.state, name.as_str()) {
                     (State::Waiting(n), "Task") if *n > 1 => State::Waiting(n - 1),
                     _ => State::Thinking,
@@ -505,9 +517,23 @@ mod tests {
         };
         board.apply(&event(output("compiling a\ncompiling b\n")), Duration::ZERO);
         board.apply(&event(output("  40%\r  80%\x1b[2K\r\n\n")), Duration::ZERO);
-        assert_eq!(board.rows()[0].output.as_deref(), Some("80% [2K"));
+        assert_eq!(board.rows()[0].output.as_deref(), Some("80%"));
         let shown = super::super::render::render_row(&board, 0, 0);
-        assert!(shown.contains("Bash make › 80% [2K"), "{shown}");
+        assert!(shown.contains("Bash make › 80%"), "{shown}");
+        // A line and an escape sequence cut between two events.
+        board.apply(&event(output("linking \x1b[1")), Duration::ZERO);
+        assert_eq!(board.rows()[0].output.as_deref(), Some("linking"));
+        board.apply(&event(output("mdone\x1b[0m now")), Duration::ZERO);
+        assert_eq!(
+            board.rows()[0].output.as_deref(),
+            Some("linking done now"),
+            "joined, the sequence taken out"
+        );
+        board.apply(&event(output("\x1b]0;title\x07\tok\n")), Duration::ZERO);
+        assert_eq!(
+            board.rows()[0].output.as_deref(),
+            Some("linking done now ok")
+        );
         board.apply(
             &event(EventKind::ToolFinished {
                 call_id: "b1".into(),

@@ -15,18 +15,61 @@ pub fn short_call(name: &str, arguments: &str) -> String {
 }
 
 /// The last line of `text` with something on it (a progress bar's `\r`
-/// ends a line too), its control characters made spaces: what a row shows
-/// of a command's output.
+/// ends a line too), its escape sequences taken out (an unfinished one at
+/// the end too) and its other control characters made spaces: what a row
+/// shows of a command's output.
 pub(super) fn last_line(text: &str) -> Option<String> {
     let line = text
         .split(['\n', '\r'])
-        .map(str::trim)
+        .map(|l| without_escapes(l).trim().to_owned())
         .rfind(|l| !l.is_empty())?;
     Some(
         line.chars()
             .map(|c| if c.is_control() { ' ' } else { c })
             .collect(),
     )
+}
+
+/// What follows the last line break of `text`: the start of a line whose
+/// rest may come in the next output, its last `max` bytes at most.
+pub(super) fn unfinished_line(text: &str, max: usize) -> &str {
+    let tail = text.rsplit(['\n', '\r']).next().unwrap_or_default();
+    let mut cut = tail.len().saturating_sub(max);
+    while !tail.is_char_boundary(cut) {
+        cut += 1;
+    }
+    &tail[cut..]
+}
+
+/// `line` without terminal escape sequences: CSI (`ESC [` … a final
+/// byte), OSC (`ESC ]` … `BEL` or `ESC \`), and two-character ones.
+fn without_escapes(line: &str) -> String {
+    let mut kept = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\u{1b}' {
+            kept.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('[') => {
+                for c in chars.by_ref() {
+                    if ('\u{40}'..='\u{7e}').contains(&c) {
+                        break;
+                    }
+                }
+            }
+            Some(']') => {
+                while let Some(c) = chars.next() {
+                    if c == '\u{7}' || (c == '\u{1b}' && chars.next_if_eq(&'\\').is_some()) {
+                        break;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    kept
 }
 
 pub(super) fn short_reason(reason: &str) -> String {

@@ -1,9 +1,10 @@
-//! A running command's output as it comes, for the person: the bytes read
-//! since the last `tool_output` event of the call, the first at once and
-//! later ones at most every [`EVERY`], each at most [`MAX_EVENT_BYTES`] (what
-//! came past that before the next event is left out, and the event says
-//! so). Pure: the command's reader feeds it and publishes what it gives. What
-//! the model gets at the end is the capped whole output, not this.
+//! A running call's output as it comes, for the person: the bytes since the
+//! last `tool_output` event of the call, the first at once and later ones at
+//! most every [`EVERY`], each at most [`MAX_EVENT_BYTES`] (what came past that
+//! before the next event is left out, and the event says so). Pure: Bash's
+//! reader and an MCP server's progress notifications feed it, and publish
+//! what it gives. What the model gets at the end is the call's result, not
+//! this.
 
 use tokio::time::{Duration, Instant};
 
