@@ -33,6 +33,8 @@ pub fn git(dir: &Path, args: &[&str]) {
     let out = std::process::Command::new("git")
         .current_dir(dir)
         .args(["-c", "user.name=b", "-c", "user.email=b@b"])
+        // No collection started behind the measurements.
+        .args(["-c", "gc.auto=0", "-c", "maintenance.auto=false"])
         .args(args)
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_CONFIG_NOSYSTEM", "1")

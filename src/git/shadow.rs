@@ -21,6 +21,9 @@ use std::path::{Path, PathBuf};
 use super::checkout::{self, Blob, CheckoutError, PathChange, git};
 use entries::Entry;
 
+/// A submodule's mode in an index: its commit is recorded.
+const GITLINK: u32 = 0o160000;
+
 /// The most files a folder outside a repository may hold to be shadowed.
 pub const MAX_FILES: usize = 20_000;
 /// The most bytes its files may hold together.
@@ -170,7 +173,24 @@ impl Shadow {
                 .map(|p| p.as_os_str().as_bytes().to_vec())
                 .collect();
             let before = self.entries(Some(&names))?;
-            match self.add(named, &before) {
+            // A path inside a submodule is the submodule's: git records
+            // its commit, not its files.
+            let gitlinks: Vec<&[u8]> = (before.iter())
+                .filter(|e| e.mode == GITLINK)
+                .map(|e| e.path.as_slice())
+                .collect();
+            let named: Vec<PathBuf> = named
+                .iter()
+                .map(|path| {
+                    let bytes = path.as_os_str().as_bytes();
+                    let holder =
+                        (gitlinks.iter()).find(|g| g.len() < bytes.len() && at_or_below(bytes, g));
+                    holder.map_or_else(|| path.clone(), |g| PathBuf::from(OsStr::from_bytes(g)))
+                })
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            match self.add(&named, &before) {
                 Ok(()) => return Ok(compared(before, self.entries(Some(&names))?)),
                 Err(e) => {
                     tracing::debug!(folder = %self.folder.display(), "the whole folder instead: {e}")
@@ -189,11 +209,16 @@ impl Shadow {
     /// ignore files) below them.
     fn add(&self, named: &[PathBuf], before: &[Entry]) -> Result<(), CheckoutError> {
         let files: HashSet<&[u8]> = before.iter().map(|e| e.path.as_slice()).collect();
+        let gitlinks: HashSet<&[u8]> = (before.iter())
+            .filter(|e| e.mode == GITLINK)
+            .map(|e| e.path.as_slice())
+            .collect();
         let held: HashSet<&[u8]> = before.iter().flat_map(|e| places(&e.path)).collect();
         let on_disk = |path: &Path| std::fs::symlink_metadata(self.folder.join(path));
         let only_files = named.iter().all(|path| {
             let bytes = path.as_os_str().as_bytes();
-            files.contains(bytes) && !on_disk(path).is_ok_and(|m| m.is_dir())
+            files.contains(bytes)
+                && (gitlinks.contains(bytes) || !on_disk(path).is_ok_and(|m| m.is_dir()))
         });
         let (args, listed): (&[&str], Vec<&[u8]>) = if only_files {
             let update = &["update-index", "--add", "--remove", "-z", "--stdin"];
@@ -235,7 +260,8 @@ impl Shadow {
     }
 
     /// The shadow's entries in the folder (their paths relative to it),
-    /// only those at or below `names` when given.
+    /// only those at or below `names`, or above one of them (a submodule
+    /// holding it), when given.
     fn entries(&self, names: Option<&HashSet<Vec<u8>>>) -> Result<Vec<Entry>, CheckoutError> {
         let bytes = match std::fs::read(&self.index) {
             // Nothing was ever added to it.
@@ -248,13 +274,20 @@ impl Shadow {
         let few: Option<Vec<&[u8]>> = names
             .filter(|names| names.len() <= 32)
             .map(|names| names.iter().map(Vec::as_slice).collect());
+        let above: HashSet<&[u8]> = (names.iter().flat_map(|names| names.iter()))
+            .flat_map(|name| places(name).skip(1))
+            .collect();
         let wanted = |path: &[u8]| {
             let Some(inside) = path.strip_prefix(prefix) else {
                 return false;
             };
             match (&few, names) {
-                (Some(few), _) => few.iter().any(|name| at_or_below(inside, name)),
-                (None, Some(names)) => places(inside).any(|p| names.contains(p)),
+                (Some(few), _) => few
+                    .iter()
+                    .any(|name| at_or_below(inside, name) || at_or_below(name, inside)),
+                (None, Some(names)) => {
+                    above.contains(inside) || places(inside).any(|p| names.contains(p))
+                }
                 (None, None) => true,
             }
         };
@@ -296,11 +329,10 @@ impl Shadow {
         };
         let read = conversation.talk(|input, output| {
             let mut small = Vec::new();
-            for oid in oids {
-                writeln!(input, "info {oid}")?;
-            }
-            writeln!(input, "flush")?;
-            input.flush()?;
+            // Each question in one write.
+            let mut asked: String = oids.iter().map(|oid| format!("info {oid}\n")).collect();
+            asked.push_str("flush\n");
+            input.write_all(asked.as_bytes())?;
             for _ in oids {
                 // "<oid> blob <size>", or "<oid> missing".
                 let line = line(output)?;
@@ -313,11 +345,12 @@ impl Shadow {
                     small.push(oid.to_owned());
                 }
             }
-            for oid in &small {
-                writeln!(input, "contents {oid}")?;
-            }
-            writeln!(input, "flush")?;
-            input.flush()?;
+            let mut asked: String = small
+                .iter()
+                .map(|oid| format!("contents {oid}\n"))
+                .collect();
+            asked.push_str("flush\n");
+            input.write_all(asked.as_bytes())?;
             let mut contents = Vec::new();
             for _ in &small {
                 // "<oid> blob <size>\n<content>\n".

@@ -308,3 +308,32 @@ fn what_a_process_no_longer_running_left_is_swept() {
     let changes = shadow.update(Some(&[PathBuf::from("first.txt")])).unwrap();
     assert_eq!(listed(&changes), vec![("first.txt".into(), false, true)]);
 }
+
+#[test]
+fn a_path_inside_a_submodule_is_the_submodules_commit() {
+    let repo = repository();
+    let root = canonical(repo.path());
+    let inner = root.join("lib");
+    std::fs::create_dir(&inner).unwrap();
+    plain(&inner, &["init", "-q", "-b", "main"]);
+    std::fs::write(inner.join("x.txt"), "one\n").unwrap();
+    plain(&inner, &["add", "."]);
+    plain(&inner, &["commit", "-q", "-m", "inner"]);
+    plain(&root, &["add", "lib"]);
+    let scratch = tempfile::tempdir().unwrap();
+    let shadow = Shadow::open(&root, scratch.path(), &[]).unwrap();
+    // Not named: seen only if the whole folder were brought in.
+    std::fs::write(root.join("a.txt"), "not named\n").unwrap();
+    std::fs::write(inner.join("x.txt"), "two\n").unwrap();
+    let named = [PathBuf::from("lib/x.txt")];
+    assert!(
+        shadow.update(Some(&named)).unwrap().is_empty(),
+        "a change not committed in it leaves its commit as it was"
+    );
+    plain(&inner, &["commit", "-q", "-am", "second"]);
+    let changes = shadow.update(Some(&named)).unwrap();
+    assert_eq!(listed(&changes), vec![("lib".into(), true, true)]);
+    let after = changes[0].after.as_ref().unwrap();
+    assert_eq!(after.mode, "160000");
+    assert_eq!(after.oid, plain(&inner, &["rev-parse", "HEAD"]));
+}
