@@ -52,6 +52,14 @@ where
             super::interactive::Line::Exit => return ExitCode::from(super::exit::DONE),
             super::interactive::Line::Nothing => continue,
             super::interactive::Line::Prompt(task) => {
+                // A command file that cannot be read is said, and the prompt
+                // line comes back, as it does for a follow-up.
+                let named = crate::commands::split(&task)
+                    .map(|(name, _)| crate::commands::find(&workspace, home.as_deref(), name));
+                if let Some(Err(e)) = named {
+                    let _ = writeln!(io.err, "orchestrate: {e}");
+                    continue;
+                }
                 return super::run::drive(cli, super::run::Lead::New(task), io).await;
             }
             super::interactive::Line::Help => {

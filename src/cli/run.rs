@@ -509,7 +509,12 @@ where
         let Some(outcome) = ended else { continue };
         match session.as_mut() {
             None => break Some(outcome),
-            Some(session) => session.answered(outcome, &mut shown, out, err),
+            Some(session) => {
+                // Each answer's changes are a checkpoint's: `/rewind` between
+                // prompts refuses none of them.
+                checkpoints.at_rest("an answer").await;
+                session.answered(outcome, &mut shown, out, err);
+            }
         }
     };
     // A title not written by now is not waited for.

@@ -276,11 +276,19 @@ impl Checkpoints {
 
     /// Takes the checkpoint of the run's end, when it took any before.
     pub async fn at_end(&self) {
+        self.at_rest("the run's end").await;
+    }
+
+    /// Takes a checkpoint labelled `label` where the run rests (its end, an
+    /// interactive session's answer), when it took any before: what the run
+    /// changed until then is a checkpoint's, so a rewind finds nothing of
+    /// the person's to lose in it.
+    pub async fn at_rest(&self, label: &str) {
         if !self.taken.load(Ordering::SeqCst) {
             return;
         }
         if self.top().await.is_some() {
-            self.take("the run's end").await;
+            self.take(label).await;
             return;
         }
         let Some(run) = self.run.get().copied() else {

@@ -525,6 +525,11 @@ async fn ctrl_d_at_an_empty_prompt_ends_an_interactive_session() {
         "---\ndescription: Reviews a file\n---\nReview $1.\n",
     )
     .unwrap();
+    std::fs::write(
+        commands.join("broken.md"),
+        "---\nallowed-tools: [Read\n---\nNever.\n",
+    )
+    .unwrap();
     let (terminal, child) = start(&mock, dir.path(), &[], 30);
     let screen = terminal.shows("› ").await;
     assert!(
@@ -540,8 +545,17 @@ async fn ctrl_d_at_an_empty_prompt_ends_an_interactive_session() {
     )
     .await;
     terminal.marks(2).await;
-    terminal.type_keys("say hi\n");
+    // A first line naming a command that cannot be read is said; the
+    // session goes on.
+    terminal.type_keys("/broken\n");
     terminal.marks(3).await;
+    assert!(
+        terminal.screen.borrow().contains("broken.md"),
+        "{}",
+        *terminal.screen.borrow()
+    );
+    terminal.type_keys("say hi\n");
+    terminal.marks(4).await;
     terminal.type_keys("\x04");
     let out = exited(child).await;
     assert_eq!(out.status.code(), Some(0));
@@ -576,4 +590,48 @@ async fn a_follow_up_that_joins_the_run_in_progress_is_answered_with_it() {
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(text(&out.stdout), "heard and this too\n");
     assert_eq!(mock.request_count(), 2, "the follow-up joined the run");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewind_in_an_interactive_session_puts_back_what_its_answers_changed() {
+    let write = |id: &str, file: &str| {
+        Reply::tool_calls(&[(
+            id,
+            "Write",
+            json!({ "file_path": file, "content": format!("{file}\n") }),
+        )])
+    };
+    let mock = MockLlm::start_with(move |_, n| match n {
+        0 => write("w1", "a.txt"),
+        2 => write("w2", "b.txt"),
+        _ => Reply::text("written"),
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::write(root.join("kept.txt"), "kept\n").unwrap();
+    crate::isolation::git(root, &["init", "-q"]);
+    crate::isolation::git(root, &["add", "."]);
+    crate::isolation::git(root, &["commit", "-q", "-m", "first"]);
+    let args = ["--trust-workspace", "--permission-mode", "acceptEdits"];
+    let (terminal, child) = start(&mock, root, &args, 30);
+    let mut seen = terminal.shows("› ").await.len();
+    seen = ask(&terminal, seen, "write a\n", "› ").await;
+    seen = ask(&terminal, seen, "write b\n", "› ").await;
+    assert!(root.join("a.txt").exists() && root.join("b.txt").exists());
+    // Both answers' changes are the run's own: nothing of the person's to lose.
+    ask(&terminal, seen, "/rewind\n", "› ").await;
+    assert!(
+        !root.join("a.txt").exists(),
+        "{}",
+        *terminal.screen.borrow()
+    );
+    assert!(!root.join("b.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(root.join("kept.txt")).unwrap(),
+        "kept\n"
+    );
+    terminal.type_keys("/exit\n");
+    let out = exited(child).await;
+    assert_eq!(out.status.code(), Some(0), "{}", *terminal.screen.borrow());
 }
