@@ -512,7 +512,7 @@ where
             Some(session) => {
                 // Each answer's changes are a checkpoint's: `/rewind` between
                 // prompts refuses none of them.
-                checkpoints.at_rest("an answer").await;
+                checkpoints.after_answer().await;
                 session.answered(outcome, &mut shown, out, err);
             }
         }

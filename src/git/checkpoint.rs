@@ -76,6 +76,35 @@ pub fn take(
     leave_out: &[PathBuf],
 ) -> Result<Checkpoint, CheckoutError> {
     let commit = checkout::snapshot_as(root, scratch, leave_out, &format!("{PREFIX}{label}"))?;
+    numbered(root, run, commit, label)
+}
+
+/// As [`take`], unless the work tree is as the run's last checkpoint holds
+/// it: then none is taken.
+pub fn take_if_changed(
+    root: &Path,
+    run: SessionId,
+    label: &str,
+    scratch: &Path,
+    leave_out: &[PathBuf],
+) -> Result<Option<Checkpoint>, CheckoutError> {
+    let commit = checkout::snapshot_as(root, scratch, leave_out, &format!("{PREFIX}{label}"))?;
+    if let Some(last) = list(root, run)?.last() {
+        let tree = |commit: &str| git(root, &["rev-parse", &format!("{commit}^{{tree}}")], &[]);
+        if tree(&last.commit)? == tree(&commit)? {
+            return Ok(None);
+        }
+    }
+    numbered(root, run, commit, label).map(Some)
+}
+
+/// `commit` kept as run `run`'s next checkpoint.
+fn numbered(
+    root: &Path,
+    run: SessionId,
+    commit: String,
+    label: &str,
+) -> Result<Checkpoint, CheckoutError> {
     // Numbered after the last; a number taken meanwhile is not overwritten.
     for _ in 0..8 {
         let n = list(root, run)?.last().map_or(1, |c| c.n + 1);
@@ -276,19 +305,26 @@ impl Checkpoints {
 
     /// Takes the checkpoint of the run's end, when it took any before.
     pub async fn at_end(&self) {
-        self.at_rest("the run's end").await;
+        self.at_rest("the run's end", false).await;
+    }
+
+    /// Takes a checkpoint after an interactive session's answer, when it
+    /// took any before and the workspace changed since the last: what the
+    /// run changed until then is a checkpoint's, so a rewind finds nothing of
+    /// the person's to lose in it.
+    pub async fn after_answer(&self) {
+        self.at_rest("an answer", true).await;
     }
 
     /// Takes a checkpoint labelled `label` where the run rests (its end, an
-    /// interactive session's answer), when it took any before: what the run
-    /// changed until then is a checkpoint's, so a rewind finds nothing of
-    /// the person's to lose in it.
-    pub async fn at_rest(&self, label: &str) {
+    /// answer), when it took any before; `only_if_changed`: unless the
+    /// workspace is as the last one holds it.
+    async fn at_rest(&self, label: &str, only_if_changed: bool) {
         if !self.taken.load(Ordering::SeqCst) {
             return;
         }
         if self.top().await.is_some() {
-            self.take(label).await;
+            self.take_as(label, only_if_changed).await;
             return;
         }
         let Some(run) = self.run.get().copied() else {
@@ -327,6 +363,12 @@ impl Checkpoints {
     /// Takes one, labelled `label`; nothing outside a repository with a
     /// commit (a failure is logged: a checkpoint never stops the run).
     async fn take(&self, label: &str) {
+        self.take_as(label, false).await;
+    }
+
+    /// As [`Checkpoints::take`]; `only_if_changed`: none when the workspace
+    /// is as the last checkpoint holds it.
+    async fn take_as(&self, label: &str, only_if_changed: bool) {
         let Some(run) = self.run.get().copied() else {
             return;
         };
@@ -338,9 +380,11 @@ impl Checkpoints {
             self.leave_out.clone(),
             label.to_owned(),
         );
-        let taken =
-            tokio::task::spawn_blocking(move || take(&root, run, &label, &scratch, &leave_out))
-                .await;
+        let taken = tokio::task::spawn_blocking(move || match only_if_changed {
+            true => take_if_changed(&root, run, &label, &scratch, &leave_out),
+            false => take(&root, run, &label, &scratch, &leave_out).map(Some),
+        })
+        .await;
         match taken {
             Ok(Ok(_)) => self.taken.store(true, Ordering::SeqCst),
             Ok(Err(e)) => tracing::warn!(error = %e, "no checkpoint was taken"),

@@ -34,12 +34,14 @@ pub const MAX_BYTES: u64 = 128 * 1024 * 1024;
 /// look at every entry when a few are asked for, and one flush to disk for
 /// all the objects a command writes rather than one each. Its index is whole
 /// in one file (a split index would write its shared part into the
-/// repository's folder), and an ignored path named to `add` is no advice.
-const QUICK: [(&str, &str); 5] = [
+/// repository's folder), every path an entry of its own (no sparse folder
+/// entries), and an ignored path named to `add` is no advice.
+const QUICK: [(&str, &str); 6] = [
     ("index.skipHash", "true"),
     ("core.preloadIndex", "false"),
     ("core.fsyncMethod", "batch"),
     ("core.splitIndex", "false"),
+    ("index.sparse", "false"),
     ("advice.addIgnoredFile", "false"),
 ];
 
@@ -52,9 +54,10 @@ pub struct Shadow {
     index: PathBuf,
     /// The private repository, outside a repository.
     own: Option<PathBuf>,
-    /// In a repository, where the objects it writes go (the repository's
-    /// own are read beside them): nothing is added to the person's store.
-    objects: Option<(PathBuf, PathBuf)>,
+    /// In a repository, where the objects it writes go, and the
+    /// repository's own (read beside them, as git's list of alternates
+    /// spells one): nothing is added to the person's store.
+    objects: Option<(PathBuf, String)>,
     /// The folder's place below the top of its work tree, `/`-ended; empty
     /// at the top.
     prefix: String,
@@ -66,6 +69,8 @@ pub struct Shadow {
     quick: Vec<(String, String)>,
     /// The git that reads its objects, once started.
     reader: std::sync::Mutex<Option<super::Conversation>>,
+    /// Its `.held` file, locked while it is open.
+    _held: std::fs::File,
 }
 
 impl Shadow {
@@ -78,12 +83,15 @@ impl Shadow {
     ) -> Result<Self, CheckoutError> {
         std::fs::create_dir_all(scratch)?;
         sweep(scratch);
-        let name = format!(
-            "shadow.{}.{}",
-            std::process::id(),
-            crate::protocol::SessionId::new()
-        );
+        let name = format!("shadow.{}", crate::protocol::SessionId::new());
+        // Locked while the shadow is open: what a killed run left is known
+        // by its lock gone with it.
+        let held = scratch.join(format!("{name}.held"));
+        let held = std::fs::File::create(&held)?;
+        rustix::fs::flock(&held, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(std::io::Error::from)?;
         let mut shadow = Self {
+            _held: held,
             folder: folder.to_owned(),
             index: scratch.join(format!("{name}.index")),
             own: None,
@@ -109,7 +117,7 @@ impl Shadow {
                     "--git-path",
                     "objects",
                 ];
-                let theirs = PathBuf::from(git(&place.root, &theirs, &[])?);
+                let theirs = alternate(&git(&place.root, &theirs, &[])?);
                 let ours = scratch.join(format!("{name}.objects"));
                 std::fs::create_dir(&ours)?;
                 shadow.objects = Some((ours, theirs));
@@ -128,7 +136,15 @@ impl Shadow {
                 small_enough(folder, leave_out, MAX_FILES, MAX_BYTES)?;
                 let own = scratch.join(format!("{name}.git"));
                 let own_str = own.to_string_lossy().into_owned();
-                git(folder, &["init", "--bare", "--quiet", &own_str], &[])?;
+                // SHA-1 whatever the person's default: what its entries are read as.
+                let init = [
+                    "init",
+                    "--bare",
+                    "--quiet",
+                    "--object-format=sha1",
+                    &own_str,
+                ];
+                git(folder, &init, &[])?;
                 shadow.own = Some(own);
             }
         }
@@ -151,7 +167,7 @@ impl Shadow {
         }
         if let Some((ours, theirs)) = &self.objects {
             env.push(("GIT_OBJECT_DIRECTORY", ours.as_os_str()));
-            env.push(("GIT_ALTERNATE_OBJECT_DIRECTORIES", theirs.as_os_str()));
+            env.push(("GIT_ALTERNATE_OBJECT_DIRECTORIES", OsStr::new(theirs)));
         }
         env
     }
@@ -221,7 +237,16 @@ impl Shadow {
                 && (gitlinks.contains(bytes) || !on_disk(path).is_ok_and(|m| m.is_dir()))
         });
         let (args, listed): (&[&str], Vec<&[u8]>) = if only_files {
-            let update = &["update-index", "--add", "--remove", "-z", "--stdin"];
+            // A path the person marked skip-worktree (sparse checkout) is
+            // left as it is, not taken for gone.
+            let update = &[
+                "update-index",
+                "--add",
+                "--remove",
+                "--ignore-skip-worktree-entries",
+                "-z",
+                "--stdin",
+            ];
             (update, files.into_iter().collect())
         } else {
             let add = &[
@@ -388,6 +413,16 @@ fn line(output: &mut impl BufRead) -> std::io::Result<String> {
     Ok(line.trim_end_matches('\n').to_owned())
 }
 
+/// `folder` as one entry of git's `:`-separated list of alternates: quoted
+/// when it holds a `:` or starts with a quote.
+fn alternate(folder: &str) -> String {
+    if !folder.contains(':') && !folder.starts_with('"') {
+        return folder.to_owned();
+    }
+    let escaped = folder.replace('\\', "\\\\").replace('"', "\\\"");
+    format!("\"{escaped}\"")
+}
+
 /// Whether `path` is `name` or below it.
 fn at_or_below(path: &[u8], name: &[u8]) -> bool {
     path.strip_prefix(name)
@@ -436,30 +471,35 @@ impl Drop for Shadow {
         for place in self.own.iter().chain(ours) {
             let _ = std::fs::remove_dir_all(place);
         }
+        // Last, its lock still held.
+        let _ = std::fs::remove_file(self.index.with_extension("held"));
     }
 }
 
-/// Removes from `scratch` what shadows of processes no longer running left
-/// (a run killed before it could remove its own).
+/// Removes from `scratch` what shadows no longer open left (a run killed
+/// before it could remove its own): each open shadow holds a lock on its
+/// `.held` file, so one that can be locked is nobody's.
 fn sweep(scratch: &Path) {
     let Ok(entries) = std::fs::read_dir(scratch) else {
         return;
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let pid = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("shadow."))
-            .and_then(|n| n.split('.').next())
-            .and_then(|pid| pid.parse::<i32>().ok())
-            .and_then(rustix::process::Pid::from_raw);
-        let gone = pid.is_some_and(|pid| {
-            rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH)
-        });
-        if gone {
-            let path = entry.path();
+        let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".held")) else {
+            continue;
+        };
+        let Ok(file) = std::fs::File::open(entry.path()) else {
+            continue;
+        };
+        let lock = rustix::fs::FlockOperation::NonBlockingLockExclusive;
+        if rustix::fs::flock(&file, lock).is_err() {
+            continue;
+        }
+        for part in ["index", "objects", "git"] {
+            let path = scratch.join(format!("{stem}.{part}"));
             let _ = std::fs::remove_dir_all(&path).or_else(|_| std::fs::remove_file(&path));
         }
+        let _ = std::fs::remove_file(entry.path());
     }
 }
 

@@ -109,3 +109,22 @@ fn a_filtered_file_is_kept_and_put_back_as_it_is_on_disk() {
     restore(root, &before.commit, &changes, scratch.path()).unwrap();
     assert_eq!(read(root, "big.bin").as_deref(), Some("the real content\n"));
 }
+
+#[test]
+fn a_checkpoint_after_an_answer_is_taken_only_when_something_changed() {
+    let repo = repository();
+    let root = repo.path();
+    let scratch = tempfile::tempdir().unwrap();
+    let run = SessionId::new();
+    let first = take(root, run, "before the first change", scratch.path(), &[]).unwrap();
+    let same = take_if_changed(root, run, "an answer", scratch.path(), &[]).unwrap();
+    assert_eq!(same, None, "nothing changed");
+    std::fs::write(root.join("b.rs"), "b, changed\n").unwrap();
+    let changed = take_if_changed(root, run, "an answer", scratch.path(), &[]).unwrap();
+    assert_eq!(
+        changed.map(|c| (c.n, c.label)),
+        Some((2, "an answer".into()))
+    );
+    assert_eq!(list(root, run).unwrap().len(), 2);
+    assert_eq!(list(root, run).unwrap()[0], first);
+}

@@ -88,12 +88,16 @@ pub(super) fn read(
             oid: hex(oid),
         });
     }
-    // Extensions follow, then the checksum. One of them changes what the
-    // entries mean: a split index keeps the rest of them in another file.
+    // Extensions follow, then the checksum. Those whose name starts with a
+    // capital letter are optional to understand; the others change what the
+    // entries mean (a split index keeps the rest of them in another file, a
+    // sparse one has folders for entries).
     while at.bytes.len().saturating_sub(at.at) > oid_len {
         let signature = at.take(4)?;
-        if signature == b"link" {
-            return Err(BadIndex("split index"));
+        match signature {
+            b"link" => return Err(BadIndex("split index")),
+            [b'A'..=b'Z', ..] => {}
+            _ => return Err(BadIndex("an extension this reader does not know")),
         }
         let size = at.word()? as usize;
         at.take(size)?;

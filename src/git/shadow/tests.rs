@@ -279,29 +279,36 @@ fn files_it_holds_changed_or_gone_are_brought_in_alone() {
 }
 
 #[test]
-fn what_a_process_no_longer_running_left_is_swept() {
+fn what_a_shadow_no_longer_open_left_is_swept() {
     let scratch = tempfile::tempdir().unwrap();
-    let mut ended = std::process::Command::new("true").spawn().unwrap();
-    let pid = ended.id();
-    ended.wait().unwrap();
-    let left = scratch.path().join(format!("shadow.{pid}.x.index"));
-    std::fs::write(&left, "").unwrap();
-    std::fs::create_dir(scratch.path().join(format!("shadow.{pid}.x.objects"))).unwrap();
-    let mine = scratch
-        .path()
-        .join(format!("shadow.{}.y.index", std::process::id()));
-    std::fs::write(&mine, "").unwrap();
+    let at = |name: &str| scratch.path().join(name);
+    // A killed run's: its lock went with it.
+    std::fs::write(at("shadow.gone.held"), "").unwrap();
+    std::fs::write(at("shadow.gone.index"), "").unwrap();
+    std::fs::create_dir(at("shadow.gone.objects")).unwrap();
+    // An open one's, locked.
+    let open = std::fs::File::create(at("shadow.open.held")).unwrap();
+    rustix::fs::flock(&open, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    std::fs::write(at("shadow.open.index"), "").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let folder = canonical(dir.path());
     let shadow = Shadow::open(&folder, scratch.path(), &[]).unwrap();
-    assert!(!left.exists());
-    assert!(
-        !scratch
-            .path()
-            .join(format!("shadow.{pid}.x.objects"))
-            .exists()
+    for gone in [
+        "shadow.gone.held",
+        "shadow.gone.index",
+        "shadow.gone.objects",
+    ] {
+        assert!(!at(gone).exists(), "{gone}");
+    }
+    assert!(at("shadow.open.held").exists() && at("shadow.open.index").exists());
+    // A second shadow made now leaves the first's alone.
+    let second = Shadow::open(&folder, scratch.path(), &[]).unwrap();
+    drop(second);
+    assert_eq!(
+        std::fs::read_dir(scratch.path()).unwrap().count(),
+        2 + 2,
+        "the open one's two files, and the first shadow's index and lock"
     );
-    assert!(mine.exists(), "a running process's is kept");
 
     // The folder was empty: nothing was in the shadow's index.
     std::fs::write(folder.join("first.txt"), "one\n").unwrap();
@@ -336,4 +343,21 @@ fn a_path_inside_a_submodule_is_the_submodules_commit() {
     let after = changes[0].after.as_ref().unwrap();
     assert_eq!(after.mode, "160000");
     assert_eq!(after.oid, plain(&inner, &["rev-parse", "HEAD"]));
+}
+
+#[test]
+fn a_file_the_person_marked_skip_worktree_is_left_as_git_leaves_it() {
+    let repo = repository();
+    let root = canonical(repo.path());
+    plain(&root, &["update-index", "--skip-worktree", "a.txt"]);
+    let scratch = tempfile::tempdir().unwrap();
+    let shadow = Shadow::open(&root, scratch.path(), &[]).unwrap();
+    std::fs::write(root.join("a.txt"), "edited\n").unwrap();
+    let named = [PathBuf::from("a.txt")];
+    assert!(shadow.update(Some(&named)).unwrap().is_empty(), "not gone");
+    std::fs::remove_file(root.join("a.txt")).unwrap();
+    assert!(
+        shadow.update(Some(&named)).unwrap().is_empty(),
+        "not gone either"
+    );
 }

@@ -99,10 +99,11 @@ pub struct Row {
     pub fallback: Option<String>,
     /// The last line its running tool call printed, made safe to show.
     pub output: Option<String>,
-    /// What that call printed after its last line break, raw, to be joined
-    /// with what it prints next (a line or an escape sequence cut between
-    /// two events); the last [`UNFINISHED`] bytes at most.
-    unfinished: String,
+    /// The call that printed last, and what it printed after its last line
+    /// break, raw, to be joined with what it prints next (a line or an
+    /// escape sequence cut between two events); the last [`UNFINISHED`]
+    /// bytes at most.
+    unfinished: (String, String),
     /// Tokens its run's title took (the lead's), which its run's counters
     /// do not hold.
     pub titled: u64,
@@ -228,7 +229,7 @@ impl Board {
                     model: String::new(),
                     fallback: None,
                     output: None,
-                    unfinished: String::new(),
+                    unfinished: Default::default(),
                     titled: 0,
                 });
                 let index = self.rows.len() - 1;
@@ -271,12 +272,21 @@ impl Board {
             EventKind::TextDelta { .. } | EventKind::ReasoningDelta { .. } => {
                 row.state = State::Streaming
             }
-            EventKind::ToolOutput { text, .. } => {
-                let joined = std::mem::take(&mut row.unfinished) + text;
+            EventKind::ToolOutput { call_id, text, .. } => {
+                let (last, tail) = std::mem::take(&mut row.unfinished);
+                // Another call's unfinished line is not this one's start.
+                let joined = if last == *call_id {
+                    tail + text
+                } else {
+                    text.clone()
+                };
                 if let Some(line) = last_line(&joined) {
                     row.output = Some(line);
                 }
-                row.unfinished = unfinished_line(&joined, UNFINISHED).to_owned();
+                row.unfinished = (
+                    call_id.clone(),
+                    unfinished_line(&joined, UNFINISHED).to_owned(),
+                );
             }
             EventKind::TurnFinished {
                 usage, cost_usd, ..
@@ -295,7 +305,7 @@ impl Board {
             } => {
                 row.tools += 1;
                 row.output = None;
-                row.unfinished.clear();
+                row.unfinished = Default::default();
                 row.state = match (&row.state, name.as_str()) {
                     (State::Waiting(n), "Task") => State::Waiting(n + 1),
                     (_, "Task") => State::Waiting(1),
@@ -304,7 +314,7 @@ impl Board {
             }
             EventKind::ToolFinished { name, .. } => {
                 row.output = None;
-                row.unfinished.clear();
+                row.unfinished = Default::default();
                 row.state = match (&row.state, name.as_str()) {
                     (State::Waiting(n), "Task") if *n > 1 => State::Waiting(n - 1),
                     _ => State::Thinking,
@@ -534,6 +544,15 @@ mod tests {
             board.rows()[0].output.as_deref(),
             Some("linking done now ok")
         );
+        // A second call's output starts a line of its own.
+        board.apply(&event(output("half a li")), Duration::ZERO);
+        let other = EventKind::ToolOutput {
+            call_id: "b2".into(),
+            text: "ne of b2".into(),
+            truncated: false,
+        };
+        board.apply(&event(other), Duration::ZERO);
+        assert_eq!(board.rows()[0].output.as_deref(), Some("ne of b2"));
         board.apply(
             &event(EventKind::ToolFinished {
                 call_id: "b1".into(),

@@ -23,9 +23,14 @@ fn repository(format: &str) -> tempfile::TempDir {
     std::fs::set_permissions(root.join("run.sh"), perms).unwrap();
     std::os::unix::fs::symlink("a.txt", root.join("link")).unwrap();
     plain(root, &["add", "."]);
-    std::fs::write(root.join("later.txt"), "four\n").unwrap();
-    plain(root, &["add", "-N", "later.txt"]);
     dir
+}
+
+/// `root`'s index made in `version`: what it was written as, and its bytes.
+fn written(root: &Path, version: &str) -> (u8, Vec<u8>) {
+    plain(root, &["update-index", "--index-version", version]);
+    let bytes = std::fs::read(root.join(".git/index")).unwrap();
+    (bytes[7], bytes)
 }
 
 /// What git lists of the index: `mode oid path`, our side of conflicts, no
@@ -59,19 +64,57 @@ fn every_version_reads_as_git_lists_it() {
         let repo = repository(format);
         let root = repo.path();
         for version in ["2", "3", "4"] {
-            plain(root, &["update-index", "--index-version", version]);
-            let bytes = std::fs::read(root.join(".git/index")).unwrap();
+            let (made, bytes) = written(root, version);
+            // git writes 3 only when an entry needs its second word of flags.
+            let expected = if version == "3" {
+                2
+            } else {
+                version.parse().unwrap()
+            };
+            assert_eq!(made, expected, "{format}, version {version}");
             let entries = read(&bytes, oid_len, |_| true).unwrap();
             assert_eq!(
                 listed(&entries),
                 listed_by_git(root),
                 "{format}, version {version}"
             );
-            assert_eq!(entries.len(), 5, "the intended file is left out");
+            assert_eq!(entries.len(), 5);
             let deep = read(&bytes, oid_len, |p| p.starts_with(b"deep/")).unwrap();
             assert_eq!(deep.len(), 2, "{format}, version {version}");
         }
+        // A file only intended to be added needs the second word: version 3.
+        std::fs::write(root.join("later.txt"), "four\n").unwrap();
+        plain(root, &["add", "-N", "later.txt"]);
+        for version in ["3", "4"] {
+            let (made, bytes) = written(root, version);
+            assert_eq!(made.to_string(), version);
+            let entries = read(&bytes, oid_len, |_| true).unwrap();
+            assert_eq!(listed(&entries), listed_by_git(root), "{format}, {version}");
+            assert_eq!(entries.len(), 5, "the intended file is left out");
+        }
     }
+}
+
+#[test]
+fn a_sparse_index_is_refused() {
+    let repo = repository("sha1");
+    let root = repo.path();
+    plain(root, &["commit", "-q", "-m", "files"]);
+    plain(
+        root,
+        &[
+            "sparse-checkout",
+            "set",
+            "--cone",
+            "--sparse-index",
+            "deep/er",
+        ],
+    );
+    let bytes = std::fs::read(root.join(".git/index")).unwrap();
+    assert_eq!(
+        read(&bytes, 20, |_| true),
+        Err(BadIndex("an extension this reader does not know"))
+    );
 }
 
 #[test]
@@ -157,8 +200,7 @@ fn every_cut_of_a_real_index_is_read_or_refused() {
     let repo = repository("sha1");
     let root = repo.path();
     for version in ["2", "3", "4"] {
-        plain(root, &["update-index", "--index-version", version]);
-        let bytes = std::fs::read(root.join(".git/index")).unwrap();
+        let (_, bytes) = written(root, version);
         for cut in 0..bytes.len() {
             let _ = read(&bytes[..cut], 20, |_| true);
         }
