@@ -375,6 +375,18 @@ impl Handle {
         self.send(session, text.into(), false)
     }
 
+    /// As [`Handle::prompt`], a slash command's: from the run that takes it
+    /// on, the session's calls are narrowed to what `narrow` allows (it only
+    /// narrows, and it stays, journaled, as a loaded skill's does).
+    pub fn prompt_narrowed(
+        &self,
+        session: SessionId,
+        text: impl Into<String>,
+        narrow: crate::tools::narrowing::Narrow,
+    ) -> u64 {
+        self.send_prompt(session, text.into(), false, None, Some(narrow))
+    }
+
     /// Sends a message to the session's run in progress (`orchestrate steer`): it
     /// joins the conversation at the run's next turn boundary, even when the
     /// model is about to give its final answer; an idle session starts a run with
@@ -389,7 +401,7 @@ impl Handle {
     }
 
     fn send(&self, session: SessionId, text: String, steer: bool) -> u64 {
-        self.send_as(session, text, steer, None)
+        self.send_prompt(session, text, steer, None, None)
     }
 
     /// Sends `text` to `session` as the prompt of a run that fails at once as
@@ -400,15 +412,16 @@ impl Handle {
         text: String,
         failure: crate::session::queue::Failure,
     ) -> u64 {
-        self.send_as(session, text, false, Some(failure))
+        self.send_prompt(session, text, false, Some(failure), None)
     }
 
-    fn send_as(
+    fn send_prompt(
         &self,
         session: SessionId,
         text: String,
         steer: bool,
         fails: Option<crate::session::queue::Failure>,
+        narrow: Option<crate::tools::narrowing::Narrow>,
     ) -> u64 {
         let seq = self.stamp();
         let sent = self.orchestrator.cast(OrchestratorMsg::Prompt {
@@ -417,6 +430,7 @@ impl Handle {
             text,
             steer,
             fails,
+            narrow,
         });
         if sent.is_err() {
             // The runtime has shut down: whoever waits for this prompt's run must

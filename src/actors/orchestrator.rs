@@ -78,6 +78,8 @@ pub(crate) enum OrchestratorMsg {
         steer: bool,
         /// The run it starts fails at once (see [`QueuedPrompt::fails`]).
         fails: Option<crate::session::queue::Failure>,
+        /// What it narrows the session to (see [`QueuedPrompt::narrow`]).
+        narrow: Option<crate::tools::narrowing::Narrow>,
     },
     /// A background sub-agent of session `caller` started: its run does not
     /// end before the result (counted in its queue).
@@ -368,6 +370,7 @@ impl Actor for OrchestratorActor {
                 text,
                 steer,
                 fails,
+                narrow,
             } => {
                 let prompt = QueuedPrompt {
                     seq,
@@ -376,6 +379,7 @@ impl Actor for OrchestratorActor {
                     fails,
                     background: None,
                     spent: None,
+                    narrow,
                 };
                 route(state, session, Routed::Prompt(prompt));
             }

@@ -296,9 +296,17 @@ impl Typed {
                     err,
                 )
                 .await;
-                let prompt = match expanded {
-                    Ok(Some(slash)) => slash.prompt,
-                    Ok(None) => text.clone(),
+                // A command's `allowed-tools` narrow the session from its run
+                // on, as a first line's do.
+                let (prompt, narrow) = match expanded {
+                    Ok(Some(slash)) => match slash.narrow() {
+                        Ok(narrow) => (slash.prompt, narrow),
+                        Err(why) => {
+                            say(&format!("orchestrate: {why}\n"), shown, err);
+                            return false;
+                        }
+                    },
+                    Ok(None) => (text.clone(), None),
                     Err(e) => {
                         let _ = writeln!(err, "orchestrate: {e}");
                         return false;
@@ -314,7 +322,10 @@ impl Typed {
                         return false;
                     }
                 };
-                let sent = self.handle.prompt(self.lead, prompt);
+                let sent = match narrow {
+                    Some(narrow) => self.handle.prompt_narrowed(self.lead, prompt, narrow),
+                    None => self.handle.prompt(self.lead, prompt),
+                };
                 session.waiting.push_back(sent);
                 if shown.idle {
                     shown.idle = false;

@@ -24,7 +24,6 @@ use crate::session::SessionSpec;
 use crate::session::budget::{Budget, RunMeter};
 use crate::setup::Setup;
 use crate::task::{Caller, TaskEnv};
-use crate::tools::narrowing::Narrow;
 use crate::ui::display::{Display, Progress};
 
 /// How often the progress shows the events that arrived since its last frame.
@@ -630,14 +629,11 @@ fn lead_spec(
     // allow is offered (`Bash(git:*)` offers Bash), and each call must be
     // one they allow.
     let mut narrowing = Vec::new();
-    if let Some((only, source)) = slash.and_then(|s| Some((s.tools.as_ref()?, &s.source))) {
-        let (narrow, bad) = Narrow::of(format!("the command {source}"), only);
-        if !bad.is_empty() {
-            return Err(format!(
-                "{source}: allowed-tools: not a tool or rule: {}",
-                bad.join(", ")
-            ));
-        }
+    if let Some(narrow) = slash
+        .map(super::slash::Slash::narrow)
+        .transpose()?
+        .flatten()
+    {
         narrowing.push(narrow);
     }
     allowed.retain(|tool| crate::tools::narrowing::offered(&narrowing, tool));

@@ -22,6 +22,26 @@ pub(super) struct Slash {
     pub(super) source: String,
 }
 
+impl Slash {
+    /// What its `allowed-tools` narrow a session to (`None`: nothing); why
+    /// not, when an entry is no tool or rule.
+    pub(super) fn narrow(&self) -> Result<Option<crate::tools::narrowing::Narrow>, String> {
+        let Some(only) = &self.tools else {
+            return Ok(None);
+        };
+        let by = format!("the command {}", self.source);
+        let (narrow, bad) = crate::tools::narrowing::Narrow::of(by, only);
+        match bad.is_empty() {
+            true => Ok(Some(narrow)),
+            false => Err(format!(
+                "{}: allowed-tools: not a tool or rule: {}",
+                self.source,
+                bad.join(", ")
+            )),
+        }
+    }
+}
+
 /// The run `task` names when it is a command of `workspace` or `home`;
 /// `trusted`: the workspace's commands may run their `` !`…` `` and read their
 /// `@file`s. Warnings are said on `err`.

@@ -325,6 +325,7 @@ impl Handle {
             fails: None,
             background: Some(task),
             spent: spending,
+            narrow: None,
         });
         let _ = self.orchestrator.cast(OrchestratorMsg::BackgroundEnded {
             caller,

@@ -449,6 +449,7 @@ impl Handle {
             fails: None,
             background: None,
             spent: None,
+            narrow: None,
         };
         let checkout = spec.checkout.clone();
         if let Err(e) = self.start_with(child, spec, Some(queued)).await {

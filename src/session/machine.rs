@@ -638,7 +638,8 @@ impl Machine {
             // Its next answer is asked of the Stop hooks again.
             run.stop_hooks_passed = false;
         }
-        for prompt in prompts {
+        for mut prompt in prompts {
+            self.narrow(&mut prompt);
             if let Some(run) = self.run.as_mut() {
                 run.prompts.push(prompt.seq);
                 // A background sub-agent's spending is its caller's too.
@@ -654,6 +655,17 @@ impl Machine {
         }
         self.emit(Effect::SyncInBackground);
         self.begin_turn(now, 1);
+    }
+
+    /// What `prompt`'s slash command narrows the session to, in force (and
+    /// journaled) before the prompt joins the conversation.
+    fn narrow(&mut self, prompt: &mut QueuedPrompt) {
+        if let Some(narrow) = prompt.narrow.take() {
+            self.emit(Effect::Journal(vec![crate::session::narrowed::record(
+                &narrow,
+            )]));
+            self.emit(Effect::Narrow(narrow));
+        }
     }
 
     fn on_synced(&mut self, now: Instant, result: Result<(), String>) {
@@ -707,7 +719,8 @@ impl Machine {
         })
     }
 
-    fn start_run(&mut self, now: Instant, prompt: QueuedPrompt) {
+    fn start_run(&mut self, now: Instant, mut prompt: QueuedPrompt) {
+        self.narrow(&mut prompt);
         self.run = Some(self.new_run(vec![prompt.seq], 0, now));
         self.arm(now, prompt.seq);
         // Not synced here: the prompt is durable with the first turn boundary's

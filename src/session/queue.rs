@@ -24,6 +24,9 @@ pub(crate) struct QueuedPrompt {
     pub(crate) background: Option<crate::protocol::SessionId>,
     /// What that background sub-agent spent, rolled into the run it joins.
     pub(crate) spent: Option<crate::tools::Spending>,
+    /// What the slash command this prompt came from narrows the session to,
+    /// from the run that takes it on (its `allowed-tools`).
+    pub(crate) narrow: Option<crate::tools::narrowing::Narrow>,
 }
 
 /// How a run started by a failing prompt ends.
@@ -213,6 +216,7 @@ mod tests {
             fails: None,
             background: None,
             spent: None,
+            narrow: None,
         }
     }
 

@@ -635,3 +635,59 @@ async fn rewind_in_an_interactive_session_puts_back_what_its_answers_changed() {
     let out = exited(child).await;
     assert_eq!(out.status.code(), Some(0), "{}", *terminal.screen.borrow());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_slash_command_narrows_what_the_session_may_do_from_then_on() {
+    let touch = |id: &str, file: &str| {
+        Reply::tool_calls(&[(id, "Bash", json!({ "command": format!("touch {file}") }))])
+    };
+    let mock = MockLlm::start_with(move |_, n| match n {
+        0 => touch("free", "free.txt"),
+        2 => touch("looked", "looked.txt"),
+        4 => touch("later", "later.txt"),
+        _ => Reply::text("done"),
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let commands = dir.path().join(".claude/commands");
+    std::fs::create_dir_all(&commands).unwrap();
+    std::fs::write(
+        commands.join("look.md"),
+        "---\nallowed-tools: Read\n---\nLook at $ARGUMENTS.\n",
+    )
+    .unwrap();
+    let args = ["--permission-mode", "bypassPermissions"];
+    let (terminal, child) = start(&mock, dir.path(), &args, 30);
+    let mut seen = terminal.shows("› ").await.len();
+    seen = ask(&terminal, seen, "make a file\n", "› ").await;
+    seen = ask(&terminal, seen, "/look the tree\n", "› ").await;
+    ask(&terminal, seen, "make another\n", "› ").await;
+    terminal.type_keys("/exit\n");
+    let out = exited(child).await;
+    assert_eq!(out.status.code(), Some(0), "{}", *terminal.screen.borrow());
+    assert!(
+        dir.path().join("free.txt").exists(),
+        "before the command, free"
+    );
+    let result = |n: usize, id: &str| {
+        tool_results(&mock.requests()[n])
+            .into_iter()
+            .find(|(call, _)| call == id)
+            .unwrap()
+            .1
+    };
+    for (n, id, file) in [(3, "looked", "looked.txt"), (5, "later", "later.txt")] {
+        let refused = result(n, id);
+        assert!(
+            refused.contains("allows only Read") && refused.contains("look.md"),
+            "{refused}"
+        );
+        assert!(!dir.path().join(file).exists(), "{file}: never ran");
+    }
+    assert!(
+        mock.requests()[2].body["messages"]
+            .to_string()
+            .contains("Look at the tree."),
+        "the command's body was asked"
+    );
+}

@@ -42,6 +42,10 @@ impl SessionState {
                 self.publisher.publish(kind);
                 None
             }
+            Effect::Narrow(narrow) => {
+                self.narrowing.add(narrow);
+                None
+            }
             Effect::StartStream {
                 stream,
                 request,

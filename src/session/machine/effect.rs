@@ -21,6 +21,9 @@ pub(crate) enum Effect {
     SyncInBackground,
     /// Publish this event as the session.
     Publish(EventKind),
+    /// Narrow the session's calls to what this allows, from now on (its
+    /// record is journaled with it).
+    Narrow(crate::tools::narrowing::Narrow),
     /// Start a model turn: stream this request; it ends with
     /// [`super::Input::TurnFinished`] for `stream`.
     StartStream {

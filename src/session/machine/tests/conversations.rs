@@ -670,3 +670,33 @@ fn narrowings_are_journaled_once_at_the_start_and_as_a_call_narrows() {
         [narrow("the command /review"), narrow("the skill \"tidy\"")]
     );
 }
+
+#[test]
+fn a_slash_commands_prompt_narrows_the_session_before_it_joins_the_conversation() {
+    let mut sim = Sim::new(spec());
+    let (narrow, bad) =
+        crate::tools::narrowing::Narrow::of("the command look.md", &["Read".to_owned()]);
+    assert!(bad.is_empty());
+    sim.prompt_narrowed("look around", Some(narrow.clone()));
+    let narrowed = sim
+        .journal
+        .iter()
+        .position(|r| matches!(r, Record::Narrowed { by, .. } if by == "the command look.md"))
+        .expect("the narrowing is journaled");
+    let started = sim
+        .journal
+        .iter()
+        .position(|r| matches!(r, Record::RunStarted { .. }))
+        .unwrap();
+    assert!(narrowed < started, "in force before the run it narrows");
+    assert!(sim.effects.contains(&Effect::Narrow(narrow)));
+    // A plain prompt narrows nothing more.
+    sim.answer(text("looked"));
+    let before = sim.journal.len();
+    sim.prompt("again");
+    assert!(
+        !sim.journal[before..]
+            .iter()
+            .any(|r| matches!(r, Record::Narrowed { .. }))
+    );
+}

@@ -328,7 +328,7 @@ impl Sim {
                 return Some(Input::Synced(Ok(())));
             }
             Effect::SyncInBackground => self.behind = self.journal.len(),
-            Effect::FallBack | Effect::PreCompact => {}
+            Effect::FallBack | Effect::PreCompact | Effect::Narrow(_) => {}
             // The hooks a test sets block with these reasons, one per run of
             // them; none set: they let the run end.
             Effect::StopHooks { run, active } => {
@@ -443,6 +443,16 @@ impl Sim {
 
     /// Sends a prompt; returns its stamp.
     pub(super) fn prompt(&mut self, text: &str) -> u64 {
+        self.prompt_narrowed(text, None)
+    }
+
+    /// Sends a slash command's prompt, narrowing the session to `narrow`;
+    /// returns its stamp.
+    pub(super) fn prompt_narrowed(
+        &mut self,
+        text: &str,
+        narrow: Option<crate::tools::narrowing::Narrow>,
+    ) -> u64 {
         let seq = self.stamp();
         self.queue.push(QueuedPrompt {
             seq,
@@ -451,6 +461,7 @@ impl Sim {
             fails: None,
             background: None,
             spent: None,
+            narrow,
         });
         self.input(Input::Prompt { seq });
         seq
@@ -466,6 +477,7 @@ impl Sim {
             fails: None,
             background: None,
             spent: None,
+            narrow: None,
         });
         self.input(Input::Prompt { seq });
         seq
@@ -482,6 +494,7 @@ impl Sim {
             fails: None,
             background: Some(task),
             spent: None,
+            narrow: None,
         };
         self.queue.background_ended(task, Some(message));
         self.input(Input::Prompt { seq });
