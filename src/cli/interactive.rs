@@ -317,8 +317,9 @@ impl Typed {
                 hooks.journal();
                 let prompt = match submitted {
                     Ok(prompt) => prompt,
-                    Err(refused) => {
-                        say(&format!("orchestrate: {refused}\n"), shown, err);
+                    // Said by the display, as the hook's run is shown.
+                    Err(_) => {
+                        say("", shown, err);
                         return false;
                     }
                 };

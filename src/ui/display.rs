@@ -94,19 +94,21 @@ impl Display {
                 .iter()
                 .map(|lack| format!("a private checkout is partial: {lack}"))
                 .collect(),
-            // A message sent from another terminal that a prompt hook kept
-            // from its agent.
+            // A prompt or message (typed, or sent from another terminal)
+            // that a prompt hook kept from its agent: said each time.
             EventKind::HookRan {
                 event: hook,
                 decision,
                 reason,
                 ..
             } if hook == "UserPromptSubmit" && matches!(decision.as_str(), "block" | "stop") => {
-                vec![format!(
+                let line = format!(
                     "a UserPromptSubmit hook refused a message for {}: {}",
                     event.agent,
                     reason.as_deref().unwrap_or("no reason given")
-                )]
+                );
+                self.warn(&line, err);
+                Vec::new()
             }
             // A hook's failure or message is the person's to see, also on
             // the live tree and with --quiet (plain lines say it already).

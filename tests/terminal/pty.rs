@@ -691,3 +691,30 @@ async fn a_follow_up_slash_command_narrows_what_the_session_may_do_from_then_on(
         "the command's body was asked"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_a_prompt_hook_refuses_is_said_once_each_time() {
+    let mock = MockLlm::start_with(|_, _| Reply::text("fine")).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join(".claude")).unwrap();
+    let refuse = "grep -q secret && { echo 'no secrets' >&2; exit 2; } || exit 0";
+    let hooks = json!({ "hooks": { "UserPromptSubmit": [
+        { "hooks": [{ "type": "command", "command": refuse }] }
+    ] } });
+    std::fs::write(dir.path().join(".claude/settings.json"), hooks.to_string()).unwrap();
+    let (terminal, child) = start(&mock, dir.path(), &["--trust-workspace"], 30);
+    let mut seen = terminal.shows("› ").await.len();
+    seen = ask(&terminal, seen, "hello\n", "› ").await;
+    seen = ask(&terminal, seen, "the secret\n", "› ").await;
+    ask(&terminal, seen, "the secret\n", "› ").await;
+    terminal.type_keys("/exit\n");
+    let out = exited(child).await;
+    assert_eq!(out.status.code(), Some(0), "{}", *terminal.screen.borrow());
+    let screen = terminal.screen.borrow().clone();
+    assert_eq!(screen.matches("no secrets").count(), 2, "{screen}");
+    assert_eq!(
+        mock.request_count(),
+        1,
+        "the refused prompts reached no model"
+    );
+}
