@@ -16,9 +16,11 @@ where
     E: Fn(&str) -> Option<String>,
     I: FnMut() -> futures::future::BoxFuture<'static, ()>,
 {
-    let Some((workspace, _)) = super::setup::state_or_say(&cli, &io.env, io.err) else {
+    let Some((workspace, state)) = super::setup::state_or_say(&cli, &io.env, io.err) else {
         return ExitCode::from(super::exit::USAGE);
     };
+    // What is typed before the first task is kept too (the run keeps that task).
+    let history = super::interactive::History::new(state.dir().join("history"));
     let home = (io.env)("HOME").map(PathBuf::from);
     for name in super::interactive::BUILTINS {
         if let Ok(Some(command)) = crate::commands::find(&workspace, home.as_deref(), name) {
@@ -48,7 +50,17 @@ where
             let _ = writeln!(io.err);
             return ExitCode::from(super::exit::DONE);
         };
-        let said = match super::interactive::read(&line) {
+        let read = super::interactive::read(&line);
+        let keep = |line: &str| {
+            // Its folder made and checked first, as a run makes it.
+            if state.prepare().is_ok() {
+                history.keep(line);
+            }
+        };
+        if !matches!(read, super::interactive::Line::Prompt(_)) {
+            keep(&line);
+        }
+        let said = match read {
             super::interactive::Line::Exit => return ExitCode::from(super::exit::DONE),
             super::interactive::Line::Nothing => continue,
             super::interactive::Line::Prompt(task) => {
@@ -57,6 +69,7 @@ where
                 let named = crate::commands::split(&task)
                     .map(|(name, _)| crate::commands::find(&workspace, home.as_deref(), name));
                 if let Some(Err(e)) = named {
+                    keep(&line);
                     let _ = writeln!(io.err, "orchestrate: {e}");
                     continue;
                 }

@@ -561,6 +561,10 @@ async fn ctrl_d_at_an_empty_prompt_ends_an_interactive_session() {
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(text(&out.stdout), "hello\n");
     assert_eq!(mock.request_count(), 1);
+    // What was typed before the first task is in the history too, once each.
+    let state = crate::support::harness::state(dir.path());
+    let kept = std::fs::read_to_string(state.dir().join("history")).unwrap();
+    assert_eq!(kept, "\"/help\"\n\"/broken\"\n\"say hi\"\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
