@@ -160,6 +160,27 @@ fn by_stem(root: &Path, name: &str) -> Option<PathBuf> {
     (found.len() == 1).then(|| found.remove(0))
 }
 
+/// The entries of a command's or a skill's `allowed-tools` (`None`:
+/// absent): a string is one entry, split into rules later outside
+/// parentheses (`Bash(git log --format=%h,%s)` keeps its comma), a list of
+/// strings one entry each; anything else is refused, since a list read
+/// otherwise than meant would leave a session wider.
+pub fn allowed_tools(field: Option<&serde_json::Value>) -> Result<Option<Vec<String>>, String> {
+    match field {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::String(list)) => Ok(Some(vec![list.trim().to_owned()])),
+        Some(serde_json::Value::Array(items)) if items.iter().all(|t| t.is_string()) => Ok(Some(
+            items
+                .iter()
+                .filter_map(|t| t.as_str().map(|t| t.trim().to_owned()))
+                .collect(),
+        )),
+        Some(other) => Err(format!(
+            "allowed-tools must be a list of tools, not {other}"
+        )),
+    }
+}
+
 /// A command file's text: optional YAML frontmatter, then its body.
 pub fn parse(name: &str, path: &Path, text: &str, own: bool) -> Result<Command, String> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
@@ -190,27 +211,8 @@ pub fn parse(name: &str, path: &Path, text: &str, own: bool) -> Result<Command, 
             .and_then(|v| v.as_str())
             .map(|s| s.trim().to_owned())
     };
-    let allowed_tools = match fields.get("allowed-tools") {
-        None | Some(serde_json::Value::Null) => None,
-        Some(serde_json::Value::String(list)) => Some(
-            list.split(',')
-                .map(|t| t.trim().to_owned())
-                .filter(|t| !t.is_empty())
-                .collect(),
-        ),
-        Some(serde_json::Value::Array(items)) => Some(
-            items
-                .iter()
-                .filter_map(|t| t.as_str().map(|t| t.trim().to_owned()))
-                .collect(),
-        ),
-        Some(other) => {
-            return Err(format!(
-                "{}: allowed-tools must be a list of tools, not {other}",
-                path.display()
-            ));
-        }
-    };
+    let allowed_tools = allowed_tools(fields.get("allowed-tools"))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(Command {
         name: name.to_owned(),
         description: text_of("description"),
@@ -445,10 +447,14 @@ mod tests {
         let text = "---\ndescription: Reviews a file\nargument-hint: <file>\nallowed-tools: Read, Grep\nmodel: haiku\n---\nReview $ARGUMENTS.\n";
         let c = parse("review", Path::new("r.md"), text, false).unwrap();
         assert_eq!(c.description.as_deref(), Some("Reviews a file"));
-        assert_eq!(
-            c.allowed_tools,
-            Some(vec!["Read".to_owned(), "Grep".to_owned()])
-        );
+        assert_eq!(c.allowed_tools, Some(vec!["Read, Grep".to_owned()]));
+        // Split into rules outside parentheses: a pattern keeps its comma.
+        let text = "---\nallowed-tools: Read, Bash(git log --format=%h,%s)\n---\nLog.\n";
+        let log = parse("log", Path::new("l.md"), text, false).unwrap();
+        let (rules, bad) = crate::tools::rules::parse_list(&log.allowed_tools.unwrap());
+        assert!(bad.is_empty(), "{bad:?}");
+        let rules: Vec<String> = rules.iter().map(ToString::to_string).collect();
+        assert_eq!(rules, ["Read", "Bash(git log --format=%h,%s)"]);
         assert_eq!(c.model.as_deref(), Some("haiku"));
         assert_eq!(c.body, "Review $ARGUMENTS.");
         let plain = parse("x", Path::new("x.md"), "Do $1.", true).unwrap();

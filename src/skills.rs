@@ -171,24 +171,8 @@ fn parse(dir: &Path, text: String) -> Result<Skill, String> {
         .ok_or_else(|| format!("{}: no description", file.display()))?;
     // What a skill narrows to must be read as meant, or the skill is not
     // used: a list it cannot read would leave the session wider.
-    let allowed_tools: Option<Vec<String>> = match fields.get("allowed-tools") {
-        None | Some(serde_json::Value::Null) => None,
-        Some(serde_json::Value::String(list)) => {
-            Some(list.split(',').map(|t| t.trim().to_owned()).collect())
-        }
-        Some(serde_json::Value::Array(items)) if items.iter().all(|t| t.is_string()) => Some(
-            items
-                .iter()
-                .filter_map(|t| t.as_str().map(str::to_owned))
-                .collect(),
-        ),
-        Some(other) => {
-            return Err(format!(
-                "{}: allowed-tools must be a list of tools, not {other}",
-                file.display()
-            ));
-        }
-    };
+    let allowed_tools = crate::commands::allowed_tools(fields.get("allowed-tools"))
+        .map_err(|e| format!("{}: {e}", file.display()))?;
     Ok(Skill {
         name,
         description,
