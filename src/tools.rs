@@ -105,6 +105,9 @@ pub struct ToolContext {
     /// The folders the runtime's Bash commands ran in, compared before and
     /// after each to tell what it changed.
     pub trees: Arc<bash::Trees>,
+    /// Set when the person answers no to a call of this call's turn: the
+    /// turn's calls not started yet are then neither asked about nor run.
+    pub refused_in_turn: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The Read deny rules a listing honours: the run's and the calling role's.
@@ -290,6 +293,7 @@ impl ToolContext {
             reattach: None,
             narrowing: Arc::default(),
             trees: Arc::default(),
+            refused_in_turn: Arc::default(),
         }
     }
 

@@ -155,8 +155,9 @@ pub(crate) struct SessionState {
     ready: Option<RpcReplyPort<Result<SessionId, SessionError>>>,
     /// The model turn streaming now, by the machine's stream id.
     stream: Option<(u64, ActorRef<LlmStreamMsg>)>,
-    /// The tool turn running now and the token that cancels its calls.
-    tool_turn: Option<(u64, CancellationToken)>,
+    /// The tool turn running now, the token that cancels its calls, and
+    /// whether the person refused one of them.
+    tool_turn: Option<(u64, CancellationToken, Arc<std::sync::atomic::AtomicBool>)>,
     /// Running calls by their ToolRunner: tool turn, position, call id.
     runners: HashMap<ActorId, (u64, usize, String)>,
     /// Waits for the run's shared budget to be spent, to say so at once.

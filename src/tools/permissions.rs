@@ -151,6 +151,13 @@ pub trait Approver: Send + Sync + fmt::Debug + 'static {
         Box::pin(async { None })
     }
 
+    /// Whether a no from it is a person's: one ends the turn (the turn's
+    /// calls not started yet are neither asked about nor run). A refusal
+    /// for want of anyone to ask is not.
+    fn asks_a_person(&self) -> bool {
+        true
+    }
+
     /// Why a call is refused when the answer was no, naming what would allow it.
     fn refusal(&self, request: &PermissionRequest, mode: PermissionMode) -> String {
         let needed = mode_allowing(&request.tool);
@@ -176,6 +183,10 @@ pub struct DenyAll;
 impl Approver for DenyAll {
     fn ask(&self, _request: PermissionRequest) -> BoxFuture<'_, Answer> {
         Box::pin(async { Answer::No })
+    }
+
+    fn asks_a_person(&self) -> bool {
+        false
     }
 
     fn refusal(&self, request: &PermissionRequest, mode: PermissionMode) -> String {
@@ -318,6 +329,9 @@ impl Remembered {
     }
 }
 
+/// What a call of a turn gets once the person has refused an earlier one.
+pub const REFUSED_EARLIER: &str = "not run: the person refused an earlier call of this turn, so its other calls were neither asked about nor run; ask the person what they want, or do something else";
+
 /// One session's permission checkpoint: its mode, who to ask, and what was
 /// already allowed "always".
 #[derive(Clone, Debug)]
@@ -362,6 +376,12 @@ impl Gate {
     ) -> Result<(), crate::error::ToolError> {
         let session = ctx.session;
         let denied = crate::error::ToolError::Failed;
+        if ctx
+            .refused_in_turn
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(denied(REFUSED_EARLIER.into()));
+        }
         if let Some(why) = ctx.narrowing.refusal(&self.rules, tool, input) {
             return Err(denied(why));
         }
@@ -485,6 +505,13 @@ impl Gate {
                 // One question at a time: one answered "always" while this
                 // call waited its turn covers it.
                 let _turn = self.remembered.turn_to_ask().await;
+                // Refused while this call waited its turn to be asked.
+                if ctx
+                    .refused_in_turn
+                    .load(std::sync::atomic::Ordering::SeqCst)
+                {
+                    return Err(denied(REFUSED_EARLIER.into()));
+                }
                 if !asked_by_rule && self.remembered.allows(session, tool, input) {
                     return Ok(());
                 }
@@ -502,7 +529,13 @@ impl Gate {
                         }
                         Ok(())
                     }
-                    Answer::No => Err(denied(self.approver.refusal(&request, self.mode))),
+                    Answer::No => {
+                        if self.approver.asks_a_person() {
+                            ctx.refused_in_turn
+                                .store(true, std::sync::atomic::Ordering::SeqCst);
+                        }
+                        Err(denied(self.approver.refusal(&request, self.mode)))
+                    }
                 }
             }
         }

@@ -722,3 +722,54 @@ async fn a_follow_up_a_prompt_hook_refuses_is_said_once_each_time() {
         "the refused prompts reached no model"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_no_at_the_terminal_ends_the_turn_and_the_model_is_asked_again() {
+    let touch = |id: &str, file: &str| (id.to_owned(), file.to_owned());
+    let calls = [touch("t1", "one"), touch("t2", "two"), touch("t3", "three")];
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(
+            &calls
+                .iter()
+                .map(|(id, file)| {
+                    (
+                        id.as_str(),
+                        "Bash",
+                        json!({ "command": format!("touch {file}") }),
+                    )
+                })
+                .collect::<Vec<_>>(),
+        ),
+        Reply::text("understood"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let (terminal, child) = start(&mock, dir.path(), &["--quiet", "make them"], 30);
+    terminal.shows("Allow?").await;
+    terminal.type_keys("n\n");
+    let out = exited(child).await;
+    assert_eq!(out.status.code(), Some(0), "{}", *terminal.screen.borrow());
+    let screen = terminal.screen.borrow().clone();
+    assert_eq!(screen.matches("Allow?").count(), 1, "asked once: {screen}");
+    let results = tool_results(&mock.requests()[1]);
+    assert_eq!(results.len(), 3, "every call has its result");
+    assert!(
+        results[0].1.contains("was not approved"),
+        "{}",
+        results[0].1
+    );
+    for (_, result) in &results[1..] {
+        assert!(
+            result.contains("the person refused an earlier call of this turn"),
+            "{result}"
+        );
+    }
+    for file in ["one", "two", "three"] {
+        assert!(!dir.path().join(file).exists(), "{file} never made");
+    }
+    assert_eq!(
+        text(&out.stdout),
+        "understood\n",
+        "the model was asked again"
+    );
+}

@@ -96,7 +96,7 @@ impl SessionState {
                 resumed,
             } => self.start_tool(myself, turn, index, call, resumed).await,
             Effect::CancelTools { turn } => {
-                if let Some((current, token)) = &self.tool_turn
+                if let Some((current, token, _)) = &self.tool_turn
                     && *current == turn
                 {
                     token.cancel();
@@ -166,12 +166,12 @@ impl SessionState {
         call: ToolCall,
         resumed: bool,
     ) -> Option<Input> {
-        let cancel = match &self.tool_turn {
-            Some((current, token)) if *current == turn => token.clone(),
+        let (cancel, refused) = match &self.tool_turn {
+            Some((current, token, refused)) if *current == turn => (token.clone(), refused.clone()),
             Some(_) | None => {
-                let token = CancellationToken::new();
-                self.tool_turn = Some((turn, token.clone()));
-                token
+                let (token, refused) = (CancellationToken::new(), std::sync::Arc::default());
+                self.tool_turn = Some((turn, token.clone(), std::sync::Arc::clone(&refused)));
+                (token, refused)
             }
         };
         let spec = &self.spec;
@@ -179,7 +179,10 @@ impl SessionState {
             turn_seq: turn,
             index,
             tool: spec.tools.get(&call.name),
-            ctx: self.tool_context(call.id.clone(), cancel, resumed),
+            ctx: ToolContext {
+                refused_in_turn: refused,
+                ..self.tool_context(call.id.clone(), cancel, resumed)
+            },
             timeout: spec.tools.timeout(),
             gate: self.gate(),
             session: myself.clone(),
@@ -236,6 +239,7 @@ impl SessionState {
             reattach: None,
             narrowing: self.narrowing.clone(),
             trees: self.env.trees.clone(),
+            refused_in_turn: std::sync::Arc::default(),
         }
     }
 

@@ -243,3 +243,83 @@ async fn an_always_answer_covers_the_calls_that_waited_to_ask() {
     assert!(a.is_ok() && b.is_ok());
     assert_eq!(approver.asked.load(Ordering::SeqCst), 1);
 }
+
+/// A person who answers no to every question, counting them.
+#[derive(Debug, Default)]
+struct SaysNo {
+    asked: std::sync::atomic::AtomicUsize,
+}
+
+impl Approver for SaysNo {
+    fn ask(&self, _request: PermissionRequest) -> BoxFuture<'_, Answer> {
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async { Answer::No })
+    }
+}
+
+fn gate_asking(approver: std::sync::Arc<dyn Approver>) -> Gate {
+    Gate {
+        mode: PermissionMode::Default,
+        agent: "coder".into(),
+        approver,
+        remembered: std::sync::Arc::default(),
+        events: None,
+        bash_rules: std::sync::Arc::from(Vec::new()),
+        role_deny: std::sync::Arc::from(Vec::new()),
+        rules: std::sync::Arc::default(),
+        saver: None,
+        hooks: None,
+        transcript: None,
+    }
+}
+
+#[tokio::test]
+async fn a_persons_no_ends_the_turn_and_a_refusal_for_want_of_anyone_does_not() {
+    use std::sync::atomic::Ordering;
+    let person = std::sync::Arc::new(SaysNo::default());
+    let gate = gate_asking(person.clone());
+    let (_dir, ctx) = crate::tools::test_context();
+    let write = |file: &str| serde_json::json!({"file_path": file, "content": "x"});
+    let read = serde_json::json!({"file_path": "a.txt"});
+    // Two calls of one turn want a question at once: the first is refused by
+    // the person, the second is then not asked.
+    let (first, second) = (write("a.txt"), write("b.txt"));
+    let (a, b) = tokio::join!(
+        gate.check(&ctx, "Write", false, &first, None),
+        gate.check(&ctx, "Write", false, &second, None),
+    );
+    assert_eq!(person.asked.load(Ordering::SeqCst), 1);
+    let said = |r: Result<(), crate::error::ToolError>| r.unwrap_err().to_string();
+    let (a, b) = (said(a), said(b));
+    assert!(a.contains("was not approved"), "{a}");
+    assert!(b.contains(REFUSED_EARLIER), "{b}");
+    // Even a call nobody would be asked about is not run in that turn.
+    let later = said(gate.check(&ctx, "Read", true, &read, None).await);
+    assert!(later.contains(REFUSED_EARLIER), "{later}");
+    // The next turn asks again.
+    let (_dir2, next) = crate::tools::test_context();
+    assert!(gate.check(&next, "Read", true, &read, None).await.is_ok());
+    let asked = gate
+        .check(&next, "Write", false, &write("c.txt"), None)
+        .await;
+    assert!(said(asked).contains("was not approved"));
+    assert_eq!(person.asked.load(Ordering::SeqCst), 2);
+
+    // With nobody to ask, each call is refused on its own, as before.
+    let headless = gate_asking(std::sync::Arc::new(DenyAll));
+    let (_dir3, ctx) = crate::tools::test_context();
+    for file in ["a.txt", "b.txt"] {
+        let refused = said(
+            headless
+                .check(&ctx, "Write", false, &write(file), None)
+                .await,
+        );
+        assert!(refused.contains("no terminal to ask"), "{refused}");
+    }
+    assert!(
+        headless
+            .check(&ctx, "Read", true, &read, None)
+            .await
+            .is_ok()
+    );
+}
