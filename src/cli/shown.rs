@@ -71,7 +71,12 @@ impl Shown {
         if self.json {
             print_json(out, event);
         }
-        self.display.show(event, err);
+        // A warning said while the prompt line waits (a refused follow-up)
+        // shows the prompt line again after it.
+        if self.display.show(event, err) && self.idle {
+            let _ = write!(err, "{}", super::interactive::MARK);
+            let _ = err.flush();
+        }
         if let Some(run) = self.run.as_mut() {
             run.apply(event, self.began.elapsed());
         }

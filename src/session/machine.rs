@@ -374,14 +374,13 @@ impl Machine {
         self.transcript.push(message);
     }
 
-    /// Journals `marker` and `message` together, then adds the message.
-    fn record_after(&mut self, marker: Record, message: Message) {
-        self.emit(Effect::Journal(vec![
-            marker,
-            Record::Message {
-                message: message.clone(),
-            },
-        ]));
+    /// Journals `markers` and `message` together, in one write, then adds
+    /// the message.
+    fn records_after(&mut self, mut markers: Vec<Record>, message: Message) {
+        markers.push(Record::Message {
+            message: message.clone(),
+        });
+        self.emit(Effect::Journal(markers));
         self.transcript.push(message);
     }
 
@@ -639,7 +638,7 @@ impl Machine {
             run.stop_hooks_passed = false;
         }
         for mut prompt in prompts {
-            self.narrow(&mut prompt);
+            let narrowed = self.narrow(&mut prompt);
             if let Some(run) = self.run.as_mut() {
                 run.prompts.push(prompt.seq);
                 // A background sub-agent's spending is its caller's too.
@@ -651,21 +650,21 @@ impl Machine {
                 prompt: prompt.seq,
                 background: prompt.background,
             };
-            self.record_after(joined, Message::user(prompt.text));
+            let records = narrowed.into_iter().chain([joined]).collect();
+            self.records_after(records, Message::user(prompt.text));
         }
         self.emit(Effect::SyncInBackground);
         self.begin_turn(now, 1);
     }
 
-    /// What `prompt`'s slash command narrows the session to, in force (and
-    /// journaled) before the prompt joins the conversation.
-    fn narrow(&mut self, prompt: &mut QueuedPrompt) {
-        if let Some(narrow) = prompt.narrow.take() {
-            self.emit(Effect::Journal(vec![crate::session::narrowed::record(
-                &narrow,
-            )]));
-            self.emit(Effect::Narrow(narrow));
-        }
+    /// What `prompt`'s slash command narrows the session to, in force
+    /// before the prompt joins the conversation; its record, to be written
+    /// with the prompt's.
+    fn narrow(&mut self, prompt: &mut QueuedPrompt) -> Option<Record> {
+        let narrow = prompt.narrow.take()?;
+        let record = crate::session::narrowed::record(&narrow);
+        self.emit(Effect::Narrow(narrow));
+        Some(record)
     }
 
     fn on_synced(&mut self, now: Instant, result: Result<(), String>) {
@@ -720,7 +719,7 @@ impl Machine {
     }
 
     fn start_run(&mut self, now: Instant, mut prompt: QueuedPrompt) {
-        self.narrow(&mut prompt);
+        let narrowed = self.narrow(&mut prompt);
         self.run = Some(self.new_run(vec![prompt.seq], 0, now));
         self.arm(now, prompt.seq);
         // Not synced here: the prompt is durable with the first turn boundary's
@@ -730,7 +729,8 @@ impl Machine {
             prompt: prompt.seq,
             limits: self.run_limits(),
         };
-        self.record_after(started, Message::user(prompt.text));
+        let records = narrowed.into_iter().chain([started]).collect();
+        self.records_after(records, Message::user(prompt.text));
         match prompt.fails {
             None => self.begin_turn(now, 1),
             // Decided before it began: no model is asked.

@@ -153,6 +153,22 @@ impl PromptQueue {
         std::mem::take(&mut self.prompts)
     }
 
+    /// Takes the prompts that join the run in progress, oldest first: each
+    /// up to the first a slash command narrows, which waits for a run of its
+    /// own (its narrowing is not the running task's) with the prompts after
+    /// it; background results join whatever their place.
+    pub(crate) fn take_to_join(&mut self) -> Vec<QueuedPrompt> {
+        let cut = (self.prompts.iter())
+            .position(|p| p.narrow.is_some())
+            .unwrap_or(self.prompts.len());
+        let after = self.prompts.split_off(cut);
+        let (results, waiting): (Vec<_>, Vec<_>) =
+            after.into_iter().partition(|p| p.background.is_some());
+        let mut taken = std::mem::replace(&mut self.prompts, waiting);
+        taken.extend(results);
+        taken
+    }
+
     /// Takes the waiting steers (messages for the run in progress), oldest first;
     /// other prompts keep waiting for runs of their own.
     pub(crate) fn take_steers(&mut self) -> Vec<QueuedPrompt> {
@@ -259,6 +275,27 @@ mod tests {
         assert!(!queue.busy() && queue.queued().is_empty());
         assert_eq!(seqs(&queue.take_steers()), Vec::<u64>::new());
         assert_eq!(seqs(&queue.take_all()), [1], "the background result stays");
+    }
+
+    #[test]
+    fn a_narrowed_prompt_waits_for_a_run_of_its_own_with_the_prompts_after_it() {
+        let mut queue = PromptQueue::default();
+        let (narrow, _) = crate::tools::narrowing::Narrow::of("the command c", &["Read".into()]);
+        queue.push(prompt(1));
+        queue.push(QueuedPrompt {
+            narrow: Some(narrow),
+            ..prompt(2)
+        });
+        queue.push(prompt(3));
+        let task = crate::protocol::SessionId::new();
+        queue.push(QueuedPrompt {
+            background: Some(task),
+            ..prompt(4)
+        });
+        assert_eq!(seqs(&queue.take_to_join()), [1, 4]);
+        assert_eq!(seqs(&queue.take_to_join()), Vec::<u64>::new());
+        assert_eq!(queue.take_one().map(|p| p.seq), Some(2));
+        assert_eq!(seqs(&queue.take_to_join()), [3]);
     }
 
     fn seqs(prompts: &[QueuedPrompt]) -> Vec<u64> {

@@ -83,9 +83,11 @@ impl Display {
     }
 
     /// Takes `event` into the board and shows what it changed: the rows it
-    /// touched on the live tree, or its plain line on `err`.
-    pub fn show(&mut self, event: &Event, err: &mut dyn Write) {
+    /// touched on the live tree, or its plain line on `err`. Whether it said
+    /// a warning.
+    pub fn show(&mut self, event: &Event, err: &mut dyn Write) -> bool {
         use crate::protocol::EventKind;
+        let mut said = false;
         let warning = match &event.kind {
             EventKind::Shared { reason } => {
                 vec![format!("sub-agents share the workspace: {reason}")]
@@ -108,7 +110,8 @@ impl Display {
                     reason.as_deref().unwrap_or("no reason given")
                 );
                 self.warn(&line, err);
-                Vec::new()
+                said = true;
+                vec![]
             }
             // A hook's failure or message is the person's to see, also on
             // the live tree and with --quiet (plain lines say it already).
@@ -121,14 +124,15 @@ impl Display {
         for line in warning {
             if self.warned.insert(line.clone()) {
                 self.warn(&line, err);
+                said = true;
             }
         }
         if matches!(self.mode, Progress::Off) {
-            return;
+            return said;
         }
         let rows = self.board.rows().len();
         let Some(index) = self.board.apply(event, self.started.elapsed()) else {
-            return;
+            return said;
         };
         let now = self.now_ms();
         match self.mode {
@@ -152,6 +156,7 @@ impl Display {
             }
             Progress::Off => {}
         }
+        said
     }
 
     /// Shows what a reload of the role files found, above the live tree or as

@@ -707,10 +707,15 @@ async fn a_follow_up_a_prompt_hook_refuses_is_said_once_each_time() {
     ] } });
     std::fs::write(dir.path().join(".claude/settings.json"), hooks.to_string()).unwrap();
     let (terminal, child) = start(&mock, dir.path(), &["--trust-workspace"], 30);
-    let mut seen = terminal.shows("› ").await.len();
-    seen = ask(&terminal, seen, "hello\n", "› ").await;
-    seen = ask(&terminal, seen, "the secret\n", "› ").await;
-    ask(&terminal, seen, "the secret\n", "› ").await;
+    terminal.marks(1).await;
+    terminal.type_keys("hello\n");
+    terminal.marks(2).await;
+    // Said each time, the prompt line shown again after it (as the line is
+    // taken, and after the warning).
+    for marks in [4, 6] {
+        terminal.type_keys("the secret\n");
+        terminal.marks(marks).await;
+    }
     terminal.type_keys("/exit\n");
     let out = exited(child).await;
     assert_eq!(out.status.code(), Some(0), "{}", *terminal.screen.borrow());

@@ -122,7 +122,7 @@ impl SessionState {
                 }
                 Some(Input::Taken(taken.into_iter().collect()))
             }
-            Effect::TakeAll => Some(Input::Taken(self.queue.lock().take_all())),
+            Effect::TakeAll => Some(Input::Taken(self.queue.lock().take_to_join())),
             Effect::TakeSteers => {
                 let mut queue = self.queue.lock();
                 Some(Input::Steers {

@@ -88,7 +88,9 @@ pub(crate) enum Effect {
     },
     /// Take the oldest queued prompt; answer [`super::Input::Taken`].
     TakeOne,
-    /// Take every queued prompt; answer [`super::Input::Taken`].
+    /// Take the queued prompts that join the run in progress (one a slash
+    /// command narrows waits for a run of its own, with those after it);
+    /// answer [`super::Input::Taken`].
     TakeAll,
     /// Take the queued steers (messages for the run in progress); answer
     /// [`super::Input::Taken`].

@@ -197,6 +197,13 @@ impl Board {
     /// of the row it changed, if any.
     pub fn apply(&mut self, event: &Event, now: Duration) -> Option<usize> {
         let now_ms = now.as_millis() as u64;
+        // A hook's run says nothing of how its agent is doing: it makes no
+        // row (a prompt refused while nothing runs shows no agent working).
+        if matches!(event.kind, EventKind::HookRan { .. })
+            && !self.index.contains_key(&event.session)
+        {
+            return None;
+        }
         let index = match self.index.get(&event.session) {
             Some(&i) => i,
             None => {

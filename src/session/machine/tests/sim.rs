@@ -422,7 +422,7 @@ impl Sim {
             Effect::TakeOne => {
                 return Some(Input::Taken(self.queue.take_one().into_iter().collect()));
             }
-            Effect::TakeAll => return Some(Input::Taken(self.queue.take_all())),
+            Effect::TakeAll => return Some(Input::Taken(self.queue.take_to_join())),
             Effect::TakeSteers => {
                 return Some(Input::Steers {
                     prompts: self.queue.take_steers(),
