@@ -206,19 +206,7 @@ async fn an_always_answer_covers_the_calls_that_waited_to_ask() {
         asked: Default::default(),
         answers: tokio::sync::Semaphore::new(0),
     });
-    let gate = Gate {
-        mode: PermissionMode::Default,
-        agent: "coder".into(),
-        approver: approver.clone(),
-        remembered: std::sync::Arc::default(),
-        events: None,
-        bash_rules: std::sync::Arc::from(Vec::new()),
-        role_deny: std::sync::Arc::from(Vec::new()),
-        rules: std::sync::Arc::default(),
-        saver: None,
-        hooks: None,
-        transcript: None,
-    };
+    let gate = gate_asking(approver.clone());
     let (_dir, ctx) = crate::tools::test_context();
     let write = |file: &str| serde_json::json!({"file_path": file, "content": "x"});
     let (first, second) = (write("a.txt"), write("b.txt"));
