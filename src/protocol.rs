@@ -333,6 +333,17 @@ pub enum EventKind {
         /// The tool.
         tool: String,
     },
+    /// A person is asked whether a call may run: the question, as it is put.
+    PermissionRequested {
+        /// The call's id.
+        call_id: String,
+        /// The question's id, unique in the run.
+        question_id: String,
+        /// The tool.
+        tool: String,
+        /// What the call would do: the command, or the file and its change.
+        summary: String,
+    },
     /// A tool call changed a file.
     FileChanged {
         /// The call's id.
@@ -569,6 +580,7 @@ impl EventKind {
             | Self::ToolStarted { .. }
             | Self::SubagentQueued { .. }
             | Self::AwaitingPermission { .. }
+            | Self::PermissionRequested { .. }
             | Self::FileChanged { .. }
             | Self::ToolFinished { .. }
             | Self::Retrying { .. }

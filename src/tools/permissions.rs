@@ -515,6 +515,15 @@ impl Gate {
                 if !asked_by_rule && self.remembered.allows(session, tool, input) {
                     return Ok(());
                 }
+                if let Some(events) = &self.events {
+                    let id = uuid::Uuid::new_v4().simple().to_string();
+                    events.publish(crate::protocol::EventKind::PermissionRequested {
+                        call_id: ctx.call_id.clone(),
+                        question_id: format!("q-{}", &id[..12]),
+                        tool: tool.to_owned(),
+                        summary: request.summary.clone(),
+                    });
+                }
                 match self.approver.ask(request.clone()).await {
                     Answer::Yes => Ok(()),
                     Answer::Always => {

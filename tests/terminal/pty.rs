@@ -777,4 +777,16 @@ async fn a_no_at_the_terminal_ends_the_turn_and_the_model_is_asked_again() {
         "understood\n",
         "the model was asked again"
     );
+    // The one question put is kept with the run.
+    let sessions = crate::support::harness::state(dir.path()).sessions();
+    let kept: String = std::fs::read_dir(sessions)
+        .unwrap()
+        .flatten()
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect();
+    assert_eq!(
+        kept.matches("\"permission_requested\"").count(),
+        1,
+        "{kept}"
+    );
 }

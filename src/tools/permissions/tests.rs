@@ -311,3 +311,44 @@ async fn a_persons_no_ends_the_turn_and_a_refusal_for_want_of_anyone_does_not() 
             .is_ok()
     );
 }
+
+#[tokio::test]
+async fn each_question_put_is_published_with_its_own_id() {
+    let bus = crate::events::EventBus::new();
+    let mut seen = bus.subscribe();
+    let (_dir, ctx) = crate::tools::test_context();
+    let gate = Gate {
+        events: Some(crate::events::Publisher::new(
+            bus.clone(),
+            ctx.session,
+            None,
+            "coder",
+        )),
+        ..gate_asking(std::sync::Arc::new(SaysNo::default()))
+    };
+    let write = |file: &str| serde_json::json!({"file_path": file, "content": "x\n"});
+    let mut ids = Vec::new();
+    for file in ["a.txt", "b.txt"] {
+        // Each in a turn of its own: a no ends only its own.
+        let (_dir, mut ctx) = crate::tools::test_context();
+        ctx.call_id = format!("call-{file}");
+        let _ = gate.check(&ctx, "Write", false, &write(file), None).await;
+        let asked = std::iter::from_fn(|| seen.try_recv())
+            .find_map(|event| match event.kind {
+                crate::protocol::EventKind::PermissionRequested {
+                    call_id,
+                    question_id,
+                    tool,
+                    summary,
+                } => Some((call_id, question_id, tool, summary)),
+                _ => None,
+            })
+            .expect("the question is published");
+        assert_eq!(asked.0, format!("call-{file}"));
+        assert_eq!(asked.2, "Write");
+        assert!(asked.3.contains(file), "{}", asked.3);
+        assert!(asked.1.starts_with("q-"), "{}", asked.1);
+        ids.push(asked.1);
+    }
+    assert_ne!(ids[0], ids[1]);
+}

@@ -253,7 +253,8 @@ impl Board {
             EventKind::SessionStarted { model, .. } => row.model.clone_from(model),
             EventKind::Restarted { .. } | EventKind::PromptQueued { .. } => {}
             EventKind::BackgroundWait { running } => row.state = State::Background(*running),
-            EventKind::HookRan { .. } => {}
+            // The row says so already (`awaiting_permission`).
+            EventKind::HookRan { .. } | EventKind::PermissionRequested { .. } => {}
             // What the title cost counts as the lead's.
             EventKind::Titled {
                 usage, cost_usd, ..

@@ -103,6 +103,8 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
         } => format!("{role} queued for a free slot"),
         EventKind::SubagentQueued { waiting: false, .. } => return None,
         EventKind::AwaitingPermission { tool } => format!("awaiting permission for {tool}"),
+        // The question itself is on the terminal.
+        EventKind::PermissionRequested { .. } => return None,
         EventKind::Restarted { reason, .. } => {
             format!("crashed and restarted ({})", clip(reason, 60))
         }

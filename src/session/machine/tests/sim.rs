@@ -618,6 +618,7 @@ pub(super) fn event_name(event: &EventKind) -> &'static str {
         EventKind::ToolStarted { .. } => "tool_started",
         EventKind::SubagentQueued { .. } => "subagent_queued",
         EventKind::AwaitingPermission { .. } => "awaiting_permission",
+        EventKind::PermissionRequested { .. } => "permission_requested",
         EventKind::FileChanged { .. } => "file_changed",
         EventKind::ToolFinished { .. } => "tool_finished",
         EventKind::Retrying { .. } => "retrying",
