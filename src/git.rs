@@ -249,10 +249,7 @@ pub(crate) fn output_fed(
             .map(|p| Box::new(p) as Box<dyn Read + Send>),
     );
     let Some(status) = wait_within(&mut child, GIT_DEADLINE)? else {
-        if let Some(group) = rustix::process::Pid::from_raw(child.id() as i32) {
-            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
-        }
-        let _ = child.wait();
+        kill_group(&mut child);
         return Err(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
             format!("git took longer than {} s", GIT_DEADLINE.as_secs()),
@@ -310,14 +307,13 @@ impl Conversation {
             &mut std::io::BufReader<std::process::ChildStdout>,
         ) -> std::io::Result<T>,
     ) -> std::io::Result<T> {
-        let group = rustix::process::Pid::from_raw(self.child.id() as i32);
+        let group = self.child.id();
         let (done, waiting) = std::sync::mpsc::channel::<()>();
         std::thread::spawn(move || {
             if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
                 waiting.recv_timeout(GIT_DEADLINE)
-                && let Some(group) = group
             {
-                let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+                kill(group);
             }
         });
         let said = talk(&mut self.input, &mut self.output);
@@ -334,10 +330,15 @@ impl Drop for Conversation {
 
 /// Kills `child`'s group and waits for it.
 fn kill_group(child: &mut std::process::Child) {
-    if let Some(group) = rustix::process::Pid::from_raw(child.id() as i32) {
+    kill(child.id());
+    let _ = child.wait();
+}
+
+/// Kills the process group `group` (a child's id, as it leads its own).
+fn kill(group: u32) {
+    if let Some(group) = rustix::process::Pid::from_raw(group as i32) {
         let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
     }
-    let _ = child.wait();
 }
 
 /// Waits for `child` to exit, at most `deadline`: its status, or `None` when it

@@ -191,10 +191,7 @@ impl Shadow {
             let before = self.entries(Some(&names))?;
             // A path inside a submodule is the submodule's: git records
             // its commit, not its files.
-            let gitlinks: Vec<&[u8]> = (before.iter())
-                .filter(|e| e.mode == GITLINK)
-                .map(|e| e.path.as_slice())
-                .collect();
+            let gitlinks = gitlinks(&before);
             let named: Vec<PathBuf> = named
                 .iter()
                 .map(|path| {
@@ -225,10 +222,7 @@ impl Shadow {
     /// ignore files) below them.
     fn add(&self, named: &[PathBuf], before: &[Entry]) -> Result<(), CheckoutError> {
         let files: HashSet<&[u8]> = before.iter().map(|e| e.path.as_slice()).collect();
-        let gitlinks: HashSet<&[u8]> = (before.iter())
-            .filter(|e| e.mode == GITLINK)
-            .map(|e| e.path.as_slice())
-            .collect();
+        let gitlinks = gitlinks(before);
         let held: HashSet<&[u8]> = before.iter().flat_map(|e| places(&e.path)).collect();
         let on_disk = |path: &Path| std::fs::symlink_metadata(self.folder.join(path));
         let only_files = named.iter().all(|path| {
@@ -421,6 +415,14 @@ fn alternate(folder: &str) -> String {
     }
     let escaped = folder.replace('\\', "\\\\").replace('"', "\\\"");
     format!("\"{escaped}\"")
+}
+
+/// The submodules among `entries`, by path.
+fn gitlinks(entries: &[Entry]) -> HashSet<&[u8]> {
+    (entries.iter())
+        .filter(|e| e.mode == GITLINK)
+        .map(|e| e.path.as_slice())
+        .collect()
 }
 
 /// Whether `path` is `name` or below it.
