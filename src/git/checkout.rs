@@ -108,17 +108,7 @@ const IDENTITY: [(&str, &str); 4] = [
 
 /// Runs git `args` in `dir` with `env`; its output, or the error of a failure.
 fn git_bytes(dir: &Path, args: &[&str], env: &[(&str, &OsStr)]) -> Result<Vec<u8>, CheckoutError> {
-    git_fed(dir, args, env, Vec::new())
-}
-
-/// As [`git_bytes`], `input` on git's standard input.
-pub(super) fn git_fed(
-    dir: &Path,
-    args: &[&str],
-    env: &[(&str, &OsStr)],
-    input: Vec<u8>,
-) -> Result<Vec<u8>, CheckoutError> {
-    let out = git_run(dir, args, env, input)?;
+    let out = git_run(dir, args, env, Vec::new())?;
     if out.status.success() {
         return Ok(out.stdout);
     }
@@ -487,16 +477,6 @@ fn tree_of(root: &Path, commit: &str) -> Result<String, CheckoutError> {
 /// The paths whose content differs between trees `from` and `to`, each with
 /// its content in both.
 pub fn changed(root: &Path, from: &str, to: &str) -> Result<Vec<PathChange>, CheckoutError> {
-    changed_with(root, &[], from, to)
-}
-
-/// As [`changed`], git run with `env`.
-pub(super) fn changed_with(
-    root: &Path,
-    env: &[(&str, &OsStr)],
-    from: &str,
-    to: &str,
-) -> Result<Vec<PathChange>, CheckoutError> {
     let out = git_bytes(
         root,
         &[
@@ -508,7 +488,7 @@ pub(super) fn changed_with(
             from,
             to,
         ],
-        env,
+        &[],
     )?;
     // Records: ":<old mode> <new mode> <old oid> <new oid> <status>\0<path>\0".
     let mut fields = out.split(|b| *b == 0).filter(|f| !f.is_empty());

@@ -89,11 +89,10 @@ pub fn take_if_changed(
     leave_out: &[PathBuf],
 ) -> Result<Option<Checkpoint>, CheckoutError> {
     let commit = checkout::snapshot_as(root, scratch, leave_out, &format!("{PREFIX}{label}"))?;
-    if let Some(last) = list(root, run)?.last() {
-        let tree = |commit: &str| git(root, &["rev-parse", &format!("{commit}^{{tree}}")], &[]);
-        if tree(&last.commit)? == tree(&commit)? {
-            return Ok(None);
-        }
+    if let Some(last) = list(root, run)?.last()
+        && checkout::same_tree(root, &last.commit, &commit)?
+    {
+        return Ok(None);
     }
     numbered(root, run, commit, label).map(Some)
 }
