@@ -384,9 +384,9 @@ pub enum EventKind {
         cost_usd: Option<f64>,
     },
     /// A running call's output since its previous `tool_output` event (a
-    /// Bash call's first at once, later ones at most every 100 ms; an MCP
-    /// server's progress notification each as it comes), for the person; what
-    /// the model gets at the end is its result.
+    /// Bash call's, or an MCP call's progress notifications: the first at
+    /// once, later ones at most every 100 ms), for the person; what the model
+    /// gets at the end is its result.
     ToolOutput {
         /// The call's id.
         call_id: String,

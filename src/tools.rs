@@ -110,6 +110,20 @@ pub struct ToolContext {
     pub refused_in_turn: Arc<std::sync::atomic::AtomicBool>,
 }
 
+impl ToolContext {
+    /// This call's refusal, when the person refused an earlier call of its
+    /// turn.
+    pub fn refused_earlier(&self) -> Result<(), ToolError> {
+        match self
+            .refused_in_turn
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            true => Err(ToolError::Failed(permissions::REFUSED_EARLIER.into())),
+            false => Ok(()),
+        }
+    }
+}
+
 /// The Read deny rules a listing honours: the run's and the calling role's.
 #[derive(Clone, Debug, Default)]
 pub struct ReadDeny {

@@ -19,8 +19,10 @@ where
     let Some((workspace, state)) = super::setup::state_or_say(&cli, &io.env, io.err) else {
         return ExitCode::from(super::exit::USAGE);
     };
-    // What is typed before the first task is kept too (the run keeps that task).
-    let history = super::interactive::History::new(state.dir().join("history"));
+    // What is typed before the first task is kept too (the run keeps that
+    // task), its folder made and checked first, as a run makes it.
+    let history = (state.prepare().ok())
+        .map(|()| super::interactive::History::new(state.dir().join("history")));
     let home = (io.env)("HOME").map(PathBuf::from);
     for name in super::interactive::BUILTINS {
         if let Ok(Some(command)) = crate::commands::find(&workspace, home.as_deref(), name) {
@@ -52,8 +54,7 @@ where
         };
         let read = super::interactive::read(&line);
         let keep = |line: &str| {
-            // Its folder made and checked first, as a run makes it.
-            if state.prepare().is_ok() {
+            if let Some(history) = &history {
                 history.keep(line);
             }
         };

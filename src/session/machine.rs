@@ -637,8 +637,9 @@ impl Machine {
             // Its next answer is asked of the Stop hooks again.
             run.stop_hooks_passed = false;
         }
-        for mut prompt in prompts {
-            let narrowed = self.narrow(&mut prompt);
+        // None narrows: a narrowed prompt waits for a run of its own
+        // (`PromptQueue::take_to_join`).
+        for prompt in prompts {
             if let Some(run) = self.run.as_mut() {
                 run.prompts.push(prompt.seq);
                 // A background sub-agent's spending is its caller's too.
@@ -650,8 +651,7 @@ impl Machine {
                 prompt: prompt.seq,
                 background: prompt.background,
             };
-            let records = narrowed.into_iter().chain([joined]).collect();
-            self.records_after(records, Message::user(prompt.text));
+            self.records_after(vec![joined], Message::user(prompt.text));
         }
         self.emit(Effect::SyncInBackground);
         self.begin_turn(now, 1);

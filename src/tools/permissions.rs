@@ -376,12 +376,7 @@ impl Gate {
     ) -> Result<(), crate::error::ToolError> {
         let session = ctx.session;
         let denied = crate::error::ToolError::Failed;
-        if ctx
-            .refused_in_turn
-            .load(std::sync::atomic::Ordering::SeqCst)
-        {
-            return Err(denied(REFUSED_EARLIER.into()));
-        }
+        ctx.refused_earlier()?;
         if let Some(why) = ctx.narrowing.refusal(&self.rules, tool, input) {
             return Err(denied(why));
         }
@@ -506,12 +501,7 @@ impl Gate {
                 // call waited its turn covers it.
                 let _turn = self.remembered.turn_to_ask().await;
                 // Refused while this call waited its turn to be asked.
-                if ctx
-                    .refused_in_turn
-                    .load(std::sync::atomic::Ordering::SeqCst)
-                {
-                    return Err(denied(REFUSED_EARLIER.into()));
-                }
+                ctx.refused_earlier()?;
                 if !asked_by_rule && self.remembered.allows(session, tool, input) {
                     return Ok(());
                 }

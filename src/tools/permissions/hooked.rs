@@ -23,12 +23,7 @@ impl Gate {
         stop: &mut Option<String>,
     ) -> Result<Option<Permission>, ToolError> {
         // A call the person's earlier no keeps from running is not one.
-        if ctx
-            .refused_in_turn
-            .load(std::sync::atomic::Ordering::SeqCst)
-        {
-            return Err(ToolError::Failed(super::REFUSED_EARLIER.into()));
-        }
+        ctx.refused_earlier()?;
         let fields = json!({ "tool_name": tool, "tool_input": input, "tool_use_id": ctx.call_id });
         let answer = self
             .fire(HookEvent::PreToolUse, Some(tool), ctx, fields)
