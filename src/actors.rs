@@ -67,6 +67,10 @@ pub(crate) struct SessionEnv {
     pub(crate) max_parallel_tools: usize,
     pub(crate) approver: Arc<dyn Approver>,
     pub(crate) remembered: Arc<Remembered>,
+    /// The questions waiting for an answer.
+    pub(crate) questions: Arc<crate::tools::permissions::Questions>,
+    /// How long a question nobody can be asked waits for another answer.
+    pub(crate) approval_timeout: std::time::Duration,
     pub(crate) rules: Arc<crate::tools::rules::Rules>,
     /// The run's hooks.
     pub(crate) hooks: Arc<crate::hooks::Hooks>,

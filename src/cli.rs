@@ -108,6 +108,11 @@ where
         Some(Command::Kill { agent }) => Some(control::Op::Kill {
             agent: agent.clone(),
         }),
+        Some(Command::Approve { agent, answer, id }) => Some(control::Op::Approve {
+            agent: agent.clone(),
+            answer: answer.clone(),
+            id: id.clone(),
+        }),
         Some(Command::Resume { .. }) | None => None,
     };
     if let Some(op) = op {

@@ -9,7 +9,10 @@
 //!   boundary, even when A's model is about to give its final answer;
 //! - `{"op":"stop","agent":A}`: A ends at its next turn boundary, its caller gets
 //!   its partial work;
-//! - `{"op":"kill","agent":A}`: A is cancelled now, with its running tool calls.
+//! - `{"op":"kill","agent":A}`: A is cancelled now, with its running tool calls;
+//! - `{"op":"approve","agent":A,"answer":"yes"|"no"|"always","id":Q}`: A's
+//!   permission question Q (`id` may be left out when A has only one) is
+//!   answered, as the person at the run's terminal would answer it.
 //!
 //! An agent is named as its row names it (`explorer#2`) or by a prefix of its
 //! session id. The answer is `{"ok":true,"text":…}` or `{"ok":false,"text":why}`.
@@ -36,6 +39,7 @@ use crate::events::EventStream;
 use crate::protocol::SessionId;
 use crate::runtime::Handle;
 use crate::state::{Reachable, SocketPath, StateDir};
+use crate::tools::permissions::PendingQuestion;
 use crate::ui::progress::{Board, Row, clock, state_text, tokens};
 
 /// How long a request may take, end to end.
@@ -69,6 +73,16 @@ pub enum Op {
     Kill {
         /// The agent.
         agent: String,
+    },
+    /// Answer an agent's permission question.
+    Approve {
+        /// The agent.
+        agent: String,
+        /// `yes`, `no` or `always`.
+        answer: String,
+        /// The question, when the agent has several.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
     },
     /// Crash an agent's session, for the tests of supervision.
     #[cfg(feature = "test-support")]
@@ -265,10 +279,13 @@ fn carry_out(op: Op, serving: Serving<'_>, board: &Board, now: Duration) -> Repl
         Op::Ps => {
             return Reply {
                 ok: true,
-                text: ps(board, now),
+                text: ps(board, &handle.pending_questions(), now),
             };
         }
-        Op::Steer { agent, .. } | Op::Stop { agent } | Op::Kill { agent } => agent,
+        Op::Steer { agent, .. }
+        | Op::Stop { agent }
+        | Op::Kill { agent }
+        | Op::Approve { agent, .. } => agent,
         #[cfg(feature = "test-support")]
         Op::Crash { agent } => agent,
     };
@@ -304,12 +321,23 @@ fn carry_out(op: Op, serving: Serving<'_>, board: &Board, now: Duration) -> Repl
             handle.cancel(row.session);
             format!("{label} cancelled")
         }
+        Op::Approve { answer, id, .. } => {
+            let Some(given) = crate::tools::permissions::Answer::from_word(&answer) else {
+                return failed(format!(
+                    "{answer:?} is not an answer (say yes, no or always)"
+                ));
+            };
+            match handle.answer_question(row.session, id.as_deref(), given) {
+                Ok(id) => format!("{label}: {} to {id}", answer.to_ascii_lowercase()),
+                Err(why) => return failed(format!("{label} {why}")),
+            }
+        }
         #[cfg(feature = "test-support")]
         Op::Crash { .. } => {
             handle.crash_session(row.session);
             format!("{label} crashed")
         }
-        Op::Ps => ps(board, now),
+        Op::Ps => ps(board, &handle.pending_questions(), now),
     };
     Reply { ok: true, text }
 }
@@ -389,9 +417,9 @@ pub async fn request(socket: &SocketPath, op: &Op) -> Result<Reply, String> {
     }
 }
 
-/// The live tree: one line per agent.
-/// The rows of `board` as `ps` answers them, `now` after it began.
-pub(crate) fn ps(board: &Board, now: Duration) -> String {
+/// The rows of `board` as `ps` answers them, `now` after it began: one line
+/// per agent, and under it one per question of its that waits for an answer.
+pub(crate) fn ps(board: &Board, pending: &[PendingQuestion], now: Duration) -> String {
     let now_ms = now.as_millis() as u64;
     let mut text = String::new();
     for row in board.rows() {
@@ -408,6 +436,14 @@ pub(crate) fn ps(board: &Board, now: Duration) -> String {
             format!("{} tok", tokens(row.tokens)),
             clock(elapsed)
         ));
+        for question in pending.iter().filter(|q| q.session == row.session) {
+            let what = question.summary.lines().next().unwrap_or_default();
+            let what: String = what.chars().take(60).collect();
+            text.push_str(&format!(
+                "{indent}  pending approval {} {}: {what}\n",
+                question.id, question.tool
+            ));
+        }
     }
     text
 }

@@ -305,6 +305,11 @@ impl Publisher {
         &self.agent
     }
 
+    /// The session's parent, for a sub-agent.
+    pub fn parent(&self) -> Option<SessionId> {
+        self.parent
+    }
+
     /// Publishes one event for this session (and keeps it, when it is a
     /// lifecycle event and this publisher has a keeper).
     pub fn publish(&self, kind: EventKind) {

@@ -344,6 +344,25 @@ pub enum EventKind {
         /// What the call would do: the command, or the file and its change.
         summary: String,
     },
+    /// A question was answered, or abandoned: what the answer was and who or
+    /// what gave it.
+    PermissionAnswered {
+        /// The question's id, as `permission_requested` gave it.
+        question_id: String,
+        /// `yes`, `no` or `always`.
+        answer: String,
+        /// Who or what answered: `terminal` (the person at the run's
+        /// terminal), `approve` (`orchestrate approve` from another terminal),
+        /// `program` or `http` (the approver of the user's configuration),
+        /// `nobody` (no one could be asked), `timeout` (nobody answered in
+        /// time), `always` or `refusal` (another question's answer covered
+        /// it), `cancelled` (the call was cancelled while it waited).
+        by: String,
+        /// The question whose answer covered this one (`by` is `always` or
+        /// `refusal`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        covered_by: Option<String>,
+    },
     /// A tool call changed a file.
     FileChanged {
         /// The call's id.
@@ -581,6 +600,7 @@ impl EventKind {
             | Self::SubagentQueued { .. }
             | Self::AwaitingPermission { .. }
             | Self::PermissionRequested { .. }
+            | Self::PermissionAnswered { .. }
             | Self::FileChanged { .. }
             | Self::ToolFinished { .. }
             | Self::Retrying { .. }

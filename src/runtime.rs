@@ -28,7 +28,7 @@ use crate::session::SessionSpec;
 use crate::session::queue::QueuedPrompt;
 use crate::state::StateDir;
 use crate::task::Launcher;
-use crate::tools::permissions::{Approver, DenyAll, Remembered};
+use crate::tools::permissions::{Approver, DenyAll, PendingQuestion, Questions, Remembered};
 use crate::tools::scheduler::DEFAULT_MAX_PARALLEL;
 
 /// Process-wide settings.
@@ -51,6 +51,9 @@ pub struct RuntimeConfig {
     /// Who is asked when a permission mode wants a person's yes (default: nobody,
     /// so those calls are refused).
     pub approver: Arc<dyn Approver>,
+    /// How long a question waits for `orchestrate approve` when the approver
+    /// cannot ask anyone (default zero: refused at once).
+    pub approval_timeout: std::time::Duration,
     /// Permission rules, applied before each session's mode.
     pub rules: Arc<crate::tools::rules::Rules>,
     /// The hooks every session runs (Claude Code's).
@@ -85,6 +88,7 @@ impl RuntimeConfig {
             restart: Intensity::default(),
             max_parallel_tools: DEFAULT_MAX_PARALLEL,
             approver: Arc::new(DenyAll),
+            approval_timeout: std::time::Duration::ZERO,
             rules: Arc::default(),
             hooks: Arc::default(),
             read_roots: Vec::new(),
@@ -124,6 +128,8 @@ pub struct Handle {
     checkouts: Arc<delegate::Checkouts>,
     /// The background sub-agents, by task id.
     backgrounds: Arc<background::Backgrounds>,
+    /// The permission questions waiting for an answer.
+    questions: Arc<Questions>,
 }
 
 impl std::ops::Deref for Runtime {
@@ -153,6 +159,7 @@ impl Runtime {
             .prepare()
             .map_err(|e| SessionError::Journal(e.to_string()))?;
         let stamps = Arc::new(AtomicU64::new(1));
+        let questions = Arc::new(Questions::default());
         let env = Arc::new(SessionEnv {
             provider: config.provider,
             workspace,
@@ -168,6 +175,8 @@ impl Runtime {
             max_parallel_tools: config.max_parallel_tools,
             approver: config.approver,
             remembered: Arc::new(Remembered::default()),
+            questions: questions.clone(),
+            approval_timeout: config.approval_timeout,
             rules: config.rules,
             hooks: config.hooks,
             read_roots: config.read_roots.into(),
@@ -201,6 +210,7 @@ impl Runtime {
             state: Arc::new(state),
             closed: CancellationToken::new(),
             mcp,
+            questions,
         };
         Ok(Self { handle, join })
     }
@@ -232,6 +242,27 @@ impl Handle {
     /// The run's MCP servers: their state, and the tools a role may use.
     pub fn mcp(&self) -> Arc<crate::mcp::McpHub> {
         self.mcp.clone()
+    }
+
+    /// The permission questions waiting for an answer, in the order asked.
+    pub fn pending_questions(&self) -> Vec<PendingQuestion> {
+        self.questions.pending()
+    }
+
+    /// Answers `session`'s question `id` (its only one when `None`) as
+    /// `orchestrate approve` does: the id answered, or why none was.
+    pub fn answer_question(
+        &self,
+        session: SessionId,
+        id: Option<&str>,
+        answer: crate::tools::permissions::Answer,
+    ) -> Result<String, String> {
+        let by = crate::tools::permissions::By::Approve;
+        (self.questions).answer(
+            session,
+            id,
+            crate::tools::permissions::Decision { answer, by },
+        )
     }
 
     /// Subscribes to every event from now on.

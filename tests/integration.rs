@@ -4,6 +4,7 @@
 mod support;
 
 mod anthropic;
+mod approvals;
 mod architecture;
 mod bounds;
 mod budgets;

@@ -119,6 +119,10 @@ pub struct Cli {
     /// Wall time the whole run may take (90s, 5m, 1h30m); then every agent stops.
     #[arg(long, value_name = "DURATION", value_parser = crate::session::budget::parse_duration, global = true)]
     pub timeout: Option<std::time::Duration>,
+    /// How long a permission question waits for `orchestrate approve` when
+    /// there is no terminal to ask (5m, 1h); 0, the default: refused at once.
+    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = crate::session::budget::parse_duration, global = true)]
+    pub approval_timeout: std::time::Duration,
     /// Requests made at most for one model turn.
     #[arg(long, value_name = "N", default_value_t = 5, global = true)]
     pub max_attempts: u32,
@@ -213,6 +217,30 @@ pub enum Command {
         /// The agent, as its row names it (`explorer#2`) or a prefix of its session id.
         agent: String,
     },
+    /// Answer a live agent's permission question (`orchestrate ps` lists them).
+    Approve {
+        /// The agent, as its row names it (`explorer#2`) or a prefix of its session id.
+        agent: String,
+        /// yes, no or always.
+        #[arg(default_value = "yes", value_parser = parse_answer)]
+        answer: String,
+        /// The question (`q-…`, as `orchestrate ps` lists it); needed only when
+        /// the agent has several.
+        #[arg(long, value_name = "QUESTION")]
+        id: Option<String>,
+    },
+}
+
+fn parse_answer(text: &str) -> Result<String, String> {
+    match crate::tools::permissions::Answer::from_word(text) {
+        Some(answer) => Ok(match answer {
+            crate::tools::permissions::Answer::Yes => "yes",
+            crate::tools::permissions::Answer::No => "no",
+            crate::tools::permissions::Answer::Always => "always",
+        }
+        .to_owned()),
+        None => Err(format!("{text:?} is not an answer (say yes, no or always)")),
+    }
 }
 
 /// `orchestrate sessions …`

@@ -274,7 +274,10 @@ impl Typed {
                 .map(|(name, description)| format!("{name:<16} {description}\n"))
                 .collect(),
             Line::Ps => (shown.run.as_ref())
-                .map(|run| crate::control::ps(run, shown.began.elapsed()))
+                .map(|run| {
+                    let pending = self.handle.pending_questions();
+                    crate::control::ps(run, &pending, shown.began.elapsed())
+                })
                 .unwrap_or_default(),
             Line::Cost => shown.run.as_ref().map(cost).unwrap_or_default(),
             Line::Bad(why) => format!("{why}\n"),

@@ -25,7 +25,8 @@ pub(super) async fn prepare(
     let prepared = setup::prepare(&workspace, state, options(cli), env)?;
     let answers = trust::ask(prepared.questions(), approver.as_ref()).await;
     let setup = prepared.finish(&answers, env)?;
-    let config = setup.runtime_config(approver);
+    let mut config = setup.runtime_config(approver);
+    config.approval_timeout = cli.approval_timeout;
     Ok((config, setup))
 }
 

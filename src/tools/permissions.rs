@@ -116,16 +116,26 @@ pub fn verdict(mode: PermissionMode, action: Action) -> Verdict {
 }
 
 /// What a person is asked about.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PermissionRequest {
     /// The session asking.
     pub session: SessionId,
+    /// Its parent, for a sub-agent.
+    pub parent: Option<SessionId>,
     /// Its role.
     pub agent: String,
+    /// The question's id (`q-` and 12 hex digits): an answer names it.
+    pub question_id: String,
+    /// The call's id.
+    pub call_id: String,
     /// The tool.
     pub tool: String,
+    /// The call's input, as the model gave it.
+    pub input: serde_json::Value,
     /// What it would do: the command, or the file and its change.
     pub summary: String,
+    /// How many other questions wait for an answer.
+    pub waiting: usize,
 }
 
 /// A person's answer.
@@ -137,6 +147,19 @@ pub enum Answer {
     No,
     /// Run this and every later call of this tool in this session.
     Always,
+}
+
+impl Answer {
+    /// An answer as a person writes it: `y`/`yes`, `n`/`no`, `a`/`always`, in
+    /// any case; `None` for anything else.
+    pub fn from_word(word: &str) -> Option<Self> {
+        match word.trim().to_ascii_lowercase().as_str() {
+            "y" | "yes" => Some(Self::Yes),
+            "n" | "no" => Some(Self::No),
+            "a" | "always" => Some(Self::Always),
+            _ => None,
+        }
+    }
 }
 
 /// Asks a person whether a call may run.
@@ -156,6 +179,12 @@ pub trait Approver: Send + Sync + fmt::Debug + 'static {
     /// for want of anyone to ask is not.
     fn asks_a_person(&self) -> bool {
         true
+    }
+
+    /// Who answers, as the `permission_answered` event names it
+    /// (`terminal`, `program`, `http`, `nobody`).
+    fn name(&self) -> &'static str {
+        "approver"
     }
 
     /// Why a call is refused when the answer was no, naming what would allow it.
@@ -187,6 +216,10 @@ impl Approver for DenyAll {
 
     fn asks_a_person(&self) -> bool {
         false
+    }
+
+    fn name(&self) -> &'static str {
+        "nobody"
     }
 
     fn refusal(&self, request: &PermissionRequest, mode: PermissionMode) -> String {
@@ -266,23 +299,16 @@ pub fn always_rules(
     }
 }
 
-/// Remembers "always" answers, per session, as the rules they allow; and
-/// puts questions one at a time, so that an "always" covers the calls that
-/// were waiting to ask the same.
+/// Remembers "always" answers as the rules they allow: for one session, or
+/// (a rule kept beyond the session) for every session of the run.
 #[derive(Debug, Default)]
 pub struct Remembered {
-    always: Mutex<Vec<(SessionId, crate::tools::rules::Rule)>>,
-    asking: tokio::sync::Mutex<()>,
+    always: Mutex<Vec<(Option<SessionId>, crate::tools::rules::Rule)>>,
 }
 
 impl Remembered {
-    /// The turn to ask a person: held while a question waits for its answer.
-    pub(crate) async fn turn_to_ask(&self) -> tokio::sync::MutexGuard<'_, ()> {
-        self.asking.lock().await
-    }
-
-    /// Whether a person already said "always" in this session to what allows
-    /// this call.
+    /// Whether a person already said "always", in this session or for the
+    /// whole run, to what allows this call.
     pub fn allows(&self, session: SessionId, tool: &str, input: &serde_json::Value) -> bool {
         let always = self
             .always
@@ -291,7 +317,7 @@ impl Remembered {
         let rules = crate::tools::rules::Rules {
             allow: always
                 .iter()
-                .filter(|(s, _)| *s == session)
+                .filter(|(s, _)| s.is_none_or(|s| s == session))
                 .map(|(_, r)| r.clone())
                 .collect(),
             ..crate::tools::rules::Rules::default()
@@ -305,7 +331,7 @@ impl Remembered {
         self.always
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .retain(|(s, _)| *s != session);
+            .retain(|(s, _)| *s != Some(session));
     }
 
     /// Sessions with an "always" on record.
@@ -314,14 +340,15 @@ impl Remembered {
             .always
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut sessions: Vec<SessionId> = always.iter().map(|(s, _)| *s).collect();
+        let mut sessions: Vec<SessionId> = always.iter().filter_map(|(s, _)| *s).collect();
         sessions.sort();
         sessions.dedup();
         sessions.len()
     }
 
-    /// Records an "always": what it allows in this session.
-    pub fn remember(&self, session: SessionId, rule: crate::tools::rules::Rule) {
+    /// Records an "always": what it allows in `session` (`None`: in every
+    /// session of the run).
+    pub fn remember(&self, session: Option<SessionId>, rule: crate::tools::rules::Rule) {
         self.always
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -344,6 +371,12 @@ pub struct Gate {
     pub approver: std::sync::Arc<dyn Approver>,
     /// "Always" answers, shared by every session of the process.
     pub remembered: std::sync::Arc<Remembered>,
+    /// The questions waiting for an answer, shared by every session of the
+    /// process.
+    pub questions: std::sync::Arc<Questions>,
+    /// How long a question nobody can be asked at once waits for
+    /// `orchestrate approve` before it is refused (zero: refused at once).
+    pub approval_timeout: std::time::Duration,
     /// Where the session's events go: a question shows as `awaiting_permission`.
     pub events: Option<crate::events::Publisher>,
     /// When the session's role allows Bash only through rules: the commands it
@@ -483,59 +516,16 @@ impl Gate {
                 }
                 let request = PermissionRequest {
                     session,
+                    parent: self.events.as_ref().and_then(|e| e.parent()),
                     agent: self.agent.clone(),
+                    question_id: String::new(),
+                    call_id: ctx.call_id.clone(),
                     tool: tool.to_owned(),
+                    input: input.clone(),
                     summary,
+                    waiting: 0,
                 };
-                if let Some(events) = &self.events {
-                    events.publish(crate::protocol::EventKind::AwaitingPermission {
-                        tool: tool.to_owned(),
-                    });
-                }
-                let message = format!(
-                    "the {} agent needs your permission to use {tool}",
-                    self.agent
-                );
-                self.notify(ctx, message);
-                // One question at a time: one answered "always" while this
-                // call waited its turn covers it.
-                let _turn = self.remembered.turn_to_ask().await;
-                // Refused while this call waited its turn to be asked.
-                ctx.refused_earlier()?;
-                if !asked_by_rule && self.remembered.allows(session, tool, input) {
-                    return Ok(());
-                }
-                if let Some(events) = &self.events {
-                    let id = uuid::Uuid::new_v4().simple().to_string();
-                    events.publish(crate::protocol::EventKind::PermissionRequested {
-                        call_id: ctx.call_id.clone(),
-                        question_id: format!("q-{}", &id[..12]),
-                        tool: tool.to_owned(),
-                        summary: request.summary.clone(),
-                    });
-                }
-                match self.approver.ask(request.clone()).await {
-                    Answer::Yes => Ok(()),
-                    Answer::Always => {
-                        for (rule, kept) in always_rules(tool, input) {
-                            if kept && let Some(saver) = &self.saver {
-                                let text = rule.to_string();
-                                if let Err(e) = (saver.0)(&text) {
-                                    tracing::warn!(rule = %text, error = %e, "cannot save the rule");
-                                }
-                            }
-                            self.remembered.remember(session, rule);
-                        }
-                        Ok(())
-                    }
-                    Answer::No => {
-                        if self.approver.asks_a_person() {
-                            ctx.refused_in_turn
-                                .store(true, std::sync::atomic::Ordering::SeqCst);
-                        }
-                        Err(denied(self.approver.refusal(&request, self.mode)))
-                    }
-                }
+                self.ask(ctx, request, !asked_by_rule).await
             }
         }
     }
@@ -624,7 +614,11 @@ fn target(given: &str, workspace: &Path) -> String {
     }
 }
 
+mod ask;
 mod hooked;
+pub mod questions;
+
+pub use self::questions::{By, Decision, PendingQuestion, Questions};
 
 #[cfg(test)]
 mod tests;

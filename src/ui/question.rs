@@ -97,6 +97,10 @@ impl TerminalApprover {
 }
 
 impl Approver for TerminalApprover {
+    fn name(&self) -> &'static str {
+        "terminal"
+    }
+
     fn confirm<'a>(&'a self, question: &'a str) -> BoxFuture<'a, Option<bool>> {
         Box::pin(async move {
             let mut keyboard = self.keyboard.lock().await;
@@ -196,11 +200,7 @@ pub fn question(request: &PermissionRequest, per_page: usize) -> Vec<Page> {
 
 /// Reads an answer: `y`/`yes`, `a`/`always`; anything else (or nothing) is no.
 pub fn parse_answer(line: &str) -> Answer {
-    match line.trim().to_ascii_lowercase().as_str() {
-        "y" | "yes" => Answer::Yes,
-        "a" | "always" => Answer::Always,
-        _ => Answer::No,
-    }
+    Answer::from_word(line).unwrap_or(Answer::No)
 }
 
 /// Whether a line typed at a page that is not the last refuses the call (anything

@@ -323,6 +323,8 @@ impl SessionState {
             agent: spec.agent.clone(),
             approver: self.env.approver.clone(),
             remembered: self.env.remembered.clone(),
+            questions: self.env.questions.clone(),
+            approval_timeout: self.env.approval_timeout,
             events: Some(self.publisher.clone()),
             bash_rules: spec.bash_rules.clone(),
             role_deny: spec.deny_rules.clone(),

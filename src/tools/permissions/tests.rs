@@ -63,6 +63,7 @@ fn without_a_terminal_the_refusal_names_the_flag() {
         agent: "main".into(),
         tool: "Bash".into(),
         summary: "rm -rf target".into(),
+        ..PermissionRequest::default()
     };
     let text = DenyAll.refusal(&request, PermissionMode::Default);
     assert!(
@@ -251,6 +252,8 @@ fn gate_asking(approver: std::sync::Arc<dyn Approver>) -> Gate {
         agent: "coder".into(),
         approver,
         remembered: std::sync::Arc::default(),
+        questions: std::sync::Arc::default(),
+        approval_timeout: std::time::Duration::ZERO,
         events: None,
         bash_rules: std::sync::Arc::from(Vec::new()),
         role_deny: std::sync::Arc::from(Vec::new()),
@@ -351,4 +354,164 @@ async fn each_question_put_is_published_with_its_own_id() {
         ids.push(asked.1);
     }
     assert_ne!(ids[0], ids[1]);
+}
+
+/// The `permission_answered` events published so far: (question, answer, by,
+/// covered by).
+fn answers(seen: &mut crate::events::EventStream) -> Vec<(String, String, String, Option<String>)> {
+    std::iter::from_fn(|| seen.try_recv())
+        .filter_map(|event| match event.kind {
+            crate::protocol::EventKind::PermissionAnswered {
+                question_id,
+                answer,
+                by,
+                covered_by,
+            } => Some((question_id, answer, by, covered_by)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A gate with nobody to ask that waits `timeout` for `orchestrate approve`,
+/// publishing as `session` on `bus`.
+fn waiting_gate(
+    bus: &crate::events::EventBus,
+    session: SessionId,
+    questions: &std::sync::Arc<Questions>,
+    remembered: &std::sync::Arc<Remembered>,
+) -> Gate {
+    Gate {
+        events: Some(crate::events::Publisher::new(
+            bus.clone(),
+            session,
+            None,
+            "coder",
+        )),
+        questions: questions.clone(),
+        remembered: remembered.clone(),
+        approval_timeout: std::time::Duration::from_secs(300),
+        ..gate_asking(std::sync::Arc::new(DenyAll))
+    }
+}
+
+/// Waits (paused time) until `n` questions wait on `desk`.
+async fn questions_waiting(desk: &Questions, n: usize) -> Vec<PendingQuestion> {
+    loop {
+        let pending = desk.pending();
+        if pending.len() >= n {
+            return pending;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_nobody_to_ask_a_question_waits_for_an_approve_until_its_timeout() {
+    let bus = crate::events::EventBus::new();
+    let mut seen = bus.subscribe();
+    let (desk, remembered) = (std::sync::Arc::default(), std::sync::Arc::default());
+    let (_dir, ctx) = crate::tools::test_context();
+    let gate = waiting_gate(&bus, ctx.session, &desk, &remembered);
+    let make = serde_json::json!({"command": "make"});
+
+    // Answered yes from another terminal.
+    let asking = gate.check(&ctx, "Bash", false, &make, None);
+    let approving = async {
+        let pending = questions_waiting(&desk, 1).await;
+        assert_eq!(pending[0].tool, "Bash");
+        assert_eq!(pending[0].summary, "make");
+        let yes = Decision {
+            answer: Answer::Yes,
+            by: By::Approve,
+        };
+        desk.answer(ctx.session, None, yes).unwrap()
+    };
+    let (allowed, id) = tokio::join!(asking, approving);
+    assert!(allowed.is_ok(), "{allowed:?}");
+    assert!(desk.pending().is_empty());
+    assert_eq!(
+        answers(&mut seen),
+        [(id, "yes".into(), "approve".into(), None)]
+    );
+
+    // Nobody answers: refused when the timeout ends, and not before.
+    let began = tokio::time::Instant::now();
+    let refused = gate.check(&ctx, "Bash", false, &make, None).await;
+    assert_eq!(began.elapsed(), std::time::Duration::from_secs(300));
+    let why = refused.unwrap_err().to_string();
+    assert!(why.contains("nobody approved it within 5m"), "{why}");
+    let told = answers(&mut seen);
+    assert_eq!((told[0].1.as_str(), told[0].2.as_str()), ("no", "timeout"));
+    // A timeout is nobody's no: the turn goes on.
+    assert!(ctx.refused_earlier().is_ok());
+
+    // A no from another terminal is the person's: it ends the turn.
+    let asking = gate.check(&ctx, "Bash", false, &make, None);
+    let refusing = async {
+        questions_waiting(&desk, 1).await;
+        let no = Decision {
+            answer: Answer::No,
+            by: By::Approve,
+        };
+        desk.answer(ctx.session, None, no).unwrap()
+    };
+    let (refused, _) = tokio::join!(asking, refusing);
+    let why = refused.unwrap_err().to_string();
+    assert!(why.contains("refused from another terminal"), "{why}");
+    assert!(ctx.refused_earlier().is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_always_answers_the_waiting_questions_it_allows_in_every_session() {
+    let bus = crate::events::EventBus::new();
+    let mut seen = bus.subscribe();
+    let (desk, remembered) = (std::sync::Arc::default(), std::sync::Arc::default());
+    let (_one, first) = crate::tools::test_context();
+    let (_two, second) = crate::tools::test_context();
+    let (_three, third) = crate::tools::test_context();
+    let gates: Vec<Gate> = [&first, &second, &third]
+        .iter()
+        .map(|ctx| waiting_gate(&bus, ctx.session, &desk, &remembered))
+        .collect();
+    let test = serde_json::json!({"command": "npm test"});
+    let deploy = serde_json::json!({"command": "npm run deploy"});
+    let asking = async {
+        tokio::join!(
+            gates[0].check(&first, "Bash", false, &test, None),
+            gates[1].check(&second, "Bash", false, &test, None),
+            gates[2].check(&third, "Bash", false, &deploy, None),
+        )
+    };
+    let answering = async {
+        let pending = questions_waiting(&desk, 3).await;
+        let always = Decision {
+            answer: Answer::Always,
+            by: By::Approve,
+        };
+        let id = desk.answer(first.session, None, always).unwrap();
+        assert_eq!(id, pending[0].id);
+        // `npm test` in another session is covered; `npm run deploy` is not.
+        questions_waiting(&desk, 0).await;
+        while desk.pending().len() > 1 {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        assert_eq!(desk.pending()[0].session, third.session);
+        let no = Decision {
+            answer: Answer::No,
+            by: By::Approve,
+        };
+        desk.answer(third.session, None, no).unwrap();
+        pending
+    };
+    let ((a, b, c), pending) = tokio::join!(asking, answering);
+    assert!(a.is_ok() && b.is_ok(), "{a:?} {b:?}");
+    assert!(c.is_err());
+    let told = answers(&mut seen);
+    assert_eq!(told.len(), 3, "{told:?}");
+    assert!(told.contains(&(
+        pending[1].id.clone(),
+        "yes".into(),
+        "always".into(),
+        Some(pending[0].id.clone())
+    )));
 }

@@ -254,7 +254,9 @@ impl Board {
             EventKind::Restarted { .. } | EventKind::PromptQueued { .. } => {}
             EventKind::BackgroundWait { running } => row.state = State::Background(*running),
             // The row says so already (`awaiting_permission`).
-            EventKind::HookRan { .. } | EventKind::PermissionRequested { .. } => {}
+            EventKind::HookRan { .. }
+            | EventKind::PermissionRequested { .. }
+            | EventKind::PermissionAnswered { .. } => {}
             // What the title cost counts as the lead's.
             EventKind::Titled {
                 usage, cost_usd, ..

@@ -104,7 +104,9 @@ pub fn plain_line(board: &Board, index: usize, event: &Event, now_ms: u64) -> Op
         EventKind::SubagentQueued { waiting: false, .. } => return None,
         EventKind::AwaitingPermission { tool } => format!("awaiting permission for {tool}"),
         // The question itself is on the terminal.
-        EventKind::PermissionRequested { .. } => return None,
+        EventKind::PermissionRequested { .. } | EventKind::PermissionAnswered { .. } => {
+            return None;
+        }
         EventKind::Restarted { reason, .. } => {
             format!("crashed and restarted ({})", clip(reason, 60))
         }

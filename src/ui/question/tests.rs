@@ -13,6 +13,7 @@ fn request(tool: &str, summary: &str) -> PermissionRequest {
         agent: "coder#2".into(),
         tool: tool.into(),
         summary: summary.into(),
+        ..PermissionRequest::default()
     }
 }
 

@@ -619,6 +619,7 @@ pub(super) fn event_name(event: &EventKind) -> &'static str {
         EventKind::SubagentQueued { .. } => "subagent_queued",
         EventKind::AwaitingPermission { .. } => "awaiting_permission",
         EventKind::PermissionRequested { .. } => "permission_requested",
+        EventKind::PermissionAnswered { .. } => "permission_answered",
         EventKind::FileChanged { .. } => "file_changed",
         EventKind::ToolFinished { .. } => "tool_finished",
         EventKind::Retrying { .. } => "retrying",

@@ -1,0 +1,271 @@
+//! Permission questions answered from another terminal, through the real
+//! binary: a run with no terminal waits `--approval-timeout` for
+//! `orchestrate approve`, `orchestrate ps` lists what waits, and every
+//! answer is journaled with who gave it.
+
+use std::path::Path;
+
+use serde_json::json;
+
+use crate::cli::{command_on, run_on, text};
+use crate::support::harness::{DEADLINE, tool_results, wait_until};
+use crate::support::mock_llm::{MockLlm, Recorded, Reply};
+
+fn system(request: &Recorded) -> &str {
+    request.body["messages"][0]["content"]
+        .as_str()
+        .unwrap_or("")
+}
+
+fn first_prompt(request: &Recorded) -> &str {
+    request.body["messages"][1]["content"]
+        .as_str()
+        .unwrap_or("")
+}
+
+/// Every line of every journal of the workspace's runs.
+fn journal_lines(dir: &Path) -> Vec<serde_json::Value> {
+    let state = crate::support::harness::state(dir);
+    let Ok(entries) = std::fs::read_dir(state.sessions()) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .flat_map(|e| {
+            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+            text.lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The journaled events of `kind` (`permission_requested`, …), wherever they
+/// sit in a journal's record.
+fn journaled(dir: &Path, kind: &str) -> Vec<serde_json::Value> {
+    fn find(value: &serde_json::Value, kind: &str, found: &mut Vec<serde_json::Value>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                if map.get("type").and_then(|t| t.as_str()) == Some(kind) {
+                    found.push(value.clone());
+                }
+                map.values().for_each(|v| find(v, kind, found));
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| find(v, kind, found)),
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    for line in journal_lines(dir) {
+        find(&line, kind, &mut found);
+    }
+    found
+}
+
+/// A workspace whose `maker` role may run Bash.
+fn workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("agents")).unwrap();
+    std::fs::write(
+        dir.path().join("agents/maker.md"),
+        "---\nname: maker\ndescription: makes files\ntools: Bash\n---\nYou are maker.\n",
+    )
+    .unwrap();
+    dir
+}
+
+/// The lead fans out to `n` makers; maker `i` runs `touch made-i` and
+/// answers with what its call returned; the lead joins their answers.
+async fn makers(n: usize) -> MockLlm {
+    MockLlm::start_with(move |request, _| {
+        let results = tool_results(request);
+        match system(request) {
+            "You are maker." if results.is_empty() => {
+                let which = first_prompt(request).trim_start_matches("make ");
+                let command = format!("touch made-{which}");
+                Reply::tool_calls(&[("b1", "Bash", json!({ "command": command }))])
+            }
+            "You are maker." => Reply::text(results[0].1.clone()),
+            _ if results.is_empty() => {
+                let calls: Vec<(String, serde_json::Value)> = (1..=n)
+                    .map(|i| {
+                        let input = json!({"description": format!("make {i}"), "prompt": format!("make {i}"), "subagent_type": "maker"});
+                        (format!("t{i}"), input)
+                    })
+                    .collect();
+                let calls: Vec<(&str, &str, serde_json::Value)> = calls
+                    .iter()
+                    .map(|(id, input)| (id.as_str(), "Task", input.clone()))
+                    .collect();
+                Reply::tool_calls(&calls)
+            }
+            _ => {
+                let answers: Vec<String> = results
+                    .iter()
+                    .map(|(_, r)| crate::support::harness::answer(r).to_owned())
+                    .collect();
+                Reply::text(answers.join(" | "))
+            }
+        }
+    })
+    .await
+}
+
+/// `ps`'s questions: (the agent's label, the question's id, its line).
+fn pending(ps: &str) -> Vec<(String, String, String)> {
+    let mut label = String::new();
+    let mut found = Vec::new();
+    for line in ps.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["pending", "approval", id, ..] => {
+                found.push((label.clone(), (*id).to_owned(), line.to_owned()))
+            }
+            [first, ..] => label = (*first).to_owned(),
+            [] => {}
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn questions_are_listed_and_answered_from_another_terminal_by_name_and_by_id() {
+    let mock = makers(2).await;
+    let dir = workspace();
+    let child = command_on(
+        &mock,
+        dir.path(),
+        &["--approval-timeout", "5m", "make two files"],
+        &[],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    wait_until("both makers ask", || {
+        journaled(dir.path(), "permission_requested").len() == 2
+    })
+    .await;
+
+    let ps = run_on(&mock, dir.path(), &["ps"], &[]).await;
+    assert_eq!(ps.status.code(), Some(0), "{}", text(&ps.stderr));
+    let shown = text(&ps.stdout);
+    let questions = pending(&shown);
+    assert_eq!(questions.len(), 2, "{shown}");
+    let mut labels: Vec<&str> = questions.iter().map(|(l, _, _)| l.as_str()).collect();
+    labels.sort_unstable();
+    assert_eq!(labels, ["maker#1", "maker#2"], "{shown}");
+    for (_, id, line) in &questions {
+        assert!(id.starts_with("q-") && id.len() == 14, "{line}");
+        assert!(line.contains("Bash: touch made-"), "{line}");
+    }
+    let requested = journaled(dir.path(), "permission_requested");
+    for (_, id, _) in &questions {
+        assert!(
+            requested.iter().any(|e| e["question_id"] == id.as_str()),
+            "{id} is the id the event gave"
+        );
+    }
+
+    // A word that is no answer is refused before anything is sent.
+    let bad = run_on(&mock, dir.path(), &["approve", "maker#1", "maybe"], &[]).await;
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad.stderr));
+    assert!(text(&bad.stderr).contains("is not an answer"));
+    // The id must be the agent's own.
+    let (first, second) = (&questions[0], &questions[1]);
+    let wrong = run_on(
+        &mock,
+        dir.path(),
+        &["approve", &first.0, "--id", &second.1],
+        &[],
+    )
+    .await;
+    assert_eq!(wrong.status.code(), Some(1));
+    assert!(
+        text(&wrong.stderr).contains(&format!("has no question {} waiting", second.1)),
+        "{}",
+        text(&wrong.stderr)
+    );
+
+    // By name: its only question.
+    let yes = run_on(&mock, dir.path(), &["approve", &first.0], &[]).await;
+    assert_eq!(yes.status.code(), Some(0), "{}", text(&yes.stderr));
+    assert_eq!(
+        text(&yes.stdout),
+        format!("{}: yes to {}\n", first.0, first.1)
+    );
+    // By id, refused.
+    let no = run_on(
+        &mock,
+        dir.path(),
+        &["approve", &second.0, "no", "--id", &second.1],
+        &[],
+    )
+    .await;
+    assert_eq!(no.status.code(), Some(0), "{}", text(&no.stderr));
+
+    let out = tokio::time::timeout(DEADLINE, child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let answer = text(&out.stdout);
+    assert!(
+        answer.contains("refused from another terminal (orchestrate approve)"),
+        "{answer}"
+    );
+    let made: Vec<bool> = (1..=2)
+        .map(|i| dir.path().join(format!("made-{i}")).exists())
+        .collect();
+    assert_eq!(made.iter().filter(|m| **m).count(), 1, "{made:?}");
+
+    let answered = journaled(dir.path(), "permission_answered");
+    let mut told: Vec<(String, String, String)> = answered
+        .iter()
+        .map(|e| {
+            let field = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
+            (field("question_id"), field("answer"), field("by"))
+        })
+        .collect();
+    told.sort();
+    let mut expected = vec![
+        (first.1.clone(), "yes".to_owned(), "approve".to_owned()),
+        (second.1.clone(), "no".to_owned(), "approve".to_owned()),
+    ];
+    expected.sort();
+    assert_eq!(told, expected);
+
+    // Nothing waits any more: nothing to approve.
+    assert!(!answer.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_nobody_answers_is_refused_when_its_timeout_ends() {
+    let mock = makers(1).await;
+    let dir = workspace();
+    let out = run_on(
+        &mock,
+        dir.path(),
+        &["--approval-timeout", "1s", "make a file"],
+        &[],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let answer = text(&out.stdout);
+    assert!(
+        answer.contains("nobody approved it within 1s (orchestrate approve)"),
+        "{answer}"
+    );
+    assert!(!dir.path().join("made-1").exists());
+    let answered = journaled(dir.path(), "permission_answered");
+    assert_eq!(answered.len(), 1, "{answered:?}");
+    assert_eq!(answered[0]["by"], "timeout");
+
+    // Without the flag, a run with no terminal refuses at once, as it always did.
+    let dir = workspace();
+    let out = run_on(&mock, dir.path(), &["make a file"], &[]).await;
+    let answer = text(&out.stdout);
+    assert!(answer.contains("there is no terminal to ask"), "{answer}");
+    let answered = journaled(dir.path(), "permission_answered");
+    assert_eq!(answered[0]["by"], "nobody");
+}
