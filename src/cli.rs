@@ -51,6 +51,8 @@ pub(crate) struct Io<'a, E, I> {
     pub(crate) err: &'a mut dyn Write,
     /// The person's prompts at a terminal, for an interactive session.
     pub(crate) prompts: Option<Prompts>,
+    /// Where the display records the labels the questions name.
+    pub(crate) names: Option<crate::ui::Names>,
 }
 
 /// The lines a person types at the terminal, a paste as one (see
@@ -66,6 +68,9 @@ pub struct Person<I> {
     pub interrupt: I,
     /// Their prompts.
     pub prompts: Option<Prompts>,
+    /// Where the live tree's labels go, for the questions put to them
+    /// ([`crate::ui::TerminalApprover::names`]).
+    pub names: Option<crate::ui::Names>,
 }
 
 /// Runs the CLI to its exit code. What the `person` types opens an
@@ -126,6 +131,7 @@ where
         out,
         err,
         prompts: person.prompts,
+        names: person.names,
     };
     match (&cli.command, cli.continue_with.clone()) {
         (Some(Command::Resume { id, prompt }), _) => {

@@ -97,6 +97,7 @@ async fn run(keys: Keys) -> ExitCode {
     // types while no question is on screen is a prompt, a paste one prompt.
     let interactive = args.task.is_none() && args.command.is_none() && args.continue_with.is_none();
     let mut prompts = None;
+    let mut names = None;
     let approver: Arc<dyn Approver> = if std::io::stdin().is_terminal()
         && terminal
         && let Ok(input) = std::io::stdin().as_fd().try_clone_to_owned()
@@ -105,6 +106,7 @@ async fn run(keys: Keys) -> ExitCode {
         if interactive {
             prompts = asking.prompts();
         }
+        names = Some(asking.names());
         Arc::new(asking)
     } else {
         Arc::new(DenyAll)
@@ -125,7 +127,11 @@ async fn run(keys: Keys) -> ExitCode {
         approver,
         progress,
         |k| keys.get(k).or_else(|| std::env::var(k).ok()),
-        cli::Person { interrupt, prompts },
+        cli::Person {
+            interrupt,
+            prompts,
+            names,
+        },
         &mut out,
         &mut err,
     )

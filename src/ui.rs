@@ -6,11 +6,13 @@
 pub mod display;
 pub mod escape;
 mod keyboard;
+pub mod names;
 pub mod progress;
 pub mod question;
 pub mod trust;
 
 pub use self::escape::{Shown, visible};
+pub use self::names::Names;
 pub use self::question::TerminalApprover;
 
 /// A role as `orchestrate agents show` prints it, with the memory files every

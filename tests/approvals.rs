@@ -42,7 +42,7 @@ fn journal_lines(dir: &Path) -> Vec<serde_json::Value> {
 
 /// The journaled events of `kind` (`permission_requested`, …), wherever they
 /// sit in a journal's record.
-fn journaled(dir: &Path, kind: &str) -> Vec<serde_json::Value> {
+pub(crate) fn journaled(dir: &Path, kind: &str) -> Vec<serde_json::Value> {
     fn find(value: &serde_json::Value, kind: &str, found: &mut Vec<serde_json::Value>) {
         match value {
             serde_json::Value::Object(map) => {
@@ -63,7 +63,7 @@ fn journaled(dir: &Path, kind: &str) -> Vec<serde_json::Value> {
 }
 
 /// A workspace whose `maker` role may run Bash.
-fn workspace() -> tempfile::TempDir {
+pub(crate) fn workspace() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("agents")).unwrap();
     std::fs::write(
@@ -74,15 +74,15 @@ fn workspace() -> tempfile::TempDir {
     dir
 }
 
-/// The lead fans out to `n` makers; maker `i` runs `touch made-i` and
+/// The lead fans out to `n` makers; maker `i` runs `echo ran >> made-i` and
 /// answers with what its call returned; the lead joins their answers.
-async fn makers(n: usize) -> MockLlm {
+pub(crate) async fn makers(n: usize) -> MockLlm {
     MockLlm::start_with(move |request, _| {
         let results = tool_results(request);
         match system(request) {
             "You are maker." if results.is_empty() => {
                 let which = first_prompt(request).trim_start_matches("make ");
-                let command = format!("touch made-{which}");
+                let command = format!("echo ran >> made-{which}");
                 Reply::tool_calls(&[("b1", "Bash", json!({ "command": command }))])
             }
             "You are maker." => Reply::text(results[0].1.clone()),
@@ -157,7 +157,7 @@ async fn questions_are_listed_and_answered_from_another_terminal_by_name_and_by_
     assert_eq!(labels, ["maker#1", "maker#2"], "{shown}");
     for (_, id, line) in &questions {
         assert!(id.starts_with("q-") && id.len() == 14, "{line}");
-        assert!(line.contains("Bash: touch made-"), "{line}");
+        assert!(line.contains("Bash: echo ran >> made-"), "{line}");
     }
     let requested = journaled(dir.path(), "permission_requested");
     for (_, id, _) in &questions {

@@ -180,6 +180,8 @@ pub(super) struct Session {
     pub(super) mode: Progress,
     /// The roles' colors.
     pub(super) colors: std::collections::HashMap<String, String>,
+    /// Where the display records the labels the questions name.
+    pub(super) names: Option<crate::ui::Names>,
 }
 
 /// What the prompt line looks like.
@@ -208,7 +210,8 @@ impl Session {
         if let Progress::Live(multi) = &self.mode {
             multi.set_draw_target(indicatif::ProgressDrawTarget::stderr());
         }
-        shown.display = Display::new(self.mode.clone(), self.colors.clone());
+        shown.display =
+            Display::new(self.mode.clone(), self.colors.clone()).naming(self.names.clone());
         if shown.idle {
             let _ = write!(err, "{MARK}");
             let _ = err.flush();

@@ -99,6 +99,7 @@ where
         out,
         err,
         prompts,
+        names,
     } = io;
     let setup = match setup::prepare(&cli, &env, approver).await {
         Ok(setup) => setup,
@@ -397,6 +398,7 @@ where
         interrupted: false,
         mode: mode.clone(),
         colors: colors.clone(),
+        names: names.clone(),
     });
     if let (Some(session), Some(first)) = (&session, &typed_first) {
         session.history.keep(first);
@@ -412,7 +414,7 @@ where
     );
     let mut quit = false;
     let mut shown = Shown {
-        display: Display::new(mode, colors),
+        display: Display::new(mode, colors).naming(names),
         open: std::collections::HashSet::new(),
         json: cli.json,
         lead: id,

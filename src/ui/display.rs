@@ -46,6 +46,8 @@ pub struct Display {
     fits: usize,
     /// Warnings said already (each is said once a run).
     warned: std::collections::HashSet<String>,
+    /// Where its rows' labels go, for the questions that name their agent.
+    names: Option<super::names::Names>,
 }
 
 impl Display {
@@ -70,7 +72,17 @@ impl Display {
             ended: Vec::new(),
             fits,
             warned: std::collections::HashSet::new(),
+            names: None,
         }
+    }
+
+    /// The same, recording its rows' labels in `names`.
+    pub fn naming(mut self, names: Option<super::names::Names>) -> Self {
+        if let Some(names) = &names {
+            names.followed();
+        }
+        self.names = names;
+        self
     }
 
     /// The board the events built.
@@ -127,13 +139,21 @@ impl Display {
                 said = true;
             }
         }
-        if matches!(self.mode, Progress::Off) {
+        // With nothing shown, the board is kept only to name the agents
+        // that questions come from.
+        if matches!(self.mode, Progress::Off) && self.names.is_none() {
             return said;
         }
         let rows = self.board.rows().len();
         let Some(index) = self.board.apply(event, self.started.elapsed()) else {
             return said;
         };
+        if let Some(names) = &self.names
+            && index >= rows
+        {
+            let row = &self.board.rows()[index];
+            names.record(row.session, &row.label, row.parent);
+        }
         let now = self.now_ms();
         match self.mode {
             Progress::Plain => {

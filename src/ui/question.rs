@@ -33,6 +33,8 @@ pub struct TerminalApprover {
     keyboard: tokio::sync::Mutex<Keyboard>,
     /// The live progress display, paused while a question waits.
     pause: Option<indicatif::MultiProgress>,
+    /// The labels the display shows, to name the agent asking.
+    names: super::Names,
 }
 
 impl std::fmt::Debug for TerminalApprover {
@@ -54,7 +56,14 @@ impl TerminalApprover {
             out: std::sync::Mutex::new(out),
             keyboard: tokio::sync::Mutex::new(Keyboard::new(input)),
             pause,
+            names: super::Names::default(),
         }
+    }
+
+    /// Where the display records its rows' labels, so that each question
+    /// names its agent as the tree shows it.
+    pub fn names(&self) -> super::Names {
+        self.names.clone()
     }
 
     /// The person's prompts, typed while no question is on screen (an
@@ -73,11 +82,16 @@ impl TerminalApprover {
     }
 
     /// Shows `request` page by page and reads the answer to its last page.
-    async fn pages(&self, keyboard: &mut Keyboard, request: &PermissionRequest) -> Answer {
+    async fn pages(
+        &self,
+        keyboard: &mut Keyboard,
+        request: &PermissionRequest,
+        place: &[String],
+    ) -> Answer {
         let per_page = keyboard
             .rows()
             .map_or(PAGE_LINES, |rows| rows.saturating_sub(PAGE_CHROME));
-        let pages = question(request, per_page);
+        let pages = question(request, place, per_page);
         for (i, page) in pages.iter().enumerate() {
             self.say(&page.body);
             keyboard.discard_typed_ahead();
@@ -117,13 +131,31 @@ impl Approver for TerminalApprover {
 
     fn ask(&self, request: PermissionRequest) -> BoxFuture<'_, Answer> {
         Box::pin(async move {
+            let place = self.names.place_when_shown(request.session).await;
             let mut keyboard = self.keyboard.lock().await;
             // Shown again however the question ends: answered, or abandoned
             // when a cancel drops this future mid-question.
             let _paused = self.pause.as_ref().map(Paused::new);
             let _asking = keyboard.asking();
-            self.pages(&mut keyboard, &request).await
+            // Answered elsewhere (`orchestrate approve`, or an "always"
+            // that covers it), the question on screen says so.
+            let mut open = Open(Some(self));
+            let answer = (self.pages(&mut keyboard, &request, &place.unwrap_or_default())).await;
+            open.0 = None;
+            answer
         })
+    }
+}
+
+/// A question on screen; dropped unanswered, it says it was answered
+/// elsewhere.
+struct Open<'a>(Option<&'a TerminalApprover>);
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        if let Some(approver) = self.0 {
+            approver.say("(answered elsewhere)\n");
+        }
     }
 }
 
@@ -157,16 +189,33 @@ pub struct Page {
 }
 
 /// The question as a person sees it, in pages of at most `per_page` lines of the
-/// request: every line, each escaped as a [`Shown::Line`], and how many there
-/// are. Every page but the last asks to go on; the last asks the question.
-pub fn question(request: &PermissionRequest, per_page: usize) -> Vec<Page> {
+/// request: who asks (its `place` in the tree, from the root down to its
+/// label, and its role; its role alone when its row is not known), every line,
+/// each escaped as a [`Shown::Line`], how many there are, and how many other
+/// questions wait. Every page but the last asks to go on; the last asks the
+/// question.
+pub fn question(request: &PermissionRequest, place: &[String], per_page: usize) -> Vec<Page> {
     let mut lines: Vec<&str> = request.summary.split('\n').collect();
     if lines.len() > 1 && lines.last() == Some(&"") {
         lines.pop();
     }
     let total = lines.len();
     let chunks: Vec<&[&str]> = lines.chunks(per_page.max(1)).collect();
-    let agent = visible(&request.agent, Shown::Line);
+    let agent = match place.last() {
+        None => visible(&request.agent, Shown::Line).into_owned(),
+        Some(label) => {
+            let path = visible(&place.join(" › "), Shown::Line).into_owned();
+            match label == &request.agent {
+                true => path,
+                false => format!("{path} ({})", visible(&request.agent, Shown::Line)),
+            }
+        }
+    };
+    let behind = match request.waiting {
+        0 => String::new(),
+        1 => "; 1 more question waits".to_owned(),
+        n => format!("; {n} more questions wait"),
+    };
     let tool = visible(&request.tool, Shown::Line);
     let mut first = 1;
     chunks
@@ -178,7 +227,7 @@ pub fn question(request: &PermissionRequest, per_page: usize) -> Vec<Page> {
                 (_, 1) => format!(" ({total} lines)"),
                 (_, n) => format!(" ({total} lines, page {} of {n})", i + 1),
             };
-            let mut body = format!("\n{agent} wants to run {tool}{count}:\n");
+            let mut body = format!("\n{agent} wants to run {tool}{count}{behind}:\n");
             for line in *chunk {
                 body.push_str("  ");
                 body.push_str(&visible(line, Shown::Line));

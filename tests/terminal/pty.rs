@@ -790,3 +790,70 @@ async fn a_no_at_the_terminal_ends_the_turn_and_the_model_is_asked_again() {
         "{kept}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seven_sub_agents_asking_at_once_are_asked_in_turn_each_named_and_each_call_runs_once() {
+    let mock = crate::approvals::makers(7).await;
+    let dir = crate::approvals::workspace();
+    let (terminal, child) = start(&mock, dir.path(), &["make seven files"], 40);
+    terminal.shows("Allow?").await;
+    // Every maker has asked before the first answer: the six behind wait.
+    let asked = || crate::approvals::journaled(dir.path(), "permission_requested").len();
+    crate::support::harness::wait_until("the seven makers ask", || asked() == 7).await;
+    let mut headers = Vec::new();
+    for n in 1..=7 {
+        let mut screen = terminal.screen.clone();
+        let wait = screen.wait_for(|s| s.matches("Allow?").count() >= n);
+        let shown = match tokio::time::timeout(DEADLINE, wait).await {
+            Ok(Ok(screen)) => screen.clone(),
+            _ => panic!("question {n} never showed:\n{}", *terminal.screen.borrow()),
+        };
+        let header = shown
+            .split('\n')
+            .rfind(|line| line.contains("wants to run Bash"))
+            .unwrap()
+            .trim()
+            .to_owned();
+        headers.push(header);
+        // Nothing else is asked before this one is answered.
+        assert_eq!(shown.matches("Allow?").count(), n, "{shown}");
+        terminal.type_keys("y\n");
+    }
+    let out = exited(child).await;
+    assert_eq!(out.status.code(), Some(0), "{}", *terminal.screen.borrow());
+    // Each question names its own maker, where it sits, and (after the
+    // first, asked while the others arrived) how many wait behind it.
+    let mut named: Vec<String> = headers
+        .iter()
+        .map(|h| {
+            let (who, _) = h.split_once(" wants").unwrap();
+            who.to_owned()
+        })
+        .collect();
+    named.sort();
+    named.dedup();
+    let expected: Vec<String> = (1..=7)
+        .map(|i| format!("orchestrator › maker#{i} (maker)"))
+        .collect();
+    assert_eq!(named, expected, "{headers:#?}");
+    for (i, header) in headers.iter().enumerate().skip(1) {
+        let behind = match 6 - i {
+            0 => "Bash:".to_owned(),
+            1 => "Bash; 1 more question waits:".to_owned(),
+            n => format!("Bash; {n} more questions wait:"),
+        };
+        assert!(header.ends_with(&behind), "question {}: {header}", i + 1);
+    }
+    // Each call ran exactly once.
+    for i in 1..=7 {
+        let made = std::fs::read_to_string(dir.path().join(format!("made-{i}")));
+        assert_eq!(made.unwrap(), "ran\n", "made-{i}");
+    }
+    let answered = crate::approvals::journaled(dir.path(), "permission_answered");
+    assert_eq!(answered.len(), 7);
+    assert!(
+        answered
+            .iter()
+            .all(|e| e["by"] == "terminal" && e["answer"] == "yes")
+    );
+}
