@@ -34,7 +34,8 @@ mod settings;
 mod trust;
 
 pub use self::file::{
-    CompactionEntry, ConfigFile, ModelEntry, ProviderEntry, SandboxEntry, TrustedWorkspace,
+    ApprovalEntry, CompactionEntry, ConfigFile, ModelEntry, ProviderEntry, SandboxEntry,
+    TrustedWorkspace,
 };
 pub use self::resolve::{
     DEFAULT_ANTHROPIC_MODEL, DEFAULT_COMPACT_AT, DEFAULT_OPENAI_MODEL, Flags, resolve,

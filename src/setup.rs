@@ -16,6 +16,7 @@
 
 pub mod rule;
 
+mod approval;
 mod hooks;
 mod limits;
 mod permissions;
@@ -155,6 +156,9 @@ pub struct Setup {
     pub sandbox_notes: Vec<String>,
     /// A run's first prompt gets a title (`titles = true` in the user's file).
     pub titles: bool,
+    /// Who answers permission questions instead of the terminal
+    /// (`[approval]` in the user's file).
+    pub forwarder: Option<Arc<dyn Approver>>,
     options: Options,
 }
 
@@ -163,7 +167,7 @@ impl Setup {
     pub fn runtime_config(&self, approver: Arc<dyn Approver>) -> RuntimeConfig {
         let mut config = RuntimeConfig::new(self.workspace.clone(), self.models.default_provider());
         config.state = Some(self.state.clone());
-        config.approver = approver;
+        config.approver = self.forwarder.clone().unwrap_or(approver);
         config.rules = Arc::new(self.rules.clone());
         config.hooks = self.hooks.clone();
         config.read_roots = self.skills.roots().to_vec();
@@ -282,6 +286,11 @@ fn refuse_user_only(repository: &ConfigFile, path: &Path) -> Result<(), ConfigEr
     if repository.sandbox.is_some() && refused(Setting::Sandbox) {
         return Err(ConfigError::Invalid(format!(
             "{file}: [sandbox] is honoured only in ~/.config/orchestrate/config.toml (a repository's orchestrate.toml must not loosen the sandbox)"
+        )));
+    }
+    if repository.approval.is_some() && refused(Setting::Approval) {
+        return Err(ConfigError::Invalid(format!(
+            "{file}: [approval] is honoured only in ~/.config/orchestrate/config.toml (a repository must not choose who answers permission questions)"
         )));
     }
     if let Some((name, _)) = repository
@@ -497,6 +506,7 @@ impl Prepared {
             }
         }
         let titles = sources.user.file.titles == Some(true);
+        let forwarder = approval::forwarder(&sources.user.file)?;
         let workspace = sources.workspace.clone();
         let local = permissions::local_file(&workspace);
         let user_file = sources.user_file().map(Path::to_owned);
@@ -530,6 +540,7 @@ impl Prepared {
             notes,
             sandbox_notes,
             titles,
+            forwarder,
             options,
         })
     }

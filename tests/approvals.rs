@@ -269,3 +269,131 @@ async fn a_question_nobody_answers_is_refused_when_its_timeout_ends() {
     let answered = journaled(dir.path(), "permission_answered");
     assert_eq!(answered[0]["by"], "nobody");
 }
+
+/// Writes the person's own `config.toml` (the tests' HOME is the workspace).
+fn user_config(home: &Path, text: &str) {
+    let dir = home.join(".config/orchestrate");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.toml"), text).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_in_the_users_config_answers_each_question_by_its_id() {
+    use std::os::unix::fs::PermissionsExt;
+    let mock = makers(1).await;
+    let dir = workspace();
+    let script = dir.path().join("approve.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\nread -r line\nprintf '%s\\n' \"$line\" >> \"$(dirname \"$0\")/asked.jsonl\"\n\
+         id=$(printf '%s' \"$line\" | sed -n 's/.*\"question_id\":\"\\([^\"]*\\)\".*/\\1/p')\n\
+         printf '{\"question_id\":\"%s\",\"answer\":\"yes\"}\\n' \"$id\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    user_config(
+        dir.path(),
+        &format!(
+            "[approval]\ncommand = [{:?}]\n",
+            script.display().to_string()
+        ),
+    );
+    let out = run_on(&mock, dir.path(), &["make a file"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("made-1")).unwrap(),
+        "ran\n"
+    );
+    let asked = std::fs::read_to_string(dir.path().join("asked.jsonl")).unwrap();
+    let question: serde_json::Value = serde_json::from_str(asked.trim()).unwrap();
+    assert_eq!(question["tool"], "Bash");
+    assert_eq!(question["summary"], "echo ran >> made-1");
+    assert_eq!(question["input"]["command"], "echo ran >> made-1");
+    assert_eq!(question["agent"], "maker");
+    let answered = journaled(dir.path(), "permission_answered");
+    assert_eq!(answered.len(), 1);
+    assert_eq!(answered[0]["by"], "program");
+    assert_eq!(answered[0]["question_id"], question["question_id"]);
+
+    // A repository cannot name who answers for the person.
+    let other = workspace();
+    std::fs::write(
+        other.path().join("orchestrate.toml"),
+        "[approval]\ncommand = [\"true\"]\n",
+    )
+    .unwrap();
+    let out = run_on(&mock, other.path(), &["make a file"], &[]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr)
+            .contains("[approval] is honoured only in ~/.config/orchestrate/config.toml"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_that_refuses_or_answers_another_question_refuses_the_call() {
+    use std::sync::{Arc, Mutex};
+    // The endpoint: the first question refused, the next answered with an id
+    // that is not its own.
+    let seen: Arc<Mutex<Vec<(String, serde_json::Value)>>> = Arc::default();
+    let app = axum::Router::new().route(
+        "/ask",
+        axum::routing::post({
+            let seen = seen.clone();
+            move |headers: axum::http::HeaderMap, body: axum::Json<serde_json::Value>| {
+                let seen = seen.clone();
+                async move {
+                    let token = headers
+                        .get("authorization")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_owned();
+                    let mut seen = seen.lock().unwrap();
+                    seen.push((token, body.0.clone()));
+                    let id = body.0["question_id"].as_str().unwrap_or_default();
+                    let reply = match seen.len() {
+                        1 => json!({"question_id": id, "answer": "no"}),
+                        _ => json!({"question_id": "q-000000000000", "answer": "yes"}),
+                    };
+                    axum::Json(reply)
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/ask", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let mock = makers(2).await;
+    let dir = workspace();
+    user_config(
+        dir.path(),
+        &format!("[approval]\nurl = {url:?}\ntoken = \"s3cret\"\ntimeout = \"30s\"\n"),
+    );
+    let out = run_on(&mock, dir.path(), &["make two files"], &[]).await;
+    server.abort();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let answer = text(&out.stdout);
+    let said = format!("was not approved by the approver of your configuration ({url})");
+    assert_eq!(answer.matches(&said).count(), 2, "{answer}");
+    assert!(answer.contains(": it answered no"), "{answer}");
+    assert!(
+        answer.contains("its answer was for question \"q-000000000000\", not q-"),
+        "{answer}"
+    );
+    for i in 1..=2 {
+        assert!(!dir.path().join(format!("made-{i}")).exists());
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 2);
+    assert!(seen.iter().all(|(token, _)| token == "Bearer s3cret"));
+    let answered = journaled(dir.path(), "permission_answered");
+    assert_eq!(answered.len(), 2);
+    assert!(
+        answered
+            .iter()
+            .all(|e| e["by"] == "http" && e["answer"] == "no")
+    );
+}

@@ -42,6 +42,25 @@ pub struct ConfigFile {
     /// model (or the run's) in the background. Honoured only in the user's own
     /// file: a repository cannot make runs send requests they did not need.
     pub titles: Option<bool>,
+    /// Where permission questions are forwarded (`[approval]`). Honoured
+    /// only in the user's own file: a repository must not choose who
+    /// answers for the person.
+    pub approval: Option<ApprovalEntry>,
+}
+
+/// The `[approval]` table: a program or an endpoint that answers permission
+/// questions instead of the terminal.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalEntry {
+    /// A program and its arguments, given each question on its stdin.
+    pub command: Option<Vec<String>>,
+    /// An endpoint (https, or http on loopback) each question is posted to.
+    pub url: Option<String>,
+    /// Sent to the endpoint as `Authorization: Bearer`.
+    pub token: Option<String>,
+    /// How long an answer may take before it is no (`2m` by default).
+    pub timeout: Option<String>,
 }
 
 /// The `[compaction]` table.

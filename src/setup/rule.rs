@@ -46,6 +46,8 @@ pub enum Setting {
     Trust,
     /// `[sandbox]`: how Bash is confined.
     Sandbox,
+    /// `[approval]`: who answers permission questions.
+    Approval,
     /// `[model_info]` prices.
     Price,
     /// `[model_info]` context windows and output limits.
@@ -104,7 +106,9 @@ pub fn rule(setting: Setting) -> Rule {
         | Setting::NarrowingRule
         | Setting::RolePermissionMode => Rule::Stricter,
         Setting::ProviderAddress | Setting::AllowRule | Setting::McpServer => Rule::Trusted,
-        Setting::KeyVariable | Setting::Trust | Setting::Sandbox => Rule::UserOnly,
+        Setting::KeyVariable | Setting::Trust | Setting::Sandbox | Setting::Approval => {
+            Rule::UserOnly
+        }
     }
 }
 
@@ -128,13 +132,14 @@ pub fn verdict(setting: Setting, origin: Origin, trusted: bool) -> Verdict {
 mod tests {
     use super::*;
 
-    const SETTINGS: [Setting; 15] = [
+    const SETTINGS: [Setting; 16] = [
         Setting::ModelChoice,
         Setting::ProviderShape,
         Setting::ProviderAddress,
         Setting::KeyVariable,
         Setting::Trust,
         Setting::Sandbox,
+        Setting::Approval,
         Setting::Price,
         Setting::ModelLimit,
         Setting::CompactionThreshold,
@@ -185,6 +190,7 @@ mod tests {
             (Setting::McpServer, Ask, Use),
             (Setting::Trust, Refuse, Refuse),
             (Setting::Sandbox, Refuse, Refuse),
+            (Setting::Approval, Refuse, Refuse),
             (Setting::KeyVariable, Refuse, Refuse),
         ];
         assert_eq!(table.len(), SETTINGS.len());

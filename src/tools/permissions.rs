@@ -615,6 +615,7 @@ fn target(given: &str, workspace: &Path) -> String {
 }
 
 mod ask;
+pub mod forward;
 mod hooked;
 pub mod questions;
 
