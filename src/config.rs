@@ -19,6 +19,11 @@
 //! [sandbox]                     # only in the user's own file
 //! mode = "workspace-write"      # or "off"
 //! writable = ["~/.cache"]       # more places Bash commands may write
+//!
+//! [approval]                    # only in the user's own file: who answers questions
+//! url = "https://approvals.example.com/ask"   # or command = ["ask-phone", "--team"]
+//! token = "…"                   # sent as a bearer token
+//! timeout = "2m"                # then the answer is no
 //! ```
 //!
 //! What a file may declare is [`ConfigFile`], the result is [`Settings`], and

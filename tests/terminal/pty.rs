@@ -857,3 +857,31 @@ async fn seven_sub_agents_asking_at_once_are_asked_in_turn_each_named_and_each_c
             .all(|e| e["by"] == "terminal" && e["answer"] == "yes")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_on_the_terminal_answered_from_another_terminal_says_so() {
+    let mock = MockLlm::start(vec![
+        Reply::tool_calls(&[("b1", "Bash", json!({"command": "echo ran >> made"}))]),
+        Reply::text("done"),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let (terminal, child) = start(&mock, dir.path(), &["make it"], 30);
+    let asked = terminal.shows("Allow?").await;
+    let approve = crate::cli::run_on(&mock, dir.path(), &["approve", "orchestrator"], &[]).await;
+    assert_eq!(approve.status.code(), Some(0), "{}", text(&approve.stderr));
+    assert!(text(&approve.stdout).starts_with("orchestrator: yes to q-"));
+    terminal
+        .shows_after(asked.len(), "(answered elsewhere)")
+        .await;
+    let out = exited(child).await;
+    assert_eq!(out.status.code(), Some(0), "{}", *terminal.screen.borrow());
+    assert_eq!(text(&out.stdout), "done\n");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("made")).unwrap(),
+        "ran\n"
+    );
+    let answered = crate::approvals::journaled(dir.path(), "permission_answered");
+    assert_eq!(answered.len(), 1);
+    assert_eq!(answered[0]["by"], "approve");
+}

@@ -2,7 +2,7 @@
 //! (the approver, `orchestrate approve` from another terminal, the timeout, or
 //! another question's "always" or "no" that covers it), its call gets exactly
 //! that answer, once. The approver puts them to a person one at a time, in the
-//! order they came ([`Questions::turn`]).
+//! order they came (`Questions::turn`).
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, PoisonError};
