@@ -226,7 +226,7 @@ impl Drop for Told<'_> {
 }
 
 /// A duration as a person would write it (`90s`, `5m`, `1h30m`).
-fn shown(duration: std::time::Duration) -> String {
+pub(super) fn shown(duration: std::time::Duration) -> String {
     let secs = duration.as_secs();
     match (secs / 3600, secs % 3600 / 60, secs % 60) {
         (0, 0, 0) => format!("{}ms", duration.as_millis()),

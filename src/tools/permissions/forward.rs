@@ -122,7 +122,7 @@ impl Forwarder {
         };
         let text = tokio::time::timeout(self.timeout, sent)
             .await
-            .map_err(|_| format!("no answer within {}s", self.timeout.as_secs()))??;
+            .map_err(|_| format!("no answer within {}", super::ask::shown(self.timeout)))??;
         bound(&text, &request.question_id)
     }
 }
@@ -168,9 +168,16 @@ async fn run(argv: &[String], question: &serde_json::Value) -> Result<String, St
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
+        .process_group(0)
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| format!("cannot start {program}: {e}"))?;
+    // Whatever it started goes with it, answered or given up on.
+    let _group = Group(
+        child
+            .id()
+            .and_then(|id| rustix::process::Pid::from_raw(id as i32)),
+    );
     let mut line = question.to_string();
     line.push('\n');
     if let Some(mut stdin) = child.stdin.take() {
@@ -186,6 +193,17 @@ async fn run(argv: &[String], question: &serde_json::Value) -> Result<String, St
         return Err(format!("{program} failed ({status})"));
     }
     Ok(out)
+}
+
+/// A program's process group, killed when dropped.
+struct Group(Option<rustix::process::Pid>);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if let Some(group) = self.0 {
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        }
+    }
 }
 
 /// Posts `question` to `url`; the answer's body.
@@ -280,6 +298,50 @@ mod tests {
         }
         let empty = Forwarder::new(Destination::Program(vec![]), DEFAULT_TIMEOUT).unwrap_err();
         assert_eq!(empty, "command is empty");
+    }
+
+    #[tokio::test]
+    async fn a_program_that_does_not_answer_in_time_is_a_no_and_leaves_nothing_running() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let script = format!("sleep 600 & echo $! > {}; wait", pid_file.display());
+        let argv = ["sh", "-c", &script].map(str::to_owned).to_vec();
+        let forwarder =
+            Forwarder::new(Destination::Program(argv), Duration::from_millis(200)).unwrap();
+        let request = PermissionRequest {
+            question_id: "q-1".into(),
+            tool: "Bash".into(),
+            ..PermissionRequest::default()
+        };
+        assert_eq!(forwarder.ask(request.clone()).await, Answer::No);
+        let why = forwarder.refusal(&request, PermissionMode::Default);
+        assert!(why.contains("(sh): no answer within 200ms"), "{why}");
+        // The refusal's reason is said once.
+        let again = forwarder.refusal(&request, PermissionMode::Default);
+        assert!(again.contains(": it answered no"), "{again}");
+        let pid: i32 = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // Killed: gone, or a zombie waiting to be reaped.
+        let alive = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                !stat
+                    .rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+        };
+        for _ in 0..500 {
+            if !alive() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the program's child {pid} still runs");
     }
 
     #[test]
