@@ -397,3 +397,70 @@ async fn an_endpoint_that_refuses_or_answers_another_question_refuses_the_call()
             .all(|e| e["by"] == "http" && e["answer"] == "no")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_no_from_another_terminal_ends_the_turn() {
+    let mock = MockLlm::start_with(|request, _| {
+        let results = tool_results(request);
+        if results.is_empty() {
+            let calls: Vec<(String, serde_json::Value)> = ["one", "two", "three"]
+                .iter()
+                .map(|f| (format!("b-{f}"), json!({"command": format!("touch {f}")})))
+                .collect();
+            let calls: Vec<(&str, &str, serde_json::Value)> = calls
+                .iter()
+                .map(|(id, input)| (id.as_str(), "Bash", input.clone()))
+                .collect();
+            return Reply::tool_calls(&calls);
+        }
+        let said: Vec<&str> = results.iter().map(|(_, r)| r.as_str()).collect();
+        Reply::text(said.join("\n"))
+    })
+    .await;
+    let dir = workspace();
+    let child = command_on(
+        &mock,
+        dir.path(),
+        &["--approval-timeout", "5m", "make three"],
+        &[],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    wait_until("the first call asks", || {
+        journaled(dir.path(), "permission_requested").len() == 1
+    })
+    .await;
+    let ps = run_on(&mock, dir.path(), &["ps"], &[]).await;
+    let questions = pending(&text(&ps.stdout));
+    assert_eq!(questions.len(), 1, "{}", text(&ps.stdout));
+    assert_eq!(questions[0].0, "orchestrator");
+    assert!(
+        questions[0].2.contains("Bash: touch one"),
+        "{}",
+        questions[0].2
+    );
+    let no = run_on(&mock, dir.path(), &["approve", "orchestrator", "no"], &[]).await;
+    assert_eq!(no.status.code(), Some(0), "{}", text(&no.stderr));
+    let out = tokio::time::timeout(DEADLINE, child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let said = text(&out.stdout);
+    let lines: Vec<&str> = said.lines().collect();
+    assert_eq!(lines.len(), 3, "{said}");
+    assert!(lines[0].contains("refused from another terminal"), "{said}");
+    for line in &lines[1..] {
+        assert!(
+            line.contains("the person refused an earlier call of this turn"),
+            "{line}"
+        );
+    }
+    // The other two were never asked about, nor run.
+    assert_eq!(journaled(dir.path(), "permission_requested").len(), 1);
+    for f in ["one", "two", "three"] {
+        assert!(!dir.path().join(f).exists(), "{f}");
+    }
+}
