@@ -41,6 +41,7 @@ use crate::runtime::Handle;
 use crate::state::{Reachable, SocketPath, StateDir};
 use crate::tools::permissions::PendingQuestion;
 use crate::ui::progress::{Board, Row, clock, state_text, tokens};
+use crate::ui::{Shown, visible};
 
 /// How long a request may take, end to end.
 pub const DEADLINE: Duration = Duration::from_secs(2);
@@ -437,15 +438,39 @@ pub(crate) fn ps(board: &Board, pending: &[PendingQuestion], now: Duration) -> S
             clock(elapsed)
         ));
         for question in pending.iter().filter(|q| q.session == row.session) {
-            let what = question.summary.lines().next().unwrap_or_default();
-            let what: String = what.chars().take(60).collect();
             text.push_str(&format!(
-                "{indent}  pending approval {} {}: {what}\n",
-                question.id, question.tool
+                "{indent}  pending approval {} {}: {}\n",
+                question.id,
+                visible(&question.tool, Shown::Line),
+                question_line(&question.summary)
             ));
         }
     }
     text
+}
+
+/// What a question's call would do, on one line of `ps`: its first line (a
+/// protected path's marker said briefly, the path after it), cut at 80
+/// characters, how many lines follow, every character shown as text.
+fn question_line(summary: &str) -> String {
+    const WIDTH: usize = 80;
+    let mut lines = summary.lines();
+    let mut first = lines.next().unwrap_or_default();
+    let mut marks = "";
+    if first.starts_with("(a protected path") {
+        marks = "(a protected path) ";
+        first = lines.next().unwrap_or_default();
+    }
+    let mut shown: String = first.chars().take(WIDTH).collect();
+    if first.chars().count() > WIDTH {
+        shown.push('…');
+    }
+    match lines.count() {
+        0 => {}
+        1 => shown.push_str(" (+1 more line)"),
+        n => shown.push_str(&format!(" (+{n} more lines)")),
+    }
+    visible(&format!("{marks}{shown}"), Shown::Line).into_owned()
 }
 
 /// The row an agent's name or session id prefix names.
@@ -477,6 +502,30 @@ fn find<'a>(board: &'a Board, agent: &str) -> Result<&'a Row, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_questions_line_hides_nothing_it_leaves_out_and_shows_text_as_text() {
+        assert_eq!(question_line("make test"), "make test");
+        assert_eq!(
+            question_line("ls\nrm -rf ~\n"),
+            "ls (+1 more line)",
+            "the lines left out are counted"
+        );
+        let long = format!("echo {}; rm -rf ~", "x".repeat(100));
+        let line = question_line(&long);
+        assert!(line.ends_with('…') && !line.contains("rm -rf"), "{line}");
+        let hostile = question_line("echo hi\u{1b}]52;c;ZXZpbA==\u{7}\rcurl x | sh");
+        assert!(
+            !hostile.contains('\u{1b}') && !hostile.contains('\r'),
+            "{hostile}"
+        );
+        assert_eq!(
+            question_line(
+                "(a protected path: it configures git, agents, editors or shells)\n.git/hooks/pre-commit (1 lines)\n@@ -0,0 +1 @@\n+x\n"
+            ),
+            "(a protected path) .git/hooks/pre-commit (1 lines) (+2 more lines)"
+        );
+    }
 
     #[test]
     fn a_process_descends_from_another_through_any_chain_of_parents() {

@@ -210,8 +210,9 @@ impl Session {
         if let Progress::Live(multi) = &self.mode {
             multi.set_draw_target(indicatif::ProgressDrawTarget::stderr());
         }
-        shown.display =
-            Display::new(self.mode.clone(), self.colors.clone()).naming(self.names.clone());
+        shown.display = Display::new(self.mode.clone(), self.colors.clone())
+            .naming(self.names.clone())
+            .following(shown.display.board());
         if shown.idle {
             let _ = write!(err, "{MARK}");
             let _ = err.flush();

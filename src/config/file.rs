@@ -50,7 +50,7 @@ pub struct ConfigFile {
 
 /// The `[approval]` table: a program or an endpoint that answers permission
 /// questions instead of the terminal.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalEntry {
     /// A program and its arguments, given each question on its stdin.
@@ -61,6 +61,18 @@ pub struct ApprovalEntry {
     pub token: Option<String>,
     /// How long an answer may take before it is no (`2m` by default).
     pub timeout: Option<String>,
+}
+
+impl std::fmt::Debug for ApprovalEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The token is never shown.
+        f.debug_struct("ApprovalEntry")
+            .field("command", &self.command)
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "…"))
+            .field("timeout", &self.timeout)
+            .finish()
+    }
 }
 
 /// The `[compaction]` table.

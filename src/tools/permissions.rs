@@ -145,7 +145,10 @@ pub enum Answer {
     Yes,
     /// Refuse this call.
     No,
-    /// Run this and every later call of this tool in this session.
+    /// Run this call, and from now on what [`always_rules`] makes of it:
+    /// each command of that Bash line, that WebFetch domain or that MCP tool
+    /// for every agent of the run (and saved), any other tool for this
+    /// session.
     Always,
 }
 
@@ -178,6 +181,19 @@ pub trait Approver: Send + Sync + fmt::Debug + 'static {
     /// calls not started yet are neither asked about nor run). A refusal
     /// for want of anyone to ask is not.
     fn asks_a_person(&self) -> bool {
+        true
+    }
+
+    /// Whether the no it gave to `request` was a person's (one that ends the
+    /// turn), rather than a failure to get an answer.
+    fn refused_by_a_person(&self, request: &PermissionRequest) -> bool {
+        let _ = request;
+        self.asks_a_person()
+    }
+
+    /// Whether its questions are put one at a time (a terminal has one
+    /// screen), each waiting for the one before to be answered.
+    fn one_at_a_time(&self) -> bool {
         true
     }
 

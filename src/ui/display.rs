@@ -76,6 +76,13 @@ impl Display {
         }
     }
 
+    /// The same, naming agents where `earlier` (the run's board before it)
+    /// left off, so an agent keeps its label and numbers go on.
+    pub fn following(mut self, earlier: &progress::Board) -> Self {
+        self.board = progress::Board::following(earlier);
+        self
+    }
+
     /// The same, recording its rows' labels in `names`.
     pub fn naming(mut self, names: Option<super::names::Names>) -> Self {
         if let Some(names) = &names {

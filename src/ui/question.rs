@@ -138,7 +138,7 @@ impl Approver for TerminalApprover {
             let _paused = self.pause.as_ref().map(Paused::new);
             let _asking = keyboard.asking();
             // Answered elsewhere (`orchestrate approve`, or an "always"
-            // that covers it), the question on screen says so.
+            // that covers it) or cancelled, the question on screen says so.
             let mut open = Open(Some(self));
             let answer = (self.pages(&mut keyboard, &request, &place.unwrap_or_default())).await;
             open.0 = None;
@@ -147,14 +147,14 @@ impl Approver for TerminalApprover {
     }
 }
 
-/// A question on screen; dropped unanswered, it says it was answered
-/// elsewhere.
+/// A question on screen; dropped unanswered (answered from elsewhere, or
+/// its call cancelled), it says it is no longer asked.
 struct Open<'a>(Option<&'a TerminalApprover>);
 
 impl Drop for Open<'_> {
     fn drop(&mut self) {
         if let Some(approver) = self.0 {
-            approver.say("(answered elsewhere)\n");
+            approver.say("(no longer asked: answered elsewhere, or the call was cancelled)\n");
         }
     }
 }

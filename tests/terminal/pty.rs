@@ -872,7 +872,7 @@ async fn a_question_on_the_terminal_answered_from_another_terminal_says_so() {
     assert_eq!(approve.status.code(), Some(0), "{}", text(&approve.stderr));
     assert!(text(&approve.stdout).starts_with("orchestrator: yes to q-"));
     terminal
-        .shows_after(asked.len(), "(answered elsewhere)")
+        .shows_after(asked.len(), "(no longer asked: answered elsewhere")
         .await;
     let out = exited(child).await;
     assert_eq!(out.status.code(), Some(0), "{}", *terminal.screen.borrow());

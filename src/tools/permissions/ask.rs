@@ -60,13 +60,22 @@ impl Gate {
                 summary: request.summary.clone(),
             });
         }
-        let decision = tokio::select! {
+        // The turn to be put to a person is held until the answer has taken
+        // effect (an "always" remembered, a no's turn ended), so the next
+        // question in line sees it.
+        let (decision, _turn) = tokio::select! {
             biased;
-            given = &mut open.answer => given.unwrap_or(Decision {
+            given = &mut open.answer => (given.unwrap_or(Decision {
                 answer: Answer::No,
                 by: By::Approver(self.approver.name()),
-            }),
+            }), None),
             put = self.put(ctx, &request, coverable) => put,
+        };
+        // Answered from elsewhere as the approver answered: the answer the
+        // desk gave is the one `orchestrate approve` was told it gave.
+        let decision = match desk.withdraw(&open.id) {
+            true => decision,
+            false => open.answer.try_recv().unwrap_or(decision),
         };
         drop(open);
         told.answered(&decision);
@@ -102,7 +111,7 @@ impl Gate {
             Answer::No => {
                 let persons = match &decision.by {
                     By::Approve => true,
-                    By::Approver(_) => self.approver.asks_a_person(),
+                    By::Approver(_) => self.approver.refused_by_a_person(&request),
                     By::Timeout | By::Always(_) | By::Refusal(_) => false,
                 };
                 if persons {
@@ -119,53 +128,44 @@ impl Gate {
         }
     }
 
-    /// Puts the question to the approver in its turn; with nobody to ask,
-    /// waits the approval timeout for another answer, then refuses.
+    /// Puts the question to the approver, in its turn when the approver asks
+    /// one at a time (the turn comes back with the answer); with nobody to
+    /// ask, waits the approval timeout for another answer, then refuses.
     async fn put(
         &self,
         ctx: &ToolContext,
         request: &PermissionRequest,
         coverable: bool,
-    ) -> Decision {
+    ) -> (Decision, Option<tokio::sync::MutexGuard<'_, ()>>) {
         let by = By::Approver(self.approver.name());
+        let decided = |answer, by| (Decision { answer, by }, None);
         if !self.approver.asks_a_person() {
             if !self.approval_timeout.is_zero() {
                 tokio::time::sleep(self.approval_timeout).await;
-                return Decision {
-                    answer: Answer::No,
-                    by: By::Timeout,
-                };
+                return decided(Answer::No, By::Timeout);
             }
-            return Decision {
-                answer: Answer::No,
-                by,
-            };
+            return decided(Answer::No, by);
         }
         // One question at a time: one answered while this one waited its
         // turn answers it through the desk, and this is dropped.
-        let _turn = self.questions.turn().await;
+        let turn = match self.approver.one_at_a_time() {
+            true => Some(self.questions.turn().await),
+            false => None,
+        };
         if ctx.refused_in_turn.load(Ordering::SeqCst) {
-            return Decision {
-                answer: Answer::No,
-                by: By::Refusal(String::new()),
-            };
+            return decided(Answer::No, By::Refusal(String::new()));
         }
         if coverable
             && self
                 .remembered
                 .allows(request.session, &request.tool, &request.input)
         {
-            return Decision {
-                answer: Answer::Yes,
-                by: By::Always(String::new()),
-            };
+            return decided(Answer::Yes, By::Always(String::new()));
         }
         let mut request = request.clone();
         request.waiting = self.questions.besides(&request.question_id);
-        Decision {
-            answer: self.approver.ask(request).await,
-            by,
-        }
+        let answer = self.approver.ask(request).await;
+        (Decision { answer, by }, turn)
     }
 
     /// Why a call is refused, by who refused it.

@@ -2,9 +2,11 @@
 //! configuration names (`[approval]`): a program, given the question as one
 //! JSON line on its stdin, or an HTTP endpoint (https, or http on loopback),
 //! given it as a POST with the configured token. Either answers with
-//! `{"question_id": …, "answer": "yes" | "no" | "always"}`: an answer is taken
-//! only for the question it names, and anything else (an error, a refusal,
-//! no answer within the timeout) is a no, whose reason the refusal says.
+//! `{"question_id": …, "answer": "yes" | "no" | "always"}` (a program, on its
+//! first line): an answer is taken only for the question it names, and
+//! anything else (an error, no answer within the timeout) is a no, whose
+//! reason the refusal says. Only an answer of no is the person's, ending the
+//! turn. Questions go out as they come, not one at a time.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -12,7 +14,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde::Deserialize;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 
 use super::{Answer, Approver, PermissionMode, PermissionRequest, mode_allowing};
 
@@ -23,7 +25,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 const ANSWER_BYTES: u64 = 64 * 1024;
 
 /// Where questions go.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub enum Destination {
     /// A program and its arguments.
     Program(Vec<String>),
@@ -36,14 +38,34 @@ pub enum Destination {
     },
 }
 
+impl std::fmt::Debug for Destination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The token is never shown.
+        match self {
+            Self::Program(argv) => f.debug_tuple("Program").field(argv).finish(),
+            Self::Http { url, token } => f
+                .debug_struct("Http")
+                .field("url", &origin(url))
+                .field("token", &token.as_ref().map(|_| "…"))
+                .finish(),
+        }
+    }
+}
+
+/// A URL's scheme, host and port: what may be said of it (its path and
+/// query may hold a secret).
+fn origin(url: &reqwest::Url) -> String {
+    url.origin().ascii_serialization()
+}
+
 /// Forwards questions to a [`Destination`].
 pub struct Forwarder {
     to: Destination,
     timeout: Duration,
     client: reqwest::Client,
-    /// Why each question refused was refused, by question id, until its
-    /// refusal is said.
-    why: Mutex<HashMap<String, String>>,
+    /// Why each question refused was refused, and whether by the person (an
+    /// answer of no), by question id, until its refusal is said.
+    why: Mutex<HashMap<String, (String, bool)>>,
 }
 
 impl std::fmt::Debug for Forwarder {
@@ -79,11 +101,16 @@ impl Forwarder {
             }
             Destination::Program(_) | Destination::Http { .. } => {}
         }
-        let client = reqwest::Client::builder()
-            // The token is never sent anywhere the user did not name.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| e.to_string())?;
+        // The token is never sent anywhere the user did not name: no
+        // redirect is followed, and a loopback endpoint is reached directly,
+        // not through the environment's proxy.
+        let mut client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
+        if let Destination::Http { url, .. } = &to
+            && url.scheme() == "http"
+        {
+            client = client.no_proxy();
+        }
+        let client = client.build().map_err(|e| e.to_string())?;
         Ok(Self {
             to,
             timeout,
@@ -96,12 +123,13 @@ impl Forwarder {
     fn shown(&self) -> String {
         match &self.to {
             Destination::Program(argv) => argv.first().cloned().unwrap_or_default(),
-            Destination::Http { url, .. } => url.to_string(),
+            Destination::Http { url, .. } => origin(url),
         }
     }
 
-    /// The answer to `request`, or why there is none.
-    async fn answer(&self, request: &PermissionRequest) -> Result<Answer, String> {
+    /// The answer to `request`, or why there is none (and whether that is
+    /// the person's no).
+    async fn answer(&self, request: &PermissionRequest) -> Result<Answer, (String, bool)> {
         let question = serde_json::json!({
             "question_id": request.question_id,
             "session": request.session.to_string(),
@@ -120,10 +148,21 @@ impl Forwarder {
                 }
             }
         };
+        let failed = |why: String| (why, false);
         let text = tokio::time::timeout(self.timeout, sent)
             .await
-            .map_err(|_| format!("no answer within {}", super::ask::shown(self.timeout)))??;
-        bound(&text, &request.question_id)
+            .map_err(|_| {
+                failed(format!(
+                    "no answer within {}",
+                    super::ask::shown(self.timeout)
+                ))
+            })?
+            .map_err(failed)?;
+        match bound(&text, &request.question_id) {
+            Ok(Answer::No) => Err(("it answered no".into(), true)),
+            Ok(answer) => Ok(answer),
+            Err(why) => Err(failed(why)),
+        }
     }
 }
 
@@ -137,11 +176,7 @@ fn bound(text: &str, id: &str) -> Result<Answer, String> {
             given.question_id
         ));
     }
-    match Answer::from_word(&given.answer) {
-        Some(Answer::No) => Err("it answered no".into()),
-        Some(answer) => Ok(answer),
-        None => Err(format!("{:?} is not an answer", given.answer)),
-    }
+    Answer::from_word(&given.answer).ok_or_else(|| format!("{:?} is not an answer", given.answer))
 }
 
 /// Whether `url` may carry questions and a token: https, or http to this
@@ -184,15 +219,21 @@ async fn run(argv: &[String], question: &serde_json::Value) -> Result<String, St
         // A program that answers without reading it is fine.
         let _ = stdin.write_all(line.as_bytes()).await;
     }
+    // The answer is its first line; what it leaves running is killed once
+    // it is read.
     let mut out = String::new();
     if let Some(stdout) = child.stdout.take() {
-        let _ = stdout.take(ANSWER_BYTES).read_to_string(&mut out).await;
+        let mut first = tokio::io::BufReader::new(stdout.take(ANSWER_BYTES));
+        let _ = first.read_line(&mut out).await;
+    }
+    if !out.trim().is_empty() {
+        return Ok(out);
     }
     let status = child.wait().await.map_err(|e| e.to_string())?;
-    if !status.success() {
-        return Err(format!("{program} failed ({status})"));
-    }
-    Ok(out)
+    Err(match status.success() {
+        true => format!("{program} answered nothing"),
+        false => format!("{program} failed ({status})"),
+    })
 }
 
 /// A program's process group, killed when dropped.
@@ -217,13 +258,14 @@ async fn post(
     if let Some(token) = token {
         post = post.bearer_auth(token);
     }
-    let mut response = post.send().await.map_err(|e| e.to_string())?;
+    // reqwest's errors name the URL, whose path may hold a secret.
+    let mut response = post.send().await.map_err(|e| e.without_url().to_string())?;
     let status = response.status();
     if !status.is_success() {
         return Err(format!("it answered HTTP {status}"));
     }
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+    while let Some(chunk) = (response.chunk().await).map_err(|e| e.without_url().to_string())? {
         body.extend_from_slice(&chunk);
         if body.len() as u64 > ANSWER_BYTES {
             return Err("its answer is too long".into());
@@ -237,14 +279,25 @@ impl Approver for Forwarder {
         Box::pin(async move {
             match self.answer(&request).await {
                 Ok(answer) => answer,
-                Err(why) => {
+                Err((why, persons)) => {
                     tracing::warn!(approver = %self.shown(), question = %request.question_id, %why, "refused");
                     let mut refused = self.why.lock().unwrap_or_else(|e| e.into_inner());
-                    refused.insert(request.question_id, why);
+                    refused.insert(request.question_id, (why, persons));
                     Answer::No
                 }
             }
         })
+    }
+
+    fn refused_by_a_person(&self, request: &PermissionRequest) -> bool {
+        let refused = self.why.lock().unwrap_or_else(|e| e.into_inner());
+        refused
+            .get(&request.question_id)
+            .is_none_or(|(_, persons)| *persons)
+    }
+
+    fn one_at_a_time(&self) -> bool {
+        false
     }
 
     fn name(&self) -> &'static str {
@@ -257,7 +310,7 @@ impl Approver for Forwarder {
     fn refusal(&self, request: &PermissionRequest, mode: PermissionMode) -> String {
         let why = (self.why.lock().unwrap_or_else(|e| e.into_inner()))
             .remove(&request.question_id)
-            .unwrap_or_else(|| "it answered no".into());
+            .map_or_else(|| "it answered no".into(), |(why, _)| why);
         let needed = mode_allowing(&request.tool);
         format!(
             "permission denied: {} was not approved by the approver of your configuration ({}): {why} (permission mode {mode}); run with --permission-mode {needed} to allow it",
@@ -314,6 +367,10 @@ mod tests {
             ..PermissionRequest::default()
         };
         assert_eq!(forwarder.ask(request.clone()).await, Answer::No);
+        assert!(
+            !forwarder.refused_by_a_person(&request),
+            "a failure to answer is nobody's no"
+        );
         let why = forwarder.refusal(&request, PermissionMode::Default);
         assert!(why.contains("(sh): no answer within 200ms"), "{why}");
         // The refusal's reason is said once.
@@ -325,14 +382,41 @@ mod tests {
             .parse()
             .unwrap();
         // Killed: gone, or a zombie waiting to be reaped.
+        ended(pid).await;
+    }
+
+    #[tokio::test]
+    async fn a_programs_first_line_answers_though_it_lingers_and_is_killed() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let script = format!(
+            "echo \"$$\" > {}; read -r q; echo '{{\"question_id\":\"q-7\",\"answer\":\"always\"}}'; exec sleep 600",
+            pid_file.display()
+        );
+        let argv = ["sh", "-c", &script].map(str::to_owned).to_vec();
+        // Far longer than the test: the answer comes from the first line.
+        let forwarder =
+            Forwarder::new(Destination::Program(argv), Duration::from_secs(600)).unwrap();
+        let request = PermissionRequest {
+            question_id: "q-7".into(),
+            ..PermissionRequest::default()
+        };
+        assert_eq!(forwarder.ask(request).await, Answer::Always);
+        let pid: i32 = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        ended(pid).await;
+    }
+
+    /// Waits until process `pid` is gone or a zombie; panics if it is not
+    /// within five seconds of being killed.
+    async fn ended(pid: i32) {
         let alive = || {
             std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-                !stat
-                    .rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .trim_start()
-                    .starts_with('Z')
+                let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+                !state.starts_with('Z')
             })
         };
         for _ in 0..500 {
@@ -341,7 +425,28 @@ mod tests {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        panic!("the program's child {pid} still runs");
+        panic!("process {pid} still runs");
+    }
+
+    #[test]
+    fn the_token_and_the_endpoints_path_are_never_shown() {
+        let to = Destination::Http {
+            url: reqwest::Url::parse("https://hooks.example.com/T0/s3cret-path?k=v").unwrap(),
+            token: Some("tok-123".into()),
+        };
+        let forwarder = Forwarder::new(to, DEFAULT_TIMEOUT).unwrap();
+        let shown = format!("{forwarder:?}");
+        assert!(
+            !shown.contains("tok-123") && !shown.contains("s3cret"),
+            "{shown}"
+        );
+        let request = PermissionRequest {
+            tool: "Bash".into(),
+            ..PermissionRequest::default()
+        };
+        let said = forwarder.refusal(&request, PermissionMode::Default);
+        assert!(said.contains("(https://hooks.example.com)"), "{said}");
+        assert!(!said.contains("s3cret"), "{said}");
     }
 
     #[test]
@@ -353,7 +458,7 @@ mod tests {
         let why = bound(yes, "q-2").unwrap_err();
         assert_eq!(why, "its answer was for question \"q-1\", not q-2");
         let no = r#"{"question_id":"q-1","answer":"no"}"#;
-        assert_eq!(bound(no, "q-1").unwrap_err(), "it answered no");
+        assert_eq!(bound(no, "q-1"), Ok(Answer::No));
         assert!(bound("sure", "q-1").unwrap_err().contains("not {"));
         let odd = r#"{"question_id":"q-1","answer":"maybe"}"#;
         assert_eq!(bound(odd, "q-1").unwrap_err(), "\"maybe\" is not an answer");

@@ -204,6 +204,15 @@ impl Questions {
             .map_err(|_| "its question was answered meanwhile".into())
     }
 
+    /// Takes question `id` off the desk: whether it was still there (not
+    /// answered from elsewhere meanwhile).
+    pub(crate) fn withdraw(&self, id: &str) -> bool {
+        let mut waiting = self.lock();
+        let before = waiting.len();
+        waiting.retain(|w| w.asked.question.id != id);
+        waiting.len() < before
+    }
+
     /// Answers every waiting question `covers` picks with `decision`.
     pub(crate) fn cover(&self, covers: impl Fn(&Asked) -> bool, decision: &Decision) {
         let mut waiting = self.lock();

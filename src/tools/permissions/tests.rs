@@ -200,7 +200,7 @@ impl Approver for SlowAlways {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_always_answer_covers_the_calls_that_waited_to_ask() {
     use std::sync::atomic::Ordering;
     let approver = std::sync::Arc::new(SlowAlways {
@@ -394,15 +394,17 @@ fn waiting_gate(
     }
 }
 
-/// Waits (paused time) until `n` questions wait on `desk`.
+/// Waits (paused time) until `n` questions wait on `desk`; panics past ten
+/// of its seconds.
 async fn questions_waiting(desk: &Questions, n: usize) -> Vec<PendingQuestion> {
-    loop {
+    for _ in 0..10_000 {
         let pending = desk.pending();
         if pending.len() >= n {
             return pending;
         }
         tokio::time::sleep(std::time::Duration::from_millis(1)).await;
     }
+    panic!("{n} questions never waited: {:?}", desk.pending());
 }
 
 #[tokio::test(start_paused = true)]
@@ -491,7 +493,6 @@ async fn an_always_answers_the_waiting_questions_it_allows_in_every_session() {
         let id = desk.answer(first.session, None, always).unwrap();
         assert_eq!(id, pending[0].id);
         // `npm test` in another session is covered; `npm run deploy` is not.
-        questions_waiting(&desk, 0).await;
         while desk.pending().len() > 1 {
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
@@ -514,4 +515,102 @@ async fn an_always_answers_the_waiting_questions_it_allows_in_every_session() {
         "always".into(),
         Some(pending[0].id.clone())
     )));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_always_covers_neither_what_a_rule_asks_nor_another_sessions_own_and_a_no_only_its_turn()
+{
+    let bus = crate::events::EventBus::new();
+    let (desk, remembered) = (std::sync::Arc::default(), std::sync::Arc::default());
+    let (_a, first) = crate::tools::test_context();
+    let (_b, asked_by_rule) = crate::tools::test_context();
+    let (_c, other_write) = crate::tools::test_context();
+    let (_d, same_turn) = crate::tools::test_context();
+    let (_e, next_turn) = crate::tools::test_context();
+    // `same_turn` is a second call of `first`'s turn; `next_turn` another
+    // turn of the same session.
+    let same_turn = crate::tools::ToolContext {
+        session: first.session,
+        refused_in_turn: first.refused_in_turn.clone(),
+        ..same_turn
+    };
+    let next_turn = crate::tools::ToolContext {
+        session: first.session,
+        ..next_turn
+    };
+    let gate =
+        |ctx: &crate::tools::ToolContext| waiting_gate(&bus, ctx.session, &desk, &remembered);
+    let ruled = Gate {
+        rules: std::sync::Arc::new(crate::tools::rules::Rules {
+            ask: vec![crate::tools::rules::Rule::parse("Bash(npm test)").unwrap()],
+            ..crate::tools::rules::Rules::default()
+        }),
+        ..gate(&asked_by_rule)
+    };
+    let test = serde_json::json!({"command": "npm test"});
+    let write = serde_json::json!({"file_path": "a.txt", "content": "x"});
+    let make = serde_json::json!({"command": "make"});
+    let yes = |by| Decision {
+        answer: Answer::Always,
+        by,
+    };
+    let (first_gate, other_gate) = (gate(&first), gate(&other_write));
+    let asking = async {
+        tokio::join!(
+            first_gate.check(&first, "Bash", false, &test, None),
+            ruled.check(&asked_by_rule, "Bash", false, &test, None),
+            other_gate.check(&other_write, "Write", false, &write, None),
+        )
+    };
+    let answering = async {
+        questions_waiting(&desk, 3).await;
+        desk.answer(first.session, None, yes(By::Approve)).unwrap();
+        // A Write "always" holds for its own session only.
+        desk.answer(other_write.session, None, yes(By::Approve))
+            .unwrap();
+        // The rule's question still waits: a rule wants the person's own answer.
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        let left = desk.pending();
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert_eq!(left[0].session, asked_by_rule.session);
+        let no = Decision {
+            answer: Answer::No,
+            by: By::Approve,
+        };
+        desk.answer(asked_by_rule.session, None, no).unwrap();
+    };
+    let ((a, b, c), ()) = tokio::join!(asking, answering);
+    assert!(a.is_ok() && c.is_ok(), "{a:?} {c:?}");
+    assert!(b.is_err());
+    // The Write "always" of the other session does not answer this one's.
+    let asking = first_gate.check(&next_turn, "Write", false, &write, None);
+    let refusing = async {
+        questions_waiting(&desk, 1).await;
+        let no = Decision {
+            answer: Answer::No,
+            by: By::Approve,
+        };
+        desk.answer(first.session, None, no).unwrap();
+    };
+    let (refused, ()) = tokio::join!(asking, refusing);
+    assert!(
+        refused
+            .unwrap_err()
+            .to_string()
+            .contains("refused from another terminal")
+    );
+    // That no ended `next_turn`'s turn, not `first`'s.
+    assert!(next_turn.refused_earlier().is_err());
+    assert!(same_turn.refused_earlier().is_ok());
+    let asking = first_gate.check(&same_turn, "Bash", false, &make, None);
+    let approving = async {
+        questions_waiting(&desk, 1).await;
+        let yes = Decision {
+            answer: Answer::Yes,
+            by: By::Approve,
+        };
+        desk.answer(first.session, None, yes).unwrap();
+    };
+    let (allowed, ()) = tokio::join!(asking, approving);
+    assert!(allowed.is_ok());
 }

@@ -141,6 +141,9 @@ pub struct Board {
     files: std::collections::BTreeMap<String, (u64, u64)>,
     index: HashMap<SessionId, usize>,
     instances: HashMap<String, u32>,
+    /// The labels an earlier board of the same run gave (an interactive
+    /// session's earlier prompts'), kept for the agents it showed.
+    known: HashMap<SessionId, String>,
     /// Each parent's last child so far, by row.
     last_child: HashMap<SessionId, usize>,
     /// For each row, its parent's last child before it came (whose branch mark
@@ -157,6 +160,18 @@ impl Board {
     /// An empty board.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A board that goes on naming agents where `earlier` left off: an agent
+    /// it showed keeps its label, a new one gets the next number of its role.
+    pub fn following(earlier: &Board) -> Self {
+        let mut known = earlier.known.clone();
+        known.extend(earlier.rows.iter().map(|r| (r.session, r.label.clone())));
+        Self {
+            instances: earlier.instances.clone(),
+            known,
+            ..Self::default()
+        }
     }
 
     /// The rows, in the order the agents started.
@@ -207,7 +222,9 @@ impl Board {
         let index = match self.index.get(&event.session) {
             Some(&i) => i,
             None => {
-                let label = if event.parent.is_some() {
+                let label = if let Some(label) = self.known.get(&event.session) {
+                    label.clone()
+                } else if event.parent.is_some() {
                     let n = self.instances.entry(event.agent.clone()).or_insert(0);
                     *n += 1;
                     format!("{}#{n}", event.agent)
@@ -504,6 +521,27 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_following_board_keeps_each_agents_label_and_numbers_on() {
+        use crate::ui::progress::test_events::started;
+        let lead = SessionId::new();
+        let (first, second, third) = (SessionId::new(), SessionId::new(), SessionId::new());
+        let mut earlier = Board::new();
+        for (session, parent) in [(lead, None), (first, Some(lead)), (second, Some(lead))] {
+            earlier.apply(&started(session, parent, "maker"), Duration::ZERO);
+        }
+        let mut next = Board::following(&earlier);
+        // A new maker first, then one the earlier board showed.
+        next.apply(&started(third, Some(lead), "maker"), Duration::ZERO);
+        next.apply(&started(first, Some(lead), "maker"), Duration::ZERO);
+        let labels: Vec<&str> = next.rows().iter().map(|r| r.label.as_str()).collect();
+        assert_eq!(labels, ["maker#3", "maker#1"]);
+        // And a board following that one still knows the first board's.
+        let mut last = Board::following(&next);
+        last.apply(&started(second, Some(lead), "maker"), Duration::ZERO);
+        assert_eq!(last.rows()[0].label, "maker#2");
     }
 
     /// `kind` happening to lead session `lead`.
