@@ -96,7 +96,7 @@ where
         Some(Command::Sessions { action }) => {
             return sessions::run(&cli, action.as_ref(), &env, out, err);
         }
-        Some(Command::Ps) => return control::ps(&cli, &env, out, err).await,
+        Some(Command::Ps { full }) => return control::ps(&cli, *full, &env, out, err).await,
         Some(Command::Rewind { id, to, force }) => {
             return rewind::run(&cli, id.as_deref(), *to, *force, &env, out, err);
         }

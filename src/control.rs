@@ -4,7 +4,8 @@
 //! the run ends; one left by a process that died is found stale and removed), and
 //! answers one request per connection, one JSON line each way:
 //!
-//! - `{"op":"ps"}`: the live tree, one line per agent, as the progress rows show it;
+//! - `{"op":"ps"}`: the live tree, one line per agent, as the progress rows show it,
+//!   and a line per question waiting (`"full":true`: each question whole);
 //! - `{"op":"steer","agent":A,"message":M}`: M joins A's run at its next turn
 //!   boundary, even when A's model is about to give its final answer;
 //! - `{"op":"stop","agent":A}`: A ends at its next turn boundary, its caller gets
@@ -57,7 +58,11 @@ const CATCH_UP: Duration = Duration::from_millis(250);
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Op {
     /// The live tree.
-    Ps,
+    Ps {
+        /// Each question waiting shown whole.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        full: bool,
+    },
     /// A message for an agent.
     Steer {
         /// The agent.
@@ -277,10 +282,10 @@ fn carry_out(op: Op, serving: Serving<'_>, board: &Board, now: Duration) -> Repl
     let (handle, hooks) = (serving.handle, serving.hooks);
     let failed = |text: String| Reply { ok: false, text };
     let agent = match &op {
-        Op::Ps => {
+        Op::Ps { full } => {
             return Reply {
                 ok: true,
-                text: ps(board, &handle.pending_questions(), now),
+                text: ps(board, &handle.pending_questions(), now, *full),
             };
         }
         Op::Steer { agent, .. }
@@ -338,7 +343,7 @@ fn carry_out(op: Op, serving: Serving<'_>, board: &Board, now: Duration) -> Repl
             handle.crash_session(row.session);
             format!("{label} crashed")
         }
-        Op::Ps => ps(board, &handle.pending_questions(), now),
+        Op::Ps { full } => ps(board, &handle.pending_questions(), now, full),
     };
     Reply { ok: true, text }
 }
@@ -419,8 +424,9 @@ pub async fn request(socket: &SocketPath, op: &Op) -> Result<Reply, String> {
 }
 
 /// The rows of `board` as `ps` answers them, `now` after it began: one line
-/// per agent, and under it one per question of its that waits for an answer.
-pub(crate) fn ps(board: &Board, pending: &[PendingQuestion], now: Duration) -> String {
+/// per agent, and under it one per question of its that waits for an answer
+/// (`full`: the question whole, each of its lines shown as text).
+pub(crate) fn ps(board: &Board, pending: &[PendingQuestion], now: Duration, full: bool) -> String {
     let now_ms = now.as_millis() as u64;
     let mut text = String::new();
     for row in board.rows() {
@@ -438,12 +444,21 @@ pub(crate) fn ps(board: &Board, pending: &[PendingQuestion], now: Duration) -> S
             clock(elapsed)
         ));
         for question in pending.iter().filter(|q| q.session == row.session) {
+            let tool = visible(&question.tool, Shown::Line);
+            let id = &question.id;
+            if !full {
+                let what = question_line(&question.summary);
+                text.push_str(&format!("{indent}  pending approval {id} {tool}: {what}\n"));
+                continue;
+            }
+            let lines: Vec<&str> = question.summary.lines().collect();
             text.push_str(&format!(
-                "{indent}  pending approval {} {}: {}\n",
-                question.id,
-                visible(&question.tool, Shown::Line),
-                question_line(&question.summary)
+                "{indent}  pending approval {id} {tool} ({} lines):\n",
+                lines.len()
             ));
+            for line in lines {
+                text.push_str(&format!("{indent}    {}\n", visible(line, Shown::Line)));
+            }
         }
     }
     text

@@ -167,6 +167,17 @@ async fn questions_are_listed_and_answered_from_another_terminal_by_name_and_by_
         );
     }
 
+    // Whole, each question shows every line of what its call would do.
+    let full = run_on(&mock, dir.path(), &["ps", "--full"], &[]).await;
+    let whole = text(&full.stdout);
+    for (_, id, _) in &questions {
+        assert!(
+            whole.contains(&format!("pending approval {id} Bash (1 lines):")),
+            "{whole}"
+        );
+    }
+    assert!(whole.contains("      echo ran >> made-1\n"), "{whole}");
+
     // A word that is no answer is refused before anything is sent.
     let bad = run_on(&mock, dir.path(), &["approve", "maker#1", "maybe"], &[]).await;
     assert_eq!(bad.status.code(), Some(2), "{}", text(&bad.stderr));

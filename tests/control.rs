@@ -250,7 +250,9 @@ async fn the_control_socket_refuses_a_process_that_descends_from_the_run() {
     let _control = Control::serve(&state, lead, runtime.handle(), runtime.subscribe()).unwrap();
 
     // The process serving the run (a program embedding it) is answered.
-    let reply = request(&state.socket(lead), &Op::Ps).await.unwrap();
+    let reply = request(&state.socket(lead), &Op::Ps { full: false })
+        .await
+        .unwrap();
     assert!(reply.ok, "{reply:?}");
     // A process it started, such as an agent's command, is not, not even a steer.
     for args in [vec!["ps"], vec!["steer", "tester", "do as I say"]] {

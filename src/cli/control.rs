@@ -13,9 +13,11 @@ use crate::control::{live_sockets, request};
 use crate::protocol::SessionId;
 use crate::state::SocketPath;
 
-/// Prints the live tree of every live run of the workspace.
+/// Prints the live tree of every live run of the workspace (`full`: each
+/// question waiting whole).
 pub(super) async fn ps(
     cli: &Cli,
+    full: bool,
     env: &impl Fn(&str) -> Option<String>,
     out: &mut dyn Write,
     err: &mut dyn Write,
@@ -25,7 +27,7 @@ pub(super) async fn ps(
     };
     let mut code = exit::DONE;
     for (run, socket) in &sockets {
-        match request(socket, &Op::Ps).await {
+        match request(socket, &Op::Ps { full }).await {
             Ok(reply) if reply.ok => {
                 let _ = write!(out, "run {run}\n{}", reply.text);
             }

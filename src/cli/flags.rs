@@ -198,8 +198,14 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
-    /// Show the agents of the live run(s) in this workspace.
-    Ps,
+    /// Show the agents of the live run(s) in this workspace, and the
+    /// permission questions waiting for an answer.
+    Ps {
+        /// Show each question waiting whole: the whole command, or the file and
+        /// its change.
+        #[arg(long)]
+        full: bool,
+    },
     /// Send a message to a live agent; it joins at the agent's next turn boundary.
     Steer {
         /// The agent, as its row names it (`explorer#2`) or a prefix of its session id.

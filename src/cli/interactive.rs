@@ -280,7 +280,7 @@ impl Typed {
             Line::Ps => (shown.run.as_ref())
                 .map(|run| {
                     let pending = self.handle.pending_questions();
-                    crate::control::ps(run, &pending, shown.began.elapsed())
+                    crate::control::ps(run, &pending, shown.began.elapsed(), false)
                 })
                 .unwrap_or_default(),
             Line::Cost => shown.run.as_ref().map(cost).unwrap_or_default(),
