@@ -128,24 +128,26 @@ fn pending(ps: &str) -> Vec<(String, String, String)> {
     found
 }
 
+/// `task` run with no terminal and `--approval-timeout 5m` in `dir`, once
+/// `asked` questions have been put.
+async fn waiting(mock: &MockLlm, dir: &Path, task: &str, asked: usize) -> tokio::process::Child {
+    let child = command_on(mock, dir, &["--approval-timeout", "5m", task], &[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the questions are put", || {
+        journaled(dir, "permission_requested").len() == asked
+    })
+    .await;
+    child
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn questions_are_listed_and_answered_from_another_terminal_by_name_and_by_id() {
     let mock = makers(2).await;
     let dir = workspace();
-    let child = command_on(
-        &mock,
-        dir.path(),
-        &["--approval-timeout", "5m", "make two files"],
-        &[],
-    )
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
-    wait_until("both makers ask", || {
-        journaled(dir.path(), "permission_requested").len() == 2
-    })
-    .await;
+    let child = waiting(&mock, dir.path(), "make two files", 2).await;
 
     let ps = run_on(&mock, dir.path(), &["ps"], &[]).await;
     assert_eq!(ps.status.code(), Some(0), "{}", text(&ps.stderr));
@@ -436,20 +438,7 @@ async fn a_no_from_another_terminal_ends_the_turn() {
     })
     .await;
     let dir = workspace();
-    let child = command_on(
-        &mock,
-        dir.path(),
-        &["--approval-timeout", "5m", "make three"],
-        &[],
-    )
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .unwrap();
-    wait_until("the first call asks", || {
-        journaled(dir.path(), "permission_requested").len() == 1
-    })
-    .await;
+    let child = waiting(&mock, dir.path(), "make three", 1).await;
     let ps = run_on(&mock, dir.path(), &["ps"], &[]).await;
     let questions = pending(&text(&ps.stdout));
     assert_eq!(questions.len(), 1, "{}", text(&ps.stdout));

@@ -376,13 +376,8 @@ mod tests {
         // The refusal's reason is said once.
         let again = forwarder.refusal(&request, PermissionMode::Default);
         assert!(again.contains(": it answered no"), "{again}");
-        let pid: i32 = std::fs::read_to_string(&pid_file)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
         // Killed: gone, or a zombie waiting to be reaped.
-        ended(pid).await;
+        ended(&pid_file).await;
     }
 
     #[tokio::test]
@@ -402,17 +397,17 @@ mod tests {
             ..PermissionRequest::default()
         };
         assert_eq!(forwarder.ask(request).await, Answer::Always);
-        let pid: i32 = std::fs::read_to_string(&pid_file)
+        ended(&pid_file).await;
+    }
+
+    /// Waits until the process whose id is in `pid_file` is gone or a
+    /// zombie; panics if it is not within five seconds of being killed.
+    async fn ended(pid_file: &std::path::Path) {
+        let pid: i32 = std::fs::read_to_string(pid_file)
             .unwrap()
             .trim()
             .parse()
             .unwrap();
-        ended(pid).await;
-    }
-
-    /// Waits until process `pid` is gone or a zombie; panics if it is not
-    /// within five seconds of being killed.
-    async fn ended(pid: i32) {
         let alive = || {
             std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
                 let state = stat.rsplit(')').next().unwrap_or("").trim_start();
