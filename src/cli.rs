@@ -36,6 +36,8 @@ mod shown;
 mod slash;
 mod title;
 mod trust;
+#[cfg(feature = "nats")]
+mod worker;
 
 pub use self::flags::{AgentsAction, Cli, Command, McpAction, SessionsAction};
 
@@ -91,6 +93,10 @@ where
     // it reaches the terminal as text, never as a command.
     let (mut out, mut err) = (Escaped::new(out), Escaped::new(err));
     let (out, err): (&mut dyn Write, &mut dyn Write) = (&mut out, &mut err);
+    #[cfg(feature = "nats")]
+    if matches!(cli.command, Some(Command::Worker { .. })) {
+        return worker::run(cli, &env, err).await;
+    }
     let op = match &cli.command {
         Some(Command::Agents { action }) => return agents::run(&cli, action, &env, out, err),
         Some(Command::Sessions { action }) => {
@@ -119,6 +125,8 @@ where
             id: id.clone(),
         }),
         Some(Command::Resume { .. }) | None => None,
+        #[cfg(feature = "nats")]
+        Some(Command::Worker { .. }) => None,
     };
     if let Some(op) = op {
         return control::send(&cli, &env, op, out, err).await;

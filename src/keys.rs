@@ -22,8 +22,10 @@ use std::path::Path;
 
 use crate::config::ConfigFile;
 
-/// Provider credentials that are key variables besides `*_API_KEY`.
-const NAMED_SECRETS: [&str; 5] = [
+/// Provider credentials that are key variables besides `*_API_KEY`, and a
+/// worker's NATS token: none reaches a tool's command.
+const NAMED_SECRETS: [&str; 6] = [
+    "NATS_TOKEN",
     "ANTHROPIC_AUTH_TOKEN",
     "CLAUDE_CODE_OAUTH_TOKEN",
     "AWS_BEARER_TOKEN_BEDROCK",

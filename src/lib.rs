@@ -45,6 +45,8 @@ pub mod model_info;
 pub mod models;
 pub mod procfs;
 pub mod protocol;
+#[cfg(feature = "nats")]
+pub mod remote;
 pub mod roles;
 pub mod runs;
 pub mod runtime;

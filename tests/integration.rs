@@ -31,6 +31,7 @@ mod protocol;
 mod providers;
 mod quickstart;
 mod rate_limits;
+mod remote;
 mod replay;
 mod resume;
 mod retention;

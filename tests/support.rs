@@ -3,3 +3,4 @@
 
 pub mod harness;
 pub mod mock_llm;
+pub(crate) mod nats;

@@ -223,6 +223,31 @@ pub enum Command {
         /// The agent, as its row names it (`explorer#2`) or a prefix of its session id.
         agent: String,
     },
+    /// Run sub-agent tasks of runs on other machines: join NATS and take
+    /// tasks from their work queue (needs the `nats` feature).
+    #[cfg(feature = "nats")]
+    Worker {
+        /// The NATS servers, comma-separated (nats://h1:4222,nats://h2:4222).
+        #[arg(long, value_name = "URLS", required = true)]
+        join: String,
+        /// Tasks run at once, at most.
+        #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+        slots: u32,
+        /// A tag of this worker: it takes untagged tasks and those of its tags.
+        #[arg(long = "tag", value_name = "T")]
+        tags: Vec<String>,
+        /// A lead's public key whose tasks it runs (the same user's lead on this
+        /// machine is trusted without it).
+        #[arg(long = "trust-lead", value_name = "KEY")]
+        trust_lead: Vec<String>,
+        /// The most a task may ask: a task asking more is refused.
+        #[arg(long, value_name = "MODE", default_value = "acceptEdits", value_parser = parse_mode)]
+        max_permission_mode: PermissionMode,
+        /// How long it waits for running tasks when asked to stop, before
+        /// handing them back.
+        #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = crate::session::budget::parse_duration)]
+        drain: std::time::Duration,
+    },
     /// Answer a live agent's permission question (`orchestrate ps` lists them).
     Approve {
         /// The agent, as its row names it (`explorer#2`) or a prefix of its session id.

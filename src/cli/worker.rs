@@ -1,0 +1,272 @@
+//! `orchestrate worker --join URLS`: runs the sub-agent tasks of runs on
+//! other machines ([`crate::remote::worker`]), each as the same session code
+//! runs a local sub-agent, with this machine's provider flags and keys (keys
+//! never travel) in a scratch workspace of its own. SIGTERM or Ctrl-C stops
+//! it: it takes no more tasks, and waits `--drain` for those it runs.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+
+use super::exit;
+use super::flags::{Cli, Command};
+use super::setup;
+use crate::protocol::Outcome;
+use crate::remote::envelope::RemoteTask;
+use crate::remote::worker::{Runner, WorkerConfig};
+use crate::runtime::Handle;
+use crate::session::SessionSpec;
+use crate::tools::permissions::DenyAll;
+
+/// Runs a worker until it is stopped; its lines go to `err`.
+pub(super) async fn run(
+    mut cli: Cli,
+    env: &impl Fn(&str) -> Option<String>,
+    err: &mut dyn Write,
+) -> ExitCode {
+    let Some(Command::Worker {
+        join,
+        slots,
+        tags,
+        trust_lead,
+        max_permission_mode,
+        drain,
+    }) = cli.command.take()
+    else {
+        return ExitCode::from(exit::USAGE);
+    };
+    let usage = |err: &mut dyn Write, why: String| {
+        let _ = writeln!(err, "orchestrate: worker: {why}");
+        ExitCode::from(exit::USAGE)
+    };
+    let servers: Vec<String> = join
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if servers.is_empty() {
+        return usage(err, "--join names no server".into());
+    }
+    let token = env("NATS_TOKEN").filter(|t| !t.is_empty());
+    if token.is_none()
+        && let Some(away) = servers
+            .iter()
+            .find(|s| !crate::remote::worker::on_this_machine(s))
+    {
+        return usage(
+            err,
+            format!(
+                "{away} is not on this machine: set NATS_TOKEN to join it (a server elsewhere requires authentication)"
+            ),
+        );
+    }
+    if let Some(bad) = tags.iter().find(|t| !crate::remote::subjects::valid_tag(t)) {
+        return usage(
+            err,
+            format!("--tag {bad:?}: a tag is letters, digits, - and _ (at most 64)"),
+        );
+    }
+    if let Some(bad) = trust_lead
+        .iter()
+        .find(|k| nkeys::KeyPair::from_public_key(k).is_err())
+    {
+        return usage(err, format!("--trust-lead {bad:?} is not a public key"));
+    }
+    // A scratch workspace of its own: the tasks' tools work there.
+    let scratch = std::env::temp_dir().join(format!(
+        "orchestrate-worker-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    if let Err(e) = std::fs::create_dir_all(&scratch) {
+        return usage(err, format!("{}: {e}", scratch.display()));
+    }
+    cli.workspace = Some(scratch.clone());
+    let code = serve(
+        &cli,
+        env,
+        err,
+        Serve {
+            servers,
+            slots: slots as usize,
+            tags,
+            trust_lead,
+            max_permission_mode,
+            drain,
+            token,
+        },
+    )
+    .await;
+    let _ = std::fs::remove_dir_all(&scratch);
+    code
+}
+
+/// A worker's flags, read.
+struct Serve {
+    servers: Vec<String>,
+    slots: usize,
+    tags: Vec<String>,
+    trust_lead: Vec<String>,
+    max_permission_mode: crate::tools::permissions::PermissionMode,
+    drain: std::time::Duration,
+    token: Option<String>,
+}
+
+async fn serve(
+    cli: &Cli,
+    env: &impl Fn(&str) -> Option<String>,
+    err: &mut dyn Write,
+    flags: Serve,
+) -> ExitCode {
+    let (config, plan) = match setup::prepare(cli, env, Arc::new(DenyAll)).await {
+        Ok(prepared) => prepared,
+        Err(e) => {
+            let _ = writeln!(err, "orchestrate: worker: {e}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let mut trusted = flags.trust_lead;
+    // The same user's lead on this machine needs no flag.
+    trusted.extend(crate::remote::local_lead(plan.state.root()));
+    let runtime = match crate::runtime::Runtime::start(config).await {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            let _ = writeln!(err, "orchestrate: worker: cannot start the runtime: {e}");
+            return ExitCode::from(exit::FAILED);
+        }
+    };
+    let runner = Arc::new(Local {
+        handle: runtime.handle(),
+        plan: Arc::new(plan),
+        max_turns: cli.max_turns,
+    });
+    let worker = WorkerConfig {
+        servers: flags.servers,
+        slots: flags.slots,
+        tags: flags.tags,
+        trusted,
+        max_mode: flags.max_permission_mode,
+        drain: flags.drain,
+        name: worker_name(),
+        token: flags.token,
+    };
+    let stop = CancellationToken::new();
+    let stopping = stop.clone();
+    let signals = tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        stopping.cancel();
+    });
+    let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let say: crate::remote::worker::Say = Arc::new(move |line| {
+        let _ = tx.send(line);
+    });
+    let work = crate::remote::worker::work(worker, runner, stop, say);
+    tokio::pin!(work);
+    let worked = loop {
+        tokio::select! {
+            worked = &mut work => break worked,
+            Some(line) = lines.recv() => {
+                let _ = writeln!(err, "orchestrate: worker: {line}");
+            }
+        }
+    };
+    while let Ok(line) = lines.try_recv() {
+        let _ = writeln!(err, "orchestrate: worker: {line}");
+    }
+    signals.abort();
+    runtime.shutdown().await;
+    match worked {
+        Ok(()) => ExitCode::from(exit::DONE),
+        Err(why) => {
+            let _ = writeln!(err, "orchestrate: worker: {why}");
+            ExitCode::from(exit::FAILED)
+        }
+    }
+}
+
+/// This worker's name: the machine's and the process's.
+fn worker_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host = match host.trim() {
+        "" => "worker",
+        name => name,
+    }
+    .to_owned();
+    format!("{host}:{}", std::process::id())
+}
+
+/// Runs tasks in this process's runtime, as local sub-agents run.
+struct Local {
+    handle: Handle,
+    plan: Arc<crate::setup::Setup>,
+    max_turns: u32,
+}
+
+impl Runner for Local {
+    fn run(&self, task: RemoteTask) -> BoxFuture<'_, (String, String)> {
+        Box::pin(async move {
+            let spec = match self.spec(&task) {
+                Ok(spec) => spec,
+                Err(why) => return ("failed".to_owned(), why),
+            };
+            let session = match self.handle.start_session_as(task.session, spec).await {
+                Ok(session) => session,
+                Err(e) => return ("failed".to_owned(), e.to_string()),
+            };
+            let outcome = self.handle.run_prompt(session, task.prompt, |_| {}).await;
+            match outcome {
+                Some(Outcome::Completed { text, .. }) => ("completed".into(), text),
+                Some(Outcome::Partial {
+                    reason, partial, ..
+                }) => (format!("partial ({reason})"), partial),
+                Some(Outcome::Failed { class, message, .. }) => {
+                    (format!("failed ({class})"), message)
+                }
+                Some(Outcome::Cancelled { partial, .. }) => ("cancelled".into(), partial),
+                Some(Outcome::TimedOut { partial, .. }) => ("timed_out".into(), partial),
+                None => ("failed".into(), "the worker shut down".into()),
+            }
+        })
+    }
+}
+
+impl Local {
+    /// The task's session: its role's prompt and tools, this machine's model.
+    fn spec(&self, task: &RemoteTask) -> Result<SessionSpec, String> {
+        let plan = &self.plan;
+        let model = plan.models.lead();
+        let prompt = plan.memory.apply(&task.system_prompt);
+        let mut spec = SessionSpec::new(task.role.clone(), model.id, prompt);
+        spec.provider = model.provider;
+        let tools = match &task.tools {
+            Some(names) => {
+                let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                plan.tools.only(&names)
+            }
+            None => plan.tools.clone(),
+        };
+        spec.tools = tools;
+        spec.max_turns = task.max_turns.clamp(1, self.max_turns.max(1));
+        spec.permission_mode = task.permission_mode;
+        let (deny, bad) = crate::tools::rules::parse_list(&task.deny);
+        if let Some(bad) = bad.first() {
+            return Err(format!("the task's deny rule {bad:?} does not read"));
+        }
+        spec.deny_rules = deny.into();
+        plan.models.describe(&mut spec);
+        Ok(spec)
+    }
+}

@@ -1,0 +1,10 @@
+//! Sub-agents on other machines, over NATS JetStream: a task sealed by its
+//! lead and opened only by a worker that trusts it ([`envelope`]), and the
+//! lead's key kept in the person's state folder ([`lead_key`]).
+
+pub mod envelope;
+mod keys;
+pub mod subjects;
+pub mod worker;
+
+pub use self::keys::{lead_key, local_lead};

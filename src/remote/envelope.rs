@@ -1,0 +1,194 @@
+//! A sub-agent's task as it crosses the wire: what the sub-agent needs
+//! ([`RemoteTask`]), sealed by the lead that sends it ([`seal`]) and opened by
+//! a worker only when its protocol is this binary's and its signature is by a
+//! lead the worker trusts ([`open`]). Pure: keys and bytes in, a task or a
+//! one-line refusal out.
+
+use nkeys::KeyPair;
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::SessionId;
+use crate::tools::permissions::PermissionMode;
+
+/// The version of what leads and workers say to each other. Binaries that
+/// speak different versions refuse each other's tasks.
+pub const PROTOCOL: u32 = 1;
+
+/// What a remote sub-agent needs to run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RemoteTask {
+    /// The run it belongs to (its lead's session).
+    pub run: SessionId,
+    /// The sub-agent's own session: its result carries this id, once.
+    pub session: SessionId,
+    /// The session that asked for it.
+    pub parent: SessionId,
+    /// Its role's name.
+    pub role: String,
+    /// Its role's prompt.
+    pub system_prompt: String,
+    /// The tools its role allows (`None`: every built-in tool).
+    pub tools: Option<Vec<String>>,
+    /// Model turns it may take.
+    pub max_turns: u32,
+    /// Its task, as its caller wrote it.
+    pub prompt: String,
+    /// The mode it runs in (a worker refuses one above its own cap).
+    pub permission_mode: PermissionMode,
+    /// The person's deny rules, in Claude Code's syntax.
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// The person's ask rules.
+    #[serde(default)]
+    pub ask: Vec<String>,
+    /// The worker tags it must be placed on (empty: any worker).
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+/// A sealed task: the task's exact bytes, the lead's public key and its
+/// signature of them.
+#[derive(Debug, Serialize, Deserialize)]
+struct Envelope {
+    protocol: u32,
+    #[serde(default)]
+    lead: String,
+    #[serde(default)]
+    signature: String,
+    task: String,
+}
+
+/// Seals `task` with the lead's `key`: the bytes to publish.
+pub fn seal(task: &RemoteTask, key: &KeyPair) -> Result<Vec<u8>, String> {
+    let task = serde_json::to_string(task).map_err(|e| e.to_string())?;
+    let signature = key.sign(task.as_bytes()).map_err(|e| e.to_string())?;
+    let envelope = Envelope {
+        protocol: PROTOCOL,
+        lead: key.public_key(),
+        signature: hex(&signature),
+        task,
+    };
+    serde_json::to_vec(&envelope).map_err(|e| e.to_string())
+}
+
+/// Opens a sealed task: refused, with why in one line, unless it speaks this
+/// protocol and is signed by one of the `trusted` lead keys.
+pub fn open(bytes: &[u8], trusted: &[String]) -> Result<(RemoteTask, String), String> {
+    let envelope: Envelope =
+        serde_json::from_slice(bytes).map_err(|e| format!("not a task ({e})"))?;
+    if envelope.protocol != PROTOCOL {
+        return Err(format!(
+            "the task speaks protocol {}, this worker {PROTOCOL}: run the same orchestrate version on the lead and its workers",
+            envelope.protocol
+        ));
+    }
+    if envelope.lead.is_empty() || envelope.signature.is_empty() {
+        return Err("the task is not signed".into());
+    }
+    if !trusted.contains(&envelope.lead) {
+        return Err(format!(
+            "the task is signed by {}, a lead this worker does not trust (--trust-lead)",
+            envelope.lead
+        ));
+    }
+    let key = KeyPair::from_public_key(&envelope.lead)
+        .map_err(|e| format!("the task's lead key is not a key ({e})"))?;
+    let signature = unhex(&envelope.signature).ok_or("the task's signature is not hex")?;
+    key.verify(envelope.task.as_bytes(), &signature)
+        .map_err(|_| "the task's signature does not match it".to_owned())?;
+    let task = serde_json::from_str(&envelope.task)
+        .map_err(|e| format!("the task does not read as a task ({e})"))?;
+    Ok((task, envelope.lead))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) || !text.is_ascii() {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task() -> RemoteTask {
+        RemoteTask {
+            run: SessionId::new(),
+            session: SessionId::new(),
+            parent: SessionId::new(),
+            role: "coder".into(),
+            system_prompt: "You are a coder.".into(),
+            tools: Some(vec!["Read".into(), "Bash".into()]),
+            max_turns: 20,
+            prompt: "fix the parser".into(),
+            permission_mode: PermissionMode::AcceptEdits,
+            deny: vec!["Bash(rm:*)".into()],
+            ask: Vec::new(),
+            tags: vec!["gpu".into()],
+        }
+    }
+
+    #[test]
+    fn a_sealed_task_opens_only_for_a_worker_trusting_its_lead() {
+        let lead = KeyPair::new_user();
+        let sealed = seal(&task(), &lead).unwrap();
+        let trusted = vec![lead.public_key()];
+        let (opened, by) = open(&sealed, &trusted).unwrap();
+        assert_eq!(opened.prompt, "fix the parser");
+        assert_eq!(by, lead.public_key());
+
+        let stranger = KeyPair::new_user();
+        let why = open(&sealed, &[stranger.public_key()]).unwrap_err();
+        assert!(why.contains("a lead this worker does not trust"), "{why}");
+
+        // Changed on the way: the signature no longer matches.
+        let text = String::from_utf8(sealed.clone()).unwrap();
+        let changed = text.replace("fix the parser", "rm -rf ~ now!!");
+        let why = open(changed.as_bytes(), &trusted).unwrap_err();
+        assert_eq!(why, "the task's signature does not match it");
+
+        // Signed by another key that claims to be the lead.
+        let forged = seal(&task(), &stranger).unwrap();
+        let claimed = String::from_utf8(forged)
+            .unwrap()
+            .replace(&stranger.public_key(), &lead.public_key());
+        let why = open(claimed.as_bytes(), &trusted).unwrap_err();
+        assert_eq!(why, "the task's signature does not match it");
+    }
+
+    #[test]
+    fn an_unsigned_or_foreign_task_is_refused_in_one_line() {
+        let trusted = vec![KeyPair::new_user().public_key()];
+        let task = serde_json::to_string(&task()).unwrap();
+        let unsigned = serde_json::json!({"protocol": PROTOCOL, "task": task}).to_string();
+        assert_eq!(
+            open(unsigned.as_bytes(), &trusted).unwrap_err(),
+            "the task is not signed"
+        );
+        let newer = serde_json::json!({"protocol": PROTOCOL + 1, "task": task}).to_string();
+        let why = open(newer.as_bytes(), &trusted).unwrap_err();
+        assert!(why.contains("run the same orchestrate version"), "{why}");
+        assert!(
+            open(b"\x00garbage", &trusted)
+                .unwrap_err()
+                .starts_with("not a task")
+        );
+    }
+
+    #[test]
+    fn hex_reads_back_and_refuses_what_is_not_hex() {
+        let bytes = [0u8, 1, 171, 255];
+        assert_eq!(unhex(&hex(&bytes)).unwrap(), bytes);
+        assert_eq!(unhex("abc"), None);
+        assert_eq!(unhex("zz"), None);
+        assert_eq!(unhex("é1"), None);
+    }
+}

@@ -1,0 +1,340 @@
+//! A worker: joins NATS, pulls sub-agent tasks from the run's work-queue
+//! stream through durable pull consumers (one for untagged tasks, one per
+//! tag it has), at most `slots` in flight, opens each ([`super::envelope`]):
+//! one it must refuse is ended for good (`Term`) with a line on why; one it
+//! takes is run by its [`Runner`] while its message's ack wait is extended
+//! every 10 s, its result published once (the message id is the sub-agent's
+//! session id, so a redelivered task's second result is dropped) before the
+//! message is acked. Asked to stop, it pulls no more and waits for what it
+//! runs up to the drain deadline, handing back (`Nak`) what is left.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, AckKind, consumer};
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use super::envelope::{self, RemoteTask};
+use super::subjects;
+use crate::protocol::SessionId;
+use crate::tools::permissions::PermissionMode;
+
+/// How long the server waits for a task's ack before it delivers it again.
+pub const ACK_WAIT: Duration = Duration::from_secs(30);
+
+/// How often a running task's ack wait is extended.
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// How often a task is delivered at most.
+pub const MAX_DELIVER: i64 = 5;
+
+/// How long one pull waits for tasks before it looks for a stop again.
+const PULL_FOR: Duration = Duration::from_millis(250);
+
+/// A task's outcome, as the lead reads it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteResult {
+    /// The run.
+    pub run: SessionId,
+    /// The sub-agent's session.
+    pub session: SessionId,
+    /// `completed`, `partial`, `failed`, `cancelled`, `timed_out`, or
+    /// `refused` (the worker would not run it).
+    pub outcome: String,
+    /// Its answer, or why it did not give one.
+    pub text: String,
+    /// The worker that ran it.
+    pub worker: String,
+}
+
+/// Runs the tasks a worker takes: the same session code as a local run.
+pub trait Runner: Send + Sync + 'static {
+    /// Runs `task` to its result (`outcome`, `text`).
+    fn run(&self, task: RemoteTask) -> BoxFuture<'_, (String, String)>;
+}
+
+/// How a worker works.
+#[derive(Clone)]
+pub struct WorkerConfig {
+    /// The servers to join.
+    pub servers: Vec<String>,
+    /// Tasks run at once, at most.
+    pub slots: usize,
+    /// Its tags: it takes untagged tasks and those tagged with one of these.
+    pub tags: Vec<String>,
+    /// The lead keys whose tasks it runs.
+    pub trusted: Vec<String>,
+    /// The most a task may ask of it.
+    pub max_mode: PermissionMode,
+    /// How long it waits for the tasks it runs once asked to stop.
+    pub drain: Duration,
+    /// Its name, in the results it publishes.
+    pub name: String,
+    /// The token it joins with (`NATS_TOKEN`), needed by a server not on
+    /// this machine.
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for WorkerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The token is never shown.
+        f.debug_struct("WorkerConfig")
+            .field("servers", &self.servers)
+            .field("slots", &self.slots)
+            .field("tags", &self.tags)
+            .field("max_mode", &self.max_mode)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether `server` (`nats://host:port`, or `host:port`) is on this
+/// machine: a loopback address or `localhost`.
+pub fn on_this_machine(server: &str) -> bool {
+    let rest = server.split_once("://").map_or(server, |(_, rest)| rest);
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host_port.split(':').next().unwrap_or_default(),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// What a worker tells its person, a line at a time (the library never
+/// prints: the CLI writes these to stderr).
+pub type Say = Arc<dyn Fn(String) + Send + Sync>;
+
+/// Works until `stop` is cancelled (and what it runs is drained), or the
+/// connection cannot be made.
+pub async fn work(
+    config: WorkerConfig,
+    runner: Arc<dyn Runner>,
+    stop: CancellationToken,
+    say: Say,
+) -> Result<(), String> {
+    let mut options = async_nats::ConnectOptions::new();
+    if let Some(token) = &config.token {
+        options = options.token(token.clone());
+    }
+    let client = options
+        .name(format!("orchestrate worker {}", config.name))
+        .retry_on_initial_connect()
+        .connect(config.servers.join(","))
+        .await
+        .map_err(|e| format!("cannot join {}: {e}", config.servers.join(",")))?;
+    let js = jetstream::new(client.clone());
+    let replicas = subjects::replicas(1 + client.server_info().connect_urls.len());
+    let tasks = subjects::ensure_streams(&js, replicas).await?;
+    let mut consumers = Vec::new();
+    for tag in std::iter::once(None).chain(config.tags.iter().map(Some)) {
+        let (name, filter) = subjects::consumer(tag.map(String::as_str));
+        let made = tasks
+            .get_or_create_consumer(
+                &name,
+                consumer::pull::Config {
+                    durable_name: Some(name.clone()),
+                    filter_subject: filter,
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    ack_wait: ACK_WAIT,
+                    max_deliver: MAX_DELIVER,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| format!("cannot make the consumer {name}: {e}"))?;
+        consumers.push(made);
+    }
+    say(format!(
+        "joined {} as {} ({} slots{})",
+        config.servers.join(","),
+        config.name,
+        config.slots,
+        match config.tags.as_slice() {
+            [] => String::new(),
+            tags => format!(", tags {}", tags.join(", ")),
+        }
+    ));
+    let slots = Arc::new(tokio::sync::Semaphore::new(config.slots.max(1)));
+    let mut running = tokio::task::JoinSet::new();
+    let drained = CancellationToken::new();
+    let config = Arc::new(config);
+    'pulling: while !stop.is_cancelled() {
+        // What has ended is let go of.
+        while running.try_join_next().is_some() {}
+        for consumer in &consumers {
+            let free = slots.available_permits();
+            if free == 0 {
+                // Wait for a slot, or the stop.
+                tokio::select! {
+                    () = stop.cancelled() => break 'pulling,
+                    permit = slots.clone().acquire_owned() => drop(permit),
+                }
+                continue 'pulling;
+            }
+            let batch = consumer
+                .fetch()
+                .max_messages(free)
+                .expires(PULL_FOR)
+                .messages();
+            let mut batch = tokio::select! {
+                () = stop.cancelled() => break 'pulling,
+                batch = batch => match batch {
+                    Ok(batch) => batch,
+                    Err(e) => {
+                        say(format!("cannot pull tasks: {e}"));
+                        tokio::time::sleep(PULL_FOR).await;
+                        continue;
+                    }
+                },
+            };
+            while let Some(message) = batch.next().await {
+                let Ok(message) = message else { continue };
+                let Ok(permit) = slots.clone().try_acquire_owned() else {
+                    // More came than there were slots: back for another.
+                    let _ = message.ack_with(AckKind::Nak(None)).await;
+                    continue;
+                };
+                let job = Job {
+                    js: js.clone(),
+                    config: config.clone(),
+                    runner: runner.clone(),
+                    say: say.clone(),
+                    drained: drained.clone(),
+                };
+                running.spawn(async move {
+                    job.take(message).await;
+                    drop(permit);
+                });
+            }
+        }
+    }
+    while running.try_join_next().is_some() {}
+    if !running.is_empty() {
+        say(format!(
+            "stopping: waiting up to {}s for {} running task(s)",
+            config.drain.as_secs(),
+            running.len()
+        ));
+    }
+    let all = async { while running.join_next().await.is_some() {} };
+    if tokio::time::timeout(config.drain, all).await.is_err() {
+        // What still runs is handed back for another worker.
+        drained.cancel();
+        while running.join_next().await.is_some() {}
+    }
+    client.drain().await.map_err(|e| e.to_string())
+}
+
+/// One task taken from the stream.
+struct Job {
+    js: jetstream::Context,
+    config: Arc<WorkerConfig>,
+    runner: Arc<dyn Runner>,
+    say: Say,
+    drained: CancellationToken,
+}
+
+impl Job {
+    async fn take(self, message: jetstream::Message) {
+        let (task, _lead) = match envelope::open(&message.payload, &self.config.trusted) {
+            Ok(opened) => opened,
+            Err(why) => {
+                (self.say)(format!("refused a task on {}: {why}", message.subject));
+                let _ = message.ack_with(AckKind::Term).await;
+                return;
+            }
+        };
+        let result = |outcome: &str, text: String| RemoteResult {
+            run: task.run,
+            session: task.session,
+            outcome: outcome.to_owned(),
+            text,
+            worker: self.config.name.clone(),
+        };
+        if task.permission_mode > self.config.max_mode {
+            let why = format!(
+                "this worker runs tasks up to permission mode {} (--max-permission-mode), and the task asks for {}",
+                self.config.max_mode, task.permission_mode
+            );
+            (self.say)(format!("refused task {}: {why}", task.session));
+            if self.publish(&result("refused", why)).await.is_ok() {
+                let _ = message.ack_with(AckKind::Term).await;
+            }
+            return;
+        }
+        let session = task.session;
+        let run = self.runner.run(task.clone());
+        tokio::pin!(run);
+        let mut progress = tokio::time::interval(PROGRESS_EVERY);
+        progress.tick().await;
+        let (outcome, text) = loop {
+            tokio::select! {
+                ran = &mut run => break ran,
+                _ = progress.tick() => {
+                    let _ = message.ack_with(AckKind::Progress).await;
+                }
+                () = self.drained.cancelled() => {
+                    (self.say)(format!("handing task {session} back: stopping"));
+                    let _ = message.ack_with(AckKind::Nak(None)).await;
+                    return;
+                }
+            }
+        };
+        match self.publish(&result(&outcome, text)).await {
+            Ok(()) => {
+                let _ = message.double_ack().await;
+            }
+            Err(why) => {
+                (self.say)(format!("cannot publish task {session}'s result: {why}"));
+                let _ = message.ack_with(AckKind::Nak(None)).await;
+            }
+        }
+    }
+
+    /// Publishes `result` once: its message id is its session's.
+    async fn publish(&self, result: &RemoteResult) -> Result<(), String> {
+        let body = serde_json::to_vec(result).map_err(|e| e.to_string())?;
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(
+            async_nats::header::NATS_MESSAGE_ID,
+            result.session.to_string().as_str(),
+        );
+        let subject = subjects::results(result.run);
+        let ack = self
+            .js
+            .publish_with_headers(subject, headers, body.into())
+            .await
+            .map_err(|e| e.to_string())?;
+        ack.await.map(|_| ()).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_loopback_servers_are_on_this_machine() {
+        for here in [
+            "nats://127.0.0.1:4222",
+            "127.0.0.2:4222",
+            "nats://localhost:4222",
+            "nats://[::1]:4222",
+            "nats://user:pw@127.0.0.1:4222",
+        ] {
+            assert!(super::on_this_machine(here), "{here}");
+        }
+        for away in [
+            "nats://10.0.0.1:4222",
+            "nats://nats.example.com",
+            "nats://127.0.0.1.example.com:4222",
+        ] {
+            assert!(!super::on_this_machine(away), "{away}");
+        }
+    }
+}

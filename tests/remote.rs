@@ -1,0 +1,192 @@
+//! Sub-agent tasks run by `orchestrate worker` on a real NATS server with
+//! JetStream (on loopback): a task its lead signed runs and its result comes
+//! back once; an unsigned task, one signed by a lead it does not trust, and
+//! one asking more than its permission cap are refused; an idle worker stops
+//! at once on SIGTERM.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use orchestrate::protocol::SessionId;
+use orchestrate::remote::envelope::{RemoteTask, seal};
+use orchestrate::remote::subjects;
+use orchestrate::remote::worker::RemoteResult;
+use orchestrate::tools::permissions::PermissionMode;
+use tokio::io::AsyncBufReadExt;
+
+use crate::cli::command_on;
+use crate::support::harness::DEADLINE;
+use crate::support::mock_llm::{MockLlm, Reply};
+use crate::support::nats::NatsServer;
+
+/// A task of run `run` for the `echo` role.
+fn task(run: SessionId, prompt: &str, mode: PermissionMode) -> RemoteTask {
+    RemoteTask {
+        run,
+        session: SessionId::new(),
+        parent: run,
+        role: "echo".into(),
+        system_prompt: "You are echo.".into(),
+        tools: Some(vec!["Read".into()]),
+        max_turns: 5,
+        prompt: prompt.into(),
+        permission_mode: mode,
+        deny: Vec::new(),
+        ask: Vec::new(),
+        tags: Vec::new(),
+    }
+}
+
+/// The state root of a binary whose HOME is `home`.
+fn state_root(home: &Path) -> std::path::PathBuf {
+    home.join(".local/state/orchestrate")
+}
+
+/// A worker joined to `server`, and its stderr's lines as they come.
+async fn worker(
+    mock: &MockLlm,
+    home: &Path,
+    server: &NatsServer,
+) -> (
+    tokio::process::Child,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    let mut child = command_on(
+        mock,
+        home,
+        &["worker", "--join", &server.url, "--slots", "2"],
+        &[],
+    )
+    .stderr(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
+    let stderr = child.stderr.take().unwrap();
+    tokio::spawn(async move {
+        let mut read = tokio::io::BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = read.next_line().await {
+            let _ = tx.send(line);
+        }
+    });
+    said(&mut lines, "joined").await;
+    (child, lines)
+}
+
+/// Waits for a line of `lines` holding `text`; the line.
+async fn said(lines: &mut tokio::sync::mpsc::UnboundedReceiver<String>, text: &str) -> String {
+    let wait = async {
+        while let Some(line) = lines.recv().await {
+            if line.contains(text) {
+                return line;
+            }
+        }
+        panic!("the worker ended without saying {text:?}");
+    };
+    tokio::time::timeout(DEADLINE, wait)
+        .await
+        .unwrap_or_else(|_| panic!("the worker never said {text:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_runs_its_leads_tasks_once_and_refuses_the_others() {
+    let server = NatsServer::start();
+    let mock = MockLlm::start_with(|request, _| {
+        let prompt = request.body["messages"][1]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        Reply::text(format!("echo: {prompt}"))
+    })
+    .await;
+    let home = tempfile::tempdir().unwrap();
+    // The same user's lead key on this machine: trusted without a flag.
+    let lead = orchestrate::remote::lead_key(&state_root(home.path())).unwrap();
+    let (mut child, mut lines) = worker(&mock, home.path(), &server).await;
+
+    let client = async_nats::connect(&server.url).await.unwrap();
+    let js = async_nats::jetstream::new(client.clone());
+    let run = SessionId::new();
+    let mut results = client.subscribe(subjects::results(run)).await.unwrap();
+    let publish = |bytes: Vec<u8>| {
+        let js = js.clone();
+        async move {
+            let ack = js
+                .publish(subjects::task(run, None), bytes.into())
+                .await
+                .unwrap();
+            ack.await.unwrap();
+        }
+    };
+
+    // Unsigned, and signed by a lead it does not trust: refused, never run.
+    let unsigned = serde_json::json!({
+        "protocol": orchestrate::remote::envelope::PROTOCOL,
+        "task": serde_json::to_string(&task(run, "unsigned", PermissionMode::Default)).unwrap(),
+    });
+    publish(unsigned.to_string().into_bytes()).await;
+    assert!(
+        said(&mut lines, "refused a task")
+            .await
+            .ends_with("the task is not signed")
+    );
+    let stranger = nkeys::KeyPair::new_user();
+    publish(seal(&task(run, "stranger", PermissionMode::Default), &stranger).unwrap()).await;
+    let line = said(&mut lines, "refused a task").await;
+    assert!(line.contains("a lead this worker does not trust"), "{line}");
+
+    // Above its cap (acceptEdits by default): refused, and the lead told.
+    let greedy = task(run, "greedy", PermissionMode::BypassPermissions);
+    publish(seal(&greedy, &lead).unwrap()).await;
+    // Its own: run, its result back.
+    let own = task(run, "hello from the lead", PermissionMode::Default);
+    publish(seal(&own, &lead).unwrap()).await;
+
+    let mut got: Vec<RemoteResult> = Vec::new();
+    while got.len() < 2 {
+        let message = tokio::time::timeout(DEADLINE, results.next())
+            .await
+            .expect("no result came")
+            .unwrap();
+        got.push(serde_json::from_slice(&message.payload).unwrap());
+    }
+    got.sort_by_key(|r| r.outcome.clone());
+    assert_eq!(got[0].session, own.session);
+    assert_eq!(got[0].outcome, "completed");
+    assert_eq!(got[0].text, "echo: hello from the lead");
+    assert_eq!(got[1].session, greedy.session);
+    assert_eq!(got[1].outcome, "refused");
+    assert!(
+        got[1].text.contains("up to permission mode acceptEdits"),
+        "{}",
+        got[1].text
+    );
+    // The refused ones never reached the model.
+    let prompts: Vec<String> = mock
+        .requests()
+        .iter()
+        .map(|r| {
+            r.body["messages"][1]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(prompts, ["hello from the lead"]);
+
+    // Idle, it stops at once on SIGTERM.
+    let pid = rustix::process::Pid::from_raw(child.id().unwrap() as i32).unwrap();
+    let asked = Instant::now();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let status = tokio::time::timeout(DEADLINE, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    let took = asked.elapsed();
+    assert!(status.success(), "{status}");
+    assert!(
+        took < Duration::from_secs(1),
+        "an idle worker took {took:?} to stop"
+    );
+}

