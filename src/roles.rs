@@ -71,6 +71,11 @@ pub struct Role {
     pub check: Option<String>,
     /// Attempts at the check, when the role says.
     pub check_attempts: Option<u32>,
+    /// Where an agent of this role may run when the run has workers on other
+    /// machines (`placement`).
+    pub placement: Placement,
+    /// The worker tags it must run on when placed remotely (`placementTags`).
+    pub placement_tags: Vec<String>,
     /// The system prompt.
     pub prompt: String,
     /// Where it came from (a path, or `built-in:NAME.md`).
@@ -142,6 +147,33 @@ impl std::str::FromStr for Isolation {
             "none" => Ok(Self::None),
             other => Err(format!(
                 "unknown isolation {other:?} (expected worktree or none)"
+            )),
+        }
+    }
+}
+
+/// Where a sub-agent may run when the run has workers on other machines.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Placement {
+    /// On this machine only.
+    Local,
+    /// On a worker only.
+    Remote,
+    /// On this machine while it has room, else on a worker.
+    #[default]
+    Any,
+}
+
+impl std::str::FromStr for Placement {
+    type Err = String;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        match value {
+            "local" => Ok(Self::Local),
+            "remote" => Ok(Self::Remote),
+            "any" => Ok(Self::Any),
+            other => Err(format!(
+                "unknown placement {other:?} (expected local, remote or any)"
             )),
         }
     }
@@ -328,9 +360,29 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
                 .map_err(|message| err(line_of("isolation"), message))?,
         ),
     };
+    let placement = match string("placement")? {
+        None => Placement::default(),
+        Some(value) => value
+            .parse::<Placement>()
+            .map_err(|message| err(line_of("placement"), message))?,
+    };
+    let placement_tags = tool_list("placementTags")?.unwrap_or_default();
+    if let Some(bad) = placement_tags.iter().find(|t| {
+        !t.is_empty()
+            && !t
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    }) {
+        return Err(err(
+            line_of("placementTags"),
+            format!("placementTags: {bad:?} is not a tag (letters, digits, - and _)"),
+        ));
+    }
     let mut warnings = Vec::new();
     for (key, value) in &fields {
         let known = [
+            "placement",
+            "placementTags",
             "isolation",
             "fallbackModel",
             "skills",
@@ -406,6 +458,8 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
         isolation,
         check,
         check_attempts,
+        placement,
+        placement_tags,
         prompt: body.trim().to_owned(),
         source: path.to_owned(),
         mcp,

@@ -26,6 +26,8 @@ fn a_claude_code_role_parses_whole() {
             isolation: None,
             check: None,
             check_attempts: None,
+            placement: Placement::Any,
+            placement_tags: Vec::new(),
             prompt: "You write code.".into(),
             source: "agents/coder.md".into(),
             mcp: RoleServers::default(),
@@ -325,4 +327,29 @@ fn a_misspelt_field_is_named_with_the_closest_known_one() {
             || said.ends_with("flavor is not a role field and is ignored"),
         "{said}"
     );
+}
+
+#[test]
+fn a_roles_placement_and_its_tags_are_read_and_checked() {
+    let role = |front: &str| {
+        parse(
+            "w.md",
+            &format!("---\nname: w\ndescription: d\n{front}---\nx\n"),
+        )
+    };
+    assert_eq!(role("").unwrap().placement, Placement::Any);
+    let remote = role("placement: remote\nplacementTags: [gpu, big-mem]\n").unwrap();
+    assert_eq!(remote.placement, Placement::Remote);
+    assert_eq!(remote.placement_tags, ["gpu", "big-mem"]);
+    assert!(remote.warnings.is_empty(), "{:?}", remote.warnings);
+    assert_eq!(
+        role("placement: local\n").unwrap().placement,
+        Placement::Local
+    );
+    assert_eq!(
+        role("placement: cloud\n").unwrap_err().to_string(),
+        "w.md:4: unknown placement \"cloud\" (expected local, remote or any)"
+    );
+    let bad = role("placementTags: [\"a.b\"]\n").unwrap_err().to_string();
+    assert!(bad.contains("placementTags: \"a.b\" is not a tag"), "{bad}");
 }
