@@ -27,6 +27,8 @@ mod hooks;
 mod interactive;
 mod mcp;
 mod open;
+#[cfg(feature = "nats")]
+mod remote;
 mod resume;
 mod rewind;
 mod run;

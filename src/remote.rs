@@ -4,6 +4,8 @@
 
 pub mod envelope;
 mod keys;
+pub mod launcher;
+pub mod lead;
 pub mod subjects;
 pub mod worker;
 

@@ -148,6 +148,10 @@ pub struct Delegation {
     /// Its slot among the run's sub-agents, given back when it reaches its
     /// outcome (before its work is merged, and whenever its result is read).
     pub slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// Where its role says it may run, when the run has workers.
+    pub placement: crate::roles::Placement,
+    /// The worker tags its role names.
+    pub placement_tags: Vec<String>,
 }
 
 /// An earlier sub-agent that a Task call continues.
@@ -332,6 +336,15 @@ impl TaskEnv {
         self
     }
 
+    /// Task calls go through `launcher` instead (one that places some on
+    /// other machines); `None` keeps the one it has.
+    pub fn with_launcher(mut self, launcher: Option<Arc<dyn Launcher>>) -> Self {
+        if let Some(launcher) = launcher {
+            self.launcher = launcher;
+        }
+        self
+    }
+
     /// Resolves roles' `model:` values through `models` (aliases, providers).
     pub fn with_models(mut self, models: Arc<Models>) -> Self {
         self.models = Some(models);
@@ -476,6 +489,18 @@ impl Task {
         spec.parent = Some(parent);
         spec.tool_call_id = Some(call_id.to_owned());
         Ok((spec, isolated))
+    }
+
+    /// Where role `name`'s sub-agents may run, and the worker tags it names.
+    fn placement(&self, name: &str) -> (crate::roles::Placement, Vec<String>) {
+        let catalog = self
+            .env
+            .catalog
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        catalog.get(name).map_or_else(Default::default, |role| {
+            (role.placement, role.placement_tags.clone())
+        })
     }
 
     /// The check of a call's sub-agent: the call's, else its role's.
@@ -634,7 +659,10 @@ impl Tool for Task {
             };
             if input.run_in_background {
                 // A resumed caller following it again gives it its task id.
+                let (placement, placement_tags) = self.placement(&input.subagent_type);
                 let delegation = Delegation {
+                    placement,
+                    placement_tags,
                     spec,
                     prompt: input.prompt,
                     cancel: CancellationToken::new(),
@@ -662,7 +690,10 @@ impl Tool for Task {
                 ));
             }
             let slot = wait_for_slot(slots, ctx.events.as_ref(), &ctx.call_id, &agent).await?;
+            let (placement, placement_tags) = self.placement(&input.subagent_type);
             let delegation = Delegation {
+                placement,
+                placement_tags,
                 spec,
                 prompt: input.prompt,
                 cancel: ctx.cancel.clone(),

@@ -190,3 +190,49 @@ async fn a_worker_runs_its_leads_tasks_once_and_refuses_the_others() {
         "an idle worker took {took:?} to stop"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_with_nats_places_a_remote_role_on_a_worker_and_hears_its_result() {
+    let server = NatsServer::start();
+    let mock = MockLlm::start_with(|request, _| {
+        let system = request.body["messages"][0]["content"].as_str().unwrap_or_default();
+        let results = crate::support::harness::tool_results(request);
+        match system {
+            "You are far." => Reply::text("far answer"),
+            _ if results.is_empty() => Reply::tool_calls(&[(
+                "t1",
+                "Task",
+                serde_json::json!({"description": "far", "prompt": "go far", "subagent_type": "far"}),
+            )]),
+            _ => Reply::text(crate::support::harness::answer(&results[0].1)),
+        }
+    })
+    .await;
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(ws.path().join("agents")).unwrap();
+    std::fs::write(
+        ws.path().join("agents/far.md"),
+        "---\nname: far\ndescription: works far away\ntools: Read\nplacement: remote\n---\nYou are far.\n",
+    )
+    .unwrap();
+    let (mut worker, _lines) = worker(&mock, ws.path(), &server).await;
+    let out = tokio::time::timeout(
+        DEADLINE,
+        command_on(&mock, ws.path(), &["--nats", &server.url, "go"], &[]).output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "far answer\n");
+    // It ran on the worker: the lead's state holds only the lead's journal.
+    let sessions = crate::support::harness::state(ws.path()).sessions();
+    let journals = std::fs::read_dir(sessions).unwrap().count();
+    assert_eq!(journals, 1, "the far sub-agent's journal is the worker's");
+    let _ = worker.kill().await;
+}

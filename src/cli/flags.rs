@@ -119,6 +119,16 @@ pub struct Cli {
     /// Wall time the whole run may take (90s, 5m, 1h30m); then every agent stops.
     #[arg(long, value_name = "DURATION", value_parser = crate::session::budget::parse_duration, global = true)]
     pub timeout: Option<std::time::Duration>,
+    /// NATS servers (comma-separated) whose workers may run this run's
+    /// sub-agents (`orchestrate worker --join`); a role's `placement` says
+    /// which.
+    #[cfg(feature = "nats")]
+    #[arg(long, value_name = "URLS", global = true)]
+    pub nats: Option<String>,
+    /// Run every sub-agent that may run elsewhere on a worker (with --nats).
+    #[cfg(feature = "nats")]
+    #[arg(long, global = true, requires = "nats")]
+    pub remote_only: bool,
     /// How long a permission question waits for `orchestrate approve` when
     /// there is no terminal to ask (5m, 1h); 0, the default: refused at once.
     #[arg(long, value_name = "DURATION", default_value = "0", value_parser = crate::session::budget::parse_duration, global = true)]

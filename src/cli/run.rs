@@ -248,13 +248,32 @@ where
     let roles: Vec<(String, String)> = (plan.catalog.roles())
         .map(|r| (r.name.clone(), r.description.clone()))
         .collect();
+    // The lead's id comes first: the person's prompt goes through its
+    // SessionStart and UserPromptSubmit hooks before anything of the run is
+    // kept, so that a prompt they refuse leaves no run behind.
+    let (lead_id, prompt) = match &lead.0 {
+        Lead::New(task) => (SessionId::new(), Some(task.clone())),
+        Lead::Resume { run, prompt, .. } => (*run, prompt.clone()),
+    };
+    #[cfg(feature = "nats")]
+    let launcher = match super::remote::launcher(&cli, &env, &plan, runtime.handle(), lead_id).await
+    {
+        Ok(launcher) => launcher,
+        Err(e) => {
+            let _ = writeln!(err, "orchestrate: {e}");
+            runtime.shutdown().await;
+            return ExitCode::from(exit::FAILED);
+        }
+    };
+    #[cfg(not(feature = "nats"))]
+    let launcher = None;
     let made = lead_spec(
         &cli,
         &role,
         plan,
         runtime.handle(),
         carried,
-        (&lead.1, slash.as_ref()),
+        (&lead.1, slash.as_ref(), launcher),
     );
     let (spec, mut watcher) = match made {
         Ok(lead) => lead,
@@ -302,13 +321,6 @@ where
         Lead::Resume { .. } => "resume",
     };
     let mode = spec.permission_mode;
-    // The lead's id comes first: the person's prompt goes through its
-    // SessionStart and UserPromptSubmit hooks before anything of the run is
-    // kept, so that a prompt they refuse leaves no run behind.
-    let (lead_id, prompt) = match &lead {
-        Lead::New(task) => (SessionId::new(), Some(task.clone())),
-        Lead::Resume { run, prompt, .. } => (*run, prompt.clone()),
-    };
     // A message from another terminal goes through the prompt hooks too.
     let prompt_hooks = crate::control::hooked::PromptHooks::new(
         hooks.clone(),
@@ -572,7 +584,11 @@ fn lead_spec(
     plan: Setup,
     handle: Handle,
     carried: Option<crate::runs::spent::Spent>,
-    (checkpoints, slash): (&Arc<Checkpoints>, Option<&super::slash::Slash>),
+    (checkpoints, slash, launcher): (
+        &Arc<Checkpoints>,
+        Option<&super::slash::Slash>,
+        Option<Arc<dyn crate::task::Launcher>>,
+    ),
 ) -> Result<(SessionSpec, Option<RoleWatcher>), String> {
     let Some(role) = plan.catalog.get(role).cloned() else {
         let names: Vec<&str> = plan.catalog.roles().map(|r| r.name.as_str()).collect();
@@ -654,6 +670,7 @@ fn lead_spec(
         }
         let env = Arc::new(
             TaskEnv::new(handle, catalog, cli.max_parallel, cli.max_depth, plan.tools)
+                .with_launcher(launcher)
                 .with_models(plan.models.clone())
                 .with_fallback(cli.fallback_model.clone())
                 .with_skills(plan.skills.clone())

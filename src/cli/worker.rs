@@ -129,8 +129,17 @@ async fn serve(
         }
     };
     let mut trusted = flags.trust_lead;
-    // The same user's lead on this machine needs no flag.
-    trusted.extend(crate::remote::local_lead(plan.state.root()));
+    // The same user's lead on this machine needs no flag: its key is made
+    // now if no run has made it yet, so a lead started later signs with it.
+    match crate::remote::lead_key(plan.state.root()) {
+        Ok(key) => trusted.push(key.public_key()),
+        Err(e) => {
+            let _ = writeln!(
+                err,
+                "orchestrate: worker: warning: this machine's lead key: {e}"
+            );
+        }
+    }
     let runtime = match crate::runtime::Runtime::start(config).await {
         Ok(runtime) => runtime,
         Err(e) => {

@@ -191,6 +191,9 @@ impl Handle {
             id,
             continues,
             slot,
+            // Where it runs was decided before: here.
+            placement: _,
+            placement_tags: _,
         } = delegation;
         // Kept to start the sub-agent again for a check, when it had ended.
         let again = check.as_ref().map(|_| spec.clone());

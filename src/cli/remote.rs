@@ -1,0 +1,62 @@
+//! A run's workers on other machines (`--nats`): the link to them, made
+//! before the lead starts, and the launcher that places its Task calls.
+
+use std::sync::Arc;
+
+use crate::protocol::SessionId;
+use crate::remote::launcher::RemoteLauncher;
+use crate::remote::lead::Remote;
+use crate::runtime::Handle;
+use crate::setup::Setup;
+use crate::task::Launcher;
+
+use super::flags::Cli;
+
+/// The launcher of run `run`'s Task calls when it has `--nats`; `None`
+/// without. The link is made now: servers that cannot be joined end the
+/// run before it starts, in one line.
+pub(super) async fn launcher(
+    cli: &Cli,
+    env: &impl Fn(&str) -> Option<String>,
+    plan: &Setup,
+    handle: Handle,
+    run: SessionId,
+) -> Result<Option<Arc<dyn Launcher>>, String> {
+    let Some(urls) = &cli.nats else {
+        return Ok(None);
+    };
+    let servers: Vec<String> = urls
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if servers.is_empty() {
+        return Err("--nats names no server".into());
+    }
+    let token = env("NATS_TOKEN").filter(|t| !t.is_empty());
+    if token.is_none()
+        && let Some(away) = servers
+            .iter()
+            .find(|s| !crate::remote::worker::on_this_machine(s))
+    {
+        return Err(format!(
+            "--nats: {away} is not on this machine: set NATS_TOKEN to join it (a server elsewhere requires authentication)"
+        ));
+    }
+    let key = crate::remote::lead_key(plan.state.root()).map_err(|e| format!("--nats: {e}"))?;
+    let remote = Remote::join(&servers, token, run, key)
+        .await
+        .map_err(|e| format!("--nats: {e}"))?;
+    let rules = |list: &[crate::tools::rules::Rule]| list.iter().map(ToString::to_string).collect();
+    // This machine runs as many sub-agents at once as it has cores before
+    // `any` ones go to workers.
+    let room = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    Ok(Some(Arc::new(RemoteLauncher::new(
+        handle,
+        Arc::new(remote),
+        cli.remote_only,
+        room,
+        (rules(&plan.rules.deny), rules(&plan.rules.ask)),
+    ))))
+}

@@ -1,0 +1,328 @@
+//! A run's Task calls placed on this machine or on a worker: the
+//! [`Launcher`] of a run started with `--nats`. Where a sub-agent runs is
+//! decided by [`placed`] (pure); one placed remotely is sealed into a
+//! [`RemoteTask`], shown on the tree as it starts and ends, holds its
+//! `--max-parallel` slot like a local one, and its result comes back as a
+//! local sub-agent's would.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use futures::future::BoxFuture;
+
+use super::envelope::RemoteTask;
+use super::lead::Remote;
+use super::worker::RemoteResult;
+use crate::error::{SessionError, ToolError};
+use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
+use crate::roles::Placement;
+use crate::runtime::Handle;
+use crate::task::{Delegated, Delegation, Job, Launcher};
+
+/// Where a sub-agent runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// On this machine.
+    Here,
+    /// On a worker.
+    Worker,
+}
+
+/// Where a sub-agent whose role says `placement` runs: `remote_only` (the
+/// run's `--remote-only`) sends every one it may to a worker; `any` runs here
+/// while this machine has room (`room`), else on a worker; `local_only`
+/// names what only this machine can do yet for it (a check, a resumed or
+/// continued sub-agent), refusing a sub-agent that must run remotely.
+pub fn placed(
+    placement: Placement,
+    remote_only: bool,
+    room: bool,
+    local_only: Option<&str>,
+) -> Result<Place, String> {
+    let wanted = match (placement, remote_only) {
+        (Placement::Local, _) => Place::Here,
+        (Placement::Remote, _) | (Placement::Any, true) => Place::Worker,
+        (Placement::Any, false) if room => Place::Here,
+        (Placement::Any, false) => Place::Worker,
+    };
+    match (wanted, local_only) {
+        (Place::Worker, Some(why)) if placement == Placement::Remote || remote_only => Err(
+            format!("it must run on a worker, and {why} runs only on this machine"),
+        ),
+        (Place::Worker, Some(_)) => Ok(Place::Here),
+        (wanted, _) => Ok(wanted),
+    }
+}
+
+/// What a remote result means to the caller, as a local outcome.
+pub fn outcome_of(result: Result<RemoteResult, String>) -> Outcome {
+    let stats = RunStats::default();
+    let failed = |class: &str, message: String| Outcome::Failed {
+        class: class.to_owned(),
+        message,
+        model: None,
+        partial: String::new(),
+        stats,
+    };
+    let result = match result {
+        Ok(result) => result,
+        Err(why) => return failed("remote", why),
+    };
+    let text = result.text;
+    let outcome = result.outcome.as_str();
+    let inner = |prefix: &str| {
+        outcome
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.strip_prefix(" ("))
+            .and_then(|rest| rest.strip_suffix(')'))
+            .map(str::to_owned)
+    };
+    match outcome {
+        "completed" => Outcome::Completed {
+            text,
+            truncated: false,
+            stats,
+        },
+        "cancelled" => Outcome::Cancelled {
+            partial: text,
+            stats,
+        },
+        "timed_out" => Outcome::TimedOut {
+            partial: text,
+            stats,
+        },
+        "refused" => failed(
+            "refused",
+            format!("worker {} refused it: {text}", result.worker),
+        ),
+        _ if outcome.starts_with("partial") => Outcome::Partial {
+            reason: inner("partial").unwrap_or_else(|| "stopped".into()),
+            partial: text,
+            stats,
+        },
+        _ if outcome.starts_with("failed") => {
+            failed(&inner("failed").unwrap_or_else(|| "remote".into()), text)
+        }
+        other => failed("remote", format!("a worker answered {other:?}: {text}")),
+    }
+}
+
+/// Task calls on this machine or on workers.
+#[derive(Debug)]
+pub struct RemoteLauncher {
+    local: Handle,
+    remote: Arc<Remote>,
+    remote_only: bool,
+    /// Sub-agents this machine runs at once before `any` ones go to workers.
+    room: usize,
+    running_here: Arc<AtomicUsize>,
+    /// The person's deny and ask rules, which every remote task carries.
+    deny: Vec<String>,
+    ask: Vec<String>,
+}
+
+impl RemoteLauncher {
+    /// Places `local`'s Task calls through `remote`: this machine runs at most
+    /// `room` of them at once before `any` ones go to workers (all of them:
+    /// `remote_only`); remote tasks carry `deny` and `ask`.
+    pub fn new(
+        local: Handle,
+        remote: Arc<Remote>,
+        remote_only: bool,
+        room: usize,
+        (deny, ask): (Vec<String>, Vec<String>),
+    ) -> Self {
+        Self {
+            local,
+            remote,
+            remote_only,
+            room,
+            running_here: Arc::default(),
+            deny,
+            ask,
+        }
+    }
+
+    async fn on_worker(&self, delegation: Delegation) -> Delegated {
+        let Delegation {
+            spec,
+            prompt,
+            cancel,
+            slot,
+            placement_tags,
+            ..
+        } = delegation;
+        let session = SessionId::new();
+        let run = self.remote.run();
+        let events = self.local.publisher(session, spec.parent, &spec.agent);
+        events.publish(EventKind::SessionStarted {
+            model: spec.model.clone(),
+            resumed: false,
+            memory: Vec::new(),
+        });
+        // Delegation does not cross machines: a remote sub-agent has no Task.
+        let tools = (spec.tools.names().into_iter())
+            .filter(|t| !matches!(*t, "Task" | "TaskOutput" | "TaskStop"))
+            .map(str::to_owned)
+            .collect();
+        let mut deny = self.deny.clone();
+        deny.extend(spec.deny_rules.iter().map(ToString::to_string));
+        let task = RemoteTask {
+            run,
+            session,
+            parent: spec.parent.unwrap_or(run),
+            role: spec.agent.clone(),
+            system_prompt: spec.system_prompt.to_string(),
+            tools: Some(tools),
+            max_turns: spec.max_turns,
+            prompt,
+            permission_mode: spec.permission_mode,
+            deny,
+            ask: self.ask.clone(),
+            tags: placement_tags,
+        };
+        let result = tokio::select! {
+            result = self.remote.place(task) => outcome_of(result),
+            () = cancel.cancelled() => Outcome::Cancelled {
+                partial: String::new(),
+                stats: RunStats::default(),
+            },
+        };
+        drop(slot);
+        events.publish(EventKind::Terminal {
+            prompts: Vec::new(),
+            outcome: result.clone(),
+        });
+        Delegated {
+            outcome: Some(result),
+            changes: None,
+            check: None,
+            session: Some(session),
+        }
+    }
+}
+
+/// Counts a sub-agent running on this machine while it lives.
+struct Here(Arc<AtomicUsize>);
+
+impl Drop for Here {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Launcher for RemoteLauncher {
+    fn delegate(&self, delegation: Delegation) -> BoxFuture<'_, Result<Delegated, SessionError>> {
+        Box::pin(async move {
+            let local_only = match &delegation {
+                d if d.check.is_some() => Some("its check"),
+                d if d.continues.is_some() => Some("continuing a sub-agent"),
+                d if d.resumed => Some("a resumed sub-agent"),
+                _ => None,
+            };
+            let room = self.running_here.load(Ordering::SeqCst) < self.room;
+            match placed(delegation.placement, self.remote_only, room, local_only) {
+                Ok(Place::Worker) => Ok(self.on_worker(delegation).await),
+                Ok(Place::Here) => {
+                    self.running_here.fetch_add(1, Ordering::SeqCst);
+                    let _here = Here(self.running_here.clone());
+                    self.local.delegate(delegation).await
+                }
+                Err(why) => Ok(Delegated {
+                    outcome: Some(Outcome::Failed {
+                        class: "placement".into(),
+                        message: format!(
+                            "the {} sub-agent was not started: {why}",
+                            delegation.spec.agent
+                        ),
+                        model: None,
+                        partial: String::new(),
+                        stats: RunStats::default(),
+                    }),
+                    ..Delegated::default()
+                }),
+            }
+        })
+    }
+
+    fn background(&self, job: Job) -> BoxFuture<'_, Result<SessionId, SessionError>> {
+        // Background sub-agents run on this machine.
+        Launcher::background(&self.local, job)
+    }
+
+    fn output(
+        &self,
+        caller: SessionId,
+        task: SessionId,
+        wait: Option<std::time::Duration>,
+        spent: crate::tools::Spent,
+    ) -> BoxFuture<'_, Result<String, ToolError>> {
+        Launcher::output(&self.local, caller, task, wait, spent)
+    }
+
+    fn stop(&self, caller: SessionId, task: SessionId) -> Result<String, ToolError> {
+        Launcher::stop(&self.local, caller, task)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sub_agent_is_placed_as_its_role_and_the_run_say() {
+        use Placement::{Any, Local, Remote};
+        assert_eq!(placed(Local, true, false, None), Ok(Place::Here));
+        assert_eq!(placed(Remote, false, true, None), Ok(Place::Worker));
+        assert_eq!(placed(Any, false, true, None), Ok(Place::Here));
+        assert_eq!(placed(Any, false, false, None), Ok(Place::Worker));
+        assert_eq!(placed(Any, true, true, None), Ok(Place::Worker));
+        // What only this machine can do keeps `any` here, and refuses `remote`.
+        assert_eq!(
+            placed(Any, false, false, Some("its check")),
+            Ok(Place::Here)
+        );
+        let why = placed(Remote, false, true, Some("its check")).unwrap_err();
+        assert_eq!(
+            why,
+            "it must run on a worker, and its check runs only on this machine"
+        );
+    }
+
+    #[test]
+    fn a_remote_result_reads_as_the_outcome_a_local_one_would_be() {
+        let result = |outcome: &str, text: &str| {
+            Ok(RemoteResult {
+                run: SessionId::new(),
+                session: SessionId::new(),
+                outcome: outcome.into(),
+                text: text.into(),
+                worker: "box:7".into(),
+            })
+        };
+        assert!(matches!(
+            outcome_of(result("completed", "done")),
+            Outcome::Completed { text, .. } if text == "done"
+        ));
+        assert!(matches!(
+            outcome_of(result("partial (budget: turns)", "so far")),
+            Outcome::Partial { reason, partial, .. } if reason == "budget: turns" && partial == "so far"
+        ));
+        assert!(matches!(
+            outcome_of(result("failed (auth)", "HTTP 401")),
+            Outcome::Failed { class, message, .. } if class == "auth" && message == "HTTP 401"
+        ));
+        assert!(matches!(
+            outcome_of(result("refused", "too much")),
+            Outcome::Failed { class, message, .. } if class == "refused" && message == "worker box:7 refused it: too much"
+        ));
+        assert!(matches!(
+            outcome_of(Err("no link".into())),
+            Outcome::Failed { class, .. } if class == "remote"
+        ));
+        assert!(matches!(
+            outcome_of(result("exploded", "?")),
+            Outcome::Failed { class, message, .. } if class == "remote" && message.contains("\"exploded\"")
+        ));
+    }
+}
