@@ -17,7 +17,7 @@ use tokio::io::AsyncBufReadExt;
 
 use crate::cli::command_on;
 use crate::support::harness::DEADLINE;
-use crate::support::mock_llm::{MockLlm, Reply};
+use crate::support::mock_llm::{End, Gate, MockLlm, Reply};
 use crate::support::nats::NatsServer;
 
 /// A task of run `run` for the `echo` role.
@@ -52,10 +52,25 @@ async fn worker(
     tokio::process::Child,
     tokio::sync::mpsc::UnboundedReceiver<String>,
 ) {
+    worker_with(mock, home, server, &["--slots", "2"]).await
+}
+
+/// The same, with `flags`.
+async fn worker_with(
+    mock: &MockLlm,
+    home: &Path,
+    server: &NatsServer,
+    flags: &[&str],
+) -> (
+    tokio::process::Child,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    let mut args = vec!["worker", "--join", &server.url];
+    args.extend_from_slice(flags);
     let mut child = command_on(
         mock,
         home,
-        &["worker", "--join", &server.url, "--slots", "2"],
+        &args,
         &[],
     )
     .stderr(std::process::Stdio::piped())
@@ -135,6 +150,27 @@ async fn a_worker_runs_its_leads_tasks_once_and_refuses_the_others() {
     publish(seal(&task(run, "stranger", PermissionMode::Default), &stranger).unwrap()).await;
     let line = said(&mut lines, "refused a task").await;
     assert!(line.contains("a lead this worker does not trust"), "{line}");
+
+    // Handed again after its result was published (its worker died before
+    // acking it): never run again.
+    let answered = task(run, "answered before", PermissionMode::Default);
+    let before = RemoteResult {
+        run,
+        session: answered.session,
+        outcome: "completed".into(),
+        text: "from a worker that died".into(),
+        worker: "gone:1".into(),
+    };
+    let subject = subjects::result(run, answered.session);
+    let ack = js
+        .publish(subject, serde_json::to_vec(&before).unwrap().into())
+        .await
+        .unwrap();
+    ack.await.unwrap();
+    let _ = tokio::time::timeout(DEADLINE, results.next()).await.unwrap();
+    publish(seal(&answered, &lead).unwrap()).await;
+    let line = said(&mut lines, "was answered already").await;
+    assert!(line.contains(&answered.session.to_string()), "{line}");
 
     // Above its cap (acceptEdits by default): refused, and the lead told.
     let greedy = task(run, "greedy", PermissionMode::BypassPermissions);
@@ -235,4 +271,94 @@ async fn a_run_with_nats_places_a_remote_role_on_a_worker_and_hears_its_result()
     let journals = std::fs::read_dir(sessions).unwrap().count();
     assert_eq!(journals, 1, "the far sub-agent's journal is the worker's");
     let _ = worker.kill().await;
+}
+
+/// A workspace whose `far` role runs on workers.
+fn far_workspace() -> tempfile::TempDir {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(ws.path().join("agents")).unwrap();
+    std::fs::write(
+        ws.path().join("agents/far.md"),
+        "---\nname: far\ndescription: works far away\ntools: Read\nplacement: remote\n---\nYou are far.\n",
+    )
+    .unwrap();
+    ws
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_remote_sub_agents_each_answer_once_though_a_worker_is_killed() {
+    let server = NatsServer::start();
+    let held = Gate::new();
+    let mock = MockLlm::start_with({
+        let held = held.clone();
+        move |request, _| {
+            let messages = request.body["messages"].as_array().cloned().unwrap_or_default();
+            let system = messages[0]["content"].as_str().unwrap_or_default();
+            let results = crate::support::harness::tool_results(request);
+            match system {
+                // Every sub-agent's answer waits until the test lets it go.
+                "You are far." => {
+                    let prompt = messages[1]["content"].as_str().unwrap_or_default();
+                    Reply::text(format!("<{prompt}>")).with_end(End::HoldAfter(1, held.clone()))
+                }
+                _ if results.is_empty() => {
+                    let calls: Vec<(String, serde_json::Value)> = (1..=30)
+                        .map(|i| {
+                            let input = serde_json::json!({"description": format!("n{i}"), "prompt": format!("n{i}"), "subagent_type": "far"});
+                            (format!("t{i}"), input)
+                        })
+                        .collect();
+                    let calls: Vec<(&str, &str, serde_json::Value)> = calls
+                        .iter()
+                        .map(|(id, input)| (id.as_str(), "Task", input.clone()))
+                        .collect();
+                    Reply::tool_calls(&calls)
+                }
+                _ => {
+                    let answers: Vec<&str> = results
+                        .iter()
+                        .map(|(_, r)| crate::support::harness::answer(r))
+                        .collect();
+                    Reply::text(answers.join(" "))
+                }
+            }
+        }
+    })
+    .await;
+    let ws = far_workspace();
+    let flags = ["--slots", "4", "--ack-wait-ms", "2000"];
+    let (mut doomed, _a) = worker_with(&mock, ws.path(), &server, &flags).await;
+    let (mut survivor, _b) = worker_with(&mock, ws.path(), &server, &flags).await;
+    let lead = command_on(
+        &mock,
+        ws.path(),
+        &["--nats", &server.url, "--max-parallel", "8", "fan out"],
+        &[],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let far = || {
+        mock.requests()
+            .iter()
+            .filter(|r| r.body["messages"][0]["content"] == "You are far.")
+            .count()
+    };
+    // Both workers are full (8 slots, 8 tasks in flight): one dies with its
+    // four.
+    crate::support::harness::wait_until("both workers run four tasks", || far() == 8).await;
+    doomed.start_kill().unwrap();
+    let _ = doomed.wait().await;
+    held.open();
+    let out = tokio::time::timeout(Duration::from_secs(60), lead.wait_with_output())
+        .await
+        .expect("the run did not end")
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let answer = String::from_utf8_lossy(&out.stdout).into_owned();
+    for i in 1..=30 {
+        assert_eq!(answer.matches(&format!("<n{i}>")).count(), 1, "n{i}: {answer}");
+    }
+    let _ = survivor.kill().await;
 }

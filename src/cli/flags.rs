@@ -257,6 +257,11 @@ pub enum Command {
         /// handing them back.
         #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = crate::session::budget::parse_duration)]
         drain: std::time::Duration,
+        /// The ack wait of the consumers it makes, in milliseconds (only in
+        /// builds with the `test-support` feature: the tests of redelivery).
+        #[cfg(feature = "test-support")]
+        #[arg(long, value_name = "MS", default_value_t = 30_000, hide = true)]
+        ack_wait_ms: u64,
     },
     /// Answer a live agent's permission question (`orchestrate ps` lists them).
     Approve {

@@ -34,6 +34,8 @@ pub(super) async fn run(
         trust_lead,
         max_permission_mode,
         drain,
+        #[cfg(feature = "test-support")]
+        ack_wait_ms,
     }) = cli.command.take()
     else {
         return ExitCode::from(exit::USAGE);
@@ -97,6 +99,10 @@ pub(super) async fn run(
             max_permission_mode,
             drain,
             token,
+            #[cfg(feature = "test-support")]
+            ack_wait: std::time::Duration::from_millis(ack_wait_ms),
+            #[cfg(not(feature = "test-support"))]
+            ack_wait: crate::remote::worker::ACK_WAIT,
         },
     )
     .await;
@@ -113,6 +119,7 @@ struct Serve {
     max_permission_mode: crate::tools::permissions::PermissionMode,
     drain: std::time::Duration,
     token: Option<String>,
+    ack_wait: std::time::Duration,
 }
 
 async fn serve(
@@ -161,6 +168,7 @@ async fn serve(
         drain: flags.drain,
         name: worker_name(),
         token: flags.token,
+        ack_wait: flags.ack_wait,
     };
     let stop = CancellationToken::new();
     let stopping = stop.clone();

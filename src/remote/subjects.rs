@@ -2,7 +2,8 @@
 //! the durable consumers workers share. Tasks are per run and per tag
 //! (`orchestrate.tasks.<run>.any`, `orchestrate.tasks.<run>.tag.<tag>`), so
 //! a lead may be allowed to publish its own run's only; a worker pulls from
-//! the consumer of untagged tasks and from one per tag it has.
+//! the consumer of untagged tasks and from one per tag it has. Results are
+//! per sub-agent (`orchestrate.results.<run>.<session>`).
 
 use std::time::Duration;
 
@@ -36,9 +37,16 @@ pub fn task(run: SessionId, tag: Option<&str>) -> String {
     }
 }
 
-/// The subject of `run`'s results.
+/// The subject of the result of `run`'s sub-agent `session`: one per
+/// sub-agent, so a worker can tell whether a task it is handed again was
+/// answered already.
+pub fn result(run: SessionId, session: SessionId) -> String {
+    format!("{RESULTS_PREFIX}.{run}.{session}")
+}
+
+/// The subjects of every result of `run`.
 pub fn results(run: SessionId) -> String {
-    format!("{RESULTS_PREFIX}.{run}")
+    format!("{RESULTS_PREFIX}.{run}.*")
 }
 
 /// The durable consumer of tasks tagged `tag` (untagged: `None`), and the

@@ -25,8 +25,6 @@ use crate::tools::permissions::PermissionMode;
 /// How long the server waits for a task's ack before it delivers it again.
 pub const ACK_WAIT: Duration = Duration::from_secs(30);
 
-/// How often a running task's ack wait is extended.
-pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 /// How often a task is delivered at most.
 pub const MAX_DELIVER: i64 = 5;
@@ -73,6 +71,10 @@ pub struct WorkerConfig {
     pub drain: Duration,
     /// Its name, in the results it publishes.
     pub name: String,
+    /// How long the server waits for a task's ack before delivering it
+    /// again (set by the worker that makes the consumers; [`ACK_WAIT`]). A
+    /// running task's wait is extended every third of it.
+    pub ack_wait: Duration,
     /// The token it joins with (`NATS_TOKEN`), needed by a server not on
     /// this machine.
     pub token: Option<String>,
@@ -142,7 +144,7 @@ pub async fn work(
                     durable_name: Some(name.clone()),
                     filter_subject: filter,
                     ack_policy: consumer::AckPolicy::Explicit,
-                    ack_wait: ACK_WAIT,
+                    ack_wait: config.ack_wait,
                     max_deliver: MAX_DELIVER,
                     ..Default::default()
                 },
@@ -270,9 +272,16 @@ impl Job {
             return;
         }
         let session = task.session;
+        // Handed again after a worker published its result and died before
+        // its ack: answered already, it is never run again.
+        if self.answered(&task).await {
+            (self.say)(format!("task {session} was answered already"));
+            let _ = message.double_ack().await;
+            return;
+        }
         let run = self.runner.run(task.clone());
         tokio::pin!(run);
-        let mut progress = tokio::time::interval(PROGRESS_EVERY);
+        let mut progress = tokio::time::interval(self.config.ack_wait / 3);
         progress.tick().await;
         let (outcome, text) = loop {
             tokio::select! {
@@ -298,6 +307,15 @@ impl Job {
         }
     }
 
+    /// Whether `task`'s result is in the results' stream already.
+    async fn answered(&self, task: &RemoteTask) -> bool {
+        let Ok(results) = self.js.get_stream(subjects::RESULTS).await else {
+            return false;
+        };
+        let subject = subjects::result(task.run, task.session);
+        results.get_last_raw_message_by_subject(&subject).await.is_ok()
+    }
+
     /// Publishes `result` once: its message id is its session's.
     async fn publish(&self, result: &RemoteResult) -> Result<(), String> {
         let body = serde_json::to_vec(result).map_err(|e| e.to_string())?;
@@ -306,7 +324,7 @@ impl Job {
             async_nats::header::NATS_MESSAGE_ID,
             result.session.to_string().as_str(),
         );
-        let subject = subjects::results(result.run);
+        let subject = subjects::result(result.run, result.session);
         let ack = self
             .js
             .publish_with_headers(subject, headers, body.into())
