@@ -67,16 +67,11 @@ async fn worker_with(
 ) {
     let mut args = vec!["worker", "--join", &server.url];
     args.extend_from_slice(flags);
-    let mut child = command_on(
-        mock,
-        home,
-        &args,
-        &[],
-    )
-    .stderr(std::process::Stdio::piped())
-    .stdout(std::process::Stdio::null())
-    .spawn()
-    .unwrap();
+    let mut child = command_on(mock, home, &args, &[])
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
     let stderr = child.stderr.take().unwrap();
     tokio::spawn(async move {
@@ -128,7 +123,7 @@ async fn a_worker_runs_its_leads_tasks_once_and_refuses_the_others() {
         let js = js.clone();
         async move {
             let ack = js
-                .publish(subjects::task(run, None), bytes.into())
+                .publish(subjects::task(run, &[]), bytes.into())
                 .await
                 .unwrap();
             ack.await.unwrap();
@@ -167,7 +162,9 @@ async fn a_worker_runs_its_leads_tasks_once_and_refuses_the_others() {
         .await
         .unwrap();
     ack.await.unwrap();
-    let _ = tokio::time::timeout(DEADLINE, results.next()).await.unwrap();
+    let _ = tokio::time::timeout(DEADLINE, results.next())
+        .await
+        .unwrap();
     publish(seal(&answered, &lead).unwrap()).await;
     let line = said(&mut lines, "was answered already").await;
     assert!(line.contains(&answered.session.to_string()), "{line}");
@@ -355,10 +352,83 @@ async fn thirty_remote_sub_agents_each_answer_once_though_a_worker_is_killed() {
         .await
         .expect("the run did not end")
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let answer = String::from_utf8_lossy(&out.stdout).into_owned();
     for i in 1..=30 {
-        assert_eq!(answer.matches(&format!("<n{i}>")).count(), 1, "n{i}: {answer}");
+        assert_eq!(
+            answer.matches(&format!("<n{i}>")).count(),
+            1,
+            "n{i}: {answer}"
+        );
     }
     let _ = survivor.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tagged_role_runs_only_on_a_worker_with_its_tags() {
+    let server = NatsServer::start();
+    let mock = MockLlm::start_with(|request, _| {
+        let messages = request.body["messages"].as_array().cloned().unwrap_or_default();
+        let system = messages[0]["content"].as_str().unwrap_or_default();
+        let results = crate::support::harness::tool_results(request);
+        match system {
+            "You are gpuer." => Reply::text("on a gpu"),
+            _ if results.is_empty() => {
+                let call = |i: usize| {
+                    let input = serde_json::json!({"description": "g", "prompt": format!("g{i}"), "subagent_type": "gpuer"});
+                    (format!("t{i}"), input)
+                };
+                let calls: Vec<(String, serde_json::Value)> = (1..=4).map(call).collect();
+                let calls: Vec<(&str, &str, serde_json::Value)> = calls
+                    .iter()
+                    .map(|(id, input)| (id.as_str(), "Task", input.clone()))
+                    .collect();
+                Reply::tool_calls(&calls)
+            }
+            _ => Reply::text(format!("{} answers", results.len())),
+        }
+    })
+    .await;
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(ws.path().join("agents")).unwrap();
+    std::fs::write(
+        ws.path().join("agents/gpuer.md"),
+        "---\nname: gpuer\ndescription: needs a gpu\ntools: Read\nplacement: remote\nplacementTags: [gpu]\n---\nYou are gpuer.\n",
+    )
+    .unwrap();
+    let (mut plain, mut plain_lines) =
+        worker_with(&mock, ws.path(), &server, &["--slots", "4"]).await;
+    let (mut tagged, mut tagged_lines) =
+        worker_with(&mock, ws.path(), &server, &["--slots", "1", "--tag", "gpu"]).await;
+    let out = tokio::time::timeout(
+        DEADLINE,
+        command_on(&mock, ws.path(), &["--nats", &server.url, "go"], &[]).output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "4 answers\n");
+    let _ = (plain.kill().await, tagged.kill().await);
+    let ran = |lines: &mut tokio::sync::mpsc::UnboundedReceiver<String>| {
+        std::iter::from_fn(|| lines.try_recv().ok())
+            .filter(|l| l.contains("running task"))
+            .count()
+    };
+    assert_eq!(ran(&mut tagged_lines), 4, "the tagged worker ran all four");
+    assert_eq!(
+        ran(&mut plain_lines),
+        0,
+        "the untagged one none, though it had room"
+    );
 }

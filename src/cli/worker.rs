@@ -66,6 +66,13 @@ pub(super) async fn run(
             ),
         );
     }
+    if tags.len() > crate::remote::subjects::MAX_TAGS {
+        let most = crate::remote::subjects::MAX_TAGS;
+        return usage(
+            err,
+            format!("at most {most} --tag (a consumer follows each set of them)"),
+        );
+    }
     if let Some(bad) = tags.iter().find(|t| !crate::remote::subjects::valid_tag(t)) {
         return usage(
             err,

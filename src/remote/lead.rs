@@ -131,8 +131,8 @@ impl Remote {
         self.run
     }
 
-    /// Places `task` on a worker (one tagged with its first tag, if it has
-    /// one) and waits for its result.
+    /// Places `task` on a worker (one that has every tag it names) and waits
+    /// for its result.
     pub async fn place(&self, task: RemoteTask) -> Result<RemoteResult, String> {
         let session = task.session;
         let (tx, rx) = oneshot::channel();
@@ -152,7 +152,7 @@ impl Remote {
             async_nats::header::NATS_MESSAGE_ID,
             session.to_string().as_str(),
         );
-        let subject = subjects::task(self.run, task.tags.first().map(String::as_str));
+        let subject = subjects::task(self.run, &task.tags);
         let ack = self
             .js
             .publish_with_headers(subject, headers, sealed.into())

@@ -29,12 +29,51 @@ pub const TIME_TO_LIVE: Duration = Duration::from_secs(24 * 3600);
 /// Within how long a second message of the same id is dropped.
 pub const DUPLICATES_WITHIN: Duration = Duration::from_secs(10 * 60);
 
-/// The subject of `run`'s tasks for workers tagged `tag` (any worker: `None`).
-pub fn task(run: SessionId, tag: Option<&str>) -> String {
-    match tag {
+/// The most tags a worker may have: it follows a consumer for each set of
+/// them (2⁴ − 1 at most).
+pub const MAX_TAGS: usize = 4;
+
+/// The subject of `run`'s tasks for workers that have every one of `tags`
+/// (none: any worker).
+pub fn task(run: SessionId, tags: &[String]) -> String {
+    match tag_set(tags) {
         None => format!("{TASKS_PREFIX}.{run}.any"),
-        Some(tag) => format!("{TASKS_PREFIX}.{run}.tag.{tag}"),
+        Some(set) => format!("{TASKS_PREFIX}.{run}.tag.{set}"),
     }
+}
+
+/// A set of tags as one subject token: sorted, without repeats, joined by
+/// `+` (no tag holds one); `None` for no tag.
+fn tag_set(tags: &[String]) -> Option<String> {
+    let mut sorted: Vec<&str> = tags.iter().map(String::as_str).collect();
+    sorted.sort_unstable();
+    sorted.dedup();
+    (!sorted.is_empty()).then(|| sorted.join("+"))
+}
+
+/// The durable consumers a worker tagged `tags` follows, each with the
+/// subjects it takes: untagged tasks, and the tasks of each set of its tags
+/// (a task needing `gpu` and `big` goes to a worker that has both).
+pub fn consumers(tags: &[String]) -> Vec<(String, String)> {
+    let tags = &tags[..tags.len().min(MAX_TAGS)];
+    let mut sets: Vec<String> = Vec::new();
+    for mask in 1..(1usize << tags.len()) {
+        let chosen: Vec<String> = (0..tags.len())
+            .filter(|i| mask & (1 << i) != 0)
+            .map(|i| tags[i].clone())
+            .collect();
+        if let Some(set) = tag_set(&chosen)
+            && !sets.contains(&set)
+        {
+            sets.push(set);
+        }
+    }
+    std::iter::once(("tasks-any".to_owned(), format!("{TASKS_PREFIX}.*.any")))
+        .chain(sets.into_iter().map(|set| {
+            let name = format!("tasks-tag-{}", set.replace('+', "_and_"));
+            (name, format!("{TASKS_PREFIX}.*.tag.{set}"))
+        }))
+        .collect()
 }
 
 /// The subject of the result of `run`'s sub-agent `session`: one per
@@ -47,18 +86,6 @@ pub fn result(run: SessionId, session: SessionId) -> String {
 /// The subjects of every result of `run`.
 pub fn results(run: SessionId) -> String {
     format!("{RESULTS_PREFIX}.{run}.*")
-}
-
-/// The durable consumer of tasks tagged `tag` (untagged: `None`), and the
-/// subjects it takes.
-pub fn consumer(tag: Option<&str>) -> (String, String) {
-    match tag {
-        None => ("tasks-any".into(), format!("{TASKS_PREFIX}.*.any")),
-        Some(tag) => (
-            format!("tasks-tag-{tag}"),
-            format!("{TASKS_PREFIX}.*.tag.{tag}"),
-        ),
-    }
 }
 
 /// Whether `tag` may name a worker's tag: letters, digits, `-` and `_`.
@@ -114,13 +141,28 @@ mod tests {
     #[test]
     fn a_tasks_subject_is_its_runs_and_falls_under_its_consumer() {
         let run = SessionId::new();
-        assert_eq!(task(run, None), format!("orchestrate.tasks.{run}.any"));
+        assert_eq!(task(run, &[]), format!("orchestrate.tasks.{run}.any"));
+        let tags = |t: &[&str]| t.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
         assert_eq!(
-            task(run, Some("gpu")),
-            format!("orchestrate.tasks.{run}.tag.gpu")
+            task(run, &tags(&["gpu", "big", "gpu"])),
+            format!("orchestrate.tasks.{run}.tag.big+gpu")
         );
-        assert_eq!(consumer(Some("gpu")).1, "orchestrate.tasks.*.tag.gpu");
-        assert_eq!(consumer(None).0, "tasks-any");
+        // A worker with both tags follows the task's set; one with one not.
+        let both = consumers(&tags(&["gpu", "big"]));
+        let filters: Vec<&str> = both.iter().map(|(_, f)| f.as_str()).collect();
+        assert_eq!(
+            filters,
+            [
+                "orchestrate.tasks.*.any",
+                "orchestrate.tasks.*.tag.gpu",
+                "orchestrate.tasks.*.tag.big",
+                "orchestrate.tasks.*.tag.big+gpu"
+            ]
+        );
+        assert_eq!(both[3].0, "tasks-tag-big_and_gpu");
+        let one = consumers(&tags(&["gpu"]));
+        assert!(!one.iter().any(|(_, f)| f.ends_with("big+gpu")));
+        assert_eq!(consumers(&[]).len(), 1);
         // A session id holds no dot: it is one token of a subject.
         assert!(!run.to_string().contains('.'));
         assert!(valid_tag("gpu-a100_2"));

@@ -25,7 +25,6 @@ use crate::tools::permissions::PermissionMode;
 /// How long the server waits for a task's ack before it delivers it again.
 pub const ACK_WAIT: Duration = Duration::from_secs(30);
 
-
 /// How often a task is delivered at most.
 pub const MAX_DELIVER: i64 = 5;
 
@@ -135,8 +134,7 @@ pub async fn work(
     let replicas = subjects::replicas(1 + client.server_info().connect_urls.len());
     let tasks = subjects::ensure_streams(&js, replicas).await?;
     let mut consumers = Vec::new();
-    for tag in std::iter::once(None).chain(config.tags.iter().map(Some)) {
-        let (name, filter) = subjects::consumer(tag.map(String::as_str));
+    for (name, filter) in subjects::consumers(&config.tags) {
         let made = tasks
             .get_or_create_consumer(
                 &name,
@@ -279,6 +277,7 @@ impl Job {
             let _ = message.double_ack().await;
             return;
         }
+        (self.say)(format!("running task {session} ({})", task.role));
         let run = self.runner.run(task.clone());
         tokio::pin!(run);
         let mut progress = tokio::time::interval(self.config.ack_wait / 3);
@@ -313,7 +312,10 @@ impl Job {
             return false;
         };
         let subject = subjects::result(task.run, task.session);
-        results.get_last_raw_message_by_subject(&subject).await.is_ok()
+        results
+            .get_last_raw_message_by_subject(&subject)
+            .await
+            .is_ok()
     }
 
     /// Publishes `result` once: its message id is its session's.
