@@ -267,6 +267,14 @@ async fn a_run_with_nats_places_a_remote_role_on_a_worker_and_hears_its_result()
     let sessions = crate::support::harness::state(ws.path()).sessions();
     let journals = std::fs::read_dir(sessions).unwrap().count();
     assert_eq!(journals, 1, "the far sub-agent's journal is the worker's");
+    // The run took away what it left on the server.
+    let client = async_nats::connect(&server.url).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    for name in [subjects::TASKS, subjects::RESULTS] {
+        let mut stream = js.get_stream(name).await.unwrap();
+        let info = stream.info().await.unwrap();
+        assert_eq!(info.state.messages, 0, "{name} still holds the run's messages");
+    }
     let _ = worker.kill().await;
 }
 

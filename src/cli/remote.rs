@@ -12,16 +12,17 @@ use crate::task::Launcher;
 
 use super::flags::Cli;
 
-/// The launcher of run `run`'s Task calls when it has `--nats`; `None`
-/// without. The link is made now: servers that cannot be joined end the
-/// run before it starts, in one line.
+/// The launcher of run `run`'s Task calls when it has `--nats`, and its link
+/// to the servers (to clean up after it with [`Remote::finish`]); `None`
+/// without. The link is made now: servers that cannot be joined end the run
+/// before it starts, in one line.
 pub(super) async fn launcher(
     cli: &Cli,
     env: &impl Fn(&str) -> Option<String>,
     plan: &Setup,
     handle: Handle,
     run: SessionId,
-) -> Result<Option<Arc<dyn Launcher>>, String> {
+) -> Result<Option<(Arc<dyn Launcher>, Arc<Remote>)>, String> {
     let Some(urls) = &cli.nats else {
         return Ok(None);
     };
@@ -48,15 +49,17 @@ pub(super) async fn launcher(
     let remote = Remote::join(&servers, token, run, key)
         .await
         .map_err(|e| format!("--nats: {e}"))?;
+    let remote = Arc::new(remote);
     let rules = |list: &[crate::tools::rules::Rule]| list.iter().map(ToString::to_string).collect();
     // This machine runs as many sub-agents at once as it has cores before
     // `any` ones go to workers.
     let room = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    Ok(Some(Arc::new(RemoteLauncher::new(
+    let launcher = RemoteLauncher::new(
         handle,
-        Arc::new(remote),
+        remote.clone(),
         cli.remote_only,
         room,
         (rules(&plan.rules.deny), rules(&plan.rules.ask)),
-    ))))
+    );
+    Ok(Some((Arc::new(launcher), remote)))
 }

@@ -256,9 +256,10 @@ where
         Lead::Resume { run, prompt, .. } => (*run, prompt.clone()),
     };
     #[cfg(feature = "nats")]
-    let launcher = match super::remote::launcher(&cli, &env, &plan, runtime.handle(), lead_id).await
+    let (launcher, remote) = match super::remote::launcher(&cli, &env, &plan, runtime.handle(), lead_id).await
     {
-        Ok(launcher) => launcher,
+        Ok(Some((launcher, remote))) => (Some(launcher), Some(remote)),
+        Ok(None) => (None, None),
         Err(e) => {
             let _ = writeln!(err, "orchestrate: {e}");
             runtime.shutdown().await;
@@ -551,6 +552,10 @@ where
     shown.drain(&mut events, usize::MAX, out, err);
     drop(control);
     runtime.shutdown().await;
+    #[cfg(feature = "nats")]
+    if let Some(remote) = remote {
+        remote.finish().await;
+    }
     checkpoints.at_end().await;
     drop(lock);
     shown.display.finish(err);

@@ -131,6 +131,24 @@ impl Remote {
         self.run
     }
 
+    /// Removes what the run left on the servers: its tasks nobody took and
+    /// its results (its consumer goes on its own once idle). What cannot be
+    /// removed ends with its time to live.
+    pub async fn finish(&self) {
+        let purge = |stream: &'static str, subject: String| async move {
+            match self.js.get_stream(stream).await {
+                Ok(stream) => {
+                    if let Err(e) = stream.purge().filter(subject).await {
+                        tracing::warn!(error = %e, "cannot remove the run's messages");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot find the stream"),
+            }
+        };
+        purge(subjects::TASKS, subjects::tasks_of(self.run)).await;
+        purge(subjects::RESULTS, subjects::results(self.run)).await;
+    }
+
     /// Places `task` on a worker (one that has every tag it names) and waits
     /// for its result.
     pub async fn place(&self, task: RemoteTask) -> Result<RemoteResult, String> {

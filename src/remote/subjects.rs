@@ -42,6 +42,11 @@ pub fn task(run: SessionId, tags: &[String]) -> String {
     }
 }
 
+/// The subjects of every task of `run`.
+pub fn tasks_of(run: SessionId) -> String {
+    format!("{TASKS_PREFIX}.{run}.>")
+}
+
 /// A set of tags as one subject token: sorted, without repeats, joined by
 /// `+` (no tag holds one); `None` for no tag.
 fn tag_set(tags: &[String]) -> Option<String> {
