@@ -273,7 +273,10 @@ async fn a_run_with_nats_places_a_remote_role_on_a_worker_and_hears_its_result()
     for name in [subjects::TASKS, subjects::RESULTS] {
         let mut stream = js.get_stream(name).await.unwrap();
         let info = stream.info().await.unwrap();
-        assert_eq!(info.state.messages, 0, "{name} still holds the run's messages");
+        assert_eq!(
+            info.state.messages, 0,
+            "{name} still holds the run's messages"
+        );
     }
     let _ = worker.kill().await;
 }

@@ -12,9 +12,13 @@ use crate::task::Launcher;
 
 use super::flags::Cli;
 
-/// The launcher of run `run`'s Task calls when it has `--nats`, and its link
-/// to the servers (to clean up after it with [`Remote::finish`]); `None`
-/// without. The link is made now: servers that cannot be joined end the run
+/// A run's launcher, its link to the servers, and what to tell the person.
+pub(super) type Placing = (Arc<dyn Launcher>, Arc<Remote>, Option<String>);
+
+/// The launcher of run `run`'s Task calls when it has `--nats`, its link to
+/// the servers (to clean up after it with [`Remote::finish`]) and, when a
+/// server is elsewhere, a note naming the key workers there must trust;
+/// `None` without. The link is made now: servers that cannot be joined end the run
 /// before it starts, in one line.
 pub(super) async fn launcher(
     cli: &Cli,
@@ -22,7 +26,7 @@ pub(super) async fn launcher(
     plan: &Setup,
     handle: Handle,
     run: SessionId,
-) -> Result<Option<(Arc<dyn Launcher>, Arc<Remote>)>, String> {
+) -> Result<Option<Placing>, String> {
     let Some(urls) = &cli.nats else {
         return Ok(None);
     };
@@ -46,6 +50,10 @@ pub(super) async fn launcher(
         ));
     }
     let key = crate::remote::lead_key(plan.state.root()).map_err(|e| format!("--nats: {e}"))?;
+    let public = key.public_key();
+    let note = (!servers.iter().all(|s| crate::remote::worker::on_this_machine(s))).then(|| {
+        format!("tasks are signed with lead key {public}: a worker on another machine runs them with --trust-lead {public}")
+    });
     let remote = Remote::join(&servers, token, run, key)
         .await
         .map_err(|e| format!("--nats: {e}"))?;
@@ -61,5 +69,5 @@ pub(super) async fn launcher(
         room,
         (rules(&plan.rules.deny), rules(&plan.rules.ask)),
     );
-    Ok(Some((Arc::new(launcher), remote)))
+    Ok(Some((Arc::new(launcher), remote, note)))
 }

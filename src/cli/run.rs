@@ -256,16 +256,21 @@ where
         Lead::Resume { run, prompt, .. } => (*run, prompt.clone()),
     };
     #[cfg(feature = "nats")]
-    let (launcher, remote) = match super::remote::launcher(&cli, &env, &plan, runtime.handle(), lead_id).await
-    {
-        Ok(Some((launcher, remote))) => (Some(launcher), Some(remote)),
-        Ok(None) => (None, None),
-        Err(e) => {
-            let _ = writeln!(err, "orchestrate: {e}");
-            runtime.shutdown().await;
-            return ExitCode::from(exit::FAILED);
-        }
-    };
+    let (launcher, remote) =
+        match super::remote::launcher(&cli, &env, &plan, runtime.handle(), lead_id).await {
+            Ok(Some((launcher, remote, note))) => {
+                if let Some(note) = note {
+                    let _ = writeln!(err, "orchestrate: {note}");
+                }
+                (Some(launcher), Some(remote))
+            }
+            Ok(None) => (None, None),
+            Err(e) => {
+                let _ = writeln!(err, "orchestrate: {e}");
+                runtime.shutdown().await;
+                return ExitCode::from(exit::FAILED);
+            }
+        };
     #[cfg(not(feature = "nats"))]
     let launcher = None;
     let made = lead_spec(
