@@ -18,7 +18,7 @@ use tokio::io::AsyncBufReadExt;
 use crate::cli::command_on;
 use crate::support::harness::DEADLINE;
 use crate::support::mock_llm::{End, Gate, MockLlm, Reply};
-use crate::support::nats::NatsServer;
+use crate::support::nats::{NatsCluster, NatsServer};
 
 /// A task of run `run` for the `echo` role.
 fn task(run: SessionId, prompt: &str, mode: PermissionMode) -> RemoteTask {
@@ -442,4 +442,108 @@ async fn a_tagged_role_runs_only_on_a_worker_with_its_tags() {
         0,
         "the untagged one none, though it had room"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_three_server_cluster_twelve_remote_sub_agents_answer_once_though_a_worker_dies() {
+    let cluster = NatsCluster::start(3);
+    let held = Gate::new();
+    let mock = MockLlm::start_with({
+        let held = held.clone();
+        move |request, _| {
+            let messages = request.body["messages"].as_array().cloned().unwrap_or_default();
+            let system = messages[0]["content"].as_str().unwrap_or_default();
+            let results = crate::support::harness::tool_results(request);
+            match system {
+                "You are far." => {
+                    let prompt = messages[1]["content"].as_str().unwrap_or_default();
+                    Reply::text(format!("<{prompt}>")).with_end(End::HoldAfter(1, held.clone()))
+                }
+                _ if results.is_empty() => {
+                    let call = |i: usize| {
+                        let input = serde_json::json!({"description": format!("n{i}"), "prompt": format!("n{i}"), "subagent_type": "far"});
+                        (format!("t{i}"), input)
+                    };
+                    let calls: Vec<(String, serde_json::Value)> = (1..=12).map(call).collect();
+                    let calls: Vec<(&str, &str, serde_json::Value)> = calls
+                        .iter()
+                        .map(|(id, input)| (id.as_str(), "Task", input.clone()))
+                        .collect();
+                    Reply::tool_calls(&calls)
+                }
+                _ => {
+                    let answers: Vec<&str> = results
+                        .iter()
+                        .map(|(_, r)| crate::support::harness::answer(r))
+                        .collect();
+                    Reply::text(answers.join(" "))
+                }
+            }
+        }
+    })
+    .await;
+    let ws = far_workspace();
+    let flags = ["--slots", "2", "--ack-wait-ms", "2000"];
+    let join = |urls: &str| {
+        let mut args = vec!["worker", "--join", urls];
+        args.extend_from_slice(&flags);
+        args.iter()
+            .map(|a| (*a).to_owned())
+            .collect::<Vec<String>>()
+    };
+    let spawn = |args: Vec<String>| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        command_on(&mock, ws.path(), &args, &[])
+            .stderr(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut doomed = spawn(join(&cluster.urls));
+    let mut survivor = spawn(join(&cluster.urls));
+    let lead = command_on(
+        &mock,
+        ws.path(),
+        &["--nats", &cluster.urls, "--max-parallel", "4", "fan out"],
+        &[],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let far = || {
+        mock.requests()
+            .iter()
+            .filter(|r| r.body["messages"][0]["content"] == "You are far.")
+            .count()
+    };
+    crate::support::harness::wait_until("both workers run two tasks", || far() == 4).await;
+    doomed.start_kill().unwrap();
+    let _ = doomed.wait().await;
+    held.open();
+    let out = tokio::time::timeout(Duration::from_secs(90), lead.wait_with_output())
+        .await
+        .expect("the run did not end")
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer = String::from_utf8_lossy(&out.stdout).into_owned();
+    for i in 1..=12 {
+        assert_eq!(
+            answer.matches(&format!("<n{i}>")).count(),
+            1,
+            "n{i}: {answer}"
+        );
+    }
+    // Three servers: each stream is kept on all three.
+    let urls: Vec<&str> = cluster.urls.split(',').collect();
+    let client = async_nats::connect(urls[0]).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    let mut tasks = js.get_stream(subjects::TASKS).await.unwrap();
+    assert_eq!(tasks.info().await.unwrap().config.num_replicas, 3);
+    let _ = survivor.kill().await;
 }

@@ -78,25 +78,29 @@ impl Remote {
         let client = options
             .name(format!("orchestrate lead {run}"))
             .retry_on_initial_connect()
-            .connect(servers.join(","))
+            .connect(subjects::addresses(servers)?)
             .await
             .map_err(|e| format!("cannot join {}: {e}", servers.join(",")))?;
         let js = jetstream::new(client.clone());
-        let replicas = subjects::replicas(1 + client.server_info().connect_urls.len());
+        let replicas = subjects::replicas(
+            servers
+                .len()
+                .max(1 + client.server_info().connect_urls.len()),
+        );
         subjects::ensure_streams(&js, replicas).await?;
-        let results = js
-            .get_stream(subjects::RESULTS)
-            .await
-            .map_err(|e| format!("cannot find the stream {}: {e}", subjects::RESULTS))?;
-        let consumer = results
-            .create_consumer(consumer::pull::Config {
+        let consumer = subjects::patiently(|| async {
+            let results = (js.get_stream(subjects::RESULTS).await)
+                .map_err(|e| format!("cannot find the stream {}: {e}", subjects::RESULTS))?;
+            let follow = consumer::pull::Config {
                 filter_subject: subjects::results(run),
                 ack_policy: consumer::AckPolicy::Explicit,
                 inactive_threshold: std::time::Duration::from_secs(3600),
                 ..Default::default()
-            })
-            .await
-            .map_err(|e| format!("cannot follow the run's results: {e}"))?;
+            };
+            (results.create_consumer(follow).await)
+                .map_err(|e| format!("cannot follow the run's results: {e}"))
+        })
+        .await?;
         let mut messages = consumer
             .messages()
             .await

@@ -102,9 +102,47 @@ pub fn valid_tag(tag: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
-/// How many copies a stream keeps: three, or as many servers as there are.
+/// How many copies a stream keeps: three, or as many servers as there are
+/// (those named, or those the server says it is clustered with, whichever
+/// is more).
 pub fn replicas(servers: usize) -> usize {
     servers.clamp(1, 3)
+}
+
+/// The servers' addresses, each read: one that does not read is named.
+pub fn addresses(servers: &[String]) -> Result<Vec<async_nats::ServerAddr>, String> {
+    servers
+        .iter()
+        .map(|s| {
+            s.parse::<async_nats::ServerAddr>()
+                .map_err(|e| format!("{s:?} is not a NATS server address ({e})"))
+        })
+        .collect()
+}
+
+/// How long a client keeps trying to make the streams while a cluster elects
+/// its leaders.
+const ELECTION: Duration = Duration::from_secs(30);
+
+/// What `attempt` gives, tried again while it fails for [`ELECTION`] (a
+/// cluster that has no leader yet refuses what it will do once it has one);
+/// its last error past that.
+pub(crate) async fn patiently<T, F, Fut>(mut attempt: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = tokio::time::Instant::now() + ELECTION;
+    loop {
+        match attempt().await {
+            Ok(done) => return Ok(done),
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                tracing::debug!(error = %e, "not yet");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Makes the streams if they are not there; the tasks' stream.
@@ -112,6 +150,10 @@ pub(crate) async fn ensure_streams(
     js: &jetstream::Context,
     replicas: usize,
 ) -> Result<stream::Stream, String> {
+    patiently(|| make_streams(js, replicas)).await
+}
+
+async fn make_streams(js: &jetstream::Context, replicas: usize) -> Result<stream::Stream, String> {
     let tasks = js
         .get_or_create_stream(stream::Config {
             name: TASKS.into(),

@@ -127,28 +127,32 @@ pub async fn work(
     let client = options
         .name(format!("orchestrate worker {}", config.name))
         .retry_on_initial_connect()
-        .connect(config.servers.join(","))
+        .connect(subjects::addresses(&config.servers)?)
         .await
         .map_err(|e| format!("cannot join {}: {e}", config.servers.join(",")))?;
     let js = jetstream::new(client.clone());
-    let replicas = subjects::replicas(1 + client.server_info().connect_urls.len());
+    let replicas = subjects::replicas(
+        config
+            .servers
+            .len()
+            .max(1 + client.server_info().connect_urls.len()),
+    );
     let tasks = subjects::ensure_streams(&js, replicas).await?;
     let mut consumers = Vec::new();
     for (name, filter) in subjects::consumers(&config.tags) {
-        let made = tasks
-            .get_or_create_consumer(
-                &name,
-                consumer::pull::Config {
-                    durable_name: Some(name.clone()),
-                    filter_subject: filter,
-                    ack_policy: consumer::AckPolicy::Explicit,
-                    ack_wait: config.ack_wait,
-                    max_deliver: MAX_DELIVER,
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(|e| format!("cannot make the consumer {name}: {e}"))?;
+        let config = consumer::pull::Config {
+            durable_name: Some(name.clone()),
+            filter_subject: filter,
+            ack_policy: consumer::AckPolicy::Explicit,
+            ack_wait: config.ack_wait,
+            max_deliver: MAX_DELIVER,
+            ..Default::default()
+        };
+        let made = subjects::patiently(|| async {
+            (tasks.get_or_create_consumer(&name, config.clone()).await)
+                .map_err(|e| format!("cannot make the consumer {name}: {e}"))
+        })
+        .await?;
         consumers.push(made);
     }
     say(format!(

@@ -71,3 +71,73 @@ impl Drop for NatsServer {
         let _ = self.child.wait();
     }
 }
+
+/// A free loopback port (bound, then let go: the server binds it next).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A cluster of servers on loopback, JetStream on each, routed to each other.
+pub(crate) struct NatsCluster {
+    servers: Vec<Child>,
+    /// The servers' client URLs, comma-separated.
+    pub(crate) urls: String,
+    _dir: tempfile::TempDir,
+}
+
+impl NatsCluster {
+    /// Starts `n` servers and waits until each listens.
+    pub(crate) fn start(n: usize) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let clients: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let routes: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let all_routes: Vec<String> = routes
+            .iter()
+            .map(|p| format!("nats://127.0.0.1:{p}"))
+            .collect();
+        let servers = (0..n)
+            .map(|i| {
+                Command::new(binary())
+                    .args(["-js", "-a", "127.0.0.1", "-p", &clients[i].to_string()])
+                    .args(["--server_name", &format!("s{i}"), "--cluster_name", "orch"])
+                    .args(["--cluster", &format!("nats://127.0.0.1:{}", routes[i])])
+                    .args(["--routes", &all_routes.join(",")])
+                    .arg("--store_dir")
+                    .arg(dir.path().join(format!("s{i}")))
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("nats-server did not start")
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for port in &clients {
+            while std::net::TcpStream::connect(("127.0.0.1", *port)).is_err() {
+                assert!(Instant::now() < deadline, "a cluster server never listened");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let urls: Vec<String> = clients
+            .iter()
+            .map(|p| format!("nats://127.0.0.1:{p}"))
+            .collect();
+        Self {
+            servers,
+            urls: urls.join(","),
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for NatsCluster {
+    fn drop(&mut self) {
+        for server in &mut self.servers {
+            let _ = server.kill();
+            let _ = server.wait();
+        }
+    }
+}
