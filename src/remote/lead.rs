@@ -18,6 +18,7 @@ use crate::protocol::SessionId;
 
 /// A run's link to its workers.
 pub struct Remote {
+    client: async_nats::Client,
     js: jetstream::Context,
     key: KeyPair,
     run: SessionId,
@@ -122,12 +123,21 @@ impl Remote {
             }
         });
         Ok(Self {
+            client,
             js,
             key,
             run,
             waiting,
             _results: crate::actors::AbortOnDrop(task),
         })
+    }
+
+    /// The payload bytes this link has sent and received (without the
+    /// protocol's own).
+    pub fn traffic(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let stats = self.client.statistics();
+        (stats.out_bytes.load(Relaxed), stats.in_bytes.load(Relaxed))
     }
 
     /// The run.

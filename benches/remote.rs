@@ -1,0 +1,194 @@
+//! What placing a sub-agent on a worker costs over running it here: the
+//! round trip of one task through NATS JetStream on loopback (sealed,
+//! published, pulled, its signature checked, run, its result published,
+//! read back by the lead), with a runner that answers at once, so the
+//! figure is the placement's alone; beside the bare baseline, a core NATS
+//! request and reply of the same payload between the same two clients.
+//! A local sub-agent pays none of this.
+//!
+//! Run with `cargo bench --bench remote` (`REMOTE_TASKS`, default 200, one at
+//! a time; then as many at once). Needs `nats-server`: the script the tests
+//! use installs it under the target folder. Prints the latency per task
+//! (median, p90, max), the bare round trip's median, the payload bytes per
+//! task each way, and the throughput of the burst.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use orchestrate::SessionId;
+use orchestrate::remote::envelope::RemoteTask;
+use orchestrate::remote::lead::Remote;
+use orchestrate::remote::worker::{Runner, WorkerConfig, work};
+use orchestrate::tools::permissions::PermissionMode;
+use tokio_util::sync::CancellationToken;
+
+/// Answers every task at once.
+struct Echo;
+
+impl Runner for Echo {
+    fn run(&self, task: RemoteTask) -> BoxFuture<'_, (String, String)> {
+        Box::pin(async move { ("completed".to_owned(), task.prompt) })
+    }
+}
+
+/// A JetStream server on a free loopback port; its URL.
+fn server(dir: &Path) -> (std::process::Child, String) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cache = root.join("target/tmp/nats-server");
+    let status = std::process::Command::new(root.join("tests/support/nats-server.sh"))
+        .arg(&cache)
+        .status()
+        .unwrap();
+    assert!(status.success(), "installing nats-server failed");
+    let ports = dir.join("ports");
+    std::fs::create_dir_all(&ports).unwrap();
+    let child = std::process::Command::new(cache.join("bin/nats-server"))
+        .args(["-js", "-a", "127.0.0.1", "-p", "-1", "--store_dir"])
+        .arg(dir.join("js"))
+        .arg("--ports_file_dir")
+        .arg(&ports)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let file = ports.join(format!("nats-server_{}.ports", child.id()));
+    loop {
+        if let Some(url) = std::fs::read_to_string(&file)
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v["nats"][0].as_str().map(str::to_owned))
+        {
+            return (child, url);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn task(run: SessionId, prompt: String) -> RemoteTask {
+    RemoteTask {
+        run,
+        session: SessionId::new(),
+        parent: run,
+        role: "coder".into(),
+        system_prompt: "You are a coder. ".repeat(40),
+        tools: Some(
+            ["Read", "Write", "Edit", "Bash", "Glob", "Grep"]
+                .map(str::to_owned)
+                .to_vec(),
+        ),
+        max_turns: 50,
+        prompt,
+        permission_mode: PermissionMode::AcceptEdits,
+        deny: vec!["Bash(rm:*)".into()],
+        ask: Vec::new(),
+        tags: Vec::new(),
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn main() {
+    let tasks = support::env_or("REMOTE_TASKS", 200);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut nats, url) = server(dir.path());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let key = nkeys::KeyPair::new_user();
+        let stop = CancellationToken::new();
+        let config = WorkerConfig {
+            servers: vec![url.clone()],
+            slots: 64,
+            tags: Vec::new(),
+            trusted: vec![key.public_key()],
+            max_mode: PermissionMode::AcceptEdits,
+            drain: Duration::from_secs(5),
+            name: "bench".into(),
+            token: None,
+            ack_wait: Duration::from_secs(30),
+        };
+        let worker = tokio::spawn(work(config, Arc::new(Echo), stop.clone(), Arc::new(|_| {})));
+        let run = SessionId::new();
+        let remote = Remote::join(&[url.clone()], None, run, key).await.unwrap();
+        // Warm up: the consumers made, the connections settled.
+        for i in 0..10 {
+            remote.place(task(run, format!("warm {i}"))).await.unwrap();
+        }
+        let (sent, received) = remote.traffic();
+        let mut latencies = Vec::with_capacity(tasks);
+        for i in 0..tasks {
+            let start = Instant::now();
+            let result = remote.place(task(run, format!("task {i}"))).await.unwrap();
+            latencies.push(start.elapsed().as_secs_f64() * 1000.0);
+            assert_eq!(result.text, format!("task {i}"));
+        }
+        let (sent_after, received_after) = remote.traffic();
+        latencies.sort_by(f64::total_cmp);
+        let per = |bytes: u64| bytes as f64 / tasks as f64;
+
+        // The bare baseline: a core request and reply of the sealed task's size.
+        let client = async_nats::connect(&url).await.unwrap();
+        let mut replies = client.subscribe("bench.echo").await.unwrap();
+        let responder = client.clone();
+        tokio::spawn(async move {
+            while let Some(message) = replies.next().await {
+                if let Some(reply) = message.reply {
+                    let _ = responder.publish(reply, message.payload).await;
+                }
+            }
+        });
+        let asker = async_nats::connect(&url).await.unwrap();
+        let payload = vec![b'x'; per(sent_after - sent) as usize];
+        let mut bare = Vec::with_capacity(tasks);
+        for _ in 0..tasks {
+            let start = Instant::now();
+            asker
+                .request("bench.echo", payload.clone().into())
+                .await
+                .unwrap();
+            bare.push(start.elapsed().as_secs_f64() * 1000.0);
+        }
+        bare.sort_by(f64::total_cmp);
+
+        // A burst: every task at once.
+        let start = Instant::now();
+        let all = (0..tasks).map(|i| remote.place(task(run, format!("burst {i}"))));
+        let results = futures::future::join_all(all).await;
+        let burst = start.elapsed().as_secs_f64();
+        assert!(results.iter().all(Result::is_ok));
+
+        println!("tasks {tasks}, one at a time");
+        println!(
+            "remote placement: median {:.2} ms, p90 {:.2} ms, max {:.2} ms",
+            percentile(&latencies, 0.5),
+            percentile(&latencies, 0.9),
+            percentile(&latencies, 1.0)
+        );
+        println!(
+            "bare request and reply: median {:.2} ms",
+            percentile(&bare, 0.5)
+        );
+        println!(
+            "payload bytes per task: lead sent {:.0}, received {:.0}",
+            per(sent_after - sent),
+            per(received_after - received)
+        );
+        println!(
+            "burst of {tasks}: {:.2} s, {:.0} tasks/s",
+            burst,
+            tasks as f64 / burst
+        );
+        remote.finish().await;
+        stop.cancel();
+        worker.await.unwrap().unwrap();
+    });
+    let _ = nats.kill();
+    let _ = nats.wait();
+}
