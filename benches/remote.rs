@@ -37,7 +37,9 @@ impl Runner for Echo {
     }
 }
 
-/// A JetStream server on a free loopback port; its URL.
+/// A JetStream server on a free loopback port; its URL. The caller kills and
+/// waits for it.
+#[allow(clippy::zombie_processes)]
 fn server(dir: &Path) -> (std::process::Child, String) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let cache = root.join("target/tmp/nats-server");
@@ -116,7 +118,9 @@ fn main() {
         };
         let worker = tokio::spawn(work(config, Arc::new(Echo), stop.clone(), Arc::new(|_| {})));
         let run = SessionId::new();
-        let remote = Remote::join(&[url.clone()], None, run, key).await.unwrap();
+        let remote = Remote::join(std::slice::from_ref(&url), None, run, key)
+            .await
+            .unwrap();
         // Warm up: the consumers made, the connections settled.
         for i in 0..10 {
             remote.place(task(run, format!("warm {i}"))).await.unwrap();
