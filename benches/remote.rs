@@ -90,6 +90,12 @@ fn task(run: SessionId, prompt: String) -> RemoteTask {
         deny: vec!["Bash(rm:*)".into()],
         ask: Vec::new(),
         tags: Vec::new(),
+        bash: Vec::new(),
+        expires: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + 600,
     }
 }
 

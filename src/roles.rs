@@ -179,6 +179,20 @@ impl std::str::FromStr for Placement {
     }
 }
 
+/// The most tags a worker may have, or a role may need: a worker follows a
+/// consumer for each set of its tags (2⁴ − 1 at most).
+pub const MAX_TAGS: usize = 4;
+
+/// Whether `tag` may name a worker's tag: letters, digits, `-` and `_`, at
+/// most 64 of them.
+pub fn valid_tag(tag: &str) -> bool {
+    !tag.is_empty()
+        && tag.len() <= 64
+        && tag
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
 /// Colors the progress display can show.
 pub const COLORS: [&str; 9] = [
     "red", "blue", "green", "yellow", "purple", "orange", "pink", "cyan", "gray",
@@ -367,15 +381,16 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
             .map_err(|message| err(line_of("placement"), message))?,
     };
     let placement_tags = tool_list("placementTags")?.unwrap_or_default();
-    if let Some(bad) = placement_tags.iter().find(|t| {
-        !t.is_empty()
-            && !t
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    }) {
+    if let Some(bad) = placement_tags.iter().find(|t| !valid_tag(t)) {
         return Err(err(
             line_of("placementTags"),
-            format!("placementTags: {bad:?} is not a tag (letters, digits, - and _)"),
+            format!("placementTags: {bad:?} is not a tag (letters, digits, - and _, at most 64)"),
+        ));
+    }
+    if placement_tags.len() > MAX_TAGS {
+        return Err(err(
+            line_of("placementTags"),
+            format!("placementTags: at most {MAX_TAGS} tags, as a worker has"),
         ));
     }
     let mut warnings = Vec::new();

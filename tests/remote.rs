@@ -35,6 +35,12 @@ fn task(run: SessionId, prompt: &str, mode: PermissionMode) -> RemoteTask {
         deny: Vec::new(),
         ask: Vec::new(),
         tags: Vec::new(),
+        bash: Vec::new(),
+        expires: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + 600,
     }
 }
 
@@ -168,6 +174,12 @@ async fn a_worker_runs_its_leads_tasks_once_and_refuses_the_others() {
     publish(seal(&answered, &lead).unwrap()).await;
     let line = said(&mut lines, "was answered already").await;
     assert!(line.contains(&answered.session.to_string()), "{line}");
+
+    // Sealed for one run, published on another's subject: refused.
+    let elsewhere = task(SessionId::new(), "elsewhere", PermissionMode::Default);
+    publish(seal(&elsewhere, &lead).unwrap()).await;
+    let line = said(&mut lines, "refused a task").await;
+    assert!(line.contains("it was sent to orchestrate.tasks."), "{line}");
 
     // Above its cap (acceptEdits by default): refused, and the lead told.
     let greedy = task(run, "greedy", PermissionMode::BypassPermissions);
@@ -377,6 +389,8 @@ async fn thirty_remote_sub_agents_each_answer_once_though_a_worker_is_killed() {
             "n{i}: {answer}"
         );
     }
+    // Each task ran once, but the four the dead worker held, which ran again.
+    assert_eq!(far(), 34);
     let _ = survivor.kill().await;
 }
 
@@ -431,14 +445,21 @@ async fn a_tagged_role_runs_only_on_a_worker_with_its_tags() {
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "4 answers\n");
     let _ = (plain.kill().await, tagged.kill().await);
-    let ran = |lines: &mut tokio::sync::mpsc::UnboundedReceiver<String>| {
-        std::iter::from_fn(|| lines.try_recv().ok())
-            .filter(|l| l.contains("running task"))
-            .count()
-    };
-    assert_eq!(ran(&mut tagged_lines), 4, "the tagged worker ran all four");
+    // Every line each said, up to its end.
+    async fn ran(lines: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> usize {
+        let mut ran = 0;
+        while let Ok(Some(line)) = tokio::time::timeout(DEADLINE, lines.recv()).await {
+            ran += usize::from(line.contains("running task"));
+        }
+        ran
+    }
     assert_eq!(
-        ran(&mut plain_lines),
+        ran(&mut tagged_lines).await,
+        4,
+        "the tagged worker ran all four"
+    );
+    assert_eq!(
+        ran(&mut plain_lines).await,
         0,
         "the untagged one none, though it had room"
     );
@@ -539,6 +560,7 @@ async fn on_a_three_server_cluster_twelve_remote_sub_agents_answer_once_though_a
             "n{i}: {answer}"
         );
     }
+    assert_eq!(far(), 14, "each ran once, but the two the dead worker held");
     // Three servers: each stream is kept on all three.
     let urls: Vec<&str> = cluster.urls.split(',').collect();
     let client = async_nats::connect(urls[0]).await.unwrap();
@@ -546,4 +568,51 @@ async fn on_a_three_server_cluster_twelve_remote_sub_agents_answer_once_though_a
     let mut tasks = js.get_stream(subjects::TASKS).await.unwrap();
     assert_eq!(tasks.info().await.unwrap().config.num_replicas, 3);
     let _ = survivor.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_no_worker_will_run_fails_its_call_instead_of_waiting_forever() {
+    let server = NatsServer::start();
+    let mock = MockLlm::start_with(|request, _| {
+        let results = crate::support::harness::tool_results(request);
+        match results.first() {
+            None => Reply::tool_calls(&[(
+                "t1",
+                "Task",
+                serde_json::json!({"description": "far", "prompt": "go far", "subagent_type": "far"}),
+            )]),
+            Some((_, result)) => Reply::text(result.clone()),
+        }
+    })
+    .await;
+    let ws = far_workspace();
+    // A worker of another user: it does not trust this lead, and hands the
+    // task back each time, until the server gives up on it.
+    let stranger = tempfile::tempdir().unwrap();
+    let (mut worker, mut lines) = worker_with(
+        &mock,
+        stranger.path(),
+        &server,
+        &["--slots", "1", "--ack-wait-ms", "600"],
+    )
+    .await;
+    let out = tokio::time::timeout(
+        DEADLINE,
+        command_on(&mock, ws.path(), &["--nats", &server.url, "go"], &[]).output(),
+    )
+    .await
+    .expect("the lead waited for a result that could not come")
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer = String::from_utf8_lossy(&out.stdout);
+    assert!(answer.starts_with("failed (remote)"), "{answer}");
+    assert!(answer.contains("no worker ran it"), "{answer}");
+    let line = said(&mut lines, "refused a task").await;
+    assert!(line.contains("a lead this worker does not trust"), "{line}");
+    let _ = worker.kill().await;
 }

@@ -5,6 +5,7 @@
 //! it: it takes no more tasks, and waits `--drain` for those it runs.
 
 use std::io::Write;
+use std::os::unix::fs::DirBuilderExt;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -90,7 +91,11 @@ pub(super) async fn run(
         "orchestrate-worker-{}",
         uuid::Uuid::new_v4().simple()
     ));
-    if let Err(e) = std::fs::create_dir_all(&scratch) {
+    if let Err(e) = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&scratch)
+    {
         return usage(err, format!("{}: {e}", scratch.display()));
     }
     cli.workspace = Some(scratch.clone());
@@ -163,6 +168,7 @@ async fn serve(
     };
     let runner = Arc::new(Local {
         handle: runtime.handle(),
+        scratch: plan.workspace.clone(),
         plan: Arc::new(plan),
         max_turns: cli.max_turns,
     });
@@ -235,6 +241,8 @@ fn worker_name() -> String {
 /// Runs tasks in this process's runtime, as local sub-agents run.
 struct Local {
     handle: Handle,
+    /// The worker's scratch workspace: each task's folder is made in it.
+    scratch: std::path::PathBuf,
     plan: Arc<crate::setup::Setup>,
     max_turns: u32,
 }
@@ -242,7 +250,14 @@ struct Local {
 impl Runner for Local {
     fn run(&self, task: RemoteTask) -> BoxFuture<'_, (String, String)> {
         Box::pin(async move {
-            let spec = match self.spec(&task) {
+            // A folder of its own, the worker's user's alone, gone when it ends.
+            let folder = self.scratch.join(task.session.to_string());
+            let made = std::fs::DirBuilder::new().mode(0o700).create(&folder);
+            if let Err(e) = made {
+                return ("failed".to_owned(), format!("{}: {e}", folder.display()));
+            }
+            let _gone = Gone(folder.clone());
+            let spec = match self.spec(&task, &folder) {
                 Ok(spec) => spec,
                 Err(why) => return ("failed".to_owned(), why),
             };
@@ -250,6 +265,8 @@ impl Runner for Local {
                 Ok(session) => session,
                 Err(e) => return ("failed".to_owned(), e.to_string()),
             };
+            // Its session goes with it, answered or given up on (a drain).
+            let _stop = Stop(self.handle.clone(), session);
             let outcome = self.handle.run_prompt(session, task.prompt, |_| {}).await;
             match outcome {
                 Some(Outcome::Completed { text, .. }) => ("completed".into(), text),
@@ -267,13 +284,46 @@ impl Runner for Local {
     }
 }
 
+/// A task's folder, removed when dropped.
+struct Gone(std::path::PathBuf);
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A task's session, cancelled and stopped when dropped.
+struct Stop(Handle, crate::protocol::SessionId);
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        self.0.cancel(self.1);
+        self.0.stop_session(self.1);
+    }
+}
+
 impl Local {
-    /// The task's session: its role's prompt and tools, this machine's model.
-    fn spec(&self, task: &RemoteTask) -> Result<SessionSpec, String> {
+    /// The task's session in `folder`: its role's prompt (the lead's memory
+    /// files in it already; not this machine's), its tools and rules, this
+    /// machine's model.
+    fn spec(&self, task: &RemoteTask, folder: &std::path::Path) -> Result<SessionSpec, String> {
         let plan = &self.plan;
         let model = plan.models.lead();
-        let prompt = plan.memory.apply(&task.system_prompt);
+        let prompt = task.system_prompt.clone();
         let mut spec = SessionSpec::new(task.role.clone(), model.id, prompt);
+        // It works in its folder as a sub-agent works in its checkout: its
+        // tools there, its commands writing only there.
+        spec.checkout = Some(crate::protocol::Checkout {
+            root: folder.to_owned(),
+            workdir: folder.to_owned(),
+            into: folder.to_owned(),
+            prefix: std::path::PathBuf::new(),
+            base: String::new(),
+            branch: String::new(),
+            lacks: Vec::new(),
+            borrowed: true,
+        });
         spec.provider = model.provider;
         let tools = match &task.tools {
             Some(names) => {
@@ -285,11 +335,19 @@ impl Local {
         spec.tools = tools;
         spec.max_turns = task.max_turns.clamp(1, self.max_turns.max(1));
         spec.permission_mode = task.permission_mode;
-        let (deny, bad) = crate::tools::rules::parse_list(&task.deny);
+        // Nobody here answers a question: what the person's ask rules would
+        // ask about is refused.
+        let refused: Vec<String> = task.deny.iter().chain(&task.ask).cloned().collect();
+        let (deny, bad) = crate::tools::rules::parse_list(&refused);
         if let Some(bad) = bad.first() {
-            return Err(format!("the task's deny rule {bad:?} does not read"));
+            return Err(format!("the task's rule {bad:?} does not read"));
         }
         spec.deny_rules = deny.into();
+        let (bash, bad) = crate::tools::rules::parse_list(&task.bash);
+        if let Some(bad) = bad.first() {
+            return Err(format!("the task's Bash rule {bad:?} does not read"));
+        }
+        spec.bash_rules = bash.into();
         plan.models.describe(&mut spec);
         Ok(spec)
     }

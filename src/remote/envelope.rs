@@ -44,6 +44,22 @@ pub struct RemoteTask {
     /// The worker tags it must be placed on (empty: any worker).
     #[serde(default)]
     pub tags: Vec<String>,
+    /// When its role allows Bash only through rules: the commands it may run.
+    #[serde(default)]
+    pub bash: Vec<String>,
+    /// When it stops being valid, in seconds since the Unix epoch: a task
+    /// captured and published again later is refused.
+    pub expires: u64,
+}
+
+/// Why a worker will not run a task, and whether no worker ever will (one
+/// another worker might run, it hands back).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// Why, in one line.
+    pub why: String,
+    /// Whether no worker would run it: it is ended for good.
+    pub for_good: bool,
 }
 
 /// A sealed task: the task's exact bytes, the lead's public key and its
@@ -71,33 +87,49 @@ pub fn seal(task: &RemoteTask, key: &KeyPair) -> Result<Vec<u8>, String> {
     serde_json::to_vec(&envelope).map_err(|e| e.to_string())
 }
 
-/// Opens a sealed task: refused, with why in one line, unless it speaks this
-/// protocol and is signed by one of the `trusted` lead keys.
-pub fn open(bytes: &[u8], trusted: &[String]) -> Result<(RemoteTask, String), String> {
+/// Opens a sealed task, `now` seconds after the Unix epoch: refused, with
+/// why in one line, unless it speaks this protocol, is signed by one of the
+/// `trusted` lead keys and has not expired. Another worker may run a task
+/// this one refuses for its protocol or its lead; no worker runs the rest.
+pub fn open(bytes: &[u8], trusted: &[String], now: u64) -> Result<(RemoteTask, String), Refusal> {
+    let never = |why: String| Refusal {
+        why,
+        for_good: true,
+    };
+    let not_here = |why: String| Refusal {
+        why,
+        for_good: false,
+    };
     let envelope: Envelope =
-        serde_json::from_slice(bytes).map_err(|e| format!("not a task ({e})"))?;
+        serde_json::from_slice(bytes).map_err(|e| never(format!("not a task ({e})")))?;
     if envelope.protocol != PROTOCOL {
-        return Err(format!(
+        return Err(not_here(format!(
             "the task speaks protocol {}, this worker {PROTOCOL}: run the same orchestrate version on the lead and its workers",
             envelope.protocol
-        ));
+        )));
     }
     if envelope.lead.is_empty() || envelope.signature.is_empty() {
-        return Err("the task is not signed".into());
+        return Err(never("the task is not signed".into()));
     }
     if !trusted.contains(&envelope.lead) {
-        return Err(format!(
+        return Err(not_here(format!(
             "the task is signed by {}, a lead this worker does not trust (--trust-lead)",
             envelope.lead
-        ));
+        )));
     }
     let key = KeyPair::from_public_key(&envelope.lead)
-        .map_err(|e| format!("the task's lead key is not a key ({e})"))?;
-    let signature = unhex(&envelope.signature).ok_or("the task's signature is not hex")?;
+        .map_err(|e| never(format!("the task's lead key is not a key ({e})")))?;
+    let signature = unhex(&envelope.signature)
+        .ok_or_else(|| never("the task's signature is not hex".into()))?;
     key.verify(envelope.task.as_bytes(), &signature)
-        .map_err(|_| "the task's signature does not match it".to_owned())?;
-    let task = serde_json::from_str(&envelope.task)
-        .map_err(|e| format!("the task does not read as a task ({e})"))?;
+        .map_err(|_| never("the task's signature does not match it".into()))?;
+    let task: RemoteTask = serde_json::from_str(&envelope.task)
+        .map_err(|e| never(format!("the task does not read as a task ({e})")))?;
+    if task.expires <= now {
+        return Err(never(
+            "the task has expired (it was sent again too late)".into(),
+        ));
+    }
     Ok((task, envelope.lead))
 }
 
@@ -133,35 +165,51 @@ mod tests {
             deny: vec!["Bash(rm:*)".into()],
             ask: Vec::new(),
             tags: vec!["gpu".into()],
+            bash: Vec::new(),
+            expires: NOW + 60,
         }
     }
+
+    const NOW: u64 = 1_800_000_000;
 
     #[test]
     fn a_sealed_task_opens_only_for_a_worker_trusting_its_lead() {
         let lead = KeyPair::new_user();
         let sealed = seal(&task(), &lead).unwrap();
         let trusted = vec![lead.public_key()];
-        let (opened, by) = open(&sealed, &trusted).unwrap();
+        let (opened, by) = open(&sealed, &trusted, NOW).unwrap();
         assert_eq!(opened.prompt, "fix the parser");
         assert_eq!(by, lead.public_key());
 
+        // Another worker may trust it: handed back, not ended.
         let stranger = KeyPair::new_user();
-        let why = open(&sealed, &[stranger.public_key()]).unwrap_err();
-        assert!(why.contains("a lead this worker does not trust"), "{why}");
+        let refused = open(&sealed, &[stranger.public_key()], NOW).unwrap_err();
+        assert!(
+            refused.why.contains("a lead this worker does not trust"),
+            "{refused:?}"
+        );
+        assert!(!refused.for_good);
+
+        // Sent again after it expired: refused for good.
+        let late = open(&sealed, &trusted, NOW + 60).unwrap_err();
+        assert!(
+            late.why.contains("has expired") && late.for_good,
+            "{late:?}"
+        );
 
         // Changed on the way: the signature no longer matches.
         let text = String::from_utf8(sealed.clone()).unwrap();
         let changed = text.replace("fix the parser", "rm -rf ~ now!!");
-        let why = open(changed.as_bytes(), &trusted).unwrap_err();
-        assert_eq!(why, "the task's signature does not match it");
+        let why = open(changed.as_bytes(), &trusted, NOW).unwrap_err();
+        assert_eq!(why.why, "the task's signature does not match it");
 
         // Signed by another key that claims to be the lead.
         let forged = seal(&task(), &stranger).unwrap();
         let claimed = String::from_utf8(forged)
             .unwrap()
             .replace(&stranger.public_key(), &lead.public_key());
-        let why = open(claimed.as_bytes(), &trusted).unwrap_err();
-        assert_eq!(why, "the task's signature does not match it");
+        let why = open(claimed.as_bytes(), &trusted, NOW).unwrap_err();
+        assert_eq!(why.why, "the task's signature does not match it");
     }
 
     #[test]
@@ -169,18 +217,18 @@ mod tests {
         let trusted = vec![KeyPair::new_user().public_key()];
         let task = serde_json::to_string(&task()).unwrap();
         let unsigned = serde_json::json!({"protocol": PROTOCOL, "task": task}).to_string();
-        assert_eq!(
-            open(unsigned.as_bytes(), &trusted).unwrap_err(),
-            "the task is not signed"
-        );
+        let unsigned = open(unsigned.as_bytes(), &trusted, NOW).unwrap_err();
+        assert_eq!(unsigned.why, "the task is not signed");
+        assert!(unsigned.for_good);
         let newer = serde_json::json!({"protocol": PROTOCOL + 1, "task": task}).to_string();
-        let why = open(newer.as_bytes(), &trusted).unwrap_err();
-        assert!(why.contains("run the same orchestrate version"), "{why}");
+        let other = open(newer.as_bytes(), &trusted, NOW).unwrap_err();
         assert!(
-            open(b"\x00garbage", &trusted)
-                .unwrap_err()
-                .starts_with("not a task")
+            other.why.contains("run the same orchestrate version"),
+            "{other:?}"
         );
+        assert!(!other.for_good, "a worker of that version may run it");
+        let garbage = open(b"\x00garbage", &trusted, NOW).unwrap_err();
+        assert!(garbage.why.starts_with("not a task"));
     }
 
     #[test]

@@ -23,6 +23,8 @@ pub struct Remote {
     key: KeyPair,
     run: SessionId,
     waiting: Arc<Waiting>,
+    /// The consumer following the run's results.
+    follower: String,
     _results: crate::actors::AbortOnDrop,
 }
 
@@ -41,9 +43,24 @@ impl std::fmt::Debug for Remote {
 struct Waiting {
     calls: Mutex<HashMap<SessionId, oneshot::Sender<RemoteResult>>>,
     delivered: Mutex<HashSet<SessionId>>,
+    /// Each waiting task's place in the tasks' stream, for the server's word
+    /// that no worker will run it.
+    placed: Mutex<HashMap<u64, SessionId>>,
 }
 
 impl Waiting {
+    /// Every call waiting is told the link is gone (its result cannot come).
+    fn close(&self) {
+        (self.calls.lock().unwrap_or_else(PoisonError::into_inner)).clear();
+    }
+
+    /// The session of the task at `sequence` of the tasks' stream.
+    fn placed_at(&self, sequence: u64) -> Option<SessionId> {
+        (self.placed.lock().unwrap_or_else(PoisonError::into_inner))
+            .get(&sequence)
+            .copied()
+    }
+
     /// Hands `result` to its call, once; whether it was the first copy.
     fn deliver(&self, result: RemoteResult) -> bool {
         let first = (self
@@ -76,9 +93,10 @@ impl Remote {
         if let Some(token) = token {
             options = options.token(token);
         }
+        // Not retried: a server that cannot be reached, or a token it
+        // refuses, ends the run before it starts.
         let client = options
             .name(format!("orchestrate lead {run}"))
-            .retry_on_initial_connect()
             .connect(subjects::addresses(servers)?)
             .await
             .map_err(|e| format!("cannot join {}: {e}", servers.join(",")))?;
@@ -102,14 +120,55 @@ impl Remote {
                 .map_err(|e| format!("cannot follow the run's results: {e}"))
         })
         .await?;
+        let follower = consumer.cached_info().name.clone();
         let mut messages = consumer
             .messages()
             .await
             .map_err(|e| format!("cannot follow the run's results: {e}"))?;
+        // The server's word that no worker will run a task: handed out too
+        // often, or ended for good by a worker.
+        let advisories = ["MAX_DELIVERIES", "MSG_TERMINATED"]
+            .map(|kind| format!("$JS.EVENT.ADVISORY.CONSUMER.{kind}.{}.>", subjects::TASKS));
+        let mut given_up = Vec::new();
+        for subject in advisories {
+            given_up.push(
+                (client.subscribe(subject).await)
+                    .map_err(|e| format!("cannot follow the run's tasks: {e}"))?,
+            );
+        }
+        let mut given_up = futures::stream::select_all(given_up);
         let waiting = Arc::new(Waiting::default());
         let deliver = waiting.clone();
+        let looked_up = js.clone();
         let task = tokio::spawn(async move {
-            while let Some(message) = messages.next().await {
+            loop {
+                let message = tokio::select! {
+                    message = messages.next() => match message {
+                        Some(message) => message,
+                        None => break,
+                    },
+                    Some(advisory) = given_up.next() => {
+                        let told: serde_json::Value =
+                            serde_json::from_slice(&advisory.payload).unwrap_or_default();
+                        let session = told["stream_seq"].as_u64().and_then(|s| deliver.placed_at(s));
+                        if let Some(session) = session {
+                            // A worker that refused it told why first: that
+                            // is its result.
+                            if let Some(result) = published(&looked_up, run, session).await {
+                                deliver.deliver(result);
+                                continue;
+                            }
+                            deliver.deliver(RemoteResult {
+                                run,
+                                session,
+                                outcome: "failed (remote)".into(),
+                                text: "no worker ran it: the workers refused it, or died with it, as often as it may be handed out".into(),
+                                worker: String::new(),
+                            });
+                        }
+                        continue;
+                    }
+                };
                 let Ok(message) = message else { continue };
                 match serde_json::from_slice::<RemoteResult>(&message.payload) {
                     Ok(result) if result.run == run => {
@@ -121,6 +180,8 @@ impl Remote {
                 }
                 let _ = message.ack().await;
             }
+            // The results can no longer come: every call waiting is told.
+            deliver.close();
         });
         Ok(Self {
             client,
@@ -128,6 +189,7 @@ impl Remote {
             key,
             run,
             waiting,
+            follower,
             _results: crate::actors::AbortOnDrop(task),
         })
     }
@@ -161,6 +223,9 @@ impl Remote {
         };
         purge(subjects::TASKS, subjects::tasks_of(self.run)).await;
         purge(subjects::RESULTS, subjects::results(self.run)).await;
+        if let Ok(results) = self.js.get_stream(subjects::RESULTS).await {
+            let _ = results.delete_consumer(&self.follower).await;
+        }
     }
 
     /// Places `task` on a worker (one that has every tag it names) and waits
@@ -174,9 +239,10 @@ impl Remote {
             .lock()
             .unwrap_or_else(PoisonError::into_inner))
         .insert(session, tx);
-        let _forget = Forget {
+        let mut forget = Forget {
             waiting: &self.waiting,
             session,
+            queued: None,
         };
         let sealed = seal(&task, &self.key)?;
         let mut headers = async_nats::HeaderMap::new();
@@ -185,32 +251,79 @@ impl Remote {
             session.to_string().as_str(),
         );
         let subject = subjects::task(self.run, &task.tags);
-        let ack = self
-            .js
-            .publish_with_headers(subject, headers, sealed.into())
-            .await
-            .map_err(|e| format!("cannot place the task: {e}"))?;
-        ack.await
-            .map_err(|e| format!("the task was not taken by the stream: {e}"))?;
+        let sealed = bytes::Bytes::from(sealed);
+        // Sent again while a cluster elects: the message id keeps one copy.
+        let ack = subjects::patiently(|| async {
+            let ack = (self.js)
+                .publish_with_headers(subject.clone(), headers.clone(), sealed.clone())
+                .await
+                .map_err(|e| format!("cannot place the task: {e}"))?;
+            ack.await
+                .map_err(|e| format!("the task was not taken by the stream: {e}"))
+        })
+        .await?;
+        (self
+            .waiting
+            .placed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner))
+        .insert(ack.sequence, session);
+        forget.queued = Some((self.js.clone(), ack.sequence));
         rx.await
             .map_err(|_| "the run's link to its workers closed".to_owned())
     }
 }
 
-/// Forgets a call's wait when it ends (answered, or given up on).
+/// The result of `run`'s sub-agent `session` already in the results'
+/// stream, if there is one.
+async fn published(
+    js: &jetstream::Context,
+    run: SessionId,
+    session: SessionId,
+) -> Option<RemoteResult> {
+    let results = js.get_stream(subjects::RESULTS).await.ok()?;
+    let subject = subjects::result(run, session);
+    let message = results
+        .get_last_raw_message_by_subject(&subject)
+        .await
+        .ok()?;
+    serde_json::from_slice(&message.payload).ok()
+}
+
+/// Forgets a call's wait when it ends (answered, or given up on: a task
+/// no worker has taken yet is then taken out of the queue).
 struct Forget<'a> {
     waiting: &'a Waiting,
     session: SessionId,
+    /// Where its task is in the tasks' stream.
+    queued: Option<(jetstream::Context, u64)>,
 }
 
 impl Drop for Forget<'_> {
     fn drop(&mut self) {
-        (self
+        let answered = (self
             .waiting
             .calls
             .lock()
             .unwrap_or_else(PoisonError::into_inner))
-        .remove(&self.session);
+        .remove(&self.session)
+        .is_none();
+        let Some((js, sequence)) = self.queued.take() else {
+            return;
+        };
+        (self
+            .waiting
+            .placed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner))
+        .remove(&sequence);
+        if !answered && let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Ok(tasks) = js.get_stream(subjects::TASKS).await {
+                    let _ = tasks.delete_message(sequence).await;
+                }
+            });
+        }
     }
 }
 

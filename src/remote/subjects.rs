@@ -29,9 +29,7 @@ pub const TIME_TO_LIVE: Duration = Duration::from_secs(24 * 3600);
 /// Within how long a second message of the same id is dropped.
 pub const DUPLICATES_WITHIN: Duration = Duration::from_secs(10 * 60);
 
-/// The most tags a worker may have: it follows a consumer for each set of
-/// them (2⁴ − 1 at most).
-pub const MAX_TAGS: usize = 4;
+pub use crate::roles::{MAX_TAGS, valid_tag};
 
 /// The subject of `run`'s tasks for workers that have every one of `tags`
 /// (none: any worker).
@@ -75,8 +73,13 @@ pub fn consumers(tags: &[String]) -> Vec<(String, String)> {
     }
     std::iter::once(("tasks-any".to_owned(), format!("{TASKS_PREFIX}.*.any")))
         .chain(sets.into_iter().map(|set| {
-            let name = format!("tasks-tag-{}", set.replace('+', "_and_"));
-            (name, format!("{TASKS_PREFIX}.*.tag.{set}"))
+            // A consumer's name holds no `+`: the set's bytes in hex, which
+            // no other set shares.
+            let hex: String = set.bytes().map(|b| format!("{b:02x}")).collect();
+            (
+                format!("tasks-tag-{hex}"),
+                format!("{TASKS_PREFIX}.*.tag.{set}"),
+            )
         }))
         .collect()
 }
@@ -91,15 +94,6 @@ pub fn result(run: SessionId, session: SessionId) -> String {
 /// The subjects of every result of `run`.
 pub fn results(run: SessionId) -> String {
     format!("{RESULTS_PREFIX}.{run}.*")
-}
-
-/// Whether `tag` may name a worker's tag: letters, digits, `-` and `_`.
-pub fn valid_tag(tag: &str) -> bool {
-    !tag.is_empty()
-        && tag.len() <= 64
-        && tag
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
 /// How many copies a stream keeps: three, or as many servers as there are
@@ -206,7 +200,11 @@ mod tests {
                 "orchestrate.tasks.*.tag.big+gpu"
             ]
         );
-        assert_eq!(both[3].0, "tasks-tag-big_and_gpu");
+        assert_eq!(both[3].0, "tasks-tag-6269672b677075");
+        // `x_and_y` and the pair `x`, `y` are two sets, two consumers.
+        let pair = consumers(&tags(&["x", "y"]));
+        let one_tag = consumers(&tags(&["x_and_y"]));
+        assert_ne!(pair[3].0, one_tag[1].0);
         let one = consumers(&tags(&["gpu"]));
         assert!(!one.iter().any(|(_, f)| f.ends_with("big+gpu")));
         assert_eq!(consumers(&[]).len(), 1);

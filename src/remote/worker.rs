@@ -95,13 +95,12 @@ impl std::fmt::Debug for WorkerConfig {
 /// Whether `server` (`nats://host:port`, or `host:port`) is on this
 /// machine: a loopback address or `localhost`.
 pub fn on_this_machine(server: &str) -> bool {
-    let rest = server.split_once("://").map_or(server, |(_, rest)| rest);
-    let authority = rest.split('/').next().unwrap_or_default();
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host = match host_port.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or_default(),
-        None => host_port.split(':').next().unwrap_or_default(),
+    // Read as the client reads it, so that what is checked is where it goes.
+    let Ok(address) = server.parse::<async_nats::ServerAddr>() else {
+        return false;
     };
+    let host = address.host();
+    let host = host.trim_start_matches('[').trim_end_matches(']');
     host.eq_ignore_ascii_case("localhost")
         || host
             .parse::<std::net::IpAddr>()
@@ -124,9 +123,10 @@ pub async fn work(
     if let Some(token) = &config.token {
         options = options.token(token.clone());
     }
+    // Not retried: a server that cannot be reached, or a token it refuses,
+    // is said at once; once joined, the client reconnects on its own.
     let client = options
         .name(format!("orchestrate worker {}", config.name))
-        .retry_on_initial_connect()
         .connect(subjects::addresses(&config.servers)?)
         .await
         .map_err(|e| format!("cannot join {}: {e}", config.servers.join(",")))?;
@@ -139,6 +139,7 @@ pub async fn work(
     );
     let tasks = subjects::ensure_streams(&js, replicas).await?;
     let mut consumers = Vec::new();
+    let mut ack_wait = config.ack_wait;
     for (name, filter) in subjects::consumers(&config.tags) {
         let config = consumer::pull::Config {
             durable_name: Some(name.clone()),
@@ -148,13 +149,25 @@ pub async fn work(
             max_deliver: MAX_DELIVER,
             ..Default::default()
         };
-        let made = subjects::patiently(|| async {
+        let mut made: consumer::PullConsumer = subjects::patiently(|| async {
             (tasks.get_or_create_consumer(&name, config.clone()).await)
                 .map_err(|e| format!("cannot make the consumer {name}: {e}"))
         })
         .await?;
+        // A consumer another worker made keeps its own settings: a task's
+        // ack wait is extended by the consumer's, and one that follows
+        // other subjects is not this worker's to use.
+        let info = made.info().await.map_err(|e| e.to_string())?.clone();
+        if info.config.filter_subject != config.filter_subject {
+            return Err(format!(
+                "the consumer {name} follows {:?}, not {:?}: remove it (`nats consumer rm`) or rename the tag",
+                info.config.filter_subject, config.filter_subject
+            ));
+        }
+        ack_wait = ack_wait.min(info.config.ack_wait);
         consumers.push(made);
     }
+    let extend = ack_wait / 3;
     say(format!(
         "joined {} as {} ({} slots{})",
         config.servers.join(","),
@@ -169,10 +182,15 @@ pub async fn work(
     let mut running = tokio::task::JoinSet::new();
     let drained = CancellationToken::new();
     let config = Arc::new(config);
+    // Each pass starts at the next consumer: tasks only this worker's tags
+    // may take are not starved by a backlog of untagged ones.
+    let mut first = 0;
     'pulling: while !stop.is_cancelled() {
         // What has ended is let go of.
         while running.try_join_next().is_some() {}
-        for consumer in &consumers {
+        first = (first + 1) % consumers.len();
+        let order = consumers[first..].iter().chain(&consumers[..first]);
+        for consumer in order {
             let free = slots.available_permits();
             if free == 0 {
                 // Wait for a slot, or the stop.
@@ -207,6 +225,7 @@ pub async fn work(
                 };
                 let job = Job {
                     js: js.clone(),
+                    extend,
                     config: config.clone(),
                     runner: runner.clone(),
                     say: say.clone(),
@@ -233,12 +252,16 @@ pub async fn work(
         drained.cancel();
         while running.join_next().await.is_some() {}
     }
+    // What was handed back reaches the server before the worker goes.
+    let _ = client.flush().await;
     client.drain().await.map_err(|e| e.to_string())
 }
 
 /// One task taken from the stream.
 struct Job {
     js: jetstream::Context,
+    /// How often a running task's ack wait is extended.
+    extend: Duration,
     config: Arc<WorkerConfig>,
     runner: Arc<dyn Runner>,
     say: Say,
@@ -247,14 +270,35 @@ struct Job {
 
 impl Job {
     async fn take(self, message: jetstream::Message) {
-        let (task, _lead) = match envelope::open(&message.payload, &self.config.trusted) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let (task, _lead) = match envelope::open(&message.payload, &self.config.trusted, now) {
             Ok(opened) => opened,
-            Err(why) => {
+            Err(refused) => {
+                let why = &refused.why;
                 (self.say)(format!("refused a task on {}: {why}", message.subject));
-                let _ = message.ack_with(AckKind::Term).await;
+                // One another worker may run goes back for it, a little
+                // later; the rest no worker runs.
+                let end = match refused.for_good {
+                    true => AckKind::Term,
+                    false => AckKind::Nak(Some(self.extend)),
+                };
+                let _ = message.ack_with(end).await;
                 return;
             }
         };
+        // Published on another run's subject, or for workers with other
+        // tags: not where its lead sent it.
+        if message.subject.as_str() != subjects::task(task.run, &task.tags) {
+            (self.say)(format!(
+                "refused a task on {}: it was sent to {}",
+                message.subject,
+                subjects::task(task.run, &task.tags)
+            ));
+            let _ = message.ack_with(AckKind::Term).await;
+            return;
+        }
         let result = |outcome: &str, text: String| RemoteResult {
             run: task.run,
             session: task.session,
@@ -284,7 +328,7 @@ impl Job {
         (self.say)(format!("running task {session} ({})", task.role));
         let run = self.runner.run(task.clone());
         tokio::pin!(run);
-        let mut progress = tokio::time::interval(self.config.ack_wait / 3);
+        let mut progress = tokio::time::interval(self.extend);
         progress.tick().await;
         let (outcome, text) = loop {
             tokio::select! {
@@ -357,6 +401,7 @@ mod tests {
             "nats://10.0.0.1:4222",
             "nats://nats.example.com",
             "nats://127.0.0.1.example.com:4222",
+            "nats://evil.example.com#@127.0.0.1",
         ] {
             assert!(!super::on_this_machine(away), "{away}");
         }

@@ -352,4 +352,10 @@ fn a_roles_placement_and_its_tags_are_read_and_checked() {
     );
     let bad = role("placementTags: [\"a.b\"]\n").unwrap_err().to_string();
     assert!(bad.contains("placementTags: \"a.b\" is not a tag"), "{bad}");
+    let empty = role("placementTags: [\"\"]\n").unwrap_err().to_string();
+    assert!(empty.contains("is not a tag"), "{empty}");
+    let many = role("placementTags: [a, b, c, d, e]\n")
+        .unwrap_err()
+        .to_string();
+    assert!(many.contains("at most 4 tags"), "{many}");
 }
