@@ -9,4 +9,4 @@ pub mod lead;
 pub mod subjects;
 pub mod worker;
 
-pub use self::keys::{lead_key, local_lead};
+pub use self::keys::lead_key;

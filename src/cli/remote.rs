@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::protocol::SessionId;
-use crate::remote::launcher::RemoteLauncher;
+use crate::remote::launcher::{Placing, RemoteLauncher};
 use crate::remote::lead::Remote;
 use crate::runtime::Handle;
 use crate::setup::Setup;
@@ -13,7 +13,7 @@ use crate::task::Launcher;
 use super::flags::Cli;
 
 /// A run's launcher, its link to the servers, and what to tell the person.
-pub(super) type Placing = (Arc<dyn Launcher>, Arc<Remote>, Option<String>);
+pub(super) type Placed = (Arc<dyn Launcher>, Arc<Remote>, Option<String>);
 
 /// The launcher of run `run`'s Task calls when it has `--nats`, its link to
 /// the servers (to clean up after it with [`Remote::finish`]) and, when a
@@ -26,7 +26,7 @@ pub(super) async fn launcher(
     plan: &Setup,
     handle: Handle,
     run: SessionId,
-) -> Result<Option<Placing>, String> {
+) -> Result<Option<Placed>, String> {
     let Some(urls) = &cli.nats else {
         return Ok(None);
     };
@@ -62,12 +62,12 @@ pub(super) async fn launcher(
     // This machine runs as many sub-agents at once as it has cores before
     // `any` ones go to workers.
     let room = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let launcher = RemoteLauncher::new(
-        handle,
-        remote.clone(),
-        cli.remote_only,
+    let placing = Placing {
+        remote_only: cli.remote_only,
         room,
-        (rules(&plan.rules.deny), rules(&plan.rules.ask)),
-    );
+        deny: rules(&plan.rules.deny),
+        ask: rules(&plan.rules.ask),
+    };
+    let launcher = RemoteLauncher::new(handle, remote.clone(), placing);
     Ok(Some((Arc::new(launcher), remote, note)))
 }

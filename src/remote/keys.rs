@@ -1,7 +1,7 @@
 //! The lead's signing key: an nkey seed in the person's state root
 //! (`lead.nk`, theirs alone), made the first time a run places a sub-agent
-//! remotely. A worker of the same user on the same machine trusts it without
-//! being told ([`local_lead`]).
+//! remotely or a worker starts. A worker of the same user on the same
+//! machine trusts it without being told.
 
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -57,15 +57,6 @@ pub fn lead_key(root: &Path) -> Result<KeyPair, String> {
     }
 }
 
-/// The public key of the lead key kept in `root`, if there is one (what a
-/// worker of the same user trusts without being told).
-pub fn local_lead(root: &Path) -> Option<String> {
-    read(&root.join(FILE))
-        .ok()
-        .flatten()
-        .map(|k| k.public_key())
-}
-
 /// The key in `path`; `None` when there is no file.
 fn read(path: &Path) -> Result<Option<KeyPair>, String> {
     let shown = path.display();
@@ -97,11 +88,17 @@ mod tests {
     fn the_lead_key_is_made_once_kept_private_and_trusted_locally() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("state");
-        assert_eq!(local_lead(&root), None);
+        let public = |root: &Path| {
+            read(&root.join(FILE))
+                .ok()
+                .flatten()
+                .map(|k| k.public_key())
+        };
+        assert_eq!(public(&root), None);
         let made = lead_key(&root).unwrap();
         let again = lead_key(&root).unwrap();
         assert_eq!(made.public_key(), again.public_key());
-        assert_eq!(local_lead(&root), Some(made.public_key()));
+        assert_eq!(public(&root), Some(made.public_key()));
         let mode = std::fs::metadata(root.join(FILE))
             .unwrap()
             .permissions()
@@ -111,7 +108,7 @@ mod tests {
         std::fs::set_permissions(root.join(FILE), std::fs::Permissions::from_mode(0o644)).unwrap();
         let why = lead_key(&root).unwrap_err();
         assert!(why.ends_with("readable by others (chmod 600 it)"), "{why}");
-        assert_eq!(local_lead(&root), None);
+        assert_eq!(public(&root), None);
     }
 
     #[test]

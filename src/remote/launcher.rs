@@ -107,6 +107,20 @@ pub fn outcome_of(result: Result<RemoteResult, String>) -> Outcome {
     }
 }
 
+/// How a run places its sub-agents.
+#[derive(Clone, Debug, Default)]
+pub struct Placing {
+    /// Every sub-agent that may run elsewhere runs on a worker
+    /// (`--remote-only`).
+    pub remote_only: bool,
+    /// Sub-agents this machine runs at once before `any` ones go to workers.
+    pub room: usize,
+    /// The person's deny rules, which every remote task carries.
+    pub deny: Vec<String>,
+    /// The person's ask rules, which every remote task carries.
+    pub ask: Vec<String>,
+}
+
 /// Task calls on this machine or on workers.
 #[derive(Debug)]
 pub struct RemoteLauncher {
@@ -122,24 +136,16 @@ pub struct RemoteLauncher {
 }
 
 impl RemoteLauncher {
-    /// Places `local`'s Task calls through `remote`: this machine runs at most
-    /// `room` of them at once before `any` ones go to workers (all of them:
-    /// `remote_only`); remote tasks carry `deny` and `ask`.
-    pub fn new(
-        local: Handle,
-        remote: Arc<Remote>,
-        remote_only: bool,
-        room: usize,
-        (deny, ask): (Vec<String>, Vec<String>),
-    ) -> Self {
+    /// Places `local`'s Task calls through `remote`, as `placing` says.
+    pub fn new(local: Handle, remote: Arc<Remote>, placing: Placing) -> Self {
         Self {
             local,
             remote,
-            remote_only,
-            room,
+            remote_only: placing.remote_only,
+            room: placing.room,
             running_here: Arc::default(),
-            deny,
-            ask,
+            deny: placing.deny,
+            ask: placing.ask,
         }
     }
 
