@@ -616,3 +616,54 @@ async fn a_task_no_worker_will_run_fails_its_call_instead_of_waiting_forever() {
     assert!(line.contains("a lead this worker does not trust"), "{line}");
     let _ = worker.kill().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_worker_asked_to_stop_finishes_its_task_then_exits() {
+    let server = NatsServer::start();
+    let held = Gate::new();
+    let mock = MockLlm::start_with({
+        let held = held.clone();
+        move |request, _| {
+            let system = request.body["messages"][0]["content"].as_str().unwrap_or_default();
+            let results = crate::support::harness::tool_results(request);
+            match system {
+                "You are far." => Reply::text("finished anyway").with_end(End::HoldAfter(1, held.clone())),
+                _ if results.is_empty() => Reply::tool_calls(&[(
+                    "t1",
+                    "Task",
+                    serde_json::json!({"description": "far", "prompt": "go far", "subagent_type": "far"}),
+                )]),
+                _ => Reply::text(crate::support::harness::answer(&results[0].1)),
+            }
+        }
+    })
+    .await;
+    let ws = far_workspace();
+    let (mut worker, mut lines) = worker_with(&mock, ws.path(), &server, &["--slots", "1"]).await;
+    let lead = command_on(&mock, ws.path(), &["--nats", &server.url, "go"], &[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    crate::support::harness::wait_until("the worker runs the task", || {
+        mock.requests()
+            .iter()
+            .any(|r| r.body["messages"][0]["content"] == "You are far.")
+    })
+    .await;
+    let pid = rustix::process::Pid::from_raw(worker.id().unwrap() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let line = said(&mut lines, "stopping").await;
+    assert!(line.contains("for 1 running task"), "{line}");
+    held.open();
+    let out = tokio::time::timeout(DEADLINE, lead.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "finished anyway\n");
+    let status = tokio::time::timeout(DEADLINE, worker.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status}");
+}
