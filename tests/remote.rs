@@ -293,6 +293,44 @@ async fn a_run_with_nats_places_a_remote_role_on_a_worker_and_hears_its_result()
     let _ = worker.kill().await;
 }
 
+/// A model for a lead that fans out to `n` `far` sub-agents (`n1`…), each
+/// answering `<nI>` once `held` opens; the lead answers with theirs.
+async fn fan_out(n: usize, held: &Gate) -> MockLlm {
+    let held = held.clone();
+    MockLlm::start_with(move |request, _| {
+        let messages = request.body["messages"].as_array().cloned().unwrap_or_default();
+        let system = messages[0]["content"].as_str().unwrap_or_default();
+        let results = crate::support::harness::tool_results(request);
+        match system {
+            // Every sub-agent's answer waits until the test lets it go.
+            "You are far." => {
+                let prompt = messages[1]["content"].as_str().unwrap_or_default();
+                Reply::text(format!("<{prompt}>")).with_end(End::HoldAfter(1, held.clone()))
+            }
+            _ if results.is_empty() => {
+                let call = |i: usize| {
+                    let input = serde_json::json!({"description": format!("n{i}"), "prompt": format!("n{i}"), "subagent_type": "far"});
+                    (format!("t{i}"), input)
+                };
+                let calls: Vec<(String, serde_json::Value)> = (1..=n).map(call).collect();
+                let calls: Vec<(&str, &str, serde_json::Value)> = calls
+                    .iter()
+                    .map(|(id, input)| (id.as_str(), "Task", input.clone()))
+                    .collect();
+                Reply::tool_calls(&calls)
+            }
+            _ => {
+                let answers: Vec<&str> = results
+                    .iter()
+                    .map(|(_, r)| crate::support::harness::answer(r))
+                    .collect();
+                Reply::text(answers.join(" "))
+            }
+        }
+    })
+    .await
+}
+
 /// A workspace whose `far` role runs on workers.
 fn far_workspace() -> tempfile::TempDir {
     let ws = tempfile::tempdir().unwrap();
@@ -309,42 +347,7 @@ fn far_workspace() -> tempfile::TempDir {
 async fn thirty_remote_sub_agents_each_answer_once_though_a_worker_is_killed() {
     let server = NatsServer::start();
     let held = Gate::new();
-    let mock = MockLlm::start_with({
-        let held = held.clone();
-        move |request, _| {
-            let messages = request.body["messages"].as_array().cloned().unwrap_or_default();
-            let system = messages[0]["content"].as_str().unwrap_or_default();
-            let results = crate::support::harness::tool_results(request);
-            match system {
-                // Every sub-agent's answer waits until the test lets it go.
-                "You are far." => {
-                    let prompt = messages[1]["content"].as_str().unwrap_or_default();
-                    Reply::text(format!("<{prompt}>")).with_end(End::HoldAfter(1, held.clone()))
-                }
-                _ if results.is_empty() => {
-                    let calls: Vec<(String, serde_json::Value)> = (1..=30)
-                        .map(|i| {
-                            let input = serde_json::json!({"description": format!("n{i}"), "prompt": format!("n{i}"), "subagent_type": "far"});
-                            (format!("t{i}"), input)
-                        })
-                        .collect();
-                    let calls: Vec<(&str, &str, serde_json::Value)> = calls
-                        .iter()
-                        .map(|(id, input)| (id.as_str(), "Task", input.clone()))
-                        .collect();
-                    Reply::tool_calls(&calls)
-                }
-                _ => {
-                    let answers: Vec<&str> = results
-                        .iter()
-                        .map(|(_, r)| crate::support::harness::answer(r))
-                        .collect();
-                    Reply::text(answers.join(" "))
-                }
-            }
-        }
-    })
-    .await;
+    let mock = fan_out(30, &held).await;
     let ws = far_workspace();
     let flags = ["--slots", "4", "--ack-wait-ms", "2000"];
     let (mut doomed, _a) = worker_with(&mock, ws.path(), &server, &flags).await;
@@ -469,40 +472,7 @@ async fn a_tagged_role_runs_only_on_a_worker_with_its_tags() {
 async fn on_a_three_server_cluster_twelve_remote_sub_agents_answer_once_though_a_worker_dies() {
     let cluster = NatsCluster::start(3);
     let held = Gate::new();
-    let mock = MockLlm::start_with({
-        let held = held.clone();
-        move |request, _| {
-            let messages = request.body["messages"].as_array().cloned().unwrap_or_default();
-            let system = messages[0]["content"].as_str().unwrap_or_default();
-            let results = crate::support::harness::tool_results(request);
-            match system {
-                "You are far." => {
-                    let prompt = messages[1]["content"].as_str().unwrap_or_default();
-                    Reply::text(format!("<{prompt}>")).with_end(End::HoldAfter(1, held.clone()))
-                }
-                _ if results.is_empty() => {
-                    let call = |i: usize| {
-                        let input = serde_json::json!({"description": format!("n{i}"), "prompt": format!("n{i}"), "subagent_type": "far"});
-                        (format!("t{i}"), input)
-                    };
-                    let calls: Vec<(String, serde_json::Value)> = (1..=12).map(call).collect();
-                    let calls: Vec<(&str, &str, serde_json::Value)> = calls
-                        .iter()
-                        .map(|(id, input)| (id.as_str(), "Task", input.clone()))
-                        .collect();
-                    Reply::tool_calls(&calls)
-                }
-                _ => {
-                    let answers: Vec<&str> = results
-                        .iter()
-                        .map(|(_, r)| crate::support::harness::answer(r))
-                        .collect();
-                    Reply::text(answers.join(" "))
-                }
-            }
-        }
-    })
-    .await;
+    let mock = fan_out(12, &held).await;
     let ws = far_workspace();
     let flags = ["--slots", "2", "--ack-wait-ms", "2000"];
     let join = |urls: &str| {

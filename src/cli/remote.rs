@@ -30,25 +30,9 @@ pub(super) async fn launcher(
     let Some(urls) = &cli.nats else {
         return Ok(None);
     };
-    let servers: Vec<String> = urls
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect();
-    if servers.is_empty() {
-        return Err("--nats names no server".into());
-    }
     let token = env("NATS_TOKEN").filter(|t| !t.is_empty());
-    if token.is_none()
-        && let Some(away) = servers
-            .iter()
-            .find(|s| !crate::remote::worker::on_this_machine(s))
-    {
-        return Err(format!(
-            "--nats: {away} is not on this machine: set NATS_TOKEN to join it (a server elsewhere requires authentication)"
-        ));
-    }
+    let servers = crate::remote::subjects::servers(urls, token.is_some())
+        .map_err(|why| format!("--nats {why}"))?;
     let key = crate::remote::lead_key(plan.state.root()).map_err(|e| format!("--nats: {e}"))?;
     let public = key.public_key();
     let note = (!servers.iter().all(|s| crate::remote::worker::on_this_machine(s))).then(|| {

@@ -45,28 +45,11 @@ pub(super) async fn run(
         let _ = writeln!(err, "orchestrate: worker: {why}");
         ExitCode::from(exit::USAGE)
     };
-    let servers: Vec<String> = join
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect();
-    if servers.is_empty() {
-        return usage(err, "--join names no server".into());
-    }
     let token = env("NATS_TOKEN").filter(|t| !t.is_empty());
-    if token.is_none()
-        && let Some(away) = servers
-            .iter()
-            .find(|s| !crate::remote::worker::on_this_machine(s))
-    {
-        return usage(
-            err,
-            format!(
-                "{away} is not on this machine: set NATS_TOKEN to join it (a server elsewhere requires authentication)"
-            ),
-        );
-    }
+    let servers = match crate::remote::subjects::servers(&join, token.is_some()) {
+        Ok(servers) => servers,
+        Err(why) => return usage(err, format!("--join {why}")),
+    };
     if tags.len() > crate::remote::subjects::MAX_TAGS {
         let most = crate::remote::subjects::MAX_TAGS;
         return usage(

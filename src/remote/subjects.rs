@@ -103,6 +103,27 @@ pub fn replicas(servers: usize) -> usize {
     servers.clamp(1, 3)
 }
 
+/// The servers a comma-separated `list` names, refused when it names none,
+/// or names one not on this machine while there is no token to join it
+/// with (`token`: whether `NATS_TOKEN` is set).
+pub fn servers(list: &str, token: bool) -> Result<Vec<String>, String> {
+    let servers: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if servers.is_empty() {
+        return Err("names no server".into());
+    }
+    if !token && let Some(away) = servers.iter().find(|s| !super::worker::on_this_machine(s)) {
+        return Err(format!(
+            "{away} is not on this machine: set NATS_TOKEN to join it (a server elsewhere requires authentication)"
+        ));
+    }
+    Ok(servers)
+}
+
 /// The servers' addresses, each read: one that does not read is named.
 pub fn addresses(servers: &[String]) -> Result<Vec<async_nats::ServerAddr>, String> {
     servers
@@ -148,36 +169,52 @@ pub(crate) async fn ensure_streams(
 }
 
 async fn make_streams(js: &jetstream::Context, replicas: usize) -> Result<stream::Stream, String> {
-    let tasks = js
-        .get_or_create_stream(stream::Config {
-            name: TASKS.into(),
-            subjects: vec![format!("{TASKS_PREFIX}.>")],
-            retention: stream::RetentionPolicy::WorkQueue,
-            storage: stream::StorageType::File,
-            num_replicas: replicas,
-            max_age: TIME_TO_LIVE,
-            duplicate_window: DUPLICATES_WITHIN,
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| format!("cannot make the stream {TASKS}: {e}"))?;
-    js.get_or_create_stream(stream::Config {
-        name: RESULTS.into(),
-        subjects: vec![format!("{RESULTS_PREFIX}.>")],
+    let config = |name: &str, prefix: &str, retention| stream::Config {
+        name: name.into(),
+        subjects: vec![format!("{prefix}.>")],
+        retention,
         storage: stream::StorageType::File,
         num_replicas: replicas,
         max_age: TIME_TO_LIVE,
         duplicate_window: DUPLICATES_WITHIN,
         ..Default::default()
-    })
-    .await
-    .map_err(|e| format!("cannot make the stream {RESULTS}: {e}"))?;
+    };
+    let make = |config: stream::Config| async move {
+        let name = config.name.clone();
+        (js.get_or_create_stream(config).await)
+            .map_err(|e| format!("cannot make the stream {name}: {e}"))
+    };
+    let tasks = make(config(
+        TASKS,
+        TASKS_PREFIX,
+        stream::RetentionPolicy::WorkQueue,
+    ))
+    .await?;
+    make(config(
+        RESULTS,
+        RESULTS_PREFIX,
+        stream::RetentionPolicy::Limits,
+    ))
+    .await?;
     Ok(tasks)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn servers_elsewhere_need_a_token() {
+        let here = servers(" nats://127.0.0.1:4222, nats://localhost:4223 ,", false).unwrap();
+        assert_eq!(here, ["nats://127.0.0.1:4222", "nats://localhost:4223"]);
+        assert_eq!(servers(" , ", false).unwrap_err(), "names no server");
+        let away = servers("nats://127.0.0.1:1,nats://nats.example.com:4222", false);
+        assert!(
+            away.unwrap_err()
+                .starts_with("nats://nats.example.com:4222 is not on this machine")
+        );
+        assert!(servers("nats://nats.example.com:4222", true).is_ok());
+    }
 
     #[test]
     fn a_tasks_subject_is_its_runs_and_falls_under_its_consumer() {
