@@ -58,20 +58,20 @@ async fn worker(
     tokio::process::Child,
     tokio::sync::mpsc::UnboundedReceiver<String>,
 ) {
-    worker_with(mock, home, server, &["--slots", "2"]).await
+    worker_with(mock, home, &server.url, &["--slots", "2"]).await
 }
 
 /// The same, with `flags`.
 async fn worker_with(
     mock: &MockLlm,
     home: &Path,
-    server: &NatsServer,
+    urls: &str,
     flags: &[&str],
 ) -> (
     tokio::process::Child,
     tokio::sync::mpsc::UnboundedReceiver<String>,
 ) {
-    let mut args = vec!["worker", "--join", &server.url];
+    let mut args = vec!["worker", "--join", urls];
     args.extend_from_slice(flags);
     let mut child = command_on(mock, home, &args, &[])
         .stderr(std::process::Stdio::piped())
@@ -343,19 +343,23 @@ fn far_workspace() -> tempfile::TempDir {
     ws
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thirty_remote_sub_agents_each_answer_once_though_a_worker_is_killed() {
-    let server = NatsServer::start();
+/// A run of `n` remote sub-agents on two workers of `slots` each joined to
+/// `urls`, one killed while both are full: checks that each sub-agent's
+/// answer reached the lead once, and says how many times the sub-agents'
+/// model was asked.
+async fn one_worker_killed_mid_run(urls: &str, n: usize, slots: usize) -> usize {
     let held = Gate::new();
-    let mock = fan_out(30, &held).await;
+    let mock = fan_out(n, &held).await;
     let ws = far_workspace();
-    let flags = ["--slots", "4", "--ack-wait-ms", "2000"];
-    let (mut doomed, _a) = worker_with(&mock, ws.path(), &server, &flags).await;
-    let (mut survivor, _b) = worker_with(&mock, ws.path(), &server, &flags).await;
+    let slots_flag = slots.to_string();
+    let flags = ["--slots", slots_flag.as_str(), "--ack-wait-ms", "2000"];
+    let (mut doomed, _a) = worker_with(&mock, ws.path(), urls, &flags).await;
+    let (mut survivor, _b) = worker_with(&mock, ws.path(), urls, &flags).await;
+    let parallel = (2 * slots).to_string();
     let lead = command_on(
         &mock,
         ws.path(),
-        &["--nats", &server.url, "--max-parallel", "8", "fan out"],
+        &["--nats", urls, "--max-parallel", &parallel, "fan out"],
         &[],
     )
     .stdout(std::process::Stdio::piped())
@@ -368,13 +372,12 @@ async fn thirty_remote_sub_agents_each_answer_once_though_a_worker_is_killed() {
             .filter(|r| r.body["messages"][0]["content"] == "You are far.")
             .count()
     };
-    // Both workers are full (8 slots, 8 tasks in flight): one dies with its
-    // four.
-    crate::support::harness::wait_until("both workers run four tasks", || far() == 8).await;
+    // Both workers are full: one dies with what it runs.
+    crate::support::harness::wait_until("both workers are full", || far() == 2 * slots).await;
     doomed.start_kill().unwrap();
     let _ = doomed.wait().await;
     held.open();
-    let out = tokio::time::timeout(Duration::from_secs(60), lead.wait_with_output())
+    let out = tokio::time::timeout(Duration::from_secs(90), lead.wait_with_output())
         .await
         .expect("the run did not end")
         .unwrap();
@@ -385,16 +388,25 @@ async fn thirty_remote_sub_agents_each_answer_once_though_a_worker_is_killed() {
         String::from_utf8_lossy(&out.stderr)
     );
     let answer = String::from_utf8_lossy(&out.stdout).into_owned();
-    for i in 1..=30 {
+    for i in 1..=n {
         assert_eq!(
             answer.matches(&format!("<n{i}>")).count(),
             1,
             "n{i}: {answer}"
         );
     }
-    // Each task ran once, but the four the dead worker held, which ran again.
-    assert_eq!(far(), 34);
     let _ = survivor.kill().await;
+    far()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_remote_sub_agents_each_answer_once_though_a_worker_is_killed() {
+    let server = NatsServer::start();
+    let asked = one_worker_killed_mid_run(&server.url, 30, 4).await;
+    assert_eq!(
+        asked, 34,
+        "each ran once, but the four the dead worker held"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -430,9 +442,14 @@ async fn a_tagged_role_runs_only_on_a_worker_with_its_tags() {
     )
     .unwrap();
     let (mut plain, mut plain_lines) =
-        worker_with(&mock, ws.path(), &server, &["--slots", "4"]).await;
-    let (mut tagged, mut tagged_lines) =
-        worker_with(&mock, ws.path(), &server, &["--slots", "1", "--tag", "gpu"]).await;
+        worker_with(&mock, ws.path(), &server.url, &["--slots", "4"]).await;
+    let (mut tagged, mut tagged_lines) = worker_with(
+        &mock,
+        ws.path(),
+        &server.url,
+        &["--slots", "1", "--tag", "gpu"],
+    )
+    .await;
     let out = tokio::time::timeout(
         DEADLINE,
         command_on(&mock, ws.path(), &["--nats", &server.url, "go"], &[]).output(),
@@ -471,73 +488,14 @@ async fn a_tagged_role_runs_only_on_a_worker_with_its_tags() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_three_server_cluster_twelve_remote_sub_agents_answer_once_though_a_worker_dies() {
     let cluster = NatsCluster::start(3);
-    let held = Gate::new();
-    let mock = fan_out(12, &held).await;
-    let ws = far_workspace();
-    let flags = ["--slots", "2", "--ack-wait-ms", "2000"];
-    let join = |urls: &str| {
-        let mut args = vec!["worker", "--join", urls];
-        args.extend_from_slice(&flags);
-        args.iter()
-            .map(|a| (*a).to_owned())
-            .collect::<Vec<String>>()
-    };
-    let spawn = |args: Vec<String>| {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        command_on(&mock, ws.path(), &args, &[])
-            .stderr(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap()
-    };
-    let mut doomed = spawn(join(&cluster.urls));
-    let mut survivor = spawn(join(&cluster.urls));
-    let lead = command_on(
-        &mock,
-        ws.path(),
-        &["--nats", &cluster.urls, "--max-parallel", "4", "fan out"],
-        &[],
-    )
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
-    let far = || {
-        mock.requests()
-            .iter()
-            .filter(|r| r.body["messages"][0]["content"] == "You are far.")
-            .count()
-    };
-    crate::support::harness::wait_until("both workers run two tasks", || far() == 4).await;
-    doomed.start_kill().unwrap();
-    let _ = doomed.wait().await;
-    held.open();
-    let out = tokio::time::timeout(Duration::from_secs(90), lead.wait_with_output())
-        .await
-        .expect("the run did not end")
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let answer = String::from_utf8_lossy(&out.stdout).into_owned();
-    for i in 1..=12 {
-        assert_eq!(
-            answer.matches(&format!("<n{i}>")).count(),
-            1,
-            "n{i}: {answer}"
-        );
-    }
-    assert_eq!(far(), 14, "each ran once, but the two the dead worker held");
+    let asked = one_worker_killed_mid_run(&cluster.urls, 12, 2).await;
+    assert_eq!(asked, 14, "each ran once, but the two the dead worker held");
     // Three servers: each stream is kept on all three.
     let urls: Vec<&str> = cluster.urls.split(',').collect();
     let client = async_nats::connect(urls[0]).await.unwrap();
     let js = async_nats::jetstream::new(client);
     let mut tasks = js.get_stream(subjects::TASKS).await.unwrap();
     assert_eq!(tasks.info().await.unwrap().config.num_replicas, 3);
-    let _ = survivor.kill().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -562,7 +520,7 @@ async fn a_task_no_worker_will_run_fails_its_call_instead_of_waiting_forever() {
     let (mut worker, mut lines) = worker_with(
         &mock,
         stranger.path(),
-        &server,
+        &server.url,
         &["--slots", "1", "--ack-wait-ms", "600"],
     )
     .await;
@@ -609,7 +567,8 @@ async fn a_busy_worker_asked_to_stop_finishes_its_task_then_exits() {
     })
     .await;
     let ws = far_workspace();
-    let (mut worker, mut lines) = worker_with(&mock, ws.path(), &server, &["--slots", "1"]).await;
+    let (mut worker, mut lines) =
+        worker_with(&mock, ws.path(), &server.url, &["--slots", "1"]).await;
     let lead = command_on(&mock, ws.path(), &["--nats", &server.url, "go"], &[])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
