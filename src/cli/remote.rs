@@ -35,7 +35,7 @@ pub(super) async fn launcher(
         .map_err(|why| format!("--nats {why}"))?;
     let key = crate::remote::lead_key(plan.state.root()).map_err(|e| format!("--nats: {e}"))?;
     let public = key.public_key();
-    let note = (!servers.iter().all(|s| crate::remote::worker::on_this_machine(s))).then(|| {
+    let note = (!servers.iter().all(|s| crate::remote::subjects::on_this_machine(s))).then(|| {
         format!("tasks are signed with lead key {public}: a worker on another machine runs them with --trust-lead {public}")
     });
     let remote = Remote::join(&servers, token, run, key)

@@ -103,6 +103,21 @@ pub fn replicas(servers: usize) -> usize {
     servers.clamp(1, 3)
 }
 
+/// Whether `server` (`nats://host:port`, or `host:port`) is on this
+/// machine: a loopback address or `localhost`.
+pub fn on_this_machine(server: &str) -> bool {
+    // Read as the client reads it, so that what is checked is where it goes.
+    let Ok(address) = server.parse::<async_nats::ServerAddr>() else {
+        return false;
+    };
+    let host = address.host();
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// The servers a comma-separated `list` names, refused when it names none,
 /// or names one not on this machine while there is no token to join it
 /// with (`token`: whether `NATS_TOKEN` is set).
@@ -116,7 +131,7 @@ pub fn servers(list: &str, token: bool) -> Result<Vec<String>, String> {
     if servers.is_empty() {
         return Err("names no server".into());
     }
-    if !token && let Some(away) = servers.iter().find(|s| !super::worker::on_this_machine(s)) {
+    if !token && let Some(away) = servers.iter().find(|s| !on_this_machine(s)) {
         return Err(format!(
             "{away} is not on this machine: set NATS_TOKEN to join it (a server elsewhere requires authentication)"
         ));
@@ -202,6 +217,27 @@ async fn make_streams(js: &jetstream::Context, replicas: usize) -> Result<stream
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_loopback_servers_are_on_this_machine() {
+        for here in [
+            "nats://127.0.0.1:4222",
+            "127.0.0.2:4222",
+            "nats://localhost:4222",
+            "nats://[::1]:4222",
+            "nats://user:pw@127.0.0.1:4222",
+        ] {
+            assert!(on_this_machine(here), "{here}");
+        }
+        for away in [
+            "nats://10.0.0.1:4222",
+            "nats://nats.example.com",
+            "nats://127.0.0.1.example.com:4222",
+            "nats://evil.example.com#@127.0.0.1",
+        ] {
+            assert!(!on_this_machine(away), "{away}");
+        }
+    }
 
     #[test]
     fn servers_elsewhere_need_a_token() {

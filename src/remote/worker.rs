@@ -92,21 +92,6 @@ impl std::fmt::Debug for WorkerConfig {
     }
 }
 
-/// Whether `server` (`nats://host:port`, or `host:port`) is on this
-/// machine: a loopback address or `localhost`.
-pub fn on_this_machine(server: &str) -> bool {
-    // Read as the client reads it, so that what is checked is where it goes.
-    let Ok(address) = server.parse::<async_nats::ServerAddr>() else {
-        return false;
-    };
-    let host = address.host();
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
 /// What a worker tells its person, a line at a time (the library never
 /// prints: the CLI writes these to stderr).
 pub type Say = Arc<dyn Fn(String) + Send + Sync>;
@@ -381,29 +366,5 @@ impl Job {
             .await
             .map_err(|e| e.to_string())?;
         ack.await.map(|_| ()).map_err(|e| e.to_string())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn only_loopback_servers_are_on_this_machine() {
-        for here in [
-            "nats://127.0.0.1:4222",
-            "127.0.0.2:4222",
-            "nats://localhost:4222",
-            "nats://[::1]:4222",
-            "nats://user:pw@127.0.0.1:4222",
-        ] {
-            assert!(super::on_this_machine(here), "{here}");
-        }
-        for away in [
-            "nats://10.0.0.1:4222",
-            "nats://nats.example.com",
-            "nats://127.0.0.1.example.com:4222",
-            "nats://evil.example.com#@127.0.0.1",
-        ] {
-            assert!(!super::on_this_machine(away), "{away}");
-        }
     }
 }
