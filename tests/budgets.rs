@@ -850,19 +850,42 @@ async fn a_sub_agent_that_spends_the_run_s_budget_stops_the_others_at_once() {
     .await;
     let dir = workspace("");
     let args = ["--json", "--max-tokens", "100", "split it"];
-    let child = crate::cli::command_on(&mock, dir.path(), &args, &[]).output();
-    let run = tokio::spawn(child);
-    // Both workers are asked; only then does the first answer, spending it all.
-    crate::support::harness::wait_until("both workers asked", || {
-        mock.requests().iter().filter(|r| is_worker(r)).count() == 2
-    })
-    .await;
+    let (child, mut lines) = crate::support::harness::spawn_json(&mut crate::cli::command_on(
+        &mock,
+        dir.path(),
+        &args,
+        &[],
+    ));
+    // The other worker has streamed its words; only then does the first
+    // answer, spending it all.
+    let mut seen = Vec::new();
+    let streaming = async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let event: Value = serde_json::from_str(&line).unwrap();
+            let half = event["type"] == "text_delta" && event["text"] == "half";
+            seen.push(line);
+            if half {
+                return;
+            }
+        }
+        panic!("the run ended before the other worker streamed");
+    };
+    tokio::time::timeout(DEADLINE, streaming)
+        .await
+        .expect("the other worker never streamed");
     spend.open();
-    let out = tokio::time::timeout(DEADLINE, run)
+    while let Ok(Some(line)) = lines.next_line().await {
+        seen.push(line);
+    }
+    let status = tokio::time::timeout(DEADLINE, child.wait_with_output())
         .await
         .expect("the run ended")
-        .unwrap()
         .unwrap();
+    let out = Output {
+        status: status.status,
+        stdout: (seen.join("\n") + "\n").into_bytes(),
+        stderr: status.stderr,
+    };
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     // The other worker's request was cut off mid-stream, its words kept.
     assert!(
