@@ -220,6 +220,15 @@ async fn a_worker_runs_its_leads_tasks_once_and_refuses_the_others() {
         .collect();
     assert_eq!(prompts, ["hello from the lead"]);
 
+    // Its run over and its results removed, the same task sent again (a
+    // replay, within the day it may live): never run twice.
+    let mut stream = js.get_stream(subjects::RESULTS).await.unwrap();
+    stream.purge().await.unwrap();
+    publish(seal(&own, &lead).unwrap()).await;
+    let line = said(&mut lines, "was answered already").await;
+    assert!(line.contains(&own.session.to_string()), "{line}");
+    assert_eq!(mock.requests().len(), 1, "the model was not asked again");
+
     // Idle, it stops at once on SIGTERM.
     let pid = rustix::process::Pid::from_raw(child.id().unwrap() as i32).unwrap();
     let asked = Instant::now();

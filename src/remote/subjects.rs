@@ -23,6 +23,11 @@ pub const RESULTS: &str = "ORCHESTRATE_RESULTS";
 /// Its subjects' prefix.
 pub const RESULTS_PREFIX: &str = "orchestrate.results";
 
+/// The key-value bucket of the sub-agents whose result was published, by
+/// session id: kept a day, past its run's end, so a task sent again within
+/// the day it may live is never run twice.
+pub const DONE: &str = "ORCHESTRATE_DONE";
+
 /// How long a task or a result is kept at most.
 pub const TIME_TO_LIVE: Duration = Duration::from_secs(24 * 3600);
 
@@ -211,6 +216,18 @@ async fn make_streams(js: &jetstream::Context, replicas: usize) -> Result<stream
         stream::RetentionPolicy::Limits,
     ))
     .await?;
+    let done = jetstream::kv::Config {
+        bucket: DONE.into(),
+        history: 1,
+        max_age: TIME_TO_LIVE,
+        storage: stream::StorageType::File,
+        num_replicas: replicas,
+        ..Default::default()
+    };
+    if js.get_key_value(DONE).await.is_err() {
+        (js.create_key_value(done).await)
+            .map_err(|e| format!("cannot make the bucket {DONE}: {e}"))?;
+    }
     Ok(tasks)
 }
 

@@ -328,8 +328,13 @@ impl Job {
                 }
             }
         };
-        match self.publish(&result(&outcome, text)).await {
+        // Published once; tried again while a cluster elects, so a worker
+        // that did the work does not hand it back for another to do again.
+        let answer = result(&outcome, text);
+        let published = subjects::patiently(|| self.publish(&answer)).await;
+        match published {
             Ok(()) => {
+                self.done(&task).await;
                 let _ = message.double_ack().await;
             }
             Err(why) => {
@@ -339,8 +344,15 @@ impl Job {
         }
     }
 
-    /// Whether `task`'s result is in the results' stream already.
+    /// Whether `task`'s result was published already: it is in the results'
+    /// stream, or (its run over, the stream emptied) on the record of those
+    /// done.
     async fn answered(&self, task: &RemoteTask) -> bool {
+        if let Ok(done) = self.js.get_key_value(subjects::DONE).await
+            && let Ok(Some(_)) = done.get(task.session.to_string()).await
+        {
+            return true;
+        }
         let Ok(results) = self.js.get_stream(subjects::RESULTS).await else {
             return false;
         };
@@ -349,6 +361,21 @@ impl Job {
             .get_last_raw_message_by_subject(&subject)
             .await
             .is_ok()
+    }
+
+    /// Records `task` as done, on the record that outlives its run.
+    async fn done(&self, task: &RemoteTask) {
+        let recorded = match self.js.get_key_value(subjects::DONE).await {
+            Ok(done) => done
+                .put(task.session.to_string(), bytes::Bytes::from_static(b"1"))
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = recorded {
+            tracing::warn!(session = %task.session, error = %e, "not recorded as done");
+        }
     }
 
     /// Publishes `result` once: its message id is its session's.
