@@ -222,7 +222,7 @@ async fn a_worker_runs_its_leads_tasks_once_and_refuses_the_others() {
 
     // Its run over and its results removed, the same task sent again (a
     // replay, within the day it may live): never run twice.
-    let mut stream = js.get_stream(subjects::RESULTS).await.unwrap();
+    let stream = js.get_stream(subjects::RESULTS).await.unwrap();
     stream.purge().await.unwrap();
     publish(seal(&own, &lead).unwrap()).await;
     let line = said(&mut lines, "was answered already").await;
