@@ -6,6 +6,7 @@
 //! ```toml
 //! provider = "anthropic"        # the default provider (else chosen from the keys)
 //! model = "smart"               # the default model: an alias or an id
+//! nats = "nats://h1:4222"       # where sub-agents may run (only in the user's own file)
 //!
 //! [providers.local]             # a provider of your own, by name
 //! kind = "openai"               # openai | anthropic

@@ -159,6 +159,9 @@ pub struct Setup {
     /// Who answers permission questions instead of the terminal
     /// (`[approval]` in the user's file).
     pub forwarder: Option<Arc<dyn Approver>>,
+    /// The NATS servers whose workers may run sub-agents (`nats` in the
+    /// user's file; `--nats` wins).
+    pub nats: Option<String>,
     options: Options,
 }
 
@@ -286,6 +289,11 @@ fn refuse_user_only(repository: &ConfigFile, path: &Path) -> Result<(), ConfigEr
     if repository.sandbox.is_some() && refused(Setting::Sandbox) {
         return Err(ConfigError::Invalid(format!(
             "{file}: [sandbox] is honoured only in ~/.config/orchestrate/config.toml (a repository's orchestrate.toml must not loosen the sandbox)"
+        )));
+    }
+    if repository.nats.is_some() && refused(Setting::Nats) {
+        return Err(ConfigError::Invalid(format!(
+            "{file}: nats is honoured only in ~/.config/orchestrate/config.toml (a repository must not send its tasks to other machines)"
         )));
     }
     if repository.approval.is_some() && refused(Setting::Approval) {
@@ -507,6 +515,7 @@ impl Prepared {
         }
         let titles = sources.user.file.titles == Some(true);
         let forwarder = approval::forwarder(&sources.user.file)?;
+        let nats = sources.user.file.nats.clone();
         let workspace = sources.workspace.clone();
         let local = permissions::local_file(&workspace);
         let user_file = sources.user_file().map(Path::to_owned);
@@ -541,6 +550,7 @@ impl Prepared {
             sandbox_notes,
             titles,
             forwarder,
+            nats,
             options,
         })
     }

@@ -605,3 +605,74 @@ async fn a_busy_worker_asked_to_stop_finishes_its_task_then_exits() {
         .unwrap();
     assert!(status.success(), "{status}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_users_config_may_name_the_servers_and_a_repository_may_not() {
+    let server = NatsServer::start();
+    let mock = MockLlm::start_with(|request, _| {
+        let system = request.body["messages"][0]["content"]
+            .as_str()
+            .unwrap_or_default();
+        let results = crate::support::harness::tool_results(request);
+        match system {
+            "You are far." => Reply::text("far from config"),
+            _ if results.is_empty() => Reply::tool_calls(&[(
+                "t1",
+                "Task",
+                serde_json::json!({"description": "far", "prompt": "go", "subagent_type": "far"}),
+            )]),
+            _ => Reply::text(crate::support::harness::answer(&results[0].1)),
+        }
+    })
+    .await;
+    let ws = far_workspace();
+    let config = ws.path().join(".config/orchestrate");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("config.toml"),
+        format!("nats = {:?}\n", server.url),
+    )
+    .unwrap();
+    let (mut worker, _lines) = worker(&mock, ws.path(), &server).await;
+    let out = tokio::time::timeout(
+        DEADLINE,
+        command_on(&mock, ws.path(), &["go"], &[]).output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "far from config\n");
+    let _ = worker.kill().await;
+
+    // A repository's orchestrate.toml cannot send its tasks elsewhere.
+    let repo = far_workspace();
+    std::fs::write(
+        repo.path().join("orchestrate.toml"),
+        format!("nats = {:?}\n", server.url),
+    )
+    .unwrap();
+    let out = command_on(&mock, repo.path(), &["go"], &[])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("nats is honoured only in ~/.config/orchestrate/config.toml"),
+        "{said}"
+    );
+    // --remote-only with nowhere to go.
+    std::fs::remove_file(config.join("config.toml")).unwrap();
+    let out = command_on(&mock, ws.path(), &["--remote-only", "go"], &[])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--remote-only needs workers"));
+}

@@ -125,9 +125,10 @@ pub struct Cli {
     #[cfg(feature = "nats")]
     #[arg(long, value_name = "URLS", global = true)]
     pub nats: Option<String>,
-    /// Run every sub-agent that may run elsewhere on a worker (with --nats).
+    /// Run every sub-agent that may run elsewhere on a worker (with --nats, or
+    /// `nats` in the user's configuration).
     #[cfg(feature = "nats")]
-    #[arg(long, global = true, requires = "nats")]
+    #[arg(long, global = true)]
     pub remote_only: bool,
     /// How long a permission question waits for `orchestrate approve` when
     /// there is no terminal to ask (5m, 1h); 0, the default: refused at once.

@@ -27,7 +27,10 @@ pub(super) async fn launcher(
     handle: Handle,
     run: SessionId,
 ) -> Result<Option<Placed>, String> {
-    let Some(urls) = &cli.nats else {
+    let Some(urls) = cli.nats.as_ref().or(plan.nats.as_ref()) else {
+        if cli.remote_only {
+            return Err("--remote-only needs workers: give --nats URLS, or `nats` in ~/.config/orchestrate/config.toml".into());
+        }
         return Ok(None);
     };
     let token = env("NATS_TOKEN").filter(|t| !t.is_empty());

@@ -46,6 +46,10 @@ pub struct ConfigFile {
     /// only in the user's own file: a repository must not choose who
     /// answers for the person.
     pub approval: Option<ApprovalEntry>,
+    /// The NATS servers whose workers may run sub-agents, as `--nats` names
+    /// them. Honoured only in the user's own file: a repository must not
+    /// send its tasks (and the person's code) elsewhere.
+    pub nats: Option<String>,
 }
 
 /// The `[approval]` table: a program or an endpoint that answers permission

@@ -48,6 +48,8 @@ pub enum Setting {
     Sandbox,
     /// `[approval]`: who answers permission questions.
     Approval,
+    /// `nats`: where sub-agents may run.
+    Nats,
     /// `[model_info]` prices.
     Price,
     /// `[model_info]` context windows and output limits.
@@ -106,9 +108,11 @@ pub fn rule(setting: Setting) -> Rule {
         | Setting::NarrowingRule
         | Setting::RolePermissionMode => Rule::Stricter,
         Setting::ProviderAddress | Setting::AllowRule | Setting::McpServer => Rule::Trusted,
-        Setting::KeyVariable | Setting::Trust | Setting::Sandbox | Setting::Approval => {
-            Rule::UserOnly
-        }
+        Setting::KeyVariable
+        | Setting::Trust
+        | Setting::Sandbox
+        | Setting::Approval
+        | Setting::Nats => Rule::UserOnly,
     }
 }
 
@@ -132,7 +136,7 @@ pub fn verdict(setting: Setting, origin: Origin, trusted: bool) -> Verdict {
 mod tests {
     use super::*;
 
-    const SETTINGS: [Setting; 16] = [
+    const SETTINGS: [Setting; 17] = [
         Setting::ModelChoice,
         Setting::ProviderShape,
         Setting::ProviderAddress,
@@ -140,6 +144,7 @@ mod tests {
         Setting::Trust,
         Setting::Sandbox,
         Setting::Approval,
+        Setting::Nats,
         Setting::Price,
         Setting::ModelLimit,
         Setting::CompactionThreshold,
@@ -191,6 +196,7 @@ mod tests {
             (Setting::Trust, Refuse, Refuse),
             (Setting::Sandbox, Refuse, Refuse),
             (Setting::Approval, Refuse, Refuse),
+            (Setting::Nats, Refuse, Refuse),
             (Setting::KeyVariable, Refuse, Refuse),
         ];
         assert_eq!(table.len(), SETTINGS.len());
