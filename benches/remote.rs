@@ -26,7 +26,6 @@ use orchestrate::remote::envelope::RemoteTask;
 use orchestrate::remote::lead::Remote;
 use orchestrate::remote::worker::{Runner, WorkerConfig, work};
 use orchestrate::tools::permissions::PermissionMode;
-use tokio_util::sync::CancellationToken;
 
 /// Answers every task at once.
 struct Echo;
@@ -110,7 +109,7 @@ fn main() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let key = nkeys::KeyPair::new_user();
-        let stop = CancellationToken::new();
+        let stopping = orchestrate::remote::worker::Stopping::default();
         let config = WorkerConfig {
             servers: vec![url.clone()],
             slots: 64,
@@ -122,7 +121,12 @@ fn main() {
             token: None,
             ack_wait: Duration::from_secs(30),
         };
-        let worker = tokio::spawn(work(config, Arc::new(Echo), stop.clone(), Arc::new(|_| {})));
+        let worker = tokio::spawn(work(
+            config,
+            Arc::new(Echo),
+            stopping.clone(),
+            Arc::new(|_| {}),
+        ));
         let run = SessionId::new();
         let remote = Remote::join(std::slice::from_ref(&url), None, run, key)
             .await
@@ -196,7 +200,7 @@ fn main() {
             tasks as f64 / burst
         );
         remote.finish().await;
-        stop.cancel();
+        stopping.stop.cancel();
         worker.await.unwrap().unwrap();
     });
     let _ = nats.kill();

@@ -676,3 +676,46 @@ async fn the_users_config_may_name_the_servers_and_a_repository_may_not() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--remote-only needs workers"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asked_twice_to_stop_a_busy_worker_hands_its_task_back_at_once() {
+    let server = NatsServer::start();
+    let held = Gate::new();
+    let mock = fan_out(1, &held).await;
+    let ws = far_workspace();
+    let flags = ["--slots", "1", "--ack-wait-ms", "2000", "--drain", "10m"];
+    let (mut first, mut lines) = worker_with(&mock, ws.path(), &server.url, &flags).await;
+    let lead = command_on(&mock, ws.path(), &["--nats", &server.url, "go"], &[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let far = || {
+        mock.requests()
+            .iter()
+            .filter(|r| r.body["messages"][0]["content"] == "You are far.")
+            .count()
+    };
+    crate::support::harness::wait_until("the first worker runs it", || far() == 1).await;
+    let pid = rustix::process::Pid::from_raw(first.id().unwrap() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    said(&mut lines, "stopping").await;
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    said(&mut lines, "handing task").await;
+    // Gone long before its ten-minute drain, its task still held.
+    let status = tokio::time::timeout(DEADLINE, first.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status}");
+    // Another worker takes the task it handed back.
+    let (mut second, _) = worker_with(&mock, ws.path(), &server.url, &flags).await;
+    crate::support::harness::wait_until("the second worker runs it", || far() == 2).await;
+    held.open();
+    let out = tokio::time::timeout(DEADLINE, lead.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "<n1>\n");
+    let _ = second.kill().await;
+}

@@ -10,7 +10,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use tokio_util::sync::CancellationToken;
 
 use super::exit;
 use super::flags::{Cli, Command};
@@ -166,8 +165,9 @@ async fn serve(
         token: flags.token,
         ack_wait: flags.ack_wait,
     };
-    let stop = CancellationToken::new();
-    let stopping = stop.clone();
+    // The first SIGTERM or Ctrl-C drains; a second hands back at once.
+    let stopping = crate::remote::worker::Stopping::default();
+    let told = stopping.clone();
     let signals = tokio::spawn(async move {
         use tokio::signal::unix::{SignalKind, signal};
         let (Ok(mut term), Ok(mut int)) = (
@@ -176,17 +176,19 @@ async fn serve(
         ) else {
             return;
         };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
+        for token in [&told.stop, &told.now] {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            token.cancel();
         }
-        stopping.cancel();
     });
     let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
     let say: crate::remote::worker::Say = Arc::new(move |line| {
         let _ = tx.send(line);
     });
-    let work = crate::remote::worker::work(worker, runner, stop, say);
+    let work = crate::remote::worker::work(worker, runner, stopping, say);
     tokio::pin!(work);
     let worked = loop {
         tokio::select! {

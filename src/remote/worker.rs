@@ -98,61 +98,82 @@ pub type Say = Arc<dyn Fn(String) + Send + Sync>;
 
 /// Works until `stop` is cancelled (and what it runs is drained), or the
 /// connection cannot be made.
+/// When a worker stops: `stop`, it takes no more tasks and drains; `now`
+/// (asked again), it hands back what it runs at once.
+#[derive(Clone, Debug, Default)]
+pub struct Stopping {
+    /// Take no more tasks.
+    pub stop: CancellationToken,
+    /// Hand back what runs, now.
+    pub now: CancellationToken,
+}
+
+/// Works until `stopping.stop` is cancelled (and what it runs is drained),
+/// or the connection cannot be made.
 pub async fn work(
     config: WorkerConfig,
     runner: Arc<dyn Runner>,
-    stop: CancellationToken,
+    stopping: Stopping,
     say: Say,
 ) -> Result<(), String> {
-    let mut options = async_nats::ConnectOptions::new();
-    if let Some(token) = &config.token {
-        options = options.token(token.clone());
-    }
-    // Not retried: a server that cannot be reached, or a token it refuses,
-    // is said at once; once joined, the client reconnects on its own.
-    let client = options
-        .name(format!("orchestrate worker {}", config.name))
-        .connect(subjects::addresses(&config.servers)?)
-        .await
-        .map_err(|e| format!("cannot join {}: {e}", config.servers.join(",")))?;
-    let js = jetstream::new(client.clone());
-    let replicas = subjects::replicas(
-        config
-            .servers
-            .len()
-            .max(1 + client.server_info().connect_urls.len()),
-    );
-    let tasks = subjects::ensure_streams(&js, replicas).await?;
-    let mut consumers = Vec::new();
-    let mut ack_wait = config.ack_wait;
-    for (name, filter) in subjects::consumers(&config.tags) {
-        let config = consumer::pull::Config {
-            durable_name: Some(name.clone()),
-            filter_subject: filter,
-            ack_policy: consumer::AckPolicy::Explicit,
-            ack_wait: config.ack_wait,
-            max_deliver: MAX_DELIVER,
-            ..Default::default()
-        };
-        let mut made: consumer::PullConsumer = subjects::patiently(|| async {
-            (tasks.get_or_create_consumer(&name, config.clone()).await)
-                .map_err(|e| format!("cannot make the consumer {name}: {e}"))
-        })
-        .await?;
-        // A consumer another worker made keeps its own settings: a task's
-        // ack wait is extended by the consumer's, and one that follows
-        // other subjects is not this worker's to use.
-        let info = made.info().await.map_err(|e| e.to_string())?.clone();
-        if info.config.filter_subject != config.filter_subject {
-            return Err(format!(
-                "the consumer {name} follows {:?}, not {:?}: remove it (`nats consumer rm`) or rename the tag",
-                info.config.filter_subject, config.filter_subject
-            ));
+    let stop = stopping.stop.clone();
+    // Joining waits for nothing once asked to stop.
+    let joining = async {
+        let mut options = async_nats::ConnectOptions::new();
+        if let Some(token) = &config.token {
+            options = options.token(token.clone());
         }
-        ack_wait = ack_wait.min(info.config.ack_wait);
-        consumers.push(made);
-    }
-    let extend = ack_wait / 3;
+        // Not retried: a server that cannot be reached, or a token it refuses,
+        // is said at once; once joined, the client reconnects on its own.
+        let client = options
+            .name(format!("orchestrate worker {}", config.name))
+            .connect(subjects::addresses(&config.servers)?)
+            .await
+            .map_err(|e| format!("cannot join {}: {e}", config.servers.join(",")))?;
+        let js = jetstream::new(client.clone());
+        let replicas = subjects::replicas(
+            config
+                .servers
+                .len()
+                .max(1 + client.server_info().connect_urls.len()),
+        );
+        let tasks = subjects::ensure_streams(&js, replicas).await?;
+        let mut consumers = Vec::new();
+        let mut ack_wait = config.ack_wait;
+        for (name, filter) in subjects::consumers(&config.tags) {
+            let config = consumer::pull::Config {
+                durable_name: Some(name.clone()),
+                filter_subject: filter,
+                ack_policy: consumer::AckPolicy::Explicit,
+                ack_wait: config.ack_wait,
+                max_deliver: MAX_DELIVER,
+                ..Default::default()
+            };
+            let mut made: consumer::PullConsumer = subjects::patiently(|| async {
+                (tasks.get_or_create_consumer(&name, config.clone()).await)
+                    .map_err(|e| format!("cannot make the consumer {name}: {e}"))
+            })
+            .await?;
+            // A consumer another worker made keeps its own settings: a task's
+            // ack wait is extended by the consumer's, and one that follows
+            // other subjects is not this worker's to use.
+            let info = made.info().await.map_err(|e| e.to_string())?.clone();
+            if info.config.filter_subject != config.filter_subject {
+                return Err(format!(
+                    "the consumer {name} follows {:?}, not {:?}: remove it (`nats consumer rm`) or rename the tag",
+                    info.config.filter_subject, config.filter_subject
+                ));
+            }
+            ack_wait = ack_wait.min(info.config.ack_wait);
+            consumers.push(made);
+        }
+        let extend = ack_wait / 3;
+        Ok::<_, String>((client, js, consumers, extend))
+    };
+    let (client, js, consumers, extend) = tokio::select! {
+        joined = joining => joined?,
+        () = stop.cancelled() => return Ok(()),
+    };
     say(format!(
         "joined {} as {} ({} slots{})",
         config.servers.join(","),
@@ -232,7 +253,11 @@ pub async fn work(
         ));
     }
     let all = async { while running.join_next().await.is_some() {} };
-    if tokio::time::timeout(config.drain, all).await.is_err() {
+    let drained_in_time = tokio::select! {
+        ended = tokio::time::timeout(config.drain, all) => ended.is_ok(),
+        () = stopping.now.cancelled() => false,
+    };
+    if !drained_in_time {
         // What still runs is handed back for another worker.
         drained.cancel();
         while running.join_next().await.is_some() {}
