@@ -46,12 +46,27 @@ struct Waiting {
     /// Each waiting task's place in the tasks' stream, for the server's word
     /// that no worker will run it.
     placed: Mutex<HashMap<u64, SessionId>>,
+    /// The results can no longer come: no call waits for one.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl Waiting {
     /// Every call waiting is told the link is gone (its result cannot come).
     fn close(&self) {
-        (self.calls.lock().unwrap_or_else(PoisonError::into_inner)).clear();
+        let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+        calls.clear();
+    }
+
+    /// Waits for `session`'s result; `None` once the link has closed.
+    fn wait(&self, session: SessionId) -> Option<oneshot::Receiver<RemoteResult>> {
+        let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+            return None;
+        }
+        let (tx, rx) = oneshot::channel();
+        calls.insert(session, tx);
+        Some(rx)
     }
 
     /// The session of the task at `sequence` of the tasks' stream.
@@ -232,13 +247,9 @@ impl Remote {
     /// for its result.
     pub async fn place(&self, task: RemoteTask) -> Result<RemoteResult, String> {
         let session = task.session;
-        let (tx, rx) = oneshot::channel();
-        (self
-            .waiting
-            .calls
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner))
-        .insert(session, tx);
+        let Some(rx) = self.waiting.wait(session) else {
+            return Err("the run's link to its workers closed".into());
+        };
         let mut forget = Forget {
             waiting: &self.waiting,
             session,

@@ -158,6 +158,12 @@ pub async fn work(
             // ack wait is extended by the consumer's, and one that follows
             // other subjects is not this worker's to use.
             let info = made.info().await.map_err(|e| e.to_string())?.clone();
+            if info.config.max_deliver != config.max_deliver {
+                return Err(format!(
+                    "the consumer {name} hands a task out {} times, not {MAX_DELIVER}: remove it (`nats consumer rm`)",
+                    info.config.max_deliver
+                ));
+            }
             if info.config.filter_subject != config.filter_subject {
                 return Err(format!(
                     "the consumer {name} follows {:?}, not {:?}: remove it (`nats consumer rm`) or rename the tag",
@@ -186,6 +192,7 @@ pub async fn work(
     ));
     let slots = Arc::new(tokio::sync::Semaphore::new(config.slots.max(1)));
     let mut running = tokio::task::JoinSet::new();
+    let here: Arc<std::sync::Mutex<std::collections::HashSet<SessionId>>> = Arc::default();
     let drained = CancellationToken::new();
     let config = Arc::new(config);
     // Each pass starts at the next consumer: tasks only this worker's tags
@@ -231,6 +238,7 @@ pub async fn work(
                 };
                 let job = Job {
                     js: js.clone(),
+                    running: here.clone(),
                     extend,
                     config: config.clone(),
                     runner: runner.clone(),
@@ -267,9 +275,28 @@ pub async fn work(
     client.drain().await.map_err(|e| e.to_string())
 }
 
+/// Takes a session off the ones running here when dropped.
+struct Ran(
+    Arc<std::sync::Mutex<std::collections::HashSet<SessionId>>>,
+    SessionId,
+);
+
+impl Drop for Ran {
+    fn drop(&mut self) {
+        (self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner))
+        .remove(&self.1);
+    }
+}
+
 /// One task taken from the stream.
 struct Job {
     js: jetstream::Context,
+    /// The sessions this worker runs now: a task handed to it again while it
+    /// runs it (its ack wait passed in a reconnection) is not run twice.
+    running: Arc<std::sync::Mutex<std::collections::HashSet<SessionId>>>,
     /// How often a running task's ack wait is extended.
     extend: Duration,
     config: Arc<WorkerConfig>,
@@ -328,6 +355,17 @@ impl Job {
             return;
         }
         let session = task.session;
+        let first = (self
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner))
+        .insert(session);
+        if !first {
+            // Running here already: its ack wait is extended, not run twice.
+            let _ = message.ack_with(AckKind::Progress).await;
+            return;
+        }
+        let _ran = Ran(self.running.clone(), session);
         // Handed again after a worker published its result and died before
         // its ack: answered already, it is never run again.
         if self.answered(&task).await {
