@@ -270,20 +270,10 @@ async fn a_run_with_nats_places_a_remote_role_on_a_worker_and_hears_its_result()
     )
     .unwrap();
     let (mut worker, _lines) = worker(&mock, ws.path(), &server).await;
-    let out = tokio::time::timeout(
-        DEADLINE,
-        command_on(&mock, ws.path(), &["--nats", &server.url, "go"], &[]).output(),
-    )
-    .await
-    .unwrap()
-    .unwrap();
     assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        lead_answer(&mock, ws.path(), &["--nats", &server.url, "go"]).await,
+        "far answer\n"
     );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "far answer\n");
     // It ran on the worker: the lead's state holds only the lead's journal.
     let sessions = crate::support::harness::state(ws.path()).sessions();
     let journals = std::fs::read_dir(sessions).unwrap().count();
@@ -300,6 +290,17 @@ async fn a_run_with_nats_places_a_remote_role_on_a_worker_and_hears_its_result()
         );
     }
     let _ = worker.kill().await;
+}
+
+/// The lead's answer to a run with `args` in `ws`, once it exited 0.
+async fn lead_answer(mock: &MockLlm, ws: &Path, args: &[&str]) -> String {
+    let out = tokio::time::timeout(DEADLINE, command_on(mock, ws, args, &[]).output())
+        .await
+        .expect("the run did not end")
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A model for a lead that fans out to `n` `far` sub-agents (`n1`…), each
@@ -459,20 +460,10 @@ async fn a_tagged_role_runs_only_on_a_worker_with_its_tags() {
         &["--slots", "1", "--tag", "gpu"],
     )
     .await;
-    let out = tokio::time::timeout(
-        DEADLINE,
-        command_on(&mock, ws.path(), &["--nats", &server.url, "go"], &[]).output(),
-    )
-    .await
-    .unwrap()
-    .unwrap();
     assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        lead_answer(&mock, ws.path(), &["--nats", &server.url, "go"]).await,
+        "4 answers\n"
     );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "4 answers\n");
     let _ = (plain.kill().await, tagged.kill().await);
     // Every line each said, up to its end.
     async fn ran(lines: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> usize {
@@ -533,20 +524,7 @@ async fn a_task_no_worker_will_run_fails_its_call_instead_of_waiting_forever() {
         &["--slots", "1", "--ack-wait-ms", "600"],
     )
     .await;
-    let out = tokio::time::timeout(
-        DEADLINE,
-        command_on(&mock, ws.path(), &["--nats", &server.url, "go"], &[]).output(),
-    )
-    .await
-    .expect("the lead waited for a result that could not come")
-    .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let answer = String::from_utf8_lossy(&out.stdout);
+    let answer = lead_answer(&mock, ws.path(), &["--nats", &server.url, "go"]).await;
     assert!(answer.starts_with("failed (remote)"), "{answer}");
     assert!(answer.contains("no worker ran it"), "{answer}");
     let line = said(&mut lines, "refused a task").await;
@@ -634,20 +612,10 @@ async fn the_users_config_may_name_the_servers_and_a_repository_may_not() {
     )
     .unwrap();
     let (mut worker, _lines) = worker(&mock, ws.path(), &server).await;
-    let out = tokio::time::timeout(
-        DEADLINE,
-        command_on(&mock, ws.path(), &["go"], &[]).output(),
-    )
-    .await
-    .unwrap()
-    .unwrap();
     assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        lead_answer(&mock, ws.path(), &["go"]).await,
+        "far from config\n"
     );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "far from config\n");
     let _ = worker.kill().await;
 
     // A repository's orchestrate.toml cannot send its tasks elsewhere.
