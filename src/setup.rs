@@ -162,6 +162,9 @@ pub struct Setup {
     /// The NATS servers whose workers may run sub-agents (`nats` in the
     /// user's file; `--nats` wins).
     pub nats: Option<String>,
+    /// The leads whose tasks a worker runs (`trust_leads` in the user's
+    /// file), beside `--trust-lead`.
+    pub trust_leads: Vec<String>,
     options: Options,
 }
 
@@ -289,6 +292,11 @@ fn refuse_user_only(repository: &ConfigFile, path: &Path) -> Result<(), ConfigEr
     if repository.sandbox.is_some() && refused(Setting::Sandbox) {
         return Err(ConfigError::Invalid(format!(
             "{file}: [sandbox] is honoured only in ~/.config/orchestrate/config.toml (a repository's orchestrate.toml must not loosen the sandbox)"
+        )));
+    }
+    if !repository.trust_leads.is_empty() && refused(Setting::Nats) {
+        return Err(ConfigError::Invalid(format!(
+            "{file}: trust_leads is honoured only in ~/.config/orchestrate/config.toml (a repository must not choose whose tasks run on this machine)"
         )));
     }
     if repository.nats.is_some() && refused(Setting::Nats) {
@@ -516,6 +524,7 @@ impl Prepared {
         let titles = sources.user.file.titles == Some(true);
         let forwarder = approval::forwarder(&sources.user.file)?;
         let nats = sources.user.file.nats.clone();
+        let trust_leads = sources.user.file.trust_leads.clone();
         let workspace = sources.workspace.clone();
         let local = permissions::local_file(&workspace);
         let user_file = sources.user_file().map(Path::to_owned);
@@ -551,6 +560,7 @@ impl Prepared {
             titles,
             forwarder,
             nats,
+            trust_leads,
             options,
         })
     }

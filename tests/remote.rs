@@ -687,3 +687,51 @@ async fn asked_twice_to_stop_a_busy_worker_hands_its_task_back_at_once() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "<n1>\n");
     let _ = second.kill().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_runs_the_tasks_of_the_leads_its_users_config_trusts() {
+    let server = NatsServer::start();
+    let mock = MockLlm::start_with(|_, _| Reply::text("trusted by config")).await;
+    let home = tempfile::tempdir().unwrap();
+    // The lead is another user's (another state folder): trusted by key.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let lead = orchestrate::remote::lead_key(&state_root(elsewhere.path())).unwrap();
+    let config = home.path().join(".config/orchestrate");
+    std::fs::create_dir_all(&config).unwrap();
+    let trusted = format!("trust_leads = [{:?}]\n", lead.public_key());
+    std::fs::write(config.join("config.toml"), trusted).unwrap();
+    let (mut child, _lines) = worker(&mock, home.path(), &server).await;
+    let client = async_nats::connect(&server.url).await.unwrap();
+    let js = async_nats::jetstream::new(client.clone());
+    let run = SessionId::new();
+    let mut results = client.subscribe(subjects::results(run)).await.unwrap();
+    let own = task(run, "trust me", PermissionMode::Default);
+    let ack = js
+        .publish(subjects::task(run, &[]), seal(&own, &lead).unwrap().into())
+        .await
+        .unwrap();
+    ack.await.unwrap();
+    let message = tokio::time::timeout(DEADLINE, results.next())
+        .await
+        .expect("no result came")
+        .unwrap();
+    let result: RemoteResult = serde_json::from_slice(&message.payload).unwrap();
+    assert_eq!(
+        (result.outcome.as_str(), result.text.as_str()),
+        ("completed", "trusted by config")
+    );
+    let _ = child.kill().await;
+
+    // A key that is not one is said at start.
+    std::fs::write(config.join("config.toml"), "trust_leads = [\"nobody\"]\n").unwrap();
+    let out = command_on(&mock, home.path(), &["worker", "--join", &server.url], &[])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("trust_leads: \"nobody\" is not a public key"),
+        "{said}"
+    );
+}

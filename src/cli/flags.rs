@@ -247,8 +247,9 @@ pub enum Command {
         /// A tag of this worker: it takes untagged tasks and those of its tags.
         #[arg(long = "tag", value_name = "T")]
         tags: Vec<String>,
-        /// A lead's public key whose tasks it runs (the same user's lead on this
-        /// machine is trusted without it).
+        /// A lead's public key whose tasks it runs (beside `trust_leads` in the
+        /// user's config; the same user's lead on this machine is trusted
+        /// without it).
         #[arg(long = "trust-lead", value_name = "KEY")]
         trust_lead: Vec<String>,
         /// The most a task may ask: a task asking more is refused.

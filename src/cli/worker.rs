@@ -130,6 +130,16 @@ async fn serve(
         }
     };
     let mut trusted = flags.trust_lead;
+    if let Some(bad) =
+        (plan.trust_leads.iter()).find(|k| nkeys::KeyPair::from_public_key(k).is_err())
+    {
+        let _ = writeln!(
+            err,
+            "orchestrate: worker: trust_leads: {bad:?} is not a public key"
+        );
+        return ExitCode::from(exit::USAGE);
+    }
+    trusted.extend(plan.trust_leads.iter().cloned());
     // The same user's lead on this machine needs no flag: its key is made
     // now if no run has made it yet, so a lead started later signs with it.
     match crate::remote::lead_key(plan.state.root()) {

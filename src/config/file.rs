@@ -50,6 +50,10 @@ pub struct ConfigFile {
     /// them. Honoured only in the user's own file: a repository must not
     /// send its tasks (and the person's code) elsewhere.
     pub nats: Option<String>,
+    /// The leads' public keys whose tasks `orchestrate worker` runs, beside
+    /// its `--trust-lead`. Honoured only in the user's own file.
+    #[serde(default)]
+    pub trust_leads: Vec<String>,
 }
 
 /// The `[approval]` table: a program or an endpoint that answers permission
