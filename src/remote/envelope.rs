@@ -74,6 +74,13 @@ struct Envelope {
     task: String,
 }
 
+/// Now, in seconds since the Unix epoch, as a task's `expires` counts.
+pub fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// Seals `task` with the lead's `key`: the bytes to publish.
 pub fn seal(task: &RemoteTask, key: &KeyPair) -> Result<Vec<u8>, String> {
     let task = serde_json::to_string(task).map_err(|e| e.to_string())?;

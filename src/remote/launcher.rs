@@ -187,10 +187,7 @@ impl RemoteLauncher {
             ask: self.ask.clone(),
             tags: placement_tags,
             bash: spec.bash_rules.iter().map(ToString::to_string).collect(),
-            expires: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs())
-                + super::subjects::TIME_TO_LIVE.as_secs(),
+            expires: super::envelope::now() + super::subjects::TIME_TO_LIVE.as_secs(),
         };
         let result = tokio::select! {
             result = self.remote.place(task) => outcome_of(result),

@@ -104,24 +104,9 @@ impl Remote {
         run: SessionId,
         key: KeyPair,
     ) -> Result<Self, String> {
-        let mut options = async_nats::ConnectOptions::new();
-        if let Some(token) = token {
-            options = options.token(token);
-        }
-        // Not retried: a server that cannot be reached, or a token it
-        // refuses, ends the run before it starts.
-        let client = options
-            .name(format!("orchestrate lead {run}"))
-            .connect(subjects::addresses(servers)?)
-            .await
-            .map_err(|e| format!("cannot join {}: {e}", servers.join(",")))?;
-        let js = jetstream::new(client.clone());
-        let replicas = subjects::replicas(
-            servers
-                .len()
-                .max(1 + client.server_info().connect_urls.len()),
-        );
-        subjects::ensure_streams(&js, replicas).await?;
+        // A server that cannot be reached ends the run before it starts.
+        let name = format!("orchestrate lead {run}");
+        let (client, js, _tasks) = subjects::join(servers, token.as_deref(), name).await?;
         let consumer = subjects::patiently(|| async {
             let results = (js.get_stream(subjects::RESULTS).await)
                 .map_err(|e| format!("cannot find the stream {}: {e}", subjects::RESULTS))?;

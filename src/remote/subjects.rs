@@ -108,6 +108,31 @@ pub fn replicas(servers: usize) -> usize {
     servers.clamp(1, 3)
 }
 
+/// Joins `servers` as `name`, with `token` (`NATS_TOKEN`) when there is one,
+/// and makes the streams if they are not there: the client, its JetStream
+/// and the tasks' stream. Not retried: a server that cannot be reached, or a
+/// token it refuses, is said at once; once joined, the client reconnects on
+/// its own.
+pub(crate) async fn join(
+    servers: &[String],
+    token: Option<&str>,
+    name: String,
+) -> Result<(async_nats::Client, jetstream::Context, stream::Stream), String> {
+    let mut options = async_nats::ConnectOptions::new();
+    if let Some(token) = token {
+        options = options.token(token.to_owned());
+    }
+    let client = options
+        .name(name)
+        .connect(addresses(servers)?)
+        .await
+        .map_err(|e| format!("cannot join {}: {e}", servers.join(",")))?;
+    let js = jetstream::new(client.clone());
+    let clustered = 1 + client.server_info().connect_urls.len();
+    let tasks = ensure_streams(&js, replicas(servers.len().max(clustered))).await?;
+    Ok((client, js, tasks))
+}
+
 /// Whether `server` (`nats://host:port`, or `host:port`) is on this
 /// machine: a loopback address or `localhost`.
 pub fn on_this_machine(server: &str) -> bool {

@@ -96,8 +96,6 @@ impl std::fmt::Debug for WorkerConfig {
 /// prints: the CLI writes these to stderr).
 pub type Say = Arc<dyn Fn(String) + Send + Sync>;
 
-/// Works until `stop` is cancelled (and what it runs is drained), or the
-/// connection cannot be made.
 /// When a worker stops: `stop`, it takes no more tasks and drains; `now`
 /// (asked again), it hands back what it runs at once.
 #[derive(Clone, Debug, Default)]
@@ -119,25 +117,9 @@ pub async fn work(
     let stop = stopping.stop.clone();
     // Joining waits for nothing once asked to stop.
     let joining = async {
-        let mut options = async_nats::ConnectOptions::new();
-        if let Some(token) = &config.token {
-            options = options.token(token.clone());
-        }
-        // Not retried: a server that cannot be reached, or a token it refuses,
-        // is said at once; once joined, the client reconnects on its own.
-        let client = options
-            .name(format!("orchestrate worker {}", config.name))
-            .connect(subjects::addresses(&config.servers)?)
-            .await
-            .map_err(|e| format!("cannot join {}: {e}", config.servers.join(",")))?;
-        let js = jetstream::new(client.clone());
-        let replicas = subjects::replicas(
-            config
-                .servers
-                .len()
-                .max(1 + client.server_info().connect_urls.len()),
-        );
-        let tasks = subjects::ensure_streams(&js, replicas).await?;
+        let name = format!("orchestrate worker {}", config.name);
+        let (client, js, tasks) =
+            subjects::join(&config.servers, config.token.as_deref(), name).await?;
         let mut consumers = Vec::new();
         let mut ack_wait = config.ack_wait;
         for (name, filter) in subjects::consumers(&config.tags) {
@@ -307,9 +289,7 @@ struct Job {
 
 impl Job {
     async fn take(self, message: jetstream::Message) {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let now = envelope::now();
         let (task, _lead) = match envelope::open(&message.payload, &self.config.trusted, now) {
             Ok(opened) => opened,
             Err(refused) => {

@@ -154,7 +154,7 @@ impl Forwarder {
             .map_err(|_| {
                 failed(format!(
                     "no answer within {}",
-                    super::ask::shown(self.timeout)
+                    crate::session::budget::written(self.timeout)
                 ))
             })?
             .map_err(failed)?;
