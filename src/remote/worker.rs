@@ -156,9 +156,16 @@ pub async fn work(
             consumers.push(made);
         }
         let extend = ack_wait / 3;
-        Ok::<_, String>((client, js, consumers, extend))
+        // Looked up once: each task asks them whether it was answered.
+        let records = subjects::patiently(|| async {
+            let results = (js.get_stream(subjects::RESULTS).await).map_err(|e| e.to_string())?;
+            let done = (js.get_key_value(subjects::DONE).await).map_err(|e| e.to_string())?;
+            Ok(Records { results, done })
+        })
+        .await?;
+        Ok::<_, String>((client, js, consumers, extend, records))
     };
-    let (client, js, consumers, extend) = tokio::select! {
+    let (client, js, consumers, extend, records) = tokio::select! {
         joined = joining => joined?,
         () = stop.cancelled() => return Ok(()),
     };
@@ -220,6 +227,7 @@ pub async fn work(
                 };
                 let job = Job {
                     js: js.clone(),
+                    records: records.clone(),
                     running: here.clone(),
                     extend,
                     config: config.clone(),
@@ -273,9 +281,18 @@ impl Drop for Ran {
     }
 }
 
+/// Where a worker tells whether a task was answered: the results' stream,
+/// and the record of those done.
+#[derive(Clone)]
+struct Records {
+    results: jetstream::stream::Stream,
+    done: jetstream::kv::Store,
+}
+
 /// One task taken from the stream.
 struct Job {
     js: jetstream::Context,
+    records: Records,
     /// The sessions this worker runs now: a task handed to it again while it
     /// runs it (its ack wait passed in a reconnection) is not run twice.
     running: Arc<std::sync::Mutex<std::collections::HashSet<SessionId>>>,
@@ -391,14 +408,10 @@ impl Job {
     /// stream, or (its run over, the stream emptied) on the record of those
     /// done.
     async fn answered(&self, task: &RemoteTask) -> bool {
-        if let Ok(done) = self.js.get_key_value(subjects::DONE).await
-            && let Ok(Some(_)) = done.get(task.session.to_string()).await
-        {
+        let Records { results, done } = &self.records;
+        if let Ok(Some(_)) = done.get(task.session.to_string()).await {
             return true;
         }
-        let Ok(results) = self.js.get_stream(subjects::RESULTS).await else {
-            return false;
-        };
         let subject = subjects::result(task.run, task.session);
         results
             .get_last_raw_message_by_subject(&subject)
@@ -408,14 +421,9 @@ impl Job {
 
     /// Records `task` as done, on the record that outlives its run.
     async fn done(&self, task: &RemoteTask) {
-        let recorded = match self.js.get_key_value(subjects::DONE).await {
-            Ok(done) => done
-                .put(task.session.to_string(), bytes::Bytes::from_static(b"1"))
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
+        let recorded = (self.records.done)
+            .put(task.session.to_string(), bytes::Bytes::from_static(b"1"))
+            .await;
         if let Err(e) = recorded {
             tracing::warn!(session = %task.session, error = %e, "not recorded as done");
         }
