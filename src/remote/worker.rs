@@ -281,6 +281,60 @@ impl Drop for Ran {
     }
 }
 
+/// What a worker does with a task it was handed.
+#[derive(Debug, PartialEq)]
+enum Admission {
+    /// Run it.
+    Run(Box<RemoteTask>),
+    /// Refuse it without a word to its lead (its lead cannot be told: it is
+    /// not a task, not signed, or not where its lead sent it); `for_good`:
+    /// no worker runs it, else another may.
+    Refuse { why: String, for_good: bool },
+    /// Refuse it and tell its lead why (it asks more than this worker allows).
+    TellLead { task: Box<RemoteTask>, why: String },
+}
+
+/// Whether a worker trusting `trusted` leads, with `max_mode` as its cap,
+/// runs the task `payload` that came on `subject`, `now` seconds after the
+/// epoch.
+fn admit(
+    payload: &[u8],
+    subject: &str,
+    trusted: &[String],
+    now: u64,
+    max_mode: PermissionMode,
+) -> Admission {
+    let task = match envelope::open(payload, trusted, now) {
+        Ok((task, _lead)) => task,
+        Err(refused) => {
+            return Admission::Refuse {
+                why: refused.why,
+                for_good: refused.for_good,
+            };
+        }
+    };
+    // Published on another run's subject, or for workers with other tags:
+    // not where its lead sent it.
+    let sent_to = subjects::task(task.run, &task.tags);
+    if subject != sent_to {
+        return Admission::Refuse {
+            why: format!("it was sent to {sent_to}"),
+            for_good: true,
+        };
+    }
+    if task.permission_mode > max_mode {
+        let why = format!(
+            "this worker runs tasks up to permission mode {max_mode} (--max-permission-mode), and the task asks for {}",
+            task.permission_mode
+        );
+        return Admission::TellLead {
+            task: Box::new(task),
+            why,
+        };
+    }
+    Admission::Run(Box::new(task))
+}
+
 /// Where a worker tells whether a task was answered: the results' stream,
 /// and the record of those done.
 #[derive(Clone)]
@@ -306,33 +360,41 @@ struct Job {
 
 impl Job {
     async fn take(self, message: jetstream::Message) {
-        let now = envelope::now();
-        let (task, _lead) = match envelope::open(&message.payload, &self.config.trusted, now) {
-            Ok(opened) => opened,
-            Err(refused) => {
-                let why = &refused.why;
+        let admitted = admit(
+            &message.payload,
+            message.subject.as_str(),
+            &self.config.trusted,
+            envelope::now(),
+            self.config.max_mode,
+        );
+        let task = match admitted {
+            Admission::Run(task) => *task,
+            Admission::Refuse { why, for_good } => {
                 (self.say)(format!("refused a task on {}: {why}", message.subject));
                 // One another worker may run goes back for it, a little
                 // later; the rest no worker runs.
-                let end = match refused.for_good {
+                let end = match for_good {
                     true => AckKind::Term,
                     false => AckKind::Nak(Some(self.extend)),
                 };
                 let _ = message.ack_with(end).await;
                 return;
             }
+            Admission::TellLead { task, why } => {
+                (self.say)(format!("refused task {}: {why}", task.session));
+                let refused = RemoteResult {
+                    run: task.run,
+                    session: task.session,
+                    outcome: "refused".into(),
+                    text: why,
+                    worker: self.config.name.clone(),
+                };
+                if self.publish(&refused).await.is_ok() {
+                    let _ = message.ack_with(AckKind::Term).await;
+                }
+                return;
+            }
         };
-        // Published on another run's subject, or for workers with other
-        // tags: not where its lead sent it.
-        if message.subject.as_str() != subjects::task(task.run, &task.tags) {
-            (self.say)(format!(
-                "refused a task on {}: it was sent to {}",
-                message.subject,
-                subjects::task(task.run, &task.tags)
-            ));
-            let _ = message.ack_with(AckKind::Term).await;
-            return;
-        }
         let result = |outcome: &str, text: String| RemoteResult {
             run: task.run,
             session: task.session,
@@ -340,17 +402,6 @@ impl Job {
             text,
             worker: self.config.name.clone(),
         };
-        if task.permission_mode > self.config.max_mode {
-            let why = format!(
-                "this worker runs tasks up to permission mode {} (--max-permission-mode), and the task asks for {}",
-                self.config.max_mode, task.permission_mode
-            );
-            (self.say)(format!("refused task {}: {why}", task.session));
-            if self.publish(&result("refused", why)).await.is_ok() {
-                let _ = message.ack_with(AckKind::Term).await;
-            }
-            return;
-        }
         let session = task.session;
         let first = (self
             .running
@@ -444,5 +495,68 @@ impl Job {
             .await
             .map_err(|e| e.to_string())?;
         ack.await.map(|_| ()).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(run: SessionId, mode: PermissionMode) -> RemoteTask {
+        RemoteTask {
+            run,
+            session: SessionId::new(),
+            parent: run,
+            role: "coder".into(),
+            system_prompt: "You are a coder.".into(),
+            tools: None,
+            max_turns: 5,
+            prompt: "go".into(),
+            permission_mode: mode,
+            deny: Vec::new(),
+            ask: Vec::new(),
+            tags: Vec::new(),
+            bash: Vec::new(),
+            expires: 2_000,
+        }
+    }
+
+    #[test]
+    fn a_task_runs_only_where_its_lead_sent_it_and_within_the_workers_cap() {
+        let lead = nkeys::KeyPair::new_user();
+        let trusted = [lead.public_key()];
+        let run = SessionId::new();
+        let here = subjects::task(run, &[]);
+        let cap = PermissionMode::AcceptEdits;
+        let fine = task(run, PermissionMode::Default);
+        let sealed = envelope::seal(&fine, &lead).unwrap();
+        assert_eq!(
+            admit(&sealed, &here, &trusted, 1_000, cap),
+            Admission::Run(Box::new(fine))
+        );
+        let elsewhere = subjects::task(SessionId::new(), &[]);
+        let moved = admit(&sealed, &elsewhere, &trusted, 1_000, cap);
+        assert!(
+            matches!(moved, Admission::Refuse { for_good: true, .. }),
+            "{moved:?}"
+        );
+        let greedy = envelope::seal(&task(run, PermissionMode::BypassPermissions), &lead).unwrap();
+        let told = admit(&greedy, &here, &trusted, 1_000, cap);
+        assert!(
+            matches!(&told, Admission::TellLead { why, .. } if why.contains("up to permission mode acceptEdits")),
+            "{told:?}"
+        );
+        // A lead this worker does not trust: another worker may run it.
+        let other = admit(&sealed, &here, &[], 1_000, cap);
+        assert!(
+            matches!(
+                other,
+                Admission::Refuse {
+                    for_good: false,
+                    ..
+                }
+            ),
+            "{other:?}"
+        );
     }
 }
