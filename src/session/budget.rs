@@ -174,36 +174,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(total)
 }
 
-/// A duration as a person writes it (`90s` as `1m30s`, `5m`, `1h30m`,
-/// `500ms`): what [`parse_duration`] reads back.
-pub fn written(duration: Duration) -> String {
-    let secs = duration.as_secs();
-    match (secs / 3600, secs % 3600 / 60, secs % 60) {
-        (0, 0, 0) => format!("{}ms", duration.as_millis()),
-        (0, 0, s) => format!("{s}s"),
-        (0, m, 0) => format!("{m}m"),
-        (0, m, s) => format!("{m}m{s}s"),
-        (h, 0, 0) => format!("{h}h"),
-        (h, m, 0) => format!("{h}h{m}m"),
-        (h, m, s) => format!("{h}h{m}m{s}s"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_read_as_written() {
-        assert_eq!(written(Duration::from_secs(90)), "1m30s");
-        assert_eq!(written(Duration::from_secs(300)), "5m");
-        assert_eq!(written(Duration::from_secs(5400)), "1h30m");
-        assert_eq!(written(Duration::from_secs(7)), "7s");
-        for secs in [7, 90, 300, 5400, 5437] {
-            let d = Duration::from_secs(secs);
-            assert_eq!(parse_duration(&written(d)), Ok(d));
-        }
-    }
 
     #[test]
     fn durations_read_as_people_write_them() {

@@ -179,7 +179,7 @@ impl Gate {
             ),
             By::Timeout => format!(
                 "permission denied: {tool} needs approval under permission mode {mode}, and nobody approved it within {} (orchestrate approve); run with --permission-mode {needed} to allow it",
-                crate::session::budget::written(self.approval_timeout)
+                written(self.approval_timeout)
             ),
             By::Refusal(_) | By::Always(_) => REFUSED_EARLIER.to_owned(),
         }
@@ -222,5 +222,32 @@ impl Drop for Told<'_> {
         if !self.done {
             self.tell("no", "cancelled", None);
         }
+    }
+}
+
+/// A duration as a person writes it (`90s` as `1m30s`, `5m`, `1h30m`,
+/// `500ms`), as `--approval-timeout` and `timeout` read it.
+pub(super) fn written(duration: std::time::Duration) -> String {
+    let secs = duration.as_secs();
+    match (secs / 3600, secs % 3600 / 60, secs % 60) {
+        (0, 0, 0) => format!("{}ms", duration.as_millis()),
+        (0, 0, s) => format!("{s}s"),
+        (0, m, 0) => format!("{m}m"),
+        (0, m, s) => format!("{m}m{s}s"),
+        (h, 0, 0) => format!("{h}h"),
+        (h, m, 0) => format!("{h}h{m}m"),
+        (h, m, s) => format!("{h}h{m}m{s}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn durations_read_as_written() {
+        use std::time::Duration;
+        assert_eq!(super::written(Duration::from_secs(90)), "1m30s");
+        assert_eq!(super::written(Duration::from_secs(300)), "5m");
+        assert_eq!(super::written(Duration::from_secs(5400)), "1h30m");
+        assert_eq!(super::written(Duration::from_secs(7)), "7s");
     }
 }

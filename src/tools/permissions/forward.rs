@@ -154,7 +154,7 @@ impl Forwarder {
             .map_err(|_| {
                 failed(format!(
                     "no answer within {}",
-                    crate::session::budget::written(self.timeout)
+                    super::ask::written(self.timeout)
                 ))
             })?
             .map_err(failed)?;
