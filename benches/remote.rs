@@ -24,15 +24,16 @@ use futures::future::BoxFuture;
 use orchestrate::SessionId;
 use orchestrate::remote::envelope::RemoteTask;
 use orchestrate::remote::lead::Remote;
-use orchestrate::remote::worker::{Runner, WorkerConfig, work};
+use orchestrate::remote::store::Store;
+use orchestrate::remote::worker::{Ran, Runner, WorkerConfig, work};
 use orchestrate::tools::permissions::PermissionMode;
 
 /// Answers every task at once.
 struct Echo;
 
 impl Runner for Echo {
-    fn run(&self, task: RemoteTask) -> BoxFuture<'_, (String, String)> {
-        Box::pin(async move { ("completed".to_owned(), task.prompt) })
+    fn run(&self, task: RemoteTask, _store: Store) -> BoxFuture<'_, Ran> {
+        Box::pin(async move { Ran::said("completed", task.prompt) })
     }
 }
 
@@ -95,6 +96,8 @@ fn task(run: SessionId, prompt: String) -> RemoteTask {
             .unwrap()
             .as_secs()
             + 600,
+        workspace: None,
+        check: None,
     }
 }
 

@@ -8,6 +8,7 @@
 //! command may unset it, which is why the sandbox makes the repository's config
 //! read-only as well).
 
+pub mod bundle;
 pub mod checkout;
 pub mod checkpoint;
 pub mod config;

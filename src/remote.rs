@@ -6,7 +6,9 @@ pub mod envelope;
 mod keys;
 pub mod launcher;
 pub mod lead;
+pub mod store;
 pub mod subjects;
 pub mod worker;
+pub mod workspace;
 
 pub use self::keys::lead_key;

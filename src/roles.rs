@@ -439,6 +439,14 @@ pub fn parse(path: &str, text: &str) -> Result<Role, RoleError> {
             role_servers(&field.value, line).map_err(|message| err(line, message))?
         }
     };
+    // Its servers run where the run started: so does it.
+    if placement == Placement::Remote && (!mcp.named.is_empty() || !mcp.defined.is_empty()) {
+        return Err(err(
+            line_of("placement"),
+            "placement remote: a role with mcpServers runs on this machine, where its servers are"
+                .to_owned(),
+        ));
+    }
     let own = match tool_list("tools")? {
         Some(names) => tools::entries(&names, List::Allow, "tools", path, line_of("tools")),
         None => tools::Entries::default(),
@@ -562,6 +570,15 @@ fn role_servers(value: &Value, line: usize) -> Result<RoleServers, String> {
 }
 
 impl Role {
+    /// Where the run may place it: its `placement`, but on this machine when
+    /// it has MCP servers (they run here).
+    pub fn runs_where(&self) -> Placement {
+        match self.mcp.named.is_empty() && self.mcp.defined.is_empty() {
+            true => self.placement,
+            false => Placement::Local,
+        }
+    }
+
     /// The tools this role gets of `offered` (every tool of the run): its own list
     /// (all of them when it names none), less its disallowed ones. As in Claude
     /// Code, a sub-agent's tools are not narrowed by its caller's list; the

@@ -96,7 +96,7 @@ pub struct Check {
 }
 
 /// How a sub-agent's check went.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Checked {
     /// Whether it passed.
     pub passed: bool,
@@ -499,7 +499,7 @@ impl Task {
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         catalog.get(name).map_or_else(Default::default, |role| {
-            (role.placement, role.placement_tags.clone())
+            (role.runs_where(), role.placement_tags.clone())
         })
     }
 

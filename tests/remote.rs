@@ -41,6 +41,8 @@ fn task(run: SessionId, prompt: &str, mode: PermissionMode) -> RemoteTask {
             .unwrap()
             .as_secs()
             + 600,
+        workspace: None,
+        check: None,
     }
 }
 
@@ -161,6 +163,8 @@ async fn a_worker_runs_its_leads_tasks_once_and_refuses_the_others() {
         outcome: "completed".into(),
         text: "from a worker that died".into(),
         worker: "gone:1".into(),
+        work: None,
+        check: None,
     };
     let subject = subjects::result(run, answered.session);
     let ack = js
@@ -734,4 +738,275 @@ async fn a_worker_runs_the_tasks_of_the_leads_its_users_config_trusts() {
         said.contains("trust_leads: \"nobody\" is not a public key"),
         "{said}"
     );
+}
+
+/// Run `run`'s files left in the store.
+async fn files_left(url: &str) -> Vec<String> {
+    let client = async_nats::connect(url).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    let store = js.get_object_store(subjects::FILES).await.unwrap();
+    let mut listed = store.list().await.unwrap();
+    let mut names = Vec::new();
+    while let Some(info) = listed.next().await {
+        names.push(info.unwrap().name);
+    }
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_writer_works_on_the_persons_tree_and_its_changes_merge_like_a_local_ones() {
+    use crate::isolation::{LIB, git, repository};
+    use crate::support::mock_llm::Recorded;
+    use serde_json::json;
+    let server = NatsServer::start();
+    let mock = MockLlm::start_with(|request: &Recorded, _| {
+        if request.system() == "You are far." {
+            return match request.results() {
+                0 => Reply::tool_calls(&[
+                    ("r", "Read", json!({"file_path": "notes.txt"})),
+                    ("r2", "Read", json!({"file_path": "lib.rs"})),
+                ]),
+                2 => Reply::tool_calls(&[
+                    (
+                        "e",
+                        "Edit",
+                        json!({"file_path": "lib.rs", "old_string": "    3", "new_string": "    30"}),
+                    ),
+                    (
+                        "w",
+                        "Write",
+                        json!({"file_path": "d.rs", "content": "fn d() {}\n"}),
+                    ),
+                ]),
+                _ => Reply::text("changed far away"),
+            };
+        }
+        let results = crate::support::harness::tool_results(request);
+        match results.first() {
+            None => Reply::tool_calls(&[(
+                "t1",
+                "Task",
+                json!({"description": "far", "prompt": "change c", "subagent_type": "far"}),
+            )]),
+            Some((_, result)) => Reply::text(result.clone()),
+        }
+    })
+    .await;
+    let dir = repository();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("agents")).unwrap();
+    std::fs::write(
+        root.join("agents/far.md"),
+        "---\nname: far\ndescription: works far away\ntools: Read, Edit, Write\nplacement: remote\n---\nYou are far.\n",
+    )
+    .unwrap();
+    // The person's work in progress: untracked notes, an uncommitted change.
+    std::fs::write(root.join("notes.txt"), "the person's notes\n").unwrap();
+    std::fs::write(root.join("lib.rs"), LIB.replace("    1\n", "    mine\n")).unwrap();
+    let head = git(root, &["rev-parse", "HEAD"]);
+    let (mut worker, _lines) = worker(&mock, root, &server).await;
+    let args = [
+        "--nats",
+        &server.url,
+        "--permission-mode",
+        "acceptEdits",
+        "go",
+    ];
+    let answer = lead_answer(&mock, root, &args).await;
+    assert!(answer.contains("changed far away"), "{answer}");
+    assert!(answer.contains("changes: merged (2 files"), "{answer}");
+    // It saw the person's tree as it is, not as committed.
+    let far: Vec<_> = mock
+        .requests()
+        .into_iter()
+        .filter(|r| r.system() == "You are far." && r.results() == 2)
+        .collect();
+    let seen = crate::support::harness::tool_results(&far[0]);
+    assert!(seen[0].1.contains("the person's notes"), "{seen:?}");
+    // Its changes merged into the person's tree, their own work kept.
+    assert_eq!(
+        std::fs::read_to_string(root.join("lib.rs")).unwrap(),
+        LIB.replace("    1\n", "    mine\n")
+            .replace("    3\n", "    30\n")
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("d.rs")).unwrap(),
+        "fn d() {}\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("notes.txt")).unwrap(),
+        "the person's notes\n"
+    );
+    assert_eq!(git(root, &["rev-parse", "HEAD"]), head);
+    assert_eq!(git(root, &["rev-parse", "--abbrev-ref", "HEAD"]), "main\n");
+    // Its work is on its branch, as a local writer's is; nothing else is
+    // left in the repository or on the servers.
+    let branches = git(root, &["branch", "--list", "orchestrate/*"]);
+    assert!(branches.contains("/far-"), "{branches:?}");
+    let work = branches.trim().trim_start_matches("* ");
+    assert_eq!(
+        git(root, &["diff", "--name-only", &format!("{work}^"), work]),
+        "d.rs\nlib.rs\n"
+    );
+    let left = git(
+        root,
+        &[
+            "for-each-ref",
+            "refs/orchestrate/remote",
+            "refs/orchestrate/snapshots",
+        ],
+    );
+    assert_eq!(left, "");
+    assert_eq!(files_left(&server.url).await, Vec::<String>::new());
+    let _ = worker.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_writers_check_runs_on_its_worker_and_gates_its_merge() {
+    use crate::isolation::{LIB, git, repository};
+    use crate::support::mock_llm::Recorded;
+    use serde_json::json;
+    let server = NatsServer::start();
+    let mock = MockLlm::start_with(|request: &Recorded, _| {
+        if request.system() == "You are far." {
+            let last = request.body["messages"].as_array().and_then(|m| m.last().cloned());
+            let told = last.as_ref().and_then(|m| m["content"].as_str()).unwrap_or_default();
+            return match request.results() {
+                0 => Reply::tool_calls(&[("r", "Read", json!({"file_path": "lib.rs"}))]),
+                1 => Reply::tool_calls(&[(
+                    "w",
+                    "Write",
+                    json!({"file_path": "d.rs", "content": "fn d() {}\n"}),
+                )]),
+                // The check's failure, sent as a prompt: it mends its work.
+                2 if told.starts_with("Check `grep -q 30 lib.rs` failed") => Reply::tool_calls(&[(
+                    "e",
+                    "Edit",
+                    json!({"file_path": "lib.rs", "old_string": "    3", "new_string": "    30"}),
+                )]),
+                2 => Reply::text("done"),
+                _ => Reply::text("mended"),
+            };
+        }
+        let results = crate::support::harness::tool_results(request);
+        match results.first() {
+            None => Reply::tool_calls(&[(
+                "t1",
+                "Task",
+                json!({"description": "far", "prompt": "change c", "subagent_type": "far"}),
+            )]),
+            Some((_, result)) => Reply::text(result.clone()),
+        }
+    })
+    .await;
+    let dir = repository();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("agents")).unwrap();
+    std::fs::write(
+        root.join("agents/far.md"),
+        "---\nname: far\ndescription: works far away\ntools: Read, Edit, Write, Bash\nplacement: remote\ncheck: grep -q 30 lib.rs\ncheckAttempts: 2\n---\nYou are far.\n",
+    )
+    .unwrap();
+    let flags = ["--slots", "1", "--max-permission-mode", "bypassPermissions"];
+    let (mut worker, _lines) = worker_with(&mock, root, &server.url, &flags).await;
+    let args = [
+        "--nats",
+        &server.url,
+        "--permission-mode",
+        "bypassPermissions",
+        "go",
+    ];
+    let answer = lead_answer(&mock, root, &args).await;
+    assert!(
+        answer.contains("check: passed (attempt 2 of 2)"),
+        "{answer}"
+    );
+    assert!(answer.contains("changes: merged (2 files"), "{answer}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("lib.rs")).unwrap(),
+        LIB.replace("    3\n", "    30\n")
+    );
+    // The check ran where the work was: its first failure went back to it.
+    let asked = mock
+        .requests()
+        .iter()
+        .filter(|r| r.system() == "You are far.")
+        .count();
+    assert_eq!(asked, 5);
+    assert_eq!(
+        git(root, &["status", "--porcelain", "--", "lib.rs", "d.rs"]),
+        " M lib.rs\n?? d.rs\n"
+    );
+    let _ = worker.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_sent_back_is_refused_unless_it_is_one_commit_on_its_snapshot_and_the_bytes_named() {
+    use crate::isolation::{git, repository};
+    use orchestrate::remote::store::{Store, object};
+    use orchestrate::remote::workspace::{Bases, Sending, fetch_work};
+    let server = NatsServer::start();
+    let client = async_nats::connect(&server.url).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    js.create_object_store(async_nats::jetstream::object_store::Config {
+        bucket: subjects::FILES.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let store = Store::open(&js).await.unwrap();
+    let dir = repository();
+    let root = dir.path();
+    std::fs::write(root.join("lib.rs"), "changed, not committed\n").unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let (run, session) = (SessionId::new(), SessionId::new());
+    let bases = Bases::default();
+    let sending = Sending {
+        store: &store,
+        bases: &bases,
+        scratch: scratch.path().to_owned(),
+        leave_out: std::sync::Arc::from([]),
+        run,
+    };
+    let sent = sending
+        .send(
+            root,
+            session,
+            scratch.path().join(session.to_string()),
+            "orchestrate/t/far-1".into(),
+        )
+        .await
+        .unwrap();
+    let checkout = &sent.checkout;
+    // A commit on the person's HEAD, not on the snapshot the worker was sent.
+    let other = tempfile::tempdir().unwrap();
+    git(other.path(), &["clone", "-q", &root.to_string_lossy(), "."]);
+    std::fs::write(other.path().join("evil.rs"), "planted\n").unwrap();
+    git(other.path(), &["add", "evil.rs"]);
+    git(other.path(), &["commit", "-q", "-m", "planted"]);
+    let tip = git(other.path(), &["rev-parse", "HEAD"]).trim().to_owned();
+    let head = git(root, &["rev-parse", "HEAD"]).trim().to_owned();
+    let name = object(run, &format!("work.{session}"));
+    let file = scratch.path().join("forged.bundle");
+    orchestrate::git::bundle::create(other.path(), &file, &name, &tip, Some(&head)).unwrap();
+    let forged = store.put(&name, &file, &tip).await.unwrap();
+    let refused = fetch_work(&store, scratch.path(), run, session, &forged, checkout).await;
+    let why = refused.unwrap_err();
+    assert!(why.contains("is not one commit on the snapshot"), "{why}");
+    // Bytes other than those named.
+    let mut altered = forged.clone();
+    altered.digest = "0".repeat(64);
+    let why = fetch_work(&store, scratch.path(), run, session, &altered, checkout)
+        .await
+        .unwrap_err();
+    assert!(why.contains("its bytes differ"), "{why}");
+    // Another sub-agent's file.
+    let mut elsewhere = forged.clone();
+    elsewhere.object = object(run, &format!("work.{}", SessionId::new()));
+    let why = fetch_work(&store, scratch.path(), run, session, &elsewhere, checkout)
+        .await
+        .unwrap_err();
+    assert!(why.contains("the worker named"), "{why}");
+    // Nothing of it is left in the person's repository.
+    assert_eq!(git(root, &["for-each-ref", "refs/orchestrate/remote"]), "");
 }

@@ -16,10 +16,15 @@ use super::flags::{Cli, Command};
 use super::setup;
 use crate::protocol::Outcome;
 use crate::remote::envelope::RemoteTask;
-use crate::remote::worker::{Runner, WorkerConfig};
+use crate::remote::store::Store;
+use crate::remote::worker::{Ran, Runner, WorkerConfig};
+use crate::remote::workspace::Cache;
+use crate::roles::Placement;
 use crate::runtime::Handle;
 use crate::session::SessionSpec;
+use crate::task::{Check, Delegation, Launcher};
 use crate::tools::permissions::DenyAll;
+use tokio_util::sync::CancellationToken;
 
 /// Runs a worker until it is stopped; its lines go to `err`.
 pub(super) async fn run(
@@ -160,6 +165,7 @@ async fn serve(
     };
     let runner = Arc::new(Local {
         handle: runtime.handle(),
+        cache: Cache::new(plan.workspace.join(".bundles.git")),
         scratch: plan.workspace.clone(),
         plan: Arc::new(plan),
         max_turns: cli.max_turns,
@@ -236,6 +242,8 @@ fn worker_name() -> String {
 /// Runs tasks in this process's runtime, as local sub-agents run.
 struct Local {
     handle: Handle,
+    /// The bundles of the workspaces it was sent.
+    cache: Cache,
     /// The worker's scratch workspace: each task's folder is made in it.
     scratch: std::path::PathBuf,
     plan: Arc<crate::setup::Setup>,
@@ -243,37 +251,108 @@ struct Local {
 }
 
 impl Runner for Local {
-    fn run(&self, task: RemoteTask) -> BoxFuture<'_, (String, String)> {
+    fn run(&self, task: RemoteTask, store: Store) -> BoxFuture<'_, Ran> {
         Box::pin(async move {
             // A folder of its own, the worker's user's alone, gone when it ends.
             let folder = self.scratch.join(task.session.to_string());
             let made = std::fs::DirBuilder::new().mode(0o700).create(&folder);
             if let Err(e) = made {
-                return ("failed".to_owned(), format!("{}: {e}", folder.display()));
+                return Ran::said("failed", format!("{}: {e}", folder.display()));
             }
             let _gone = Gone(folder.clone());
-            let spec = match self.spec(&task, &folder) {
-                Ok(spec) => spec,
-                Err(why) => return ("failed".to_owned(), why),
+            // Its parent's tree, checked out as a private checkout is.
+            let indexes = self.scratch.join(".scratch");
+            let workdir = match &task.workspace {
+                Some(workspace) => {
+                    let (run, session) = (task.run, task.session);
+                    let out = (self.cache)
+                        .check_out(&store, &indexes, run, session, workspace, &folder)
+                        .await;
+                    match out {
+                        Ok(workdir) => workdir,
+                        Err(why) => {
+                            let why = format!("its workspace could not be checked out: {why}");
+                            return Ran::said("failed (workspace)", why);
+                        }
+                    }
+                }
+                None => folder.clone(),
             };
-            let session = match self.handle.start_session_as(task.session, spec).await {
-                Ok(session) => session,
-                Err(e) => return ("failed".to_owned(), e.to_string()),
+            let spec = match self.spec(&task, &folder, &workdir) {
+                Ok(spec) => spec,
+                Err(why) => return Ran::said("failed", why),
+            };
+            let check = match &task.check {
+                Some(check) => match self.plan.tools.get("Bash") {
+                    Some(bash) => Some(Check {
+                        command: check.command.clone(),
+                        attempts: check.attempts.clamp(1, 100),
+                        bash,
+                    }),
+                    None => {
+                        return Ran::said(
+                            "failed (check)",
+                            "its check needs the Bash tool, which this worker does not have",
+                        );
+                    }
+                },
+                None => None,
+            };
+            // Run as a local Task call's sub-agent is, its check with it.
+            let delegation = Delegation {
+                spec,
+                prompt: task.prompt.clone(),
+                cancel: CancellationToken::new(),
+                resumed: false,
+                isolate: None,
+                check,
+                id: Some(task.session),
+                continues: None,
+                slot: None,
+                placement: Placement::Local,
+                placement_tags: Vec::new(),
             };
             // Its session goes with it, answered or given up on (a drain).
-            let _stop = Stop(self.handle.clone(), session);
-            let outcome = self.handle.run_prompt(session, task.prompt, |_| {}).await;
-            match outcome {
-                Some(Outcome::Completed { text, .. }) => ("completed".into(), text),
+            let stop = Stop(self.handle.clone(), task.session);
+            let delegated = Launcher::delegate(&self.handle, delegation).await;
+            drop(stop);
+            let (outcome, checked) = match delegated {
+                Ok(delegated) => (delegated.outcome, delegated.check),
+                Err(e) => return Ran::said("failed", e.to_string()),
+            };
+            let ran = match outcome {
+                Some(Outcome::Completed { text, .. }) => Ran::said("completed", text),
                 Some(Outcome::Partial {
                     reason, partial, ..
-                }) => (format!("partial ({reason})"), partial),
+                }) => Ran::said(format!("partial ({reason})"), partial),
                 Some(Outcome::Failed { class, message, .. }) => {
-                    (format!("failed ({class})"), message)
+                    Ran::said(format!("failed ({class})"), message)
                 }
-                Some(Outcome::Cancelled { partial, .. }) => ("cancelled".into(), partial),
-                Some(Outcome::TimedOut { partial, .. }) => ("timed_out".into(), partial),
-                None => ("failed".into(), "the worker shut down".into()),
+                Some(Outcome::Cancelled { partial, .. }) => Ran::said("cancelled", partial),
+                Some(Outcome::TimedOut { partial, .. }) => Ran::said("timed_out", partial),
+                None => return Ran::said("failed", "the worker shut down"),
+            };
+            let ran = Ran {
+                check: checked,
+                ..ran
+            };
+            let Some(workspace) = &task.workspace else {
+                return ran;
+            };
+            // What it changed goes back, whatever its outcome: its lead
+            // keeps the work of one that did not finish on a branch.
+            let sent = (self.cache)
+                .send_back(&store, &indexes, task.run, task.session, workspace, &folder)
+                .await;
+            match sent {
+                Ok(work) => Ran { work, ..ran },
+                Err(why) => Ran::said(
+                    "failed (workspace)",
+                    format!(
+                        "its work could not be sent back: {why}; it ended {}: {}",
+                        ran.outcome, ran.text
+                    ),
+                ),
             }
         })
     }
@@ -299,10 +378,16 @@ impl Drop for Stop {
 }
 
 impl Local {
-    /// The task's session in `folder`: its role's prompt (the lead's memory
-    /// files in it already; not this machine's), its tools and rules, this
-    /// machine's model.
-    fn spec(&self, task: &RemoteTask, folder: &std::path::Path) -> Result<SessionSpec, String> {
+    /// The task's session in `folder` (working in `workdir`, its parent's
+    /// folder in it): its role's prompt (the lead's memory files in it
+    /// already; not this machine's), its tools and rules, this machine's
+    /// model.
+    fn spec(
+        &self,
+        task: &RemoteTask,
+        folder: &std::path::Path,
+        workdir: &std::path::Path,
+    ) -> Result<SessionSpec, String> {
         let plan = &self.plan;
         let model = plan.models.lead();
         let prompt = task.system_prompt.clone();
@@ -311,7 +396,7 @@ impl Local {
         // tools there, its commands writing only there.
         spec.checkout = Some(crate::protocol::Checkout {
             root: folder.to_owned(),
-            workdir: folder.to_owned(),
+            workdir: workdir.to_owned(),
             into: folder.to_owned(),
             prefix: std::path::PathBuf::new(),
             base: String::new(),

@@ -22,11 +22,52 @@ pub struct Made {
     pub lacks: Vec<String>,
 }
 
+/// A tree taken as a snapshot, pinned while a checkout of it works.
+#[derive(Debug)]
+pub struct Taken {
+    /// The top of its repository's work tree.
+    pub into: PathBuf,
+    /// The tree's folder below it (empty at the top).
+    pub prefix: PathBuf,
+    /// The snapshot.
+    pub base: String,
+    /// What a checkout of it lacks, one line each.
+    pub lacks: Vec<String>,
+}
+
+/// The tree `from` is in as it is now, as a snapshot commit (made with an
+/// index in `scratch`, the places `leave_out` names not taken), pinned as
+/// `name` (a checkout's folder's name) until [`remove`]; its work to be
+/// kept on `branch`, which must be a name git takes.
+pub fn take(
+    from: &Path,
+    scratch: &Path,
+    branch: &str,
+    leave_out: &[PathBuf],
+    name: &str,
+) -> Result<Taken, CheckoutError> {
+    let (place, lacks) = checkout::usable(from)?;
+    let into = place.root.canonicalize()?;
+    // `sub/` as git says it: the same folder, without its trailing slash.
+    let prefix: PathBuf = place.prefix.components().collect();
+    if !checkout::valid_branch(&into, branch) {
+        return Err(CheckoutError::BranchName(branch.to_owned()));
+    }
+    let base = checkout::snapshot_without(&into, scratch, leave_out)?;
+    checkout::pin(&into, name, &base)?;
+    Ok(Taken {
+        into,
+        prefix,
+        base,
+        lacks,
+    })
+}
+
 /// Makes a private checkout of the tree `from` is in, at `dest` (which must
-/// not exist), from a snapshot of that tree as it is now (made with an index
-/// in `scratch`), its work to be kept on `branch`. The ignored files that
-/// `.worktreeinclude` at the repository's top names are copied in; the places
-/// `leave_out` names (the run's own state) are not taken.
+/// not exist), from a snapshot of that tree as it is now ([`take`]), its
+/// work to be kept on `branch`. The ignored files that `.worktreeinclude` at
+/// the repository's top names are copied in; the places `leave_out` names
+/// (the run's own state) are not taken.
 pub fn make(
     from: &Path,
     dest: &Path,
@@ -34,16 +75,13 @@ pub fn make(
     branch: String,
     leave_out: &[PathBuf],
 ) -> Result<Made, CheckoutError> {
-    let (place, lacks) = checkout::usable(from)?;
-    let into = place.root.canonicalize()?;
-    // `sub/` as git says it: the same folder, without its trailing slash.
-    let prefix: PathBuf = place.prefix.components().collect();
-    if !checkout::valid_branch(&into, &branch) {
-        return Err(CheckoutError::BranchName(branch));
-    }
-    let base = checkout::snapshot_without(&into, scratch, leave_out)?;
     let name = pin_name(dest);
-    checkout::pin(&into, &name, &base)?;
+    let Taken {
+        into,
+        prefix,
+        base,
+        lacks,
+    } = take(from, scratch, &branch, leave_out, &name)?;
     let made = checkout::clone(&into, dest, &base).and_then(|()| {
         include_ignored(&into, dest, leave_out)?;
         // A folder the snapshot holds nothing of (empty, or all ignored).
@@ -132,7 +170,7 @@ fn include_ignored(root: &Path, dest: &Path, leave_out: &[PathBuf]) -> Result<()
 }
 
 /// The name of the ref that keeps a checkout's base: the checkout's own.
-fn pin_name(dest: &Path) -> String {
+pub fn pin_name(dest: &Path) -> String {
     dest.file_name()
         .map_or_else(|| "checkout".into(), |n| n.to_string_lossy().into_owned())
 }

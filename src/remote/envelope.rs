@@ -50,6 +50,23 @@ pub struct RemoteTask {
     /// When it stops being valid, in seconds since the Unix epoch: a task
     /// captured and published again later is refused.
     pub expires: u64,
+    /// What must pass before its work counts: run on the worker when it
+    /// answers as done, a failure sent back to it as a prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<RemoteCheck>,
+    /// The tree it works on (none: it starts in an empty folder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<super::workspace::Workspace>,
+}
+
+/// A task's check: a shell command run with its Bash tool (exit 0 passes),
+/// at most `attempts` times.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteCheck {
+    /// The command.
+    pub command: String,
+    /// How many times it may run.
+    pub attempts: u32,
 }
 
 /// Why a worker will not run a task, and whether no worker ever will (one
@@ -174,6 +191,8 @@ mod tests {
             tags: vec!["gpu".into()],
             bash: Vec::new(),
             expires: NOW + 60,
+            workspace: None,
+            check: None,
         }
     }
 

@@ -10,11 +10,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::future::BoxFuture;
 
-use super::envelope::RemoteTask;
+use super::envelope::{RemoteCheck, RemoteTask};
 use super::lead::Remote;
+use super::store::Stored;
 use super::worker::RemoteResult;
+use super::workspace::{Bases, Sending, Sent, fetch_work, fetched_ref};
 use crate::error::{SessionError, ToolError};
-use crate::protocol::{EventKind, Outcome, RunStats, SessionId};
+use crate::events::Publisher;
+use crate::isolation::Isolate;
+use crate::protocol::{Changes, EventKind, Outcome, RunStats, SessionId};
 use crate::roles::Placement;
 use crate::runtime::Handle;
 use crate::task::{Delegated, Delegation, Job, Launcher};
@@ -130,6 +134,8 @@ pub struct RemoteLauncher {
     /// Sub-agents this machine runs at once before `any` ones go to workers.
     room: usize,
     running_here: Arc<AtomicUsize>,
+    /// The bases of workspaces the run has sent.
+    bases: Bases,
     /// The person's deny and ask rules, which every remote task carries.
     deny: Vec<String>,
     ask: Vec<String>,
@@ -144,6 +150,7 @@ impl RemoteLauncher {
             remote_only: placing.remote_only,
             room: placing.room,
             running_here: Arc::default(),
+            bases: Bases::default(),
             deny: placing.deny,
             ask: placing.ask,
         }
@@ -156,6 +163,8 @@ impl RemoteLauncher {
             cancel,
             slot,
             placement_tags,
+            isolate,
+            check,
             ..
         } = delegation;
         let session = SessionId::new();
@@ -166,6 +175,11 @@ impl RemoteLauncher {
             resumed: false,
             memory: Vec::new(),
         });
+        // Its parent's tree goes with it.
+        let sent = match &isolate {
+            Some(isolate) => self.send(isolate, session, &spec.agent, &events).await,
+            None => None,
+        };
         // Delegation does not cross machines: a remote sub-agent has no Task.
         let tools = (spec.tools.names().into_iter())
             .filter(|t| !matches!(*t, "Task" | "TaskOutput" | "TaskStop"))
@@ -188,26 +202,166 @@ impl RemoteLauncher {
             tags: placement_tags,
             bash: spec.bash_rules.iter().map(ToString::to_string).collect(),
             expires: super::envelope::now() + super::subjects::TIME_TO_LIVE.as_secs(),
+            check: check.as_ref().map(|check| RemoteCheck {
+                command: check.command.clone(),
+                attempts: check.attempts,
+            }),
+            workspace: sent.as_ref().map(|sent| sent.workspace.clone()),
         };
-        let result = tokio::select! {
-            result = self.remote.place(task) => outcome_of(result),
-            () = cancel.cancelled() => Outcome::Cancelled {
-                partial: String::new(),
-                stats: RunStats::default(),
-            },
+        let placed = tokio::select! {
+            result = self.remote.place(task) => Some(result),
+            () = cancel.cancelled() => None,
         };
         drop(slot);
+        let (outcome, work, checked) = match placed {
+            Some(Ok(mut result)) => {
+                let (work, checked) = (result.work.take(), result.check.take());
+                (outcome_of(Ok(result)), work, checked)
+            }
+            Some(Err(why)) => (outcome_of(Err(why)), None, None),
+            None => (
+                Outcome::Cancelled {
+                    partial: String::new(),
+                    stats: RunStats::default(),
+                },
+                None,
+                None,
+            ),
+        };
+        // With a check, only work that passed it merges.
+        let gated = check.is_some() && !checked.is_some_and(|c| c.passed);
         events.publish(EventKind::Terminal {
             prompts: Vec::new(),
-            outcome: result.clone(),
+            outcome: outcome.clone(),
         });
+        let changes = match (sent, &isolate) {
+            (Some(sent), Some(isolate)) => {
+                let back = Back {
+                    session,
+                    agent: &spec.agent,
+                    parent: spec.parent,
+                    isolate,
+                };
+                let merges = (!gated).then_some(&outcome);
+                self.bring_back(back, sent, work, merges, &events).await
+            }
+            _ => None,
+        };
         Delegated {
-            outcome: Some(result),
-            changes: None,
-            check: None,
+            outcome: Some(outcome),
+            changes,
+            check: checked,
             session: Some(session),
         }
     }
+
+    /// Sends the tree `isolate` names for sub-agent `session`; when it
+    /// cannot be sent (no repository, no commit), says why as the sub-agent,
+    /// which starts in an empty folder.
+    async fn send(
+        &self,
+        isolate: &Isolate,
+        session: SessionId,
+        agent: &str,
+        events: &Publisher,
+    ) -> Option<Sent> {
+        let sending = Sending {
+            store: self.remote.store(),
+            bases: &self.bases,
+            scratch: self.local.state().scratch(),
+            leave_out: isolate.private.clone(),
+            run: self.remote.run(),
+        };
+        let branch = crate::isolation::branch_name(isolate.run, agent, session);
+        let dest = self.local.state().checkout(session);
+        match sending.send(&isolate.from, session, dest, branch).await {
+            Ok(sent) => Some(sent),
+            Err(why) => {
+                events.publish(EventKind::Shared {
+                    reason: format!(
+                        "no workspace sent to its worker ({why}): it starts in an empty folder"
+                    ),
+                });
+                None
+            }
+        }
+    }
+
+    /// Brings a remote sub-agent's work back: fetched from its worker's
+    /// bundle, then kept on its branch and merged as a private checkout's
+    /// work is. Work that cannot be fetched is said, and stays on the
+    /// servers until the run ends.
+    async fn bring_back(
+        &self,
+        back: Back<'_>,
+        sent: Sent,
+        work: Option<Stored>,
+        outcome: Option<&Outcome>,
+        events: &Publisher,
+    ) -> Option<Changes> {
+        let Back {
+            session,
+            agent,
+            parent,
+            isolate,
+        } = back;
+        let scratch = self.local.state().scratch();
+        let commit = match &work {
+            Some(work) => {
+                let store = self.remote.store();
+                let run = self.remote.run();
+                match fetch_work(store, &scratch, run, session, work, &sent.checkout).await {
+                    Ok(commit) => Some(commit),
+                    Err(reason) => {
+                        let checkout = format!("{} on the servers until the run ends", work.object);
+                        events.publish(EventKind::Unmerged {
+                            reason: reason.clone(),
+                            checkout: checkout.clone(),
+                        });
+                        // Its snapshot is let go all the same.
+                        let c = sent.checkout.clone();
+                        let _ = tokio::task::spawn_blocking(move || {
+                            crate::isolation::steps::remove(&c)
+                        })
+                        .await;
+                        return Some(Changes::Unmerged { reason, checkout });
+                    }
+                }
+            }
+            None => None,
+        };
+        let into = sent.checkout.into.clone();
+        let changes = self
+            .local
+            .bring_back_fetched(
+                session,
+                agent,
+                parent,
+                sent.checkout,
+                commit,
+                outcome,
+                isolate,
+            )
+            .await;
+        // On its branch now (or merged, or nothing): the fetched ref goes,
+        // unless bringing it back failed before it was kept.
+        if !matches!(changes, Some(Changes::Unmerged { .. })) {
+            let name = fetched_ref(session);
+            let _ = tokio::task::spawn_blocking(move || {
+                crate::git::bundle::delete_ref(&into, &name);
+            })
+            .await;
+        }
+        changes
+    }
+}
+
+/// Whose work is brought back.
+struct Back<'a> {
+    session: SessionId,
+    agent: &'a str,
+    parent: Option<SessionId>,
+    isolate: &'a Isolate,
 }
 
 /// Counts a sub-agent running on this machine while it lives.
@@ -223,9 +377,9 @@ impl Launcher for RemoteLauncher {
     fn delegate(&self, delegation: Delegation) -> BoxFuture<'_, Result<Delegated, SessionError>> {
         Box::pin(async move {
             let local_only = match &delegation {
-                d if d.check.is_some() => Some("its check"),
                 d if d.continues.is_some() => Some("continuing a sub-agent"),
                 d if d.resumed => Some("a resumed sub-agent"),
+                d if d.isolate.is_none() => Some("a sub-agent of one in a private checkout"),
                 _ => None,
             };
             let room = self.running_here.load(Ordering::SeqCst) < self.room;
@@ -306,6 +460,8 @@ mod tests {
                 outcome: outcome.into(),
                 text: text.into(),
                 worker: "box:7".into(),
+                work: None,
+                check: None,
             })
         };
         assert!(matches!(

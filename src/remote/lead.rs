@@ -12,6 +12,7 @@ use nkeys::KeyPair;
 use tokio::sync::oneshot;
 
 use super::envelope::{RemoteTask, seal};
+use super::store::Store;
 use super::subjects;
 use super::worker::RemoteResult;
 use crate::protocol::SessionId;
@@ -22,6 +23,8 @@ pub struct Remote {
     js: jetstream::Context,
     key: KeyPair,
     run: SessionId,
+    /// The files its tasks' workspaces and their work travel in.
+    store: Store,
     waiting: Arc<Waiting>,
     /// The consumer following the run's results.
     follower: String,
@@ -121,6 +124,7 @@ impl Remote {
         })
         .await?;
         let follower = consumer.cached_info().name.clone();
+        let store = Store::open(&js).await?;
         let mut messages = consumer
             .messages()
             .await
@@ -164,6 +168,8 @@ impl Remote {
                                 outcome: "failed (remote)".into(),
                                 text: "no worker ran it: the workers refused it, or died with it, as often as it may be handed out".into(),
                                 worker: String::new(),
+                                work: None,
+                                check: None,
                             });
                         }
                         continue;
@@ -188,6 +194,7 @@ impl Remote {
             js,
             key,
             run,
+            store,
             waiting,
             follower,
             _results: crate::actors::AbortOnDrop(task),
@@ -207,9 +214,14 @@ impl Remote {
         self.run
     }
 
-    /// Removes what the run left on the servers: its tasks nobody took and
-    /// its results (its consumer goes on its own once idle). What cannot be
-    /// removed ends with its time to live.
+    /// The files its tasks' workspaces and their work travel in.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Removes what the run left on the servers: its tasks nobody took, its
+    /// results, its files and its consumer. What cannot be removed ends with
+    /// its time to live.
     pub async fn finish(&self) {
         let purge = |stream: &'static str, subject: String| async move {
             match self.js.get_stream(stream).await {
@@ -226,6 +238,7 @@ impl Remote {
         if let Ok(results) = self.js.get_stream(subjects::RESULTS).await {
             let _ = results.delete_consumer(&self.follower).await;
         }
+        self.store.remove_run(self.run).await;
     }
 
     /// Places `task` on a worker (one that has every tag it names) and waits
@@ -339,6 +352,8 @@ mod tests {
             outcome: "completed".into(),
             text: "done".into(),
             worker: "w".into(),
+            work: None,
+            check: None,
         };
         assert!(waiting.deliver(result.clone()));
         assert_eq!(rx.try_recv().unwrap(), result);

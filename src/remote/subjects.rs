@@ -28,6 +28,10 @@ pub const RESULTS_PREFIX: &str = "orchestrate.results";
 /// the day it may live is never run twice.
 pub const DONE: &str = "ORCHESTRATE_DONE";
 
+/// The object store of the files a run's lead and workers hand each other
+/// (bundles of workspaces, and of work), each named after its run.
+pub const FILES: &str = "ORCHESTRATE_FILES";
+
 /// How long a task or a result is kept at most.
 pub const TIME_TO_LIVE: Duration = Duration::from_secs(24 * 3600);
 
@@ -252,6 +256,18 @@ async fn make_streams(js: &jetstream::Context, replicas: usize) -> Result<stream
     if js.get_key_value(DONE).await.is_err() {
         (js.create_key_value(done).await)
             .map_err(|e| format!("cannot make the bucket {DONE}: {e}"))?;
+    }
+    if js.get_object_store(FILES).await.is_err() {
+        let files = jetstream::object_store::Config {
+            bucket: FILES.into(),
+            description: Some("orchestrate: workspaces and work, as git bundles".into()),
+            max_age: TIME_TO_LIVE,
+            storage: stream::StorageType::File,
+            num_replicas: replicas,
+            ..Default::default()
+        };
+        (js.create_object_store(files).await)
+            .map_err(|e| format!("cannot make the store {FILES}: {e}"))?;
     }
     Ok(tasks)
 }

@@ -18,8 +18,10 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::envelope::{self, RemoteTask};
+use super::store::{Store, Stored};
 use super::subjects;
 use crate::protocol::SessionId;
+use crate::task::Checked;
 use crate::tools::permissions::PermissionMode;
 
 /// How long the server waits for a task's ack before it delivers it again.
@@ -45,12 +47,45 @@ pub struct RemoteResult {
     pub text: String,
     /// The worker that ran it.
     pub worker: String,
+    /// Its work, a bundle of one commit on the snapshot of its workspace
+    /// (none when it changed nothing, or had no workspace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work: Option<Stored>,
+    /// How its check went, when it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<Checked>,
+}
+
+/// What running a task came to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ran {
+    /// `completed`, `partial (…)`, `failed (…)`, `cancelled`, `timed_out`.
+    pub outcome: String,
+    /// Its answer, or why it did not give one.
+    pub text: String,
+    /// Its work, sent back.
+    pub work: Option<Stored>,
+    /// How its check went.
+    pub check: Option<Checked>,
+}
+
+impl Ran {
+    /// A task that came to `outcome`, with `text` and no work sent back.
+    pub fn said(outcome: impl Into<String>, text: impl Into<String>) -> Self {
+        Self {
+            outcome: outcome.into(),
+            text: text.into(),
+            work: None,
+            check: None,
+        }
+    }
 }
 
 /// Runs the tasks a worker takes: the same session code as a local run.
 pub trait Runner: Send + Sync + 'static {
-    /// Runs `task` to its result (`outcome`, `text`).
-    fn run(&self, task: RemoteTask) -> BoxFuture<'_, (String, String)>;
+    /// Runs `task` to its result, its workspace fetched from and its work
+    /// sent back through `store`.
+    fn run(&self, task: RemoteTask, store: Store) -> BoxFuture<'_, Ran>;
 }
 
 /// How a worker works.
@@ -160,7 +195,12 @@ pub async fn work(
         let records = subjects::patiently(|| async {
             let results = (js.get_stream(subjects::RESULTS).await).map_err(|e| e.to_string())?;
             let done = (js.get_key_value(subjects::DONE).await).map_err(|e| e.to_string())?;
-            Ok(Records { results, done })
+            let store = Store::open(&js).await?;
+            Ok(Records {
+                results,
+                done,
+                store,
+            })
         })
         .await?;
         Ok::<_, String>((client, js, consumers, extend, records))
@@ -266,12 +306,12 @@ pub async fn work(
 }
 
 /// Takes a session off the ones running here when dropped.
-struct Ran(
+struct Running(
     Arc<std::sync::Mutex<std::collections::HashSet<SessionId>>>,
     SessionId,
 );
 
-impl Drop for Ran {
+impl Drop for Running {
     fn drop(&mut self) {
         (self
             .0
@@ -341,6 +381,8 @@ fn admit(
 struct Records {
     results: jetstream::stream::Stream,
     done: jetstream::kv::Store,
+    /// The files tasks and their work travel in.
+    store: Store,
 }
 
 /// One task taken from the stream.
@@ -388,19 +430,14 @@ impl Job {
                     outcome: "refused".into(),
                     text: why,
                     worker: self.config.name.clone(),
+                    work: None,
+                    check: None,
                 };
                 if self.publish(&refused).await.is_ok() {
                     let _ = message.ack_with(AckKind::Term).await;
                 }
                 return;
             }
-        };
-        let result = |outcome: &str, text: String| RemoteResult {
-            run: task.run,
-            session: task.session,
-            outcome: outcome.to_owned(),
-            text,
-            worker: self.config.name.clone(),
         };
         let session = task.session;
         let first = (self
@@ -413,7 +450,7 @@ impl Job {
             let _ = message.ack_with(AckKind::Progress).await;
             return;
         }
-        let _ran = Ran(self.running.clone(), session);
+        let _running = Running(self.running.clone(), session);
         // Handed again after a worker published its result and died before
         // its ack: answered already, it is never run again.
         if self.answered(&task).await {
@@ -422,11 +459,11 @@ impl Job {
             return;
         }
         (self.say)(format!("running task {session} ({})", task.role));
-        let run = self.runner.run(task.clone());
+        let run = self.runner.run(task.clone(), self.records.store.clone());
         tokio::pin!(run);
         let mut progress = tokio::time::interval(self.extend);
         progress.tick().await;
-        let (outcome, text) = loop {
+        let ran = loop {
             tokio::select! {
                 ran = &mut run => break ran,
                 _ = progress.tick() => {
@@ -441,7 +478,15 @@ impl Job {
         };
         // Published once; tried again while a cluster elects, so a worker
         // that did the work does not hand it back for another to do again.
-        let answer = result(&outcome, text);
+        let answer = RemoteResult {
+            run: task.run,
+            session: task.session,
+            outcome: ran.outcome,
+            text: ran.text,
+            worker: self.config.name.clone(),
+            work: ran.work,
+            check: ran.check,
+        };
         let published = subjects::patiently(|| self.publish(&answer)).await;
         match published {
             Ok(()) => {
@@ -459,7 +504,7 @@ impl Job {
     /// stream, or (its run over, the stream emptied) on the record of those
     /// done.
     async fn answered(&self, task: &RemoteTask) -> bool {
-        let Records { results, done } = &self.records;
+        let Records { results, done, .. } = &self.records;
         if let Ok(Some(_)) = done.get(task.session.to_string()).await {
             return true;
         }
@@ -518,6 +563,8 @@ mod tests {
             tags: Vec::new(),
             bash: Vec::new(),
             expires: 2_000,
+            workspace: None,
+            check: None,
         }
     }
 

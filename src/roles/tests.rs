@@ -358,4 +358,14 @@ fn a_roles_placement_and_its_tags_are_read_and_checked() {
         .unwrap_err()
         .to_string();
     assert!(many.contains("at most 4 tags"), "{many}");
+    // A role's MCP servers run on this machine: so must it.
+    assert_eq!(
+        role("placement: remote\nmcpServers: [github]\n")
+            .unwrap_err()
+            .to_string(),
+        "w.md:4: placement remote: a role with mcpServers runs on this machine, where its servers are"
+    );
+    let any = role("mcpServers: [github]\n").unwrap();
+    assert_eq!(any.runs_where(), Placement::Local);
+    assert_eq!(role("").unwrap().runs_where(), Placement::Any);
 }

@@ -83,6 +83,9 @@ pub(crate) struct Work {
     pub(crate) check_prompt: Option<String>,
     /// The last check was refused.
     pub(crate) check_refused: bool,
+    /// Its steps are not journaled here: the sub-agent ran on another
+    /// machine, which keeps its journal.
+    pub(crate) elsewhere: bool,
 }
 
 /// Reads a sub-agent's journal for its checkout's steps.
@@ -244,9 +247,44 @@ impl Handle {
         Some(changes)
     }
 
+    /// Brings back the work of sub-agent `child`, which ran on another
+    /// machine: `commit` (fetched from its worker, on `checkout`'s base;
+    /// `None` when it changed nothing) kept as its branch and merged as a
+    /// private checkout's work is, its snapshot let go. Nothing is journaled
+    /// here: its journal is its worker's.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn bring_back_fetched(
+        &self,
+        child: SessionId,
+        agent: &str,
+        parent: Option<SessionId>,
+        checkout: Checkout,
+        commit: Option<String>,
+        outcome: Option<&Outcome>,
+        isolate: &Isolate,
+    ) -> Option<Changes> {
+        let work = Work {
+            // No commit: the base itself, which changes nothing.
+            committed: Some(commit.unwrap_or_else(|| checkout.base.clone())),
+            checkout: Some(checkout),
+            elsewhere: true,
+            ..Work::default()
+        };
+        self.bring_back(child, agent, parent, work, outcome, isolate)
+            .await
+    }
+
     /// Appends `record` to sub-agent `child`'s journal and waits until it is
-    /// durable.
-    async fn record(&self, child: SessionId, record: Record) -> Result<(), String> {
+    /// durable (not for one that ran `elsewhere`).
+    async fn record(
+        &self,
+        child: SessionId,
+        elsewhere: bool,
+        record: Record,
+    ) -> Result<(), String> {
+        if elsewhere {
+            return Ok(());
+        }
         let path = self.state.journal(child);
         self.journal.append(&path, &record)?;
         self.journal.sync_file(&path).await
@@ -270,7 +308,7 @@ impl Handle {
                 let committed = Record::Committed {
                     commit: commit.clone(),
                 };
-                self.record(child, committed).await?;
+                self.record(child, work.elsewhere, committed).await?;
                 commit
             }
         };
@@ -283,14 +321,15 @@ impl Handle {
                 let merged = Record::Merged {
                     result: result.clone(),
                 };
-                self.record(child, merged).await?;
+                self.record(child, work.elsewhere, merged).await?;
                 result
             }
         };
         if !work.removed {
             let c = checkout.clone();
             blocking(move || steps::remove(&c)).await?;
-            self.record(child, Record::CheckoutRemoved).await?;
+            self.record(child, work.elsewhere, Record::CheckoutRemoved)
+                .await?;
         }
         Ok(result)
     }
@@ -319,7 +358,7 @@ impl Handle {
                 branch: branch.clone(),
                 commit: commit.to_owned(),
             };
-            self.record(child, fetched).await?;
+            self.record(child, work.elsewhere, fetched).await?;
         }
         let its_work = matches!(
             outcome,
@@ -340,7 +379,7 @@ impl Handle {
                 );
                 let ours = blocking(move || steps::ours(&c, &s, &p)).await?;
                 let merging = Record::Merging { ours: ours.clone() };
-                self.record(child, merging).await?;
+                self.record(child, work.elsewhere, merging).await?;
                 ours
             }
         };
