@@ -127,13 +127,11 @@ async fn a_worker_runs_its_leads_tasks_once_and_refuses_the_others() {
     let js = async_nats::jetstream::new(client.clone());
     let run = SessionId::new();
     let mut results = client.subscribe(subjects::results(run)).await.unwrap();
+    let subject = subjects::task(&lead.public_key(), run, &[]);
     let publish = |bytes: Vec<u8>| {
-        let js = js.clone();
+        let (js, subject) = (js.clone(), subject.clone());
         async move {
-            let ack = js
-                .publish(subjects::task(run, &[]), bytes.into())
-                .await
-                .unwrap();
+            let ack = js.publish(subject, bytes.into()).await.unwrap();
             ack.await.unwrap();
         }
     };
@@ -506,6 +504,9 @@ async fn on_a_three_server_cluster_twelve_remote_sub_agents_answer_once_though_a
 async fn a_task_no_worker_will_run_fails_its_call_instead_of_waiting_forever() {
     let server = NatsServer::start();
     let mock = MockLlm::start_with(|request, _| {
+        if request.system() == "You are far." {
+            return Reply::text("far answer");
+        }
         let results = crate::support::harness::tool_results(request);
         match results.first() {
             None => Reply::tool_calls(&[(
@@ -518,8 +519,8 @@ async fn a_task_no_worker_will_run_fails_its_call_instead_of_waiting_forever() {
     })
     .await;
     let ws = far_workspace();
-    // A worker of another user: it does not trust this lead, and hands the
-    // task back each time, until the server gives up on it.
+    // A worker of another user: it does not trust this lead, so it never
+    // follows its tasks, and the lead is told at once that none will.
     let stranger = tempfile::tempdir().unwrap();
     let (mut worker, mut lines) = worker_with(
         &mock,
@@ -530,10 +531,20 @@ async fn a_task_no_worker_will_run_fails_its_call_instead_of_waiting_forever() {
     .await;
     let answer = lead_answer(&mock, ws.path(), &["--nats", &server.url, "go"]).await;
     assert!(answer.starts_with("failed (remote)"), "{answer}");
-    assert!(answer.contains("no worker ran it"), "{answer}");
-    let line = said(&mut lines, "refused a task").await;
-    assert!(line.contains("a lead this worker does not trust"), "{line}");
+    assert!(answer.contains("no worker takes it"), "{answer}");
+    assert!(answer.contains("--trust-lead U"), "{answer}");
+    // Beside a worker that trusts it, the stranger still never touches it.
+    let (mut trusting, _said) = worker_with(&mock, ws.path(), &server.url, &["--slots", "1"]).await;
+    let answer = lead_answer(&mock, ws.path(), &["--nats", &server.url, "go"]).await;
+    assert!(answer.starts_with("completed"), "{answer}");
+    assert!(answer.contains("far answer"), "{answer}");
+    let _ = trusting.kill().await;
     let _ = worker.kill().await;
+    let mut told = Vec::new();
+    while let Ok(line) = lines.try_recv() {
+        told.push(line);
+    }
+    assert!(!told.iter().any(|l| l.contains("refused")), "{told:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -711,7 +722,10 @@ async fn a_worker_runs_the_tasks_of_the_leads_its_users_config_trusts() {
     let mut results = client.subscribe(subjects::results(run)).await.unwrap();
     let own = task(run, "trust me", PermissionMode::Default);
     let ack = js
-        .publish(subjects::task(run, &[]), seal(&own, &lead).unwrap().into())
+        .publish(
+            subjects::task(&lead.public_key(), run, &[]),
+            seal(&own, &lead).unwrap().into(),
+        )
         .await
         .unwrap();
     ack.await.unwrap();

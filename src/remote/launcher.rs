@@ -383,7 +383,16 @@ impl Launcher for RemoteLauncher {
                 _ => None,
             };
             let room = self.running_here.load(Ordering::SeqCst) < self.room;
-            match placed(delegation.placement, self.remote_only, room, local_only) {
+            let mut place = placed(delegation.placement, self.remote_only, room, local_only);
+            // One that may run anywhere runs here when no worker would take it.
+            if place == Ok(Place::Worker)
+                && delegation.placement == Placement::Any
+                && !self.remote_only
+                && self.remote.taken(&delegation.placement_tags).await.is_err()
+            {
+                place = Ok(Place::Here);
+            }
+            match place {
                 Ok(Place::Worker) => Ok(self.on_worker(delegation).await),
                 Ok(Place::Here) => {
                     self.running_here.fetch_add(1, Ordering::SeqCst);

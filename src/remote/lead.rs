@@ -28,6 +28,10 @@ pub struct Remote {
     waiting: Arc<Waiting>,
     /// The consumer following the run's results.
     follower: String,
+    /// The tasks' stream, whose consumers tell which workers follow what.
+    tasks: jetstream::stream::Stream,
+    /// Task subjects some worker was seen to follow.
+    followed: Mutex<HashSet<String>>,
     _results: crate::actors::AbortOnDrop,
 }
 
@@ -109,7 +113,7 @@ impl Remote {
     ) -> Result<Self, String> {
         // A server that cannot be reached ends the run before it starts.
         let name = format!("orchestrate lead {run}");
-        let (client, js, _tasks) = subjects::join(servers, token.as_deref(), name).await?;
+        let (client, js, tasks) = subjects::join(servers, token.as_deref(), name).await?;
         let consumer = subjects::patiently(|| async {
             let results = (js.get_stream(subjects::RESULTS).await)
                 .map_err(|e| format!("cannot find the stream {}: {e}", subjects::RESULTS))?;
@@ -197,6 +201,8 @@ impl Remote {
             store,
             waiting,
             follower,
+            tasks,
+            followed: Mutex::default(),
             _results: crate::actors::AbortOnDrop(task),
         })
     }
@@ -219,6 +225,49 @@ impl Remote {
         &self.store
     }
 
+    /// Its lead's public key, which signs its tasks.
+    pub fn lead(&self) -> String {
+        self.key.public_key()
+    }
+
+    /// Whether some worker takes this run's tasks tagged `tags`; why not.
+    pub async fn taken(&self, tags: &[String]) -> Result<(), String> {
+        self.followed(&subjects::task(&self.lead(), self.run, tags))
+            .await
+    }
+
+    /// Whether some worker follows `subject` (a consumer of the tasks'
+    /// stream takes it, made by a worker that trusts this lead, of this
+    /// protocol, with the task's tags); why not, at once, rather than a task
+    /// waiting in the queue for a worker that will never come.
+    async fn followed(&self, subject: &str) -> Result<(), String> {
+        let seen = |s: &Self| {
+            (s.followed.lock().unwrap_or_else(PoisonError::into_inner)).contains(subject)
+        };
+        if seen(self) {
+            return Ok(());
+        }
+        let mut consumers = self.tasks.consumers();
+        while let Some(info) = consumers.next().await {
+            let info = info.map_err(|e| format!("cannot ask which workers follow the run: {e}"))?;
+            let config = &info.config;
+            let filters = std::iter::once(&config.filter_subject).chain(&config.filter_subjects);
+            if filters.into_iter().any(|f| subjects::follows(f, subject)) {
+                (self.followed.lock().unwrap_or_else(PoisonError::into_inner))
+                    .insert(subject.to_owned());
+                return Ok(());
+            }
+        }
+        Err(format!(
+            "no worker takes it: none has joined that trusts this lead (start one with `orchestrate worker --join … --trust-lead {}`){}",
+            self.lead(),
+            match subject.rsplit_once(".tag.") {
+                Some((_, set)) => format!(", with the tags {}", set.replace('+', ", ")),
+                None => String::new(),
+            }
+        ))
+    }
+
     /// Removes what the run left on the servers: its tasks nobody took, its
     /// results, its files and its consumer. What cannot be removed ends with
     /// its time to live.
@@ -233,7 +282,7 @@ impl Remote {
                 Err(e) => tracing::warn!(error = %e, "cannot find the stream"),
             }
         };
-        purge(subjects::TASKS, subjects::tasks_of(self.run)).await;
+        purge(subjects::TASKS, subjects::tasks_of(&self.lead(), self.run)).await;
         purge(subjects::RESULTS, subjects::results(self.run)).await;
         if let Ok(results) = self.js.get_stream(subjects::RESULTS).await {
             let _ = results.delete_consumer(&self.follower).await;
@@ -259,7 +308,8 @@ impl Remote {
             async_nats::header::NATS_MESSAGE_ID,
             session.to_string().as_str(),
         );
-        let subject = subjects::task(self.run, &task.tags);
+        let subject = subjects::task(&self.lead(), self.run, &task.tags);
+        self.followed(&subject).await?;
         let sealed = bytes::Bytes::from(sealed);
         // Sent again while a cluster elects: the message id keeps one copy.
         let ack = subjects::patiently(|| async {

@@ -1,9 +1,11 @@
-//! Where a run's tasks and results go on NATS: the subjects, the streams and
-//! the durable consumers workers share. Tasks are per run and per tag
-//! (`orchestrate.tasks.<run>.any`, `orchestrate.tasks.<run>.tag.<tag>`), so
-//! a lead may be allowed to publish its own run's only; a worker pulls from
-//! the consumer of untagged tasks and from one per tag it has. Results are
-//! per sub-agent (`orchestrate.results.<run>.<session>`).
+//! Where a run's tasks and results go on NATS: the subjects, the streams, the
+//! object store and the durable consumers workers share. Tasks are per
+//! protocol, lead, run and set of tags
+//! (`orchestrate.tasks.v<protocol>.<lead>.<run>.any`, `….tag.<set>`), so a
+//! server may let a lead publish under its own key only, and a worker
+//! follows only the leads it trusts: per lead, the consumer of untagged
+//! tasks and one per set of its tags. Results are per sub-agent
+//! (`orchestrate.results.<run>.<session>`).
 
 use std::time::Duration;
 
@@ -40,18 +42,36 @@ pub const DUPLICATES_WITHIN: Duration = Duration::from_secs(10 * 60);
 
 pub use crate::roles::{MAX_TAGS, valid_tag};
 
-/// The subject of `run`'s tasks for workers that have every one of `tags`
-/// (none: any worker).
-pub fn task(run: SessionId, tags: &[String]) -> String {
+/// The first tokens of every task's subject that workers of this protocol
+/// follow: `orchestrate.tasks.v<protocol>`.
+fn tasks_here() -> String {
+    format!("{TASKS_PREFIX}.v{}", super::envelope::PROTOCOL)
+}
+
+/// The subject of run `run`'s tasks, sent by the lead whose public key is
+/// `lead`, for workers that have every one of `tags` (none: any worker):
+/// `orchestrate.tasks.v<protocol>.<lead>.<run>.any` (or `….tag.<set>`). A
+/// worker follows the subjects of its protocol and the leads it trusts only,
+/// so it is never handed a task it would refuse; a server may let each lead
+/// publish under its own key only.
+pub fn task(lead: &str, run: SessionId, tags: &[String]) -> String {
+    let here = tasks_here();
     match tag_set(tags) {
-        None => format!("{TASKS_PREFIX}.{run}.any"),
-        Some(set) => format!("{TASKS_PREFIX}.{run}.tag.{set}"),
+        None => format!("{here}.{lead}.{run}.any"),
+        Some(set) => format!("{here}.{lead}.{run}.tag.{set}"),
     }
 }
 
-/// The subjects of every task of `run`.
-pub fn tasks_of(run: SessionId) -> String {
-    format!("{TASKS_PREFIX}.{run}.>")
+/// The subjects of every task of run `run` of lead `lead`.
+pub fn tasks_of(lead: &str, run: SessionId) -> String {
+    format!("{}.{lead}.{run}.>", tasks_here())
+}
+
+/// The lead a task's `subject` was sent as, when it is a task subject of
+/// this protocol.
+pub fn lead_of(subject: &str) -> Option<&str> {
+    let rest = subject.strip_prefix(&tasks_here())?.strip_prefix('.')?;
+    rest.split('.').next().filter(|lead| !lead.is_empty())
 }
 
 /// A set of tags as one subject token: sorted, without repeats, joined by
@@ -63,10 +83,12 @@ fn tag_set(tags: &[String]) -> Option<String> {
     (!sorted.is_empty()).then(|| sorted.join("+"))
 }
 
-/// The durable consumers a worker tagged `tags` follows, each with the
-/// subjects it takes: untagged tasks, and the tasks of each set of its tags
-/// (a task needing `gpu` and `big` goes to a worker that has both).
-pub fn consumers(tags: &[String]) -> Vec<(String, String)> {
+/// The durable consumers a worker tagged `tags` that trusts `leads`
+/// follows, each with the subjects it takes: for each lead, its untagged
+/// tasks and the tasks of each set of the worker's tags (a task needing
+/// `gpu` and `big` goes to a worker that has both).
+pub fn consumers(leads: &[String], tags: &[String]) -> Vec<(String, String)> {
+    use sha2::Digest;
     let tags = &tags[..tags.len().min(MAX_TAGS)];
     let mut sets: Vec<String> = Vec::new();
     for mask in 1..(1usize << tags.len()) {
@@ -80,17 +102,47 @@ pub fn consumers(tags: &[String]) -> Vec<(String, String)> {
             sets.push(set);
         }
     }
-    std::iter::once(("tasks-any".to_owned(), format!("{TASKS_PREFIX}.*.any")))
-        .chain(sets.into_iter().map(|set| {
-            // A consumer's name holds no `+`: the set's bytes in hex, which
-            // no other set shares.
-            let hex: String = set.bytes().map(|b| format!("{b:02x}")).collect();
-            (
-                format!("tasks-tag-{hex}"),
-                format!("{TASKS_PREFIX}.*.tag.{set}"),
-            )
-        }))
-        .collect()
+    let mut followed: Vec<&String> = Vec::new();
+    for lead in leads {
+        if !followed.contains(&lead) {
+            followed.push(lead);
+        }
+    }
+    let here = tasks_here();
+    let version = format!("v{}", super::envelope::PROTOCOL);
+    let mut out = Vec::new();
+    for lead in followed {
+        out.push((
+            format!("tasks-{version}-{lead}-any"),
+            format!("{here}.{lead}.*.any"),
+        ));
+        for set in &sets {
+            // A consumer's name holds no `+`, and stays short: the set's
+            // digest, which no other set shares.
+            let digest = sha2::Sha256::digest(set.as_bytes());
+            let short: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+            out.push((
+                format!("tasks-{version}-{lead}-{short}"),
+                format!("{here}.{lead}.*.tag.{set}"),
+            ));
+        }
+    }
+    out
+}
+
+/// Whether a consumer following `filter` takes a message on `subject`
+/// (NATS wildcards: `*` one token, `>` the rest).
+pub fn follows(filter: &str, subject: &str) -> bool {
+    let mut subject = subject.split('.');
+    for token in filter.split('.') {
+        match (token, subject.next()) {
+            (">", Some(_)) => return true,
+            ("*", Some(_)) => {}
+            (token, Some(got)) if token == got => {}
+            _ => return false,
+        }
+    }
+    subject.next().is_none()
 }
 
 /// The subject of the result of `run`'s sub-agent `session`: one per
@@ -311,34 +363,58 @@ mod tests {
     }
 
     #[test]
-    fn a_tasks_subject_is_its_runs_and_falls_under_its_consumer() {
+    fn a_tasks_subject_is_its_leads_and_runs_and_falls_under_its_consumer() {
         let run = SessionId::new();
-        assert_eq!(task(run, &[]), format!("orchestrate.tasks.{run}.any"));
-        let tags = |t: &[&str]| t.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let lead = "ULEAD";
+        let v = super::super::envelope::PROTOCOL;
         assert_eq!(
-            task(run, &tags(&["gpu", "big", "gpu"])),
-            format!("orchestrate.tasks.{run}.tag.big+gpu")
+            task(lead, run, &[]),
+            format!("orchestrate.tasks.v{v}.ULEAD.{run}.any")
         );
+        assert_eq!(lead_of(&task(lead, run, &[])), Some("ULEAD"));
+        assert_eq!(
+            lead_of(&format!("orchestrate.tasks.v{}.ULEAD.x.any", v + 1)),
+            None
+        );
+        assert_eq!(lead_of("orchestrate.results.x"), None);
+        let tags = |t: &[&str]| t.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let big_gpu = task(lead, run, &tags(&["gpu", "big", "gpu"]));
+        assert_eq!(
+            big_gpu,
+            format!("orchestrate.tasks.v{v}.ULEAD.{run}.tag.big+gpu")
+        );
+        assert!(follows(&tasks_of(lead, run), &big_gpu));
+        assert!(!follows(&tasks_of("UOTHER", run), &big_gpu));
         // A worker with both tags follows the task's set; one with one not.
-        let both = consumers(&tags(&["gpu", "big"]));
+        let both = consumers(&tags(&["ULEAD", "ULEAD"]), &tags(&["gpu", "big"]));
         let filters: Vec<&str> = both.iter().map(|(_, f)| f.as_str()).collect();
+        let p = format!("orchestrate.tasks.v{v}.ULEAD.*");
         assert_eq!(
             filters,
             [
-                "orchestrate.tasks.*.any",
-                "orchestrate.tasks.*.tag.gpu",
-                "orchestrate.tasks.*.tag.big",
-                "orchestrate.tasks.*.tag.big+gpu"
+                format!("{p}.any"),
+                format!("{p}.tag.gpu"),
+                format!("{p}.tag.big"),
+                format!("{p}.tag.big+gpu")
             ]
         );
-        assert_eq!(both[3].0, "tasks-tag-6269672b677075");
+        assert!(follows(&both[3].1, &big_gpu));
+        assert!(!follows(&both[1].1, &big_gpu));
+        assert!(!follows(&both[0].1, &big_gpu));
+        assert!(both[3].0.starts_with(&format!("tasks-v{v}-ULEAD-")));
         // `x_and_y` and the pair `x`, `y` are two sets, two consumers.
-        let pair = consumers(&tags(&["x", "y"]));
-        let one_tag = consumers(&tags(&["x_and_y"]));
+        let pair = consumers(&tags(&["L"]), &tags(&["x", "y"]));
+        let one_tag = consumers(&tags(&["L"]), &tags(&["x_and_y"]));
         assert_ne!(pair[3].0, one_tag[1].0);
-        let one = consumers(&tags(&["gpu"]));
+        let one = consumers(&tags(&["L"]), &tags(&["gpu"]));
         assert!(!one.iter().any(|(_, f)| f.ends_with("big+gpu")));
-        assert_eq!(consumers(&[]).len(), 1);
+        assert_eq!(consumers(&tags(&["L"]), &[]).len(), 1);
+        // Each lead it trusts is followed apart: another's tasks never come.
+        let two = consumers(&tags(&["L1", "L2"]), &[]);
+        assert_eq!(two.len(), 2);
+        assert!(!follows(&two[0].1, &task("L2", run, &[])));
+        assert!(follows(&two[1].1, &task("L2", run, &[])));
+        assert!(follows("a.>", "a.b.c") && !follows("a.>", "a") && !follows("a.*", "a.b.c"));
         // A session id holds no dot: it is one token of a subject.
         assert!(!run.to_string().contains('.'));
         assert!(valid_tag("gpu-a100_2"));

@@ -1,6 +1,7 @@
-//! A worker: joins NATS, pulls sub-agent tasks from the run's work-queue
-//! stream through durable pull consumers (one for untagged tasks, one per
-//! tag it has), at most `slots` in flight, opens each ([`super::envelope`]):
+//! A worker: joins NATS, pulls sub-agent tasks from the work-queue stream
+//! through durable pull consumers (for each lead it trusts, one for untagged
+//! tasks and one per set of its tags; each pulled only with a free slot in
+//! hand), at most `slots` in flight, opens each ([`super::envelope`]):
 //! one it must refuse is ended for good (`Term`) with a line on why; one it
 //! takes is run by its [`Runner`] while its message's ack wait is extended
 //! every 10 s, its result published once (the message id is the sub-agent's
@@ -157,7 +158,7 @@ pub async fn work(
             subjects::join(&config.servers, config.token.as_deref(), name).await?;
         let mut consumers = Vec::new();
         let mut ack_wait = config.ack_wait;
-        for (name, filter) in subjects::consumers(&config.tags) {
+        for (name, filter) in subjects::consumers(&config.trusted, &config.tags) {
             let config = consumer::pull::Config {
                 durable_name: Some(name.clone()),
                 filter_subject: filter,
@@ -224,64 +225,54 @@ pub async fn work(
     let here: Arc<std::sync::Mutex<std::collections::HashSet<SessionId>>> = Arc::default();
     let drained = CancellationToken::new();
     let config = Arc::new(config);
-    // Each pass starts at the next consumer: tasks only this worker's tags
-    // may take are not starved by a backlog of untagged ones.
-    let mut first = 0;
-    'pulling: while !stop.is_cancelled() {
+    // One puller per consumer, each taking a task only with a free slot in
+    // hand: no task is pulled that this worker has no room for, and no
+    // consumer waits behind another's pull.
+    let (taken, mut tasks) = tokio::sync::mpsc::channel(1);
+    let mut pullers = tokio::task::JoinSet::new();
+    for consumer in consumers {
+        let pulling = Pulling {
+            consumer,
+            slots: slots.clone(),
+            stop: stop.clone(),
+            taken: taken.clone(),
+            say: say.clone(),
+        };
+        pullers.spawn(pulling.pull());
+    }
+    drop(taken);
+    loop {
+        let (message, permit) = tokio::select! {
+            () = stop.cancelled() => break,
+            next = tasks.recv() => match next {
+                Some(next) => next,
+                None => break,
+            },
+        };
         // What has ended is let go of.
         while running.try_join_next().is_some() {}
-        first = (first + 1) % consumers.len();
-        let order = consumers[first..].iter().chain(&consumers[..first]);
-        for consumer in order {
-            let free = slots.available_permits();
-            if free == 0 {
-                // Wait for a slot, or the stop.
-                tokio::select! {
-                    () = stop.cancelled() => break 'pulling,
-                    permit = slots.clone().acquire_owned() => drop(permit),
-                }
-                continue 'pulling;
-            }
-            let batch = consumer
-                .fetch()
-                .max_messages(free)
-                .expires(PULL_FOR)
-                .messages();
-            let mut batch = tokio::select! {
-                () = stop.cancelled() => break 'pulling,
-                batch = batch => match batch {
-                    Ok(batch) => batch,
-                    Err(e) => {
-                        say(format!("cannot pull tasks: {e}"));
-                        tokio::time::sleep(PULL_FOR).await;
-                        continue;
-                    }
-                },
-            };
-            while let Some(message) = batch.next().await {
-                let Ok(message) = message else { continue };
-                let Ok(permit) = slots.clone().try_acquire_owned() else {
-                    // More came than there were slots: back for another.
-                    let _ = message.ack_with(AckKind::Nak(None)).await;
-                    continue;
-                };
-                let job = Job {
-                    js: js.clone(),
-                    records: records.clone(),
-                    running: here.clone(),
-                    extend,
-                    config: config.clone(),
-                    runner: runner.clone(),
-                    say: say.clone(),
-                    drained: drained.clone(),
-                };
-                running.spawn(async move {
-                    job.take(message).await;
-                    drop(permit);
-                });
-            }
-        }
+        let job = Job {
+            js: js.clone(),
+            records: records.clone(),
+            running: here.clone(),
+            extend,
+            config: config.clone(),
+            runner: runner.clone(),
+            say: say.clone(),
+            drained: drained.clone(),
+        };
+        running.spawn(async move {
+            job.take(message).await;
+            drop(permit);
+        });
     }
+    // A task pulled as the stop came goes back for another worker; the
+    // pullers end on the stop.
+    tasks.close();
+    while let Some((message, _permit)) = tasks.recv().await {
+        let _ = message.ack_with(AckKind::Nak(None)).await;
+    }
+    while pullers.join_next().await.is_some() {}
     while running.try_join_next().is_some() {}
     if !running.is_empty() {
         say(format!(
@@ -303,6 +294,56 @@ pub async fn work(
     // What was handed back reaches the server before the worker goes.
     let _ = client.flush().await;
     client.drain().await.map_err(|e| e.to_string())
+}
+
+/// One consumer's puller: a free slot first, then a task.
+struct Pulling {
+    consumer: consumer::PullConsumer,
+    slots: Arc<tokio::sync::Semaphore>,
+    stop: CancellationToken,
+    taken: tokio::sync::mpsc::Sender<(jetstream::Message, tokio::sync::OwnedSemaphorePermit)>,
+    say: Say,
+}
+
+impl Pulling {
+    async fn pull(self) {
+        while !self.stop.is_cancelled() {
+            let permit = tokio::select! {
+                () = self.stop.cancelled() => return,
+                permit = self.slots.clone().acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => return,
+                },
+            };
+            let batch = self
+                .consumer
+                .fetch()
+                .max_messages(1)
+                .expires(PULL_FOR)
+                .messages();
+            let mut batch = tokio::select! {
+                () = self.stop.cancelled() => return,
+                batch = batch => match batch {
+                    Ok(batch) => batch,
+                    Err(e) => {
+                        (self.say)(format!("cannot pull tasks: {e}"));
+                        drop(permit);
+                        tokio::time::sleep(PULL_FOR).await;
+                        continue;
+                    }
+                },
+            };
+            let Some(Ok(message)) = batch.next().await else {
+                continue;
+            };
+            if let Err(refused) = self.taken.send((message, permit)).await {
+                // The worker stopped taking tasks: back for another.
+                let (message, _permit) = refused.0;
+                let _ = message.ack_with(AckKind::Nak(None)).await;
+                return;
+            }
+        }
+    }
 }
 
 /// Takes a session off the ones running here when dropped.
@@ -344,18 +385,30 @@ fn admit(
     now: u64,
     max_mode: PermissionMode,
 ) -> Admission {
-    let task = match envelope::open(payload, trusted, now) {
+    // Sent as a lead this worker follows: signed by that lead, or by nobody
+    // this worker runs tasks for (every worker following the subject
+    // trusts its lead, so none will run it).
+    let sent_as = match subjects::lead_of(subject) {
+        Some(lead) if trusted.iter().any(|t| t == lead) => lead,
+        _ => {
+            return Admission::Refuse {
+                why: format!("it came on {subject}, not a lead's this worker follows"),
+                for_good: false,
+            };
+        }
+    };
+    let task = match envelope::open(payload, &[sent_as.to_owned()], now) {
         Ok((task, _lead)) => task,
         Err(refused) => {
             return Admission::Refuse {
                 why: refused.why,
-                for_good: refused.for_good,
+                for_good: true,
             };
         }
     };
     // Published on another run's subject, or for workers with other tags:
     // not where its lead sent it.
-    let sent_to = subjects::task(task.run, &task.tags);
+    let sent_to = subjects::task(sent_as, task.run, &task.tags);
     if subject != sent_to {
         return Admission::Refuse {
             why: format!("it was sent to {sent_to}"),
@@ -573,7 +626,7 @@ mod tests {
         let lead = nkeys::KeyPair::new_user();
         let trusted = [lead.public_key()];
         let run = SessionId::new();
-        let here = subjects::task(run, &[]);
+        let here = subjects::task(&lead.public_key(), run, &[]);
         let cap = PermissionMode::AcceptEdits;
         let fine = task(run, PermissionMode::Default);
         let sealed = envelope::seal(&fine, &lead).unwrap();
@@ -581,7 +634,7 @@ mod tests {
             admit(&sealed, &here, &trusted, 1_000, cap),
             Admission::Run(Box::new(fine))
         );
-        let elsewhere = subjects::task(SessionId::new(), &[]);
+        let elsewhere = subjects::task(&lead.public_key(), SessionId::new(), &[]);
         let moved = admit(&sealed, &elsewhere, &trusted, 1_000, cap);
         assert!(
             matches!(moved, Admission::Refuse { for_good: true, .. }),
@@ -593,7 +646,7 @@ mod tests {
             matches!(&told, Admission::TellLead { why, .. } if why.contains("up to permission mode acceptEdits")),
             "{told:?}"
         );
-        // A lead this worker does not trust: another worker may run it.
+        // A lead this worker does not follow: another worker may run it.
         let other = admit(&sealed, &here, &[], 1_000, cap);
         assert!(
             matches!(
@@ -604,6 +657,14 @@ mod tests {
                 }
             ),
             "{other:?}"
+        );
+        // Sent as a lead it follows, signed by another: no worker runs it.
+        let stranger = nkeys::KeyPair::new_user();
+        let forged = envelope::seal(&task(run, PermissionMode::Default), &stranger).unwrap();
+        let refused = admit(&forged, &here, &trusted, 1_000, cap);
+        assert!(
+            matches!(&refused, Admission::Refuse { for_good: true, why } if why.contains("does not trust")),
+            "{refused:?}"
         );
     }
 }
