@@ -1024,3 +1024,54 @@ async fn work_sent_back_is_refused_unless_it_is_one_commit_on_its_snapshot_and_t
     // Nothing of it is left in the person's repository.
     assert_eq!(git(root, &["for-each-ref", "refs/orchestrate/remote"]), "");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_sub_agent_stops_on_its_worker_when_its_lead_gives_up_on_it() {
+    let server = NatsServer::start();
+    let held = Gate::new();
+    let mock = MockLlm::start_with({
+        let held = held.clone();
+        move |request, _| {
+            let results = crate::support::harness::tool_results(request);
+            match request.system() {
+                "You are far." => Reply::text("never heard").with_end(End::HoldAfter(1, held.clone())),
+                _ if results.is_empty() => Reply::tool_calls(&[(
+                    "t1",
+                    "Task",
+                    serde_json::json!({"description": "far", "prompt": "go far", "subagent_type": "far"}),
+                )]),
+                _ => Reply::text(crate::support::harness::answer(&results[0].1)),
+            }
+        }
+    })
+    .await;
+    let ws = far_workspace();
+    let (mut worker, mut lines) =
+        worker_with(&mock, ws.path(), &server.url, &["--slots", "1"]).await;
+    let mut lead = command_on(&mock, ws.path(), &["--nats", &server.url, "go"], &[])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    said(&mut lines, "running task").await;
+    crate::support::harness::wait_until("the worker's sub-agent asks its model", || {
+        mock.requests().iter().any(|r| r.system() == "You are far.")
+    })
+    .await;
+    // Ctrl-C on the lead: its Task call is cancelled, and the worker told.
+    let pid = rustix::process::Pid::from_raw(lead.id().unwrap() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    let line = said(&mut lines, "was cancelled by its lead").await;
+    assert!(!line.contains("refused"), "{line}");
+    let _ = tokio::time::timeout(DEADLINE, lead.wait()).await.unwrap();
+    // It ran once, and was not handed to a worker again.
+    assert_eq!(
+        mock.requests()
+            .iter()
+            .filter(|r| r.system() == "You are far.")
+            .count(),
+        1
+    );
+    held.open();
+    let _ = worker.kill().await;
+}

@@ -212,6 +212,10 @@ impl RemoteLauncher {
             result = self.remote.place(task) => Some(result),
             () = cancel.cancelled() => None,
         };
+        if placed.is_none() {
+            // Its worker stops it.
+            self.remote.cancel(session).await;
+        }
         drop(slot);
         let (outcome, work, checked) = match placed {
             Some(Ok(mut result)) => {

@@ -230,6 +230,24 @@ impl Remote {
         self.key.public_key()
     }
 
+    /// Gives up on sub-agent `session`: a worker running it is told to stop
+    /// (one that takes it later sees this too), and its task, if no worker
+    /// has it yet, goes when its call's wait ends.
+    pub async fn cancel(&self, session: SessionId) {
+        let subject = subjects::cancel(self.run, session);
+        let sent = async {
+            self.js
+                .publish(subject, bytes::Bytes::new())
+                .await
+                .map_err(|e| e.to_string())?
+                .await
+                .map_err(|e| e.to_string())
+        };
+        if let Err(e) = sent.await {
+            tracing::warn!(%session, error = %e, "cannot tell the workers a sub-agent was cancelled");
+        }
+    }
+
     /// Whether some worker takes this run's tasks tagged `tags`; why not.
     pub async fn taken(&self, tags: &[String]) -> Result<(), String> {
         self.followed(&subjects::task(&self.lead(), self.run, tags))
@@ -283,7 +301,7 @@ impl Remote {
             }
         };
         purge(subjects::TASKS, subjects::tasks_of(&self.lead(), self.run)).await;
-        purge(subjects::RESULTS, subjects::results(self.run)).await;
+        purge(subjects::RESULTS, subjects::run_results(self.run)).await;
         if let Ok(results) = self.js.get_stream(subjects::RESULTS).await {
             let _ = results.delete_consumer(&self.follower).await;
         }

@@ -157,6 +157,18 @@ pub fn results(run: SessionId) -> String {
     format!("{RESULTS_PREFIX}.{run}.*")
 }
 
+/// Where the lead of `run` says it gave up on sub-agent `session` (its
+/// call was cancelled): kept in the results' stream, so a worker that takes
+/// the task later sees it too.
+pub fn cancel(run: SessionId, session: SessionId) -> String {
+    format!("{RESULTS_PREFIX}.{run}.{session}.cancel")
+}
+
+/// Every subject of `run` in the results' stream: results and cancels.
+pub fn run_results(run: SessionId) -> String {
+    format!("{RESULTS_PREFIX}.{run}.>")
+}
+
 /// How many copies a stream keeps: three, or as many servers as there are
 /// (those named, or those the server says it is clustered with, whichever
 /// is more).

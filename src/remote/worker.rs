@@ -511,6 +511,25 @@ impl Job {
             let _ = message.double_ack().await;
             return;
         }
+        // Given up on by its lead: told before it runs, or while it does.
+        let cancel = subjects::cancel(task.run, session);
+        let mut cancelled = match self.js.client().subscribe(cancel.clone()).await {
+            Ok(told) => told,
+            Err(e) => {
+                (self.say)(format!("cannot follow task {session}'s cancel: {e}"));
+                let _ = message.ack_with(AckKind::Nak(None)).await;
+                return;
+            }
+        };
+        let given_up = (self.records.results)
+            .get_last_raw_message_by_subject(&cancel)
+            .await
+            .is_ok();
+        if given_up {
+            (self.say)(format!("task {session} was cancelled by its lead"));
+            let _ = message.ack_with(AckKind::Term).await;
+            return;
+        }
         (self.say)(format!("running task {session} ({})", task.role));
         let run = self.runner.run(task.clone(), self.records.store.clone());
         tokio::pin!(run);
@@ -525,6 +544,12 @@ impl Job {
                 () = self.drained.cancelled() => {
                     (self.say)(format!("handing task {session} back: stopping"));
                     let _ = message.ack_with(AckKind::Nak(None)).await;
+                    return;
+                }
+                Some(_) = cancelled.next() => {
+                    // Its session is stopped as the run is dropped.
+                    (self.say)(format!("task {session} was cancelled by its lead"));
+                    let _ = message.ack_with(AckKind::Term).await;
                     return;
                 }
             }
