@@ -516,6 +516,11 @@ where
                             // and the workspace's state is checkpointed (bounded).
                             let _ = tokio::time::timeout(Duration::from_secs(1), runtime.sync_journals()).await;
                             let _ = tokio::time::timeout(Duration::from_secs(2), checkpoints.at_end()).await;
+                            // Nothing of the run is left for a worker to take.
+                            #[cfg(feature = "nats")]
+                            if let Some(remote) = &remote {
+                                let _ = tokio::time::timeout(Duration::from_secs(2), remote.finish()).await;
+                            }
                             let _ = writeln!(err, "orchestrate: interrupted");
                             return ExitCode::from(exit::CANCELLED);
                         }

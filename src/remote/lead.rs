@@ -286,10 +286,23 @@ impl Remote {
         ))
     }
 
-    /// Removes what the run left on the servers: its tasks nobody took, its
+    /// Stops the sub-agents still running for the run on workers, and
+    /// removes what the run left on the servers: its tasks nobody took, its
     /// results, its files and its consumer. What cannot be removed ends with
     /// its time to live.
     pub async fn finish(&self) {
+        // Sub-agents still running somewhere (a run cut short) are stopped.
+        let waiting: Vec<SessionId> = (self
+            .waiting
+            .calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner))
+        .keys()
+        .copied()
+        .collect();
+        for session in waiting {
+            self.cancel(session).await;
+        }
         let purge = |stream: &'static str, subject: String| async move {
             match self.js.get_stream(stream).await {
                 Ok(stream) => {
