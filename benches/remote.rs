@@ -121,7 +121,7 @@ fn main() {
             max_mode: PermissionMode::AcceptEdits,
             drain: Duration::from_secs(5),
             name: "bench".into(),
-            token: None,
+            auth: Default::default(),
             ack_wait: Duration::from_secs(30),
         };
         let worker = tokio::spawn(work(
@@ -131,7 +131,7 @@ fn main() {
             Arc::new(|_| {}),
         ));
         let run = SessionId::new();
-        let remote = Remote::join(std::slice::from_ref(&url), None, run, key)
+        let remote = Remote::join(std::slice::from_ref(&url), &Default::default(), run, key)
             .await
             .unwrap();
         // Warm up: the consumers made, the connections settled.

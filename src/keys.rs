@@ -22,10 +22,11 @@ use std::path::Path;
 
 use crate::config::ConfigFile;
 
-/// Provider credentials that are key variables besides `*_API_KEY`, and a
-/// worker's NATS token: none reaches a tool's command.
-const NAMED_SECRETS: [&str; 6] = [
+/// Provider credentials that are key variables besides `*_API_KEY`, and what
+/// a lead or a worker joins NATS with: none reaches a tool's command.
+const NAMED_SECRETS: [&str; 7] = [
     "NATS_TOKEN",
+    "NATS_NKEY",
     "ANTHROPIC_AUTH_TOKEN",
     "CLAUDE_CODE_OAUTH_TOKEN",
     "AWS_BEARER_TOKEN_BEDROCK",

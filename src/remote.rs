@@ -2,6 +2,7 @@
 //! lead and opened only by a worker that trusts it ([`envelope`]), and the
 //! lead's key kept in the person's state folder ([`lead_key`]).
 
+pub mod auth;
 pub mod envelope;
 mod keys;
 pub mod launcher;

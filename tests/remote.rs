@@ -73,9 +73,23 @@ async fn worker_with(
     tokio::process::Child,
     tokio::sync::mpsc::UnboundedReceiver<String>,
 ) {
+    worker_env(mock, home, urls, flags, &[]).await
+}
+
+/// The same, with `env` set.
+async fn worker_env(
+    mock: &MockLlm,
+    home: &Path,
+    urls: &str,
+    flags: &[&str],
+    env: &[(&str, &str)],
+) -> (
+    tokio::process::Child,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
     let mut args = vec!["worker", "--join", urls];
     args.extend_from_slice(flags);
-    let mut child = command_on(mock, home, &args, &[])
+    let mut child = command_on(mock, home, &args, env)
         .stderr(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .spawn()
@@ -1073,5 +1087,190 @@ async fn a_remote_sub_agent_stops_on_its_worker_when_its_lead_gives_up_on_it() {
         1
     );
     held.open();
+    let _ = worker.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_documented_server_each_client_proves_itself_and_a_lead_gives_only_its_own_tasks() {
+    // The configuration docs/NATS.md shows, as it is written there.
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/NATS.md")).unwrap();
+    let config = doc
+        .split("```conf\n")
+        .nth(1)
+        .unwrap()
+        .split("```")
+        .next()
+        .unwrap();
+    let ws = far_workspace();
+    let signing = orchestrate::remote::lead_key(&state_root(ws.path())).unwrap();
+    let (lead_user, worker_user) = (nkeys::KeyPair::new_user(), nkeys::KeyPair::new_user());
+    let config = config
+        .replace("LEAD_USER", &lead_user.public_key())
+        .replace("WORKER_USER", &worker_user.public_key())
+        .replace("LEAD_KEY", &signing.public_key());
+    let server = NatsServer::start_with(&config);
+    let mock = MockLlm::start_with(|request, _| {
+        let results = crate::support::harness::tool_results(request);
+        match request.system() {
+            "You are far." => Reply::text("far answer"),
+            _ if results.is_empty() => Reply::tool_calls(&[(
+                "t1",
+                "Task",
+                serde_json::json!({"description": "far", "prompt": "go far", "subagent_type": "far"}),
+            )]),
+            _ => Reply::text(crate::support::harness::answer(&results[0].1)),
+        }
+    })
+    .await;
+    // Nothing to prove itself with: refused by the server, in one line.
+    let out = tokio::time::timeout(
+        DEADLINE,
+        command_on(&mock, ws.path(), &["worker", "--join", &server.url], &[]).output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let said_then = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said_then}");
+    assert!(said_then.contains("cannot join"), "{said_then}");
+    // Each with its own nkey: the work is done.
+    let worker_seed = worker_user.seed().unwrap();
+    let (mut worker, _lines) = worker_env(
+        &mock,
+        ws.path(),
+        &server.url,
+        &["--slots", "1"],
+        &[("NATS_NKEY", &worker_seed)],
+    )
+    .await;
+    let lead_seed = lead_user.seed().unwrap();
+    let run = tokio::time::timeout(
+        DEADLINE,
+        command_on(
+            &mock,
+            ws.path(),
+            &["--nats", &server.url, "go"],
+            &[("NATS_NKEY", &lead_seed)],
+        )
+        .output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let answered = String::from_utf8_lossy(&run.stdout);
+    assert_eq!(
+        answered,
+        "far answer\n",
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let _ = worker.kill().await;
+    // Neither the worker nor the lead may publish a task under the lead key
+    // or any other but the lead's own: the server drops it, and no stream
+    // takes it.
+    let url = server.url.clone();
+    let as_user = |seed: String| {
+        let url = url.clone();
+        async move {
+            let client = async_nats::ConnectOptions::new()
+                .nkey(seed)
+                .connect(url.as_str())
+                .await
+                .unwrap();
+            async_nats::jetstream::ContextBuilder::new()
+                .timeout(Duration::from_millis(500))
+                .build(client)
+        }
+    };
+    let stored = |js: async_nats::jetstream::Context, subject: String, bytes: Vec<u8>| async move {
+        match js.publish(subject, bytes.into()).await {
+            Ok(ack) => ack.await.is_ok(),
+            Err(_) => false,
+        }
+    };
+    let forged = task(SessionId::new(), "forged", PermissionMode::Default);
+    let stranger = nkeys::KeyPair::new_user();
+    let as_lead = subjects::task(&signing.public_key(), forged.run, &[]);
+    let as_other = subjects::task(&stranger.public_key(), forged.run, &[]);
+    let worker_js = as_user(worker_seed).await;
+    let lead_js = as_user(lead_seed).await;
+    let sealed = seal(&forged, &stranger).unwrap();
+    assert!(!stored(worker_js, as_lead.clone(), sealed.clone()).await);
+    assert!(!stored(lead_js.clone(), as_other, sealed).await);
+    // Its own, it may.
+    let own = seal(&forged, &signing).unwrap();
+    assert!(stored(lead_js, as_lead, own).await);
+}
+
+/// Writes a certificate authority, a certificate for a server on loopback
+/// and one for a client, with their keys, into `dir`.
+fn certificates(dir: &Path) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let mut authority = CertificateParams::new(Vec::<String>::new()).unwrap();
+    authority.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    authority
+        .distinguished_name
+        .push(DnType::CommonName, "orchestrate test authority");
+    let authority_key = KeyPair::generate().unwrap();
+    let authority_cert = authority.self_signed(&authority_key).unwrap();
+    std::fs::write(dir.join("ca.pem"), authority_cert.pem()).unwrap();
+    let issuer = Issuer::new(authority, authority_key);
+    for (name, names) in [
+        (
+            "server",
+            vec!["localhost".to_owned(), "127.0.0.1".to_owned()],
+        ),
+        ("client", vec!["worker".to_owned()]),
+    ] {
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(names)
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        std::fs::write(dir.join(format!("{name}.pem")), cert.pem()).unwrap();
+        std::fs::write(dir.join(format!("{name}-key.pem")), key.serialize_pem()).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_asks_for_a_client_certificate_is_joined_with_one() {
+    let certs = tempfile::tempdir().unwrap();
+    certificates(certs.path());
+    let file = |name: &str| certs.path().join(name).display().to_string();
+    let server = NatsServer::start_with(&format!(
+        "tls {{\n  cert_file: {:?}\n  key_file: {:?}\n  ca_file: {:?}\n  verify: true\n}}\n",
+        file("server.pem"),
+        file("server-key.pem"),
+        file("ca.pem")
+    ));
+    let mock = MockLlm::start_with(|_, _| Reply::text("unused")).await;
+    let home = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = (file("ca.pem"), file("client.pem"), file("client-key.pem"));
+    // The authority alone: the server is checked, but the worker proves
+    // nothing, and is refused.
+    let out = tokio::time::timeout(
+        DEADLINE,
+        command_on(
+            &mock,
+            home.path(),
+            &["worker", "--join", &server.url],
+            &[("NATS_TLS_CA", &ca)],
+        )
+        .output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let refused = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{refused}");
+    assert!(refused.contains("cannot join"), "{refused}");
+    // With its certificate, it joins.
+    let env = [
+        ("NATS_TLS_CA", ca.as_str()),
+        ("NATS_TLS_CERT", cert.as_str()),
+        ("NATS_TLS_KEY", key.as_str()),
+    ];
+    let (mut worker, _lines) = worker_env(&mock, home.path(), &server.url, &[], &env).await;
     let _ = worker.kill().await;
 }

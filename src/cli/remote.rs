@@ -33,15 +33,15 @@ pub(super) async fn launcher(
         }
         return Ok(None);
     };
-    let token = env("NATS_TOKEN").filter(|t| !t.is_empty());
-    let servers = crate::remote::subjects::servers(urls, token.is_some())
+    let auth = crate::remote::auth::Auth::from_env(env).map_err(|why| format!("--nats: {why}"))?;
+    let servers = crate::remote::subjects::servers(urls, auth.proves())
         .map_err(|why| format!("--nats {why}"))?;
     let key = crate::remote::lead_key(plan.state.root()).map_err(|e| format!("--nats: {e}"))?;
     let public = key.public_key();
     let note = (!servers.iter().all(|s| crate::remote::subjects::on_this_machine(s))).then(|| {
         format!("tasks are signed with lead key {public}: a worker on another machine runs them with --trust-lead {public}")
     });
-    let remote = Remote::join(&servers, token, run, key)
+    let remote = Remote::join(&servers, &auth, run, key)
         .await
         .map_err(|e| format!("--nats: {e}"))?;
     let remote = Arc::new(remote);

@@ -49,8 +49,11 @@ pub(super) async fn run(
         let _ = writeln!(err, "orchestrate: worker: {why}");
         ExitCode::from(exit::USAGE)
     };
-    let token = env("NATS_TOKEN").filter(|t| !t.is_empty());
-    let servers = match crate::remote::subjects::servers(&join, token.is_some()) {
+    let auth = match crate::remote::auth::Auth::from_env(env) {
+        Ok(auth) => auth,
+        Err(why) => return usage(err, why),
+    };
+    let servers = match crate::remote::subjects::servers(&join, auth.proves()) {
         Ok(servers) => servers,
         Err(why) => return usage(err, format!("--join {why}")),
     };
@@ -97,7 +100,7 @@ pub(super) async fn run(
             trust_lead,
             max_permission_mode,
             drain,
-            token,
+            auth,
             #[cfg(feature = "test-support")]
             ack_wait: std::time::Duration::from_millis(ack_wait_ms),
             #[cfg(not(feature = "test-support"))]
@@ -117,7 +120,7 @@ struct Serve {
     trust_lead: Vec<String>,
     max_permission_mode: crate::tools::permissions::PermissionMode,
     drain: std::time::Duration,
-    token: Option<String>,
+    auth: crate::remote::auth::Auth,
     ack_wait: std::time::Duration,
 }
 
@@ -178,7 +181,7 @@ async fn serve(
         max_mode: flags.max_permission_mode,
         drain: flags.drain,
         name: worker_name(),
-        token: flags.token,
+        auth: flags.auth,
         ack_wait: flags.ack_wait,
     };
     // The first SIGTERM or Ctrl-C drains; a second hands back at once.

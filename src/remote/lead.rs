@@ -103,17 +103,17 @@ impl Waiting {
 }
 
 impl Remote {
-    /// Joins `servers` for run `run`, its tasks sealed with `key`; `token`
-    /// authenticates (`NATS_TOKEN`).
+    /// Joins `servers` for run `run`, its tasks sealed with `key`, proving
+    /// itself with `auth`.
     pub async fn join(
         servers: &[String],
-        token: Option<String>,
+        auth: &super::auth::Auth,
         run: SessionId,
         key: KeyPair,
     ) -> Result<Self, String> {
         // A server that cannot be reached ends the run before it starts.
         let name = format!("orchestrate lead {run}");
-        let (client, js, tasks) = subjects::join(servers, token.as_deref(), name).await?;
+        let (client, js, tasks) = subjects::join(servers, auth, name).await?;
         let consumer = subjects::patiently(|| async {
             let results = (js.get_stream(subjects::RESULTS).await)
                 .map_err(|e| format!("cannot find the stream {}: {e}", subjects::RESULTS))?;

@@ -176,21 +176,18 @@ pub fn replicas(servers: usize) -> usize {
     servers.clamp(1, 3)
 }
 
-/// Joins `servers` as `name`, with `token` (`NATS_TOKEN`) when there is one,
+/// Joins `servers` as `name`, proving itself with `auth`,
 /// and makes the streams if they are not there: the client, its JetStream
 /// and the tasks' stream. Not retried: a server that cannot be reached, or a
 /// token it refuses, is said at once; once joined, the client reconnects on
 /// its own.
 pub(crate) async fn join(
     servers: &[String],
-    token: Option<&str>,
+    auth: &super::auth::Auth,
     name: String,
 ) -> Result<(async_nats::Client, jetstream::Context, stream::Stream), String> {
-    let mut options = async_nats::ConnectOptions::new();
-    if let Some(token) = token {
-        options = options.token(token.to_owned());
-    }
-    let client = options
+    let client = auth
+        .options()
         .name(name)
         .connect(addresses(servers)?)
         .await
@@ -217,9 +214,9 @@ pub fn on_this_machine(server: &str) -> bool {
 }
 
 /// The servers a comma-separated `list` names, refused when it names none,
-/// or names one not on this machine while there is no token to join it
-/// with (`token`: whether `NATS_TOKEN` is set).
-pub fn servers(list: &str, token: bool) -> Result<Vec<String>, String> {
+/// or names one not on this machine while nothing proves who joins it
+/// (`proved`: a token, an nkey or a client certificate is set).
+pub fn servers(list: &str, proved: bool) -> Result<Vec<String>, String> {
     let servers: Vec<String> = list
         .split(',')
         .map(str::trim)
@@ -229,9 +226,9 @@ pub fn servers(list: &str, token: bool) -> Result<Vec<String>, String> {
     if servers.is_empty() {
         return Err("names no server".into());
     }
-    if !token && let Some(away) = servers.iter().find(|s| !on_this_machine(s)) {
+    if !proved && let Some(away) = servers.iter().find(|s| !on_this_machine(s)) {
         return Err(format!(
-            "{away} is not on this machine: set NATS_TOKEN to join it (a server elsewhere requires authentication)"
+            "{away} is not on this machine: set NATS_TOKEN, NATS_NKEY, or NATS_TLS_CERT and NATS_TLS_KEY to join it (a server elsewhere requires authentication)"
         ));
     }
     Ok(servers)

@@ -110,9 +110,8 @@ pub struct WorkerConfig {
     /// again (set by the worker that makes the consumers; [`ACK_WAIT`]). A
     /// running task's wait is extended every third of it.
     pub ack_wait: Duration,
-    /// The token it joins with (`NATS_TOKEN`), needed by a server not on
-    /// this machine.
-    pub token: Option<String>,
+    /// What it proves itself with, needed by a server not on this machine.
+    pub auth: super::auth::Auth,
 }
 
 impl std::fmt::Debug for WorkerConfig {
@@ -154,8 +153,7 @@ pub async fn work(
     // Joining waits for nothing once asked to stop.
     let joining = async {
         let name = format!("orchestrate worker {}", config.name);
-        let (client, js, tasks) =
-            subjects::join(&config.servers, config.token.as_deref(), name).await?;
+        let (client, js, tasks) = subjects::join(&config.servers, &config.auth, name).await?;
         let mut consumers = Vec::new();
         let mut ack_wait = config.ack_wait;
         for (name, filter) in subjects::consumers(&config.trusted, &config.tags) {

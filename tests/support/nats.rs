@@ -32,10 +32,20 @@ pub(crate) struct NatsServer {
 impl NatsServer {
     /// Starts one and waits until it listens.
     pub(crate) fn start() -> Self {
+        Self::start_with("")
+    }
+
+    /// Starts one with `config` (a server configuration file's text) and
+    /// waits until it listens.
+    pub(crate) fn start_with(config: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let ports = dir.path().join("ports");
         std::fs::create_dir_all(&ports).unwrap();
+        let file = dir.path().join("server.conf");
+        std::fs::write(&file, config).unwrap();
         let child = Command::new(binary())
+            .arg("-c")
+            .arg(&file)
             .args(["-js", "-a", "127.0.0.1", "-p", "-1", "--store_dir"])
             .arg(dir.path().join("js"))
             .arg("--ports_file_dir")
