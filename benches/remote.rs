@@ -6,16 +6,22 @@
 //! request and reply of the same payload between the same two clients.
 //! A local sub-agent pays none of this.
 //!
+//! Then the same with a workspace (`REMOTE_FILES` files, default 200, in a
+//! repository with uncommitted changes): the tree sent as bundles, checked
+//! out on the worker, one file written there and the work sent back and
+//! fetched; beside it, what a local private checkout's git steps take (made,
+//! the file written, committed).
+//!
 //! Run with `cargo bench --bench remote` (`REMOTE_TASKS`, default 200, one at
 //! a time; then as many at once). Needs `nats-server`: the script the tests
 //! use installs it under the target folder. Prints the latency per task
 //! (median, p90, max), the bare round trip's median, the payload bytes per
-//! task each way, and the throughput of the burst.
+//! task each way, the throughput of the burst, and the workspace's figures.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,14 +32,41 @@ use orchestrate::remote::envelope::RemoteTask;
 use orchestrate::remote::lead::Remote;
 use orchestrate::remote::store::Store;
 use orchestrate::remote::worker::{Ran, Runner, WorkerConfig, work};
+use orchestrate::remote::workspace::{Bases, Cache, Sending, fetch_work, fetched_ref};
 use orchestrate::tools::permissions::PermissionMode;
 
-/// Answers every task at once.
-struct Echo;
+/// Answers every task at once; one with a workspace has it checked out,
+/// writes a file there and sends its work back.
+struct Echo {
+    cache: Cache,
+    scratch: PathBuf,
+}
 
 impl Runner for Echo {
-    fn run(&self, task: RemoteTask, _store: Store) -> BoxFuture<'_, Ran> {
-        Box::pin(async move { Ran::said("completed", task.prompt) })
+    fn run(&self, task: RemoteTask, store: Store) -> BoxFuture<'_, Ran> {
+        Box::pin(async move {
+            let Some(workspace) = &task.workspace else {
+                return Ran::said("completed", task.prompt);
+            };
+            let folder = self.scratch.join(task.session.to_string());
+            std::fs::create_dir_all(&folder).unwrap();
+            let indexes = self.scratch.join(".scratch");
+            let (run, session) = (task.run, task.session);
+            let workdir = (self.cache)
+                .check_out(&store, &indexes, run, session, workspace, &folder)
+                .await
+                .unwrap();
+            std::fs::write(workdir.join("echo.txt"), &task.prompt).unwrap();
+            let work = (self.cache)
+                .send_back(&store, &indexes, run, session, workspace, &folder)
+                .await
+                .unwrap();
+            std::fs::remove_dir_all(&folder).unwrap();
+            Ran {
+                work,
+                ..Ran::said("completed", task.prompt)
+            }
+        })
     }
 }
 
@@ -124,9 +157,13 @@ fn main() {
             auth: Default::default(),
             ack_wait: Duration::from_secs(30),
         };
+        let echo = Echo {
+            cache: Cache::new(dir.path().join("worker/cache.git")),
+            scratch: dir.path().join("worker"),
+        };
         let worker = tokio::spawn(work(
             config,
-            Arc::new(Echo),
+            Arc::new(echo),
             stopping.clone(),
             Arc::new(|_| {}),
         ));
@@ -202,10 +239,112 @@ fn main() {
             burst,
             tasks as f64 / burst
         );
+        workspaces(&remote, dir.path(), tasks).await;
         remote.finish().await;
         stopping.stop.cancel();
         worker.await.unwrap().unwrap();
     });
     let _ = nats.kill();
     let _ = nats.wait();
+}
+
+/// A repository of `files` files of about 2 KB over three commits, with an
+/// uncommitted change and an untracked file.
+fn repository(dir: &Path, files: usize) -> PathBuf {
+    let root = dir.join("repository");
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    support::git(&root, &["init", "-q", "-b", "main"]);
+    for round in 0..3 {
+        for i in 0..files {
+            let text = format!("// file {i}, round {round}\n{}", "let x = 1;\n".repeat(180));
+            std::fs::write(root.join(format!("src/f{i}.rs")), text).unwrap();
+        }
+        support::git(&root, &["add", "."]);
+        support::git(&root, &["commit", "-q", "-m", &format!("round {round}")]);
+    }
+    std::fs::write(root.join("src/f0.rs"), "// changed, not committed\n").unwrap();
+    std::fs::write(root.join("notes.txt"), "untracked\n").unwrap();
+    root
+}
+
+/// The workspace's figures: each task's tree sent, checked out on the
+/// worker, a file written and the work fetched back, one task at a time;
+/// beside a local private checkout's git steps.
+async fn workspaces(remote: &Remote, dir: &Path, tasks: usize) {
+    use orchestrate::isolation::steps;
+    let files = support::env_or("REMOTE_FILES", 200);
+    let root = repository(dir, files);
+    let scratch = dir.join("lead-scratch");
+    let bases = Bases::default();
+    let run = remote.run();
+    let sending = Sending {
+        store: remote.store(),
+        bases: &bases,
+        scratch: scratch.clone(),
+        leave_out: Arc::from([]),
+        run,
+    };
+    let mut first = None;
+    let mut latencies = Vec::with_capacity(tasks);
+    let mut sizes = (0u64, 0u64);
+    for i in 0..tasks {
+        let start = Instant::now();
+        let mut placed = task(run, format!("task {i}"));
+        let session = placed.session;
+        let dest = scratch.join(session.to_string());
+        let branch = format!("orchestrate/bench/echo-{i}");
+        let sent = sending.send(&root, session, dest, branch).await.unwrap();
+        sizes.0 = sent.workspace.base.size;
+        sizes.1 = sent.workspace.snapshot.size;
+        placed.workspace = Some(sent.workspace.clone());
+        let result = remote.place(placed).await.unwrap();
+        let work = result.work.expect("the work came back");
+        let store = remote.store();
+        fetch_work(store, &scratch, run, session, &work, &sent.checkout)
+            .await
+            .unwrap();
+        let elapsed = start.elapsed().as_secs_f64() * 1000.0;
+        match first {
+            None => first = Some((elapsed, work.size)),
+            Some(_) => latencies.push(elapsed),
+        }
+        steps::remove(&sent.checkout).unwrap();
+        support::git(&root, &["update-ref", "-d", &fetched_ref(session)]);
+    }
+    latencies.sort_by(f64::total_cmp);
+    // The baseline: a local private checkout made, a file written, committed.
+    let mut local = Vec::with_capacity(tasks);
+    for i in 0..tasks {
+        let start = Instant::now();
+        let dest = scratch.join(format!("local-{i}"));
+        let made = steps::make(
+            &root,
+            &dest,
+            &scratch,
+            format!("orchestrate/bench/local-{i}"),
+            &[],
+        )
+        .unwrap();
+        std::fs::write(made.checkout.workdir.join("echo.txt"), "local").unwrap();
+        steps::commit(&made.checkout, &scratch).unwrap();
+        local.push(start.elapsed().as_secs_f64() * 1000.0);
+        steps::remove(&made.checkout).unwrap();
+    }
+    local.sort_by(f64::total_cmp);
+    let (first_ms, work_size) = first.unwrap();
+    println!("with a workspace of {files} files, one at a time");
+    println!(
+        "remote placement with its tree and work: first {first_ms:.1} ms (the base sent and fetched), then median {:.1} ms, p90 {:.1} ms",
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.9)
+    );
+    println!(
+        "a local private checkout made and committed: median {:.1} ms, p90 {:.1} ms",
+        percentile(&local, 0.5),
+        percentile(&local, 0.9)
+    );
+    println!(
+        "bundle bytes: base {} (once a run), snapshot {}, work {}",
+        sizes.0, sizes.1, work_size
+    );
 }

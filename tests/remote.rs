@@ -140,7 +140,10 @@ async fn a_worker_runs_its_leads_tasks_once_and_refuses_the_others() {
     let client = async_nats::connect(&server.url).await.unwrap();
     let js = async_nats::jetstream::new(client.clone());
     let run = SessionId::new();
-    let mut results = client.subscribe(subjects::results(run)).await.unwrap();
+    let mut results = client
+        .subscribe(subjects::results(&lead.public_key(), run))
+        .await
+        .unwrap();
     let subject = subjects::task(&lead.public_key(), run, &[]);
     let publish = |bytes: Vec<u8>| {
         let (js, subject) = (js.clone(), subject.clone());
@@ -178,7 +181,7 @@ async fn a_worker_runs_its_leads_tasks_once_and_refuses_the_others() {
         work: None,
         check: None,
     };
-    let subject = subjects::result(run, answered.session);
+    let subject = subjects::result(&lead.public_key(), run, answered.session);
     let ack = js
         .publish(subject, serde_json::to_vec(&before).unwrap().into())
         .await
@@ -733,7 +736,10 @@ async fn a_worker_runs_the_tasks_of_the_leads_its_users_config_trusts() {
     let client = async_nats::connect(&server.url).await.unwrap();
     let js = async_nats::jetstream::new(client.clone());
     let run = SessionId::new();
-    let mut results = client.subscribe(subjects::results(run)).await.unwrap();
+    let mut results = client
+        .subscribe(subjects::results(&lead.public_key(), run))
+        .await
+        .unwrap();
     let own = task(run, "trust me", PermissionMode::Default);
     let ack = js
         .publish(
@@ -1014,7 +1020,7 @@ async fn work_sent_back_is_refused_unless_it_is_one_commit_on_its_snapshot_and_t
     git(other.path(), &["commit", "-q", "-m", "planted"]);
     let tip = git(other.path(), &["rev-parse", "HEAD"]).trim().to_owned();
     let head = git(root, &["rev-parse", "HEAD"]).trim().to_owned();
-    let name = object(run, &format!("work.{session}"));
+    let name = object(run, &format!("work.{session}.forged"));
     let file = scratch.path().join("forged.bundle");
     orchestrate::git::bundle::create(other.path(), &file, &name, &tip, Some(&head)).unwrap();
     let forged = store.put(&name, &file, &tip).await.unwrap();
@@ -1030,7 +1036,7 @@ async fn work_sent_back_is_refused_unless_it_is_one_commit_on_its_snapshot_and_t
     assert!(why.contains("its bytes differ"), "{why}");
     // Another sub-agent's file.
     let mut elsewhere = forged.clone();
-    elsewhere.object = object(run, &format!("work.{}", SessionId::new()));
+    elsewhere.object = object(run, &format!("work.{}.forged", SessionId::new()));
     let why = fetch_work(&store, scratch.path(), run, session, &elsewhere, checkout)
         .await
         .unwrap_err();
@@ -1103,6 +1109,23 @@ async fn on_the_documented_server_each_client_proves_itself_and_a_lead_gives_onl
         .next()
         .unwrap();
     let ws = far_workspace();
+    // A repository whose history is a few MiB that do not compress: its
+    // bundle goes through the store past the server's first flow-control
+    // window.
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let noise: Vec<u8> = (0..3 << 20)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect();
+    std::fs::write(ws.path().join("noise.bin"), noise).unwrap();
+    std::fs::write(ws.path().join(".gitignore"), ".local/\n.config/\n").unwrap();
+    crate::isolation::git(ws.path(), &["init", "-q", "-b", "main"]);
+    crate::isolation::git(ws.path(), &["add", "."]);
+    crate::isolation::git(ws.path(), &["commit", "-q", "-m", "noise"]);
     let signing = orchestrate::remote::lead_key(&state_root(ws.path())).unwrap();
     let (lead_user, worker_user) = (nkeys::KeyPair::new_user(), nkeys::KeyPair::new_user());
     let config = config

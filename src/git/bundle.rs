@@ -125,6 +125,33 @@ pub fn only_parent(root: &Path, commit: &str) -> Result<Option<String>, Checkout
     })
 }
 
+/// The size of the largest file commit `to` of the repository at `root`
+/// adds or changes against commit `from`.
+pub fn largest_change(root: &Path, from: &str, to: &str) -> Result<u64, CheckoutError> {
+    checked("change", &[from, to])?;
+    let oids: Vec<String> = super::checkout::changed(root, from, to)?
+        .into_iter()
+        .filter_map(|change| change.after)
+        // A submodule's entry names a commit, not a file.
+        .filter(|blob| blob.mode != "160000")
+        .map(|blob| blob.oid)
+        .collect();
+    if oids.is_empty() {
+        return Ok(0);
+    }
+    let args = ["cat-file", "--batch-check=%(objectsize)"];
+    let input = format!("{}\n", oids.join("\n")).into_bytes();
+    let out = super::checkout::git_run(root, &args, &[], input)?;
+    if !out.status.success() {
+        return Err(super::checkout::failed(root, &args, &out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| line.trim().parse::<u64>().ok())
+        .max()
+        .unwrap_or(0))
+}
+
 /// Whether the repository at `root` holds commit `oid`.
 pub fn has_commit(root: &Path, oid: &str) -> bool {
     valid_oid(oid) && git(root, &["cat-file", "-e", &format!("{oid}^{{commit}}")], &[]).is_ok()
@@ -214,6 +241,9 @@ mod tests {
         fetch(to.path(), &thin, "n", &next, "refs/x/next").unwrap();
         assert!(has_commit(to.path(), &next));
         assert_eq!(only_parent(to.path(), &next).unwrap(), Some(base.clone()));
+        // `a.txt` became "two\n": four bytes, the largest (and only) change.
+        assert_eq!(largest_change(to.path(), &base, &next).unwrap(), 4);
+        assert_eq!(largest_change(to.path(), &next, &next).unwrap(), 0);
         assert_eq!(only_parent(to.path(), &base).unwrap(), None);
         // A bundle is refused for a tip it does not hold.
         let other = tempfile::tempdir().unwrap();

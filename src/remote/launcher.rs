@@ -175,11 +175,35 @@ impl RemoteLauncher {
             resumed: false,
             memory: Vec::new(),
         });
+        // A call given up on in any way (not only cancelled: its caller
+        // stopped, the run cut short) stops its sub-agent on its worker and
+        // lets its snapshot go.
+        let mut pending = Pending {
+            remote: Some(self.remote.clone()),
+            session,
+            snapshot: None,
+        };
+        // Sent nowhere, nothing is sent: no worker would take it.
+        if let Err(why) = self.remote.taken(&placement_tags).await {
+            pending.remote = None;
+            drop(slot);
+            let outcome = outcome_of(Err(why));
+            events.publish(EventKind::Terminal {
+                prompts: Vec::new(),
+                outcome: outcome.clone(),
+            });
+            return Delegated {
+                outcome: Some(outcome),
+                session: Some(session),
+                ..Delegated::default()
+            };
+        }
         // Its parent's tree goes with it.
         let sent = match &isolate {
             Some(isolate) => self.send(isolate, session, &spec.agent, &events).await,
             None => None,
         };
+        pending.snapshot = sent.as_ref().map(|sent| sent.checkout.clone());
         // Delegation does not cross machines: a remote sub-agent has no Task.
         let tools = (spec.tools.names().into_iter())
             .filter(|t| !matches!(*t, "Task" | "TaskOutput" | "TaskStop"))
@@ -216,6 +240,9 @@ impl RemoteLauncher {
             // Its worker stops it.
             self.remote.cancel(session).await;
         }
+        // From here its result is in hand: nothing is left to give up.
+        pending.remote = None;
+        pending.snapshot = None;
         drop(slot);
         let (outcome, work, checked) = match placed {
             Some(Ok(mut result)) => {
@@ -342,7 +369,10 @@ impl RemoteLauncher {
                 agent,
                 parent,
                 sent.checkout,
-                commit,
+                (
+                    commit,
+                    format!("{} in {}", fetched_ref(session), into.display()),
+                ),
                 outcome,
                 isolate,
             )
@@ -357,6 +387,39 @@ impl RemoteLauncher {
             .await;
         }
         changes
+    }
+}
+
+/// A remote sub-agent's call not yet answered: dropped so, it tells the
+/// sub-agent's worker to stop and lets its snapshot go.
+struct Pending {
+    /// The link, while the call waits.
+    remote: Option<Arc<Remote>>,
+    session: SessionId,
+    /// Its snapshot, pinned while its work may come back.
+    snapshot: Option<crate::protocol::Checkout>,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let (remote, snapshot) = (self.remote.take(), self.snapshot.take());
+        if remote.is_none() && snapshot.is_none() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let session = self.session;
+        runtime.spawn(async move {
+            if let Some(remote) = remote {
+                remote.cancel(session).await;
+            }
+            if let Some(snapshot) = snapshot {
+                let _ =
+                    tokio::task::spawn_blocking(move || crate::isolation::steps::remove(&snapshot))
+                        .await;
+            }
+        });
     }
 }
 

@@ -17,6 +17,10 @@ use super::subjects;
 use super::worker::RemoteResult;
 use crate::protocol::SessionId;
 
+/// How long a worker seen to follow a subject is taken to still follow
+/// it, and how often a waiting call looks again.
+const FOLLOWED_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// A run's link to its workers.
 pub struct Remote {
     client: async_nats::Client,
@@ -30,8 +34,8 @@ pub struct Remote {
     follower: String,
     /// The tasks' stream, whose consumers tell which workers follow what.
     tasks: jetstream::stream::Stream,
-    /// Task subjects some worker was seen to follow.
-    followed: Mutex<HashSet<String>>,
+    /// Task subjects some worker was seen to follow, and when.
+    followed: Mutex<HashMap<String, std::time::Instant>>,
     _results: crate::actors::AbortOnDrop,
 }
 
@@ -118,7 +122,7 @@ impl Remote {
             let results = (js.get_stream(subjects::RESULTS).await)
                 .map_err(|e| format!("cannot find the stream {}: {e}", subjects::RESULTS))?;
             let follow = consumer::pull::Config {
-                filter_subject: subjects::results(run),
+                filter_subject: subjects::results(&key.public_key(), run),
                 ack_policy: consumer::AckPolicy::Explicit,
                 inactive_threshold: std::time::Duration::from_secs(3600),
                 ..Default::default()
@@ -148,6 +152,7 @@ impl Remote {
         let waiting = Arc::new(Waiting::default());
         let deliver = waiting.clone();
         let looked_up = js.clone();
+        let lead = key.public_key();
         let task = tokio::spawn(async move {
             loop {
                 let message = tokio::select! {
@@ -162,7 +167,7 @@ impl Remote {
                         if let Some(session) = session {
                             // A worker that refused it told why first: that
                             // is its result.
-                            if let Some(result) = published(&looked_up, run, session).await {
+                            if let Some(result) = published(&looked_up, &lead, run, session).await {
                                 deliver.deliver(result);
                                 continue;
                             }
@@ -234,7 +239,7 @@ impl Remote {
     /// (one that takes it later sees this too), and its task, if no worker
     /// has it yet, goes when its call's wait ends.
     pub async fn cancel(&self, session: SessionId) {
-        let subject = subjects::cancel(self.run, session);
+        let subject = subjects::cancel(&self.lead(), self.run, session);
         let sent = async {
             self.js
                 .publish(subject, bytes::Bytes::new())
@@ -260,21 +265,14 @@ impl Remote {
     /// waiting in the queue for a worker that will never come.
     async fn followed(&self, subject: &str) -> Result<(), String> {
         let seen = |s: &Self| {
-            (s.followed.lock().unwrap_or_else(PoisonError::into_inner)).contains(subject)
+            (s.followed.lock().unwrap_or_else(PoisonError::into_inner))
+                .get(subject)
+                .is_some_and(|at| at.elapsed() < FOLLOWED_FOR)
         };
-        if seen(self) {
+        if seen(self) || self.follows_now(subject).await? {
+            (self.followed.lock().unwrap_or_else(PoisonError::into_inner))
+                .insert(subject.to_owned(), std::time::Instant::now());
             return Ok(());
-        }
-        let mut consumers = self.tasks.consumers();
-        while let Some(info) = consumers.next().await {
-            let info = info.map_err(|e| format!("cannot ask which workers follow the run: {e}"))?;
-            let config = &info.config;
-            let filters = std::iter::once(&config.filter_subject).chain(&config.filter_subjects);
-            if filters.into_iter().any(|f| subjects::follows(f, subject)) {
-                (self.followed.lock().unwrap_or_else(PoisonError::into_inner))
-                    .insert(subject.to_owned());
-                return Ok(());
-            }
         }
         Err(format!(
             "no worker takes it: none has joined that trusts this lead (start one with `orchestrate worker --join … --trust-lead {}`){}",
@@ -286,23 +284,26 @@ impl Remote {
         ))
     }
 
+    /// Whether a consumer of the tasks' stream follows `subject` now.
+    async fn follows_now(&self, subject: &str) -> Result<bool, String> {
+        let mut consumers = self.tasks.consumers();
+        while let Some(info) = consumers.next().await {
+            let info = info.map_err(|e| format!("cannot ask which workers follow the run: {e}"))?;
+            let config = &info.config;
+            let mut filters =
+                std::iter::once(&config.filter_subject).chain(&config.filter_subjects);
+            if filters.any(|f| subjects::follows(f, subject)) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// Stops the sub-agents still running for the run on workers, and
     /// removes what the run left on the servers: its tasks nobody took, its
     /// results, its files and its consumer. What cannot be removed ends with
     /// its time to live.
     pub async fn finish(&self) {
-        // Sub-agents still running somewhere (a run cut short) are stopped.
-        let waiting: Vec<SessionId> = (self
-            .waiting
-            .calls
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner))
-        .keys()
-        .copied()
-        .collect();
-        for session in waiting {
-            self.cancel(session).await;
-        }
         let purge = |stream: &'static str, subject: String| async move {
             match self.js.get_stream(stream).await {
                 Ok(stream) => {
@@ -313,8 +314,23 @@ impl Remote {
                 Err(e) => tracing::warn!(error = %e, "cannot find the stream"),
             }
         };
+        // No worker takes another; those still running somewhere (a run cut
+        // short) are stopped, all at once.
         purge(subjects::TASKS, subjects::tasks_of(&self.lead(), self.run)).await;
-        purge(subjects::RESULTS, subjects::run_results(self.run)).await;
+        let waiting: Vec<SessionId> = (self
+            .waiting
+            .calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner))
+        .keys()
+        .copied()
+        .collect();
+        futures::future::join_all(waiting.into_iter().map(|s| self.cancel(s))).await;
+        purge(
+            subjects::RESULTS,
+            subjects::run_results(&self.lead(), self.run),
+        )
+        .await;
         if let Ok(results) = self.js.get_stream(subjects::RESULTS).await {
             let _ = results.delete_consumer(&self.follower).await;
         }
@@ -359,8 +375,23 @@ impl Remote {
             .unwrap_or_else(PoisonError::into_inner))
         .insert(ack.sequence, session);
         forget.queued = Some((self.js.clone(), ack.sequence));
-        rx.await
-            .map_err(|_| "the run's link to its workers closed".to_owned())
+        // While it waits, some worker must still follow its subject: a pool
+        // gone for good (its consumers removed when idle) fails the call.
+        let mut rx = rx;
+        let mut watch = tokio::time::interval(FOLLOWED_FOR);
+        watch.tick().await;
+        loop {
+            tokio::select! {
+                result = &mut rx => {
+                    return result.map_err(|_| "the run's link to its workers closed".to_owned());
+                }
+                _ = watch.tick() => {
+                    if let Ok(false) = self.follows_now(&subject).await {
+                        return Err("no worker takes it any more: every worker that followed this run's tasks has left".into());
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -368,11 +399,12 @@ impl Remote {
 /// stream, if there is one.
 async fn published(
     js: &jetstream::Context,
+    lead: &str,
     run: SessionId,
     session: SessionId,
 ) -> Option<RemoteResult> {
     let results = js.get_stream(subjects::RESULTS).await.ok()?;
-    let subject = subjects::result(run, session);
+    let subject = subjects::result(lead, run, session);
     let message = results
         .get_last_raw_message_by_subject(&subject)
         .await

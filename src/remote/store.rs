@@ -15,8 +15,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::subjects::FILES;
 use crate::protocol::SessionId;
 
-/// The largest file read back: a bundle larger than this is refused.
+/// The largest file put or read back: a bundle larger than this is refused.
 pub const MAX_FILE: u64 = 1 << 30;
+
+/// How long a file being read back may send nothing before it is given up.
+const SILENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How long putting a file may take at least; a larger one gets a second
+/// more for each 256 KiB.
+const PUTTING: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A file put in the store: where, what commit it brings, and what its
 /// bytes must be.
@@ -82,9 +89,19 @@ impl Store {
             hasher.update(&buffer[..n]);
             size += n as u64;
         }
+        if size > MAX_FILE {
+            return Err(format!(
+                "{} is {size} bytes, more than the {MAX_FILE} a file may be",
+                file.display()
+            ));
+        }
+        let within = PUTTING + std::time::Duration::from_secs(size >> 18);
         super::subjects::patiently(|| async {
             let mut reading = tokio::fs::File::open(file).await.map_err(|e| said(&e))?;
-            self.0.put(object, &mut reading).await.map_err(|e| said(&e))
+            match tokio::time::timeout(within, self.0.put(object, &mut reading)).await {
+                Ok(put) => put.map_err(|e| said(&e)),
+                Err(_) => Err(said(&format!("not stored within {}s", within.as_secs()))),
+            }
         })
         .await?;
         Ok(Stored {
@@ -119,8 +136,16 @@ impl Store {
         let mut size = 0u64;
         let mut buffer = vec![0u8; 1 << 16];
         loop {
-            let n = (object.read(&mut buffer).await)
-                .map_err(|e| format!("cannot fetch {name}: {e}"))?;
+            let read = tokio::time::timeout(SILENCE, object.read(&mut buffer)).await;
+            let n = match read {
+                Ok(read) => read.map_err(|e| format!("cannot fetch {name}: {e}"))?,
+                Err(_) => {
+                    return Err(format!(
+                        "cannot fetch {name}: nothing came for {}s",
+                        SILENCE.as_secs()
+                    ));
+                }
+            };
             if n == 0 {
                 break;
             }

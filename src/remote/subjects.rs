@@ -145,28 +145,30 @@ pub fn follows(filter: &str, subject: &str) -> bool {
     subject.next().is_none()
 }
 
-/// The subject of the result of `run`'s sub-agent `session`: one per
-/// sub-agent, so a worker can tell whether a task it is handed again was
-/// answered already.
-pub fn result(run: SessionId, session: SessionId) -> String {
-    format!("{RESULTS_PREFIX}.{run}.{session}")
+/// The subject of the result of sub-agent `session` of run `run` of lead
+/// `lead`: one per sub-agent, so a worker can tell whether a task it is
+/// handed again was answered already, and under its lead's key, so a server
+/// may let a worker answer only the leads it serves.
+pub fn result(lead: &str, run: SessionId, session: SessionId) -> String {
+    format!("{RESULTS_PREFIX}.{lead}.{run}.{session}")
 }
 
-/// The subjects of every result of `run`.
-pub fn results(run: SessionId) -> String {
-    format!("{RESULTS_PREFIX}.{run}.*")
+/// The subjects of every result of run `run` of lead `lead`.
+pub fn results(lead: &str, run: SessionId) -> String {
+    format!("{RESULTS_PREFIX}.{lead}.{run}.*")
 }
 
-/// Where the lead of `run` says it gave up on sub-agent `session` (its
-/// call was cancelled): kept in the results' stream, so a worker that takes
-/// the task later sees it too.
-pub fn cancel(run: SessionId, session: SessionId) -> String {
-    format!("{RESULTS_PREFIX}.{run}.{session}.cancel")
+/// Where lead `lead` says it gave up on sub-agent `session` of its run
+/// `run` (its call was cancelled): kept in the results' stream, so a worker
+/// that takes the task later sees it too.
+pub fn cancel(lead: &str, run: SessionId, session: SessionId) -> String {
+    format!("{RESULTS_PREFIX}.{lead}.{run}.{session}.cancel")
 }
 
-/// Every subject of `run` in the results' stream: results and cancels.
-pub fn run_results(run: SessionId) -> String {
-    format!("{RESULTS_PREFIX}.{run}.>")
+/// Every subject of run `run` of lead `lead` in the results' stream:
+/// results and cancels.
+pub fn run_results(lead: &str, run: SessionId) -> String {
+    format!("{RESULTS_PREFIX}.{lead}.{run}.>")
 }
 
 /// How many copies a stream keeps: three, or as many servers as there are

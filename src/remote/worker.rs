@@ -31,6 +31,9 @@ pub const ACK_WAIT: Duration = Duration::from_secs(30);
 /// How often a task is delivered at most.
 pub const MAX_DELIVER: i64 = 5;
 
+/// How long a consumer no worker pulls from is kept.
+pub const IDLE_CONSUMER: Duration = Duration::from_secs(600);
+
 /// How long one pull waits for tasks before it looks for a stop again.
 const PULL_FOR: Duration = Duration::from_millis(250);
 
@@ -163,6 +166,9 @@ pub async fn work(
                 ack_policy: consumer::AckPolicy::Explicit,
                 ack_wait: config.ack_wait,
                 max_deliver: MAX_DELIVER,
+                // Gone when no worker has pulled from it for a while: a
+                // lead then knows nobody takes its tasks.
+                inactive_threshold: IDLE_CONSUMER,
                 ..Default::default()
             };
             let mut made: consumer::PullConsumer = subjects::patiently(|| async {
@@ -226,11 +232,14 @@ pub async fn work(
     // One puller per consumer, each taking a task only with a free slot in
     // hand: no task is pulled that this worker has no room for, and no
     // consumer waits behind another's pull.
-    let (taken, mut tasks) = tokio::sync::mpsc::channel(1);
+    let (taken, mut tasks) = tokio::sync::mpsc::channel(config.slots.max(1));
     let mut pullers = tokio::task::JoinSet::new();
+    // Each takes at most its share of the slots at once.
+    let share = (config.slots / consumers.len().max(1)).max(1);
     for consumer in consumers {
         let pulling = Pulling {
             consumer,
+            share,
             slots: slots.clone(),
             stop: stop.clone(),
             taken: taken.clone(),
@@ -297,6 +306,8 @@ pub async fn work(
 /// One consumer's puller: a free slot first, then a task.
 struct Pulling {
     consumer: consumer::PullConsumer,
+    /// The most slots it takes for one pull.
+    share: usize,
     slots: Arc<tokio::sync::Semaphore>,
     stop: CancellationToken,
     taken: tokio::sync::mpsc::Sender<(jetstream::Message, tokio::sync::OwnedSemaphorePermit)>,
@@ -306,17 +317,26 @@ struct Pulling {
 impl Pulling {
     async fn pull(self) {
         while !self.stop.is_cancelled() {
-            let permit = tokio::select! {
+            let first = tokio::select! {
                 () = self.stop.cancelled() => return,
                 permit = self.slots.clone().acquire_owned() => match permit {
                     Ok(permit) => permit,
                     Err(_) => return,
                 },
             };
+            // As many more as are free, up to its share: a burst of tasks is
+            // pulled in one request.
+            let mut permits = vec![first];
+            while permits.len() < self.share {
+                match self.slots.clone().try_acquire_owned() {
+                    Ok(permit) => permits.push(permit),
+                    Err(_) => break,
+                }
+            }
             let batch = self
                 .consumer
                 .fetch()
-                .max_messages(1)
+                .max_messages(permits.len())
                 .expires(PULL_FOR)
                 .messages();
             let mut batch = tokio::select! {
@@ -325,20 +345,26 @@ impl Pulling {
                     Ok(batch) => batch,
                     Err(e) => {
                         (self.say)(format!("cannot pull tasks: {e}"));
-                        drop(permit);
+                        drop(permits);
                         tokio::time::sleep(PULL_FOR).await;
                         continue;
                     }
                 },
             };
-            let Some(Ok(message)) = batch.next().await else {
-                continue;
-            };
-            if let Err(refused) = self.taken.send((message, permit)).await {
-                // The worker stopped taking tasks: back for another.
-                let (message, _permit) = refused.0;
-                let _ = message.ack_with(AckKind::Nak(None)).await;
-                return;
+            // Each task that came takes one of the slots; the rest are let go.
+            while let Some(message) = batch.next().await {
+                let Ok(message) = message else { continue };
+                let Some(permit) = permits.pop() else {
+                    // More came than asked for: back for another.
+                    let _ = message.ack_with(AckKind::Nak(None)).await;
+                    continue;
+                };
+                if let Err(refused) = self.taken.send((message, permit)).await {
+                    // The worker stopped taking tasks: back for another.
+                    let (message, _permit) = refused.0;
+                    let _ = message.ack_with(AckKind::Nak(None)).await;
+                    return;
+                }
             }
         }
     }
@@ -363,14 +389,18 @@ impl Drop for Running {
 /// What a worker does with a task it was handed.
 #[derive(Debug, PartialEq)]
 enum Admission {
-    /// Run it.
-    Run(Box<RemoteTask>),
+    /// Run it: its task, and the lead it came from.
+    Run(Box<RemoteTask>, String),
     /// Refuse it without a word to its lead (its lead cannot be told: it is
     /// not a task, not signed, or not where its lead sent it); `for_good`:
     /// no worker runs it, else another may.
     Refuse { why: String, for_good: bool },
     /// Refuse it and tell its lead why (it asks more than this worker allows).
-    TellLead { task: Box<RemoteTask>, why: String },
+    TellLead {
+        task: Box<RemoteTask>,
+        lead: String,
+        why: String,
+    },
 }
 
 /// Whether a worker trusting `trusted` leads, with `max_mode` as its cap,
@@ -420,10 +450,11 @@ fn admit(
         );
         return Admission::TellLead {
             task: Box::new(task),
+            lead: sent_as.to_owned(),
             why,
         };
     }
-    Admission::Run(Box::new(task))
+    Admission::Run(Box::new(task), sent_as.to_owned())
 }
 
 /// Where a worker tells whether a task was answered: the results' stream,
@@ -460,8 +491,8 @@ impl Job {
             envelope::now(),
             self.config.max_mode,
         );
-        let task = match admitted {
-            Admission::Run(task) => *task,
+        let (task, lead) = match admitted {
+            Admission::Run(task, lead) => (*task, lead),
             Admission::Refuse { why, for_good } => {
                 (self.say)(format!("refused a task on {}: {why}", message.subject));
                 // One another worker may run goes back for it, a little
@@ -473,7 +504,7 @@ impl Job {
                 let _ = message.ack_with(end).await;
                 return;
             }
-            Admission::TellLead { task, why } => {
+            Admission::TellLead { task, lead, why } => {
                 (self.say)(format!("refused task {}: {why}", task.session));
                 let refused = RemoteResult {
                     run: task.run,
@@ -484,7 +515,7 @@ impl Job {
                     work: None,
                     check: None,
                 };
-                if self.publish(&refused).await.is_ok() {
+                if self.publish(&lead, &refused).await.is_ok() {
                     let _ = message.ack_with(AckKind::Term).await;
                 }
                 return;
@@ -504,13 +535,13 @@ impl Job {
         let _running = Running(self.running.clone(), session);
         // Handed again after a worker published its result and died before
         // its ack: answered already, it is never run again.
-        if self.answered(&task).await {
+        if self.answered(&lead, &task).await {
             (self.say)(format!("task {session} was answered already"));
             let _ = message.double_ack().await;
             return;
         }
         // Given up on by its lead: told before it runs, or while it does.
-        let cancel = subjects::cancel(task.run, session);
+        let cancel = subjects::cancel(&lead, task.run, session);
         let mut cancelled = match self.js.client().subscribe(cancel.clone()).await {
             Ok(told) => told,
             Err(e) => {
@@ -563,7 +594,7 @@ impl Job {
             work: ran.work,
             check: ran.check,
         };
-        let published = subjects::patiently(|| self.publish(&answer)).await;
+        let published = subjects::patiently(|| self.publish(&lead, &answer)).await;
         match published {
             Ok(()) => {
                 self.done(&task).await;
@@ -576,15 +607,15 @@ impl Job {
         }
     }
 
-    /// Whether `task`'s result was published already: it is in the results'
+    /// Whether `task`'s result (to lead `lead`) was published already: it is in the results'
     /// stream, or (its run over, the stream emptied) on the record of those
     /// done.
-    async fn answered(&self, task: &RemoteTask) -> bool {
+    async fn answered(&self, lead: &str, task: &RemoteTask) -> bool {
         let Records { results, done, .. } = &self.records;
         if let Ok(Some(_)) = done.get(task.session.to_string()).await {
             return true;
         }
-        let subject = subjects::result(task.run, task.session);
+        let subject = subjects::result(lead, task.run, task.session);
         results
             .get_last_raw_message_by_subject(&subject)
             .await
@@ -601,15 +632,15 @@ impl Job {
         }
     }
 
-    /// Publishes `result` once: its message id is its session's.
-    async fn publish(&self, result: &RemoteResult) -> Result<(), String> {
+    /// Publishes `result` to lead `lead` once: its message id is its session's.
+    async fn publish(&self, lead: &str, result: &RemoteResult) -> Result<(), String> {
         let body = serde_json::to_vec(result).map_err(|e| e.to_string())?;
         let mut headers = async_nats::HeaderMap::new();
         headers.insert(
             async_nats::header::NATS_MESSAGE_ID,
             result.session.to_string().as_str(),
         );
-        let subject = subjects::result(result.run, result.session);
+        let subject = subjects::result(lead, result.run, result.session);
         let ack = self
             .js
             .publish_with_headers(subject, headers, body.into())
@@ -655,7 +686,7 @@ mod tests {
         let sealed = envelope::seal(&fine, &lead).unwrap();
         assert_eq!(
             admit(&sealed, &here, &trusted, 1_000, cap),
-            Admission::Run(Box::new(fine))
+            Admission::Run(Box::new(fine), lead.public_key())
         );
         let elsewhere = subjects::task(&lead.public_key(), SessionId::new(), &[]);
         let moved = admit(&sealed, &elsewhere, &trusted, 1_000, cap);

@@ -80,17 +80,21 @@ async fn put_bundle(
     store.put(name, &file.0, tip).await
 }
 
-/// Fetches `stored` from the store into the repository at `root` as ref
-/// `into`, every object checked.
-async fn fetch_bundle(
-    store: &Store,
+/// `stored`, read back from the store into a file of `scratch`.
+async fn download(store: &Store, scratch: &Path, stored: &Stored) -> Result<Scratch, String> {
+    let file = Scratch::new(scratch, &stored.object)?;
+    store.get(stored, &file.0).await?;
+    Ok(file)
+}
+
+/// Fetches `stored` (read back into `file`) into the repository at `root`
+/// as ref `into`, every object checked.
+async fn fetch_file(
     root: &Path,
-    scratch: &Path,
+    file: &Scratch,
     stored: &Stored,
     into: &str,
 ) -> Result<(), String> {
-    let file = Scratch::new(scratch, &stored.object)?;
-    store.get(stored, &file.0).await?;
     let (r, f, s, i) = (
         root.to_owned(),
         file.0.clone(),
@@ -100,9 +104,17 @@ async fn fetch_bundle(
     blocking(move || bundle::fetch(&r, &f, &s.object, &s.tip, &i)).await
 }
 
-/// The bases a run has sent, by commit: each is sent once.
+/// The largest file a sub-agent's work may bring back.
+pub const MAX_BLOB: u64 = 256 << 20;
+
+/// How long a base sent is used for a run's next tasks: well within the
+/// day the store keeps it.
+const BASE_KEPT: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
+
+/// The bases a run has sent, by commit: each is sent once (again after
+/// half a day, before the store lets it go).
 #[derive(Debug, Default)]
-pub struct Bases(tokio::sync::Mutex<HashMap<String, Stored>>);
+pub struct Bases(tokio::sync::Mutex<HashMap<String, (Stored, std::time::Instant)>>);
 
 /// A tree sent for a remote sub-agent: what its task carries, and the
 /// checkout its work is brought back as (its base the snapshot, pinned
@@ -191,12 +203,12 @@ impl Sending<'_> {
         let sent = {
             let mut bases = self.bases.0.lock().await;
             match bases.get(&base) {
-                Some(sent) => sent.clone(),
-                None => {
+                Some((sent, at)) if at.elapsed() < BASE_KEPT => sent.clone(),
+                _ => {
                     let name = object(self.run, &format!("base.{base}"));
                     let sent =
                         put_bundle(self.store, into, &self.scratch, &name, &base, None).await?;
-                    bases.insert(base.clone(), sent.clone());
+                    bases.insert(base.clone(), (sent.clone(), std::time::Instant::now()));
                     sent
                 }
             }
@@ -224,7 +236,8 @@ pub fn fetched_ref(session: SessionId) -> String {
 /// Fetches `work` (run `run`'s sub-agent `session`'s, as its worker named
 /// it) into the repository of `checkout`, every object checked, as
 /// [`fetched_ref`]: refused unless it is one commit on the snapshot the
-/// sub-agent was sent. The commit.
+/// sub-agent was sent, each of whose files is at most [`MAX_BLOB`]. The
+/// commit.
 pub async fn fetch_work(
     store: &Store,
     scratch: &Path,
@@ -233,30 +246,45 @@ pub async fn fetch_work(
     work: &Stored,
     checkout: &Checkout,
 ) -> Result<String, String> {
-    let expected = object(run, &format!("work.{session}"));
-    if work.object != expected {
+    let expected = object(run, &format!("work.{session}."));
+    if !work.object.starts_with(&expected) || !bundle::valid_name(&work.object) {
         return Err(format!(
-            "the worker named {:?}, not {expected:?}",
+            "the worker named {:?}, not a file of this sub-agent's ({expected}…)",
             work.object
         ));
     }
     let into = fetched_ref(session);
-    fetch_bundle(store, &checkout.into, scratch, work, &into).await?;
-    let (root, tip) = (checkout.into.clone(), work.tip.clone());
-    let parent = blocking(move || bundle::only_parent(&root, &tip)).await;
-    if parent.as_ref().ok().and_then(Option::as_deref) != Some(checkout.base.as_str()) {
-        let root = checkout.into.clone();
-        let _ = blocking(move || {
-            bundle::delete_ref(&root, &into);
-            Ok(())
-        })
-        .await;
-        return Err(format!(
-            "the work sent back ({}) is not one commit on the snapshot {} it was sent",
-            work.tip, checkout.base
-        ));
-    }
-    Ok(work.tip.clone())
+    let file = download(store, scratch, work).await?;
+    fetch_file(&checkout.into, &file, work, &into).await?;
+    drop(file);
+    let (root, tip, base) = (
+        checkout.into.clone(),
+        work.tip.clone(),
+        checkout.base.clone(),
+    );
+    let refused = blocking(move || {
+        if bundle::only_parent(&root, &tip)?.as_deref() != Some(base.as_str()) {
+            return Ok(Some(format!(
+                "the work sent back ({tip}) is not one commit on the snapshot {base} it was sent"
+            )));
+        }
+        let largest = bundle::largest_change(&root, &base, &tip)?;
+        Ok((largest > MAX_BLOB).then(|| {
+            format!("the work sent back holds a file of {largest} bytes, more than {MAX_BLOB}")
+        }))
+    })
+    .await;
+    let refused = match refused {
+        Ok(None) => return Ok(work.tip.clone()),
+        Ok(Some(why)) | Err(why) => why,
+    };
+    let root = checkout.into.clone();
+    let _ = blocking(move || {
+        bundle::delete_ref(&root, &into);
+        Ok(())
+    })
+    .await;
+    Err(refused)
 }
 
 /// The folder below a checkout's top that `prefix` names, refused unless it
@@ -272,18 +300,19 @@ pub fn below(prefix: &str) -> Result<PathBuf, String> {
     }
 }
 
-/// A worker's repository of the bundles it was sent: the bases stay (a
-/// run's next tasks start from them), each task's checkout is a clone that
-/// shares its objects.
+/// A worker's repositories of the bundles it was sent, one per run (so a
+/// run's tasks reach only what their own lead sent): a run's base stays for
+/// its next tasks, each task's checkout is a clone that shares its objects,
+/// and a run's repository goes a day after it was last used.
 #[derive(Debug)]
 pub struct Cache {
     dir: PathBuf,
-    /// One fetch into it at a time.
+    /// One fetch into a repository at a time.
     fetching: tokio::sync::Mutex<()>,
 }
 
 impl Cache {
-    /// The repository at `dir` (made when first used).
+    /// The repositories in `dir` (made when first used).
     pub fn new(dir: PathBuf) -> Self {
         Self {
             dir,
@@ -293,6 +322,34 @@ impl Cache {
 
     fn snapshot_ref(session: SessionId) -> String {
         format!("refs/orchestrate/snapshots/{session}")
+    }
+
+    /// Run `run`'s repository.
+    fn of(&self, run: SessionId) -> PathBuf {
+        self.dir.join(format!("{run}.git"))
+    }
+
+    /// Removes the repositories of runs not used for a day (no task of
+    /// theirs can still come), and marks `run`'s as used now.
+    fn tidy(&self, run: SessionId) {
+        let now = std::time::SystemTime::now();
+        let used = std::fs::File::open(self.of(run)).and_then(|dir| dir.set_modified(now));
+        drop(used);
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let old = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|at| now.duration_since(at).ok())
+                .is_some_and(|age| age > super::subjects::TIME_TO_LIVE);
+            let name = entry.file_name();
+            if old && name.to_string_lossy().ends_with(".git") {
+                let _ = steps::remove_tree(&entry.path());
+            }
+        }
     }
 
     /// Checks task `session`'s `workspace` (of run `run`) out into `folder`
@@ -314,26 +371,36 @@ impl Cache {
         {
             return Err("the task names files of another run or task".into());
         }
+        let repository = self.of(run);
+        // Read back first, with nothing held: only git's fetch takes turns.
+        let (dir, tip) = (repository.clone(), base.tip.clone());
+        let have_base = blocking(move || Ok(bundle::has_commit(&dir, &tip))).await?;
+        let base_file = match have_base {
+            true => None,
+            false => Some(download(store, scratch, base).await?),
+        };
+        let snapshot_file = download(store, scratch, snapshot).await?;
         {
             let _one = self.fetching.lock().await;
-            let dir = self.dir.clone();
+            let dir = repository.clone();
             if !dir.join("HEAD").exists() {
                 blocking(move || bundle::init_bare(&dir)).await?;
             }
-            let (dir, tip) = (self.dir.clone(), base.tip.clone());
-            if !blocking(move || Ok(bundle::has_commit(&dir, &tip))).await? {
+            if let Some(file) = &base_file {
                 let into = format!("refs/orchestrate/bases/{}", base.tip);
-                fetch_bundle(store, &self.dir, scratch, base, &into).await?;
+                fetch_file(&repository, file, base, &into).await?;
             }
             let into = Self::snapshot_ref(session);
-            fetch_bundle(store, &self.dir, scratch, snapshot, &into).await?;
+            fetch_file(&repository, &snapshot_file, snapshot, &into).await?;
+            self.tidy(run);
         }
-        let (dir, tip) = (self.dir.clone(), snapshot.tip.clone());
+        drop((base_file, snapshot_file));
+        let (dir, tip) = (repository.clone(), snapshot.tip.clone());
         let parent = blocking(move || bundle::only_parent(&dir, &tip)).await?;
         if parent.as_deref() != Some(base.tip.as_str()) {
             return Err("the snapshot is not one commit on the base it was sent with".into());
         }
-        let (dir, dest, tip) = (self.dir.clone(), folder.to_owned(), snapshot.tip.clone());
+        let (dir, dest, tip) = (repository, folder.to_owned(), snapshot.tip.clone());
         blocking(move || checkout::clone(&dir, &dest, &tip)).await?;
         let workdir = folder.join(prefix);
         std::fs::create_dir_all(&workdir).map_err(|e| format!("{}: {e}", workdir.display()))?;
@@ -341,9 +408,10 @@ impl Cache {
     }
 
     /// Sends back the work of task `session` (run `run`) done in `folder`:
-    /// its tree committed on the snapshot by this repository's git (the
+    /// its tree committed on the snapshot by the run's repository's git (the
     /// clone's, which the model wrote, is not used), as a bundle in the
-    /// store; `None` when it changed nothing.
+    /// store, named apart from any other worker's of the same task; `None`
+    /// when it changed nothing.
     pub async fn send_back(
         &self,
         store: &Store,
@@ -353,28 +421,29 @@ impl Cache {
         workspace: &Workspace,
         folder: &Path,
     ) -> Result<Option<Stored>, String> {
+        let repository = self.of(run);
         let (dir, tree, base, s) = (
-            self.dir.clone(),
+            repository.clone(),
             folder.to_owned(),
             workspace.snapshot.tip.clone(),
             scratch.to_owned(),
         );
         let commit = blocking(move || checkout::commit_work_tree(&dir, &tree, &base, &s)).await?;
         let (dir, base, c) = (
-            self.dir.clone(),
+            repository.clone(),
             workspace.snapshot.tip.clone(),
             commit.clone(),
         );
         let result = if blocking(move || checkout::same_tree(&dir, &base, &c)).await? {
             Ok(None)
         } else {
-            let name = object(run, &format!("work.{session}"));
+            let name = object(run, &format!("work.{session}.{}", SessionId::new()));
             let known = workspace.snapshot.tip.as_str();
-            put_bundle(store, &self.dir, scratch, &name, &commit, Some(known))
+            put_bundle(store, &repository, scratch, &name, &commit, Some(known))
                 .await
                 .map(Some)
         };
-        let (dir, name) = (self.dir.clone(), Self::snapshot_ref(session));
+        let (dir, name) = (repository, Self::snapshot_ref(session));
         let _ = blocking(move || {
             bundle::delete_ref(&dir, &name);
             Ok(())

@@ -83,9 +83,10 @@ pub(crate) struct Work {
     pub(crate) check_prompt: Option<String>,
     /// The last check was refused.
     pub(crate) check_refused: bool,
-    /// Its steps are not journaled here: the sub-agent ran on another
-    /// machine, which keeps its journal.
-    pub(crate) elsewhere: bool,
+    /// It ran on another machine, which keeps its journal: its steps are
+    /// not journaled here, and its work, when it cannot be brought back, is
+    /// kept where this says.
+    pub(crate) elsewhere: Option<String>,
 }
 
 /// Reads a sub-agent's journal for its checkout's steps.
@@ -208,7 +209,7 @@ impl Handle {
         isolate: &Isolate,
     ) -> Option<Changes> {
         let checkout = work.checkout.clone().filter(|c| !c.borrowed)?;
-        let root = checkout.root.display().to_string();
+        let root = (work.elsewhere.clone()).unwrap_or_else(|| checkout.root.display().to_string());
         let changes = match self
             .bring_back_steps(child, work, checkout, outcome, isolate)
             .await
@@ -250,8 +251,9 @@ impl Handle {
     /// Brings back the work of sub-agent `child`, which ran on another
     /// machine: `commit` (fetched from its worker, on `checkout`'s base;
     /// `None` when it changed nothing) kept as its branch and merged as a
-    /// private checkout's work is, its snapshot let go. Nothing is journaled
-    /// here: its journal is its worker's.
+    /// private checkout's work is, its snapshot let go; when that fails, its
+    /// work stays where `kept` says. Nothing is journaled here: its journal
+    /// is its worker's.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn bring_back_fetched(
         &self,
@@ -259,7 +261,7 @@ impl Handle {
         agent: &str,
         parent: Option<SessionId>,
         checkout: Checkout,
-        commit: Option<String>,
+        (commit, kept): (Option<String>, String),
         outcome: Option<&Outcome>,
         isolate: &Isolate,
     ) -> Option<Changes> {
@@ -267,7 +269,7 @@ impl Handle {
             // No commit: the base itself, which changes nothing.
             committed: Some(commit.unwrap_or_else(|| checkout.base.clone())),
             checkout: Some(checkout),
-            elsewhere: true,
+            elsewhere: Some(kept),
             ..Work::default()
         };
         self.bring_back(child, agent, parent, work, outcome, isolate)
@@ -308,7 +310,8 @@ impl Handle {
                 let committed = Record::Committed {
                     commit: commit.clone(),
                 };
-                self.record(child, work.elsewhere, committed).await?;
+                self.record(child, work.elsewhere.is_some(), committed)
+                    .await?;
                 commit
             }
         };
@@ -321,14 +324,14 @@ impl Handle {
                 let merged = Record::Merged {
                     result: result.clone(),
                 };
-                self.record(child, work.elsewhere, merged).await?;
+                self.record(child, work.elsewhere.is_some(), merged).await?;
                 result
             }
         };
         if !work.removed {
             let c = checkout.clone();
             blocking(move || steps::remove(&c)).await?;
-            self.record(child, work.elsewhere, Record::CheckoutRemoved)
+            self.record(child, work.elsewhere.is_some(), Record::CheckoutRemoved)
                 .await?;
         }
         Ok(result)
@@ -358,7 +361,8 @@ impl Handle {
                 branch: branch.clone(),
                 commit: commit.to_owned(),
             };
-            self.record(child, work.elsewhere, fetched).await?;
+            self.record(child, work.elsewhere.is_some(), fetched)
+                .await?;
         }
         let its_work = matches!(
             outcome,
@@ -379,7 +383,8 @@ impl Handle {
                 );
                 let ours = blocking(move || steps::ours(&c, &s, &p)).await?;
                 let merging = Record::Merging { ours: ours.clone() };
-                self.record(child, work.elsewhere, merging).await?;
+                self.record(child, work.elsewhere.is_some(), merging)
+                    .await?;
                 ours
             }
         };
