@@ -251,9 +251,33 @@ pub fn addresses(servers: &[String]) -> Result<Vec<async_nats::ServerAddr>, Stri
 /// its leaders.
 const ELECTION: Duration = Duration::from_secs(30);
 
+/// Whether `error` (as the client says it) will not pass by trying again:
+/// a permission refused, or a JetStream error that says the request is
+/// wrong whoever leads (a stream or consumer of that name made otherwise,
+/// subjects overlapping another stream's, a bad configuration, JetStream
+/// off, a limit or a message size exceeded). What a cluster says while it
+/// elects its leaders (no leader, not enough peers yet, no answer) passes.
+pub(crate) fn lasting(error: &str) -> bool {
+    const LASTING: [u32; 15] = [
+        10002, 10003, 10013, 10025, 10026, 10027, 10028, 10039, 10047, 10052, 10054, 10058, 10065,
+        10076, 10148,
+    ];
+    let lower = error.to_ascii_lowercase();
+    if lower.contains("permissions violation") || lower.contains("authorization violation") {
+        return true;
+    }
+    lower.split("error code ").skip(1).any(|rest| {
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        digits
+            .parse()
+            .is_ok_and(|code: u32| LASTING.contains(&code))
+    })
+}
+
 /// What `attempt` gives, tried again while it fails for [`ELECTION`] (a
 /// cluster that has no leader yet refuses what it will do once it has one);
-/// its last error past that.
+/// at once for an error that will not pass ([`lasting`]); its last error
+/// past that.
 pub(crate) async fn patiently<T, F, Fut>(mut attempt: F) -> Result<T, String>
 where
     F: FnMut() -> Fut,
@@ -263,7 +287,7 @@ where
     loop {
         match attempt().await {
             Ok(done) => return Ok(done),
-            Err(e) if tokio::time::Instant::now() < deadline => {
+            Err(e) if !lasting(&e) && tokio::time::Instant::now() < deadline => {
                 tracing::debug!(error = %e, "not yet");
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
@@ -358,6 +382,47 @@ mod tests {
         ] {
             assert!(!on_this_machine(away), "{away}");
         }
+    }
+
+    #[test]
+    fn what_a_cluster_says_while_it_elects_is_tried_again_and_a_wrong_request_is_not() {
+        for passes in [
+            "cannot make the stream ORCHESTRATE_TASKS: jetstream error: JetStream cluster not available (code 503, error code 10008)",
+            "jetstream error: insufficient resources (code 503, error code 10023)",
+            "cannot place the task: timed out: didn't receive any response",
+            "no responders",
+        ] {
+            assert!(!lasting(passes), "{passes}");
+        }
+        for lasts in [
+            "jetstream error: stream name already in use with a different configuration (code 400, error code 10058)",
+            "jetstream error: subjects overlap with an existing stream (code 400, error code 10065)",
+            "nats: Permissions Violation for Publish to \"orchestrate.tasks.v1.U.x.any\"",
+        ] {
+            assert!(lasting(lasts), "{lasts}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wrong_request_is_said_at_once_and_an_election_waited_out() {
+        let tries = std::sync::atomic::AtomicUsize::new(0);
+        let wrong = patiently(|| async {
+            tries.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Err::<(), _>("jetstream error: x (code 400, error code 10058)".to_owned())
+        })
+        .await;
+        assert!(wrong.is_err());
+        assert_eq!(tries.load(std::sync::atomic::Ordering::SeqCst), 1);
+        tries.store(0, std::sync::atomic::Ordering::SeqCst);
+        let elected = patiently(|| async {
+            match tries.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                0..3 => Err("jetstream error: no leader (code 503, error code 10008)".to_owned()),
+                _ => Ok(7),
+            }
+        })
+        .await;
+        assert_eq!(elected, Ok(7));
+        assert_eq!(tries.load(std::sync::atomic::Ordering::SeqCst), 4);
     }
 
     #[test]
