@@ -51,16 +51,17 @@ impl Runner for Echo {
             let folder = self.scratch.join(task.session.to_string());
             std::fs::create_dir_all(&folder).unwrap();
             let indexes = self.scratch.join(".scratch");
-            let (run, session) = (task.run, task.session);
-            let workdir = (self.cache)
-                .check_out(&store, &indexes, run, session, workspace, &folder)
-                .await
-                .unwrap();
+            let tree = orchestrate::remote::workspace::Task {
+                store: &store,
+                scratch: &indexes,
+                run: task.run,
+                session: task.session,
+                workspace,
+                folder: &folder,
+            };
+            let workdir = self.cache.check_out(&tree).await.unwrap();
             std::fs::write(workdir.join("echo.txt"), &task.prompt).unwrap();
-            let work = (self.cache)
-                .send_back(&store, &indexes, run, session, workspace, &folder)
-                .await
-                .unwrap();
+            let work = self.cache.send_back(&tree).await.unwrap();
             std::fs::remove_dir_all(&folder).unwrap();
             Ran {
                 work,
@@ -171,6 +172,10 @@ fn main() {
         let remote = Remote::join(std::slice::from_ref(&url), &Default::default(), run, key)
             .await
             .unwrap();
+        // The worker's consumer made: a task has somewhere to go.
+        while remote.taken(&[]).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         // Warm up: the consumers made, the connections settled.
         for i in 0..10 {
             remote.place(task(run, format!("warm {i}"))).await.unwrap();

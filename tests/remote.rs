@@ -787,9 +787,35 @@ async fn files_left(url: &str) -> Vec<String> {
     names
 }
 
+/// A lead that gives `far` the task "change c", and answers with its result.
+fn far_lead(request: &crate::support::mock_llm::Recorded) -> Reply {
+    let results = crate::support::harness::tool_results(request);
+    match results.first() {
+        None => Reply::tool_calls(&[(
+            "t1",
+            "Task",
+            serde_json::json!({"description": "far", "prompt": "change c", "subagent_type": "far"}),
+        )]),
+        Some((_, result)) => Reply::text(result.clone()),
+    }
+}
+
+/// A repository with `lib.rs` committed and the remote role `far`, whose
+/// other fields are `fields`.
+fn far_repository(fields: &str) -> tempfile::TempDir {
+    let dir = crate::isolation::repository();
+    std::fs::create_dir_all(dir.path().join("agents")).unwrap();
+    std::fs::write(
+        dir.path().join("agents/far.md"),
+        format!("---\nname: far\ndescription: works far away\n{fields}\nplacement: remote\n---\nYou are far.\n"),
+    )
+    .unwrap();
+    dir
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_writer_works_on_the_persons_tree_and_its_changes_merge_like_a_local_ones() {
-    use crate::isolation::{LIB, git, repository};
+    use crate::isolation::{LIB, git};
     use crate::support::mock_llm::Recorded;
     use serde_json::json;
     let server = NatsServer::start();
@@ -815,25 +841,11 @@ async fn a_remote_writer_works_on_the_persons_tree_and_its_changes_merge_like_a_
                 _ => Reply::text("changed far away"),
             };
         }
-        let results = crate::support::harness::tool_results(request);
-        match results.first() {
-            None => Reply::tool_calls(&[(
-                "t1",
-                "Task",
-                json!({"description": "far", "prompt": "change c", "subagent_type": "far"}),
-            )]),
-            Some((_, result)) => Reply::text(result.clone()),
-        }
+        far_lead(request)
     })
     .await;
-    let dir = repository();
+    let dir = far_repository("tools: Read, Edit, Write");
     let root = dir.path();
-    std::fs::create_dir_all(root.join("agents")).unwrap();
-    std::fs::write(
-        root.join("agents/far.md"),
-        "---\nname: far\ndescription: works far away\ntools: Read, Edit, Write\nplacement: remote\n---\nYou are far.\n",
-    )
-    .unwrap();
     // The person's work in progress: untracked notes, an uncommitted change.
     std::fs::write(root.join("notes.txt"), "the person's notes\n").unwrap();
     std::fs::write(root.join("lib.rs"), LIB.replace("    1\n", "    mine\n")).unwrap();
@@ -897,7 +909,7 @@ async fn a_remote_writer_works_on_the_persons_tree_and_its_changes_merge_like_a_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_writers_check_runs_on_its_worker_and_gates_its_merge() {
-    use crate::isolation::{LIB, git, repository};
+    use crate::isolation::{LIB, git};
     use crate::support::mock_llm::Recorded;
     use serde_json::json;
     let server = NatsServer::start();
@@ -922,25 +934,13 @@ async fn a_remote_writers_check_runs_on_its_worker_and_gates_its_merge() {
                 _ => Reply::text("mended"),
             };
         }
-        let results = crate::support::harness::tool_results(request);
-        match results.first() {
-            None => Reply::tool_calls(&[(
-                "t1",
-                "Task",
-                json!({"description": "far", "prompt": "change c", "subagent_type": "far"}),
-            )]),
-            Some((_, result)) => Reply::text(result.clone()),
-        }
+        far_lead(request)
     })
     .await;
-    let dir = repository();
+    let dir = far_repository(
+        "tools: Read, Edit, Write, Bash\ncheck: grep -q 30 lib.rs\ncheckAttempts: 2",
+    );
     let root = dir.path();
-    std::fs::create_dir_all(root.join("agents")).unwrap();
-    std::fs::write(
-        root.join("agents/far.md"),
-        "---\nname: far\ndescription: works far away\ntools: Read, Edit, Write, Bash\nplacement: remote\ncheck: grep -q 30 lib.rs\ncheckAttempts: 2\n---\nYou are far.\n",
-    )
-    .unwrap();
     let flags = ["--slots", "1", "--max-permission-mode", "bypassPermissions"];
     let (mut worker, _lines) = worker_with(&mock, root, &server.url, &flags).await;
     let args = [
@@ -1295,5 +1295,40 @@ async fn a_server_that_asks_for_a_client_certificate_is_joined_with_one() {
         ("NATS_TLS_KEY", key.as_str()),
     ];
     let (mut worker, _lines) = worker_env(&mock, home.path(), &server.url, &[], &env).await;
+    let _ = worker.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_hooks_fire_for_sub_agents_keeps_them_on_this_machine() {
+    let server = NatsServer::start();
+    let mock = MockLlm::start_with(|request, _| {
+        let results = crate::support::harness::tool_results(request);
+        match request.system() {
+            "You are far." => Reply::text("far answer"),
+            _ if results.is_empty() => Reply::tool_calls(&[(
+                "t1",
+                "Task",
+                serde_json::json!({"description": "far", "prompt": "go far", "subagent_type": "far"}),
+            )]),
+            _ => Reply::text(results[0].1.clone()),
+        }
+    })
+    .await;
+    let ws = far_workspace();
+    // The person's own PreToolUse hook: it runs on this machine only.
+    std::fs::create_dir_all(ws.path().join(".claude")).unwrap();
+    std::fs::write(
+        ws.path().join(".claude/settings.json"),
+        r#"{"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "true"}]}]}}"#,
+    )
+    .unwrap();
+    let (mut worker, _lines) = worker(&mock, ws.path(), &server).await;
+    let answer = lead_answer(&mock, ws.path(), &["--nats", &server.url, "go"]).await;
+    assert!(answer.starts_with("failed (placement)"), "{answer}");
+    assert!(
+        answer.contains("it must run on a worker, and the run's hooks run only on this machine"),
+        "{answer}"
+    );
+    assert!(!mock.requests().iter().any(|r| r.system() == "You are far."));
     let _ = worker.kill().await;
 }

@@ -54,6 +54,20 @@ pub(super) async fn launcher(
         room,
         deny: rules(&plan.rules.deny),
         ask: rules(&plan.rules.ask),
+        hooked: {
+            use crate::hooks::HookEvent::{
+                Notification, PostToolUse, PreCompact, PreToolUse, SubagentStop,
+            };
+            [
+                PreToolUse,
+                PostToolUse,
+                SubagentStop,
+                PreCompact,
+                Notification,
+            ]
+            .into_iter()
+            .any(|event| plan.hooks.has(event))
+        },
     };
     let launcher = RemoteLauncher::new(handle, remote.clone(), placing);
     Ok(Some((Arc::new(launcher), remote, note)))

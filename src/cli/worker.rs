@@ -265,12 +265,18 @@ impl Runner for Local {
             let _gone = Gone(folder.clone());
             // Its parent's tree, checked out as a private checkout is.
             let indexes = self.scratch.join(".scratch");
+            let tree = |task: &RemoteTask, workspace| crate::remote::workspace::Task {
+                store: &store,
+                scratch: &indexes,
+                run: task.run,
+                session: task.session,
+                workspace,
+                folder: &folder,
+            };
             let workdir = match &task.workspace {
                 Some(workspace) => {
-                    let (run, session) = (task.run, task.session);
-                    let out = (self.cache)
-                        .check_out(&store, &indexes, run, session, workspace, &folder)
-                        .await;
+                    let tree = tree(&task, workspace);
+                    let out = self.cache.check_out(&tree).await;
                     match out {
                         Ok(workdir) => workdir,
                         Err(why) => {
@@ -344,9 +350,7 @@ impl Runner for Local {
             };
             // What it changed goes back, whatever its outcome: its lead
             // keeps the work of one that did not finish on a branch.
-            let sent = (self.cache)
-                .send_back(&store, &indexes, task.run, task.session, workspace, &folder)
-                .await;
+            let sent = self.cache.send_back(&tree(&task, workspace)).await;
             match sent {
                 Ok(work) => Ran { work, ..ran },
                 Err(why) => Ran::said(

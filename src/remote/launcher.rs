@@ -35,8 +35,9 @@ pub enum Place {
 /// Where a sub-agent whose role says `placement` runs: `remote_only` (the
 /// run's `--remote-only`) sends every one it may to a worker; `any` runs here
 /// while this machine has room (`room`), else on a worker; `local_only`
-/// names what only this machine can do yet for it (a check, a resumed or
-/// continued sub-agent), refusing a sub-agent that must run remotely.
+/// says what keeps it on this machine, as a clause ("the run's hooks run":
+/// a resumed or continued sub-agent, one of an isolated one, the run's
+/// hooks), refusing a sub-agent that must run remotely.
 pub fn placed(
     placement: Placement,
     remote_only: bool,
@@ -51,7 +52,7 @@ pub fn placed(
     };
     match (wanted, local_only) {
         (Place::Worker, Some(why)) if placement == Placement::Remote || remote_only => Err(
-            format!("it must run on a worker, and {why} runs only on this machine"),
+            format!("it must run on a worker, and {why} only on this machine"),
         ),
         (Place::Worker, Some(_)) => Ok(Place::Here),
         (wanted, _) => Ok(wanted),
@@ -123,6 +124,10 @@ pub struct Placing {
     pub deny: Vec<String>,
     /// The person's ask rules, which every remote task carries.
     pub ask: Vec<String>,
+    /// The run has hooks that fire for sub-agents (their tools, their
+    /// ends, their compactions, their questions): they run on this machine
+    /// only, and so do its sub-agents.
+    pub hooked: bool,
 }
 
 /// Task calls on this machine or on workers.
@@ -136,6 +141,8 @@ pub struct RemoteLauncher {
     running_here: Arc<AtomicUsize>,
     /// The bases of workspaces the run has sent.
     bases: Bases,
+    /// The run's hooks fire for sub-agents: they stay here.
+    hooked: bool,
     /// The person's deny and ask rules, which every remote task carries.
     deny: Vec<String>,
     ask: Vec<String>,
@@ -151,6 +158,7 @@ impl RemoteLauncher {
             room: placing.room,
             running_here: Arc::default(),
             bases: Bases::default(),
+            hooked: placing.hooked,
             deny: placing.deny,
             ask: placing.ask,
         }
@@ -444,9 +452,10 @@ impl Launcher for RemoteLauncher {
     fn delegate(&self, delegation: Delegation) -> BoxFuture<'_, Result<Delegated, SessionError>> {
         Box::pin(async move {
             let local_only = match &delegation {
-                d if d.continues.is_some() => Some("continuing a sub-agent"),
-                d if d.resumed => Some("a resumed sub-agent"),
-                d if d.isolate.is_none() => Some("a sub-agent of one in a private checkout"),
+                d if d.continues.is_some() => Some("continuing a sub-agent happens"),
+                d if d.resumed => Some("a resumed sub-agent runs"),
+                d if d.isolate.is_none() => Some("a sub-agent of one in a private checkout runs"),
+                _ if self.hooked => Some("the run's hooks run"),
                 _ => None,
             };
             let room = self.running_here.load(Ordering::SeqCst) < self.room;
@@ -517,13 +526,13 @@ mod tests {
         assert_eq!(placed(Any, true, true, None), Ok(Place::Worker));
         // What only this machine can do keeps `any` here, and refuses `remote`.
         assert_eq!(
-            placed(Any, false, false, Some("its check")),
+            placed(Any, false, false, Some("the run's hooks run")),
             Ok(Place::Here)
         );
-        let why = placed(Remote, false, true, Some("its check")).unwrap_err();
+        let why = placed(Remote, false, true, Some("the run's hooks run")).unwrap_err();
         assert_eq!(
             why,
-            "it must run on a worker, and its check runs only on this machine"
+            "it must run on a worker, and the run's hooks run only on this machine"
         );
     }
 

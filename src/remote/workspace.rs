@@ -300,6 +300,23 @@ pub fn below(prefix: &str) -> Result<PathBuf, String> {
     }
 }
 
+/// A task's tree on a worker: where it comes from and goes.
+#[derive(Clone, Copy, Debug)]
+pub struct Task<'a> {
+    /// The store its bundles travel through.
+    pub store: &'a Store,
+    /// Where temporary indexes and bundles are made.
+    pub scratch: &'a Path,
+    /// Its run.
+    pub run: SessionId,
+    /// Its sub-agent.
+    pub session: SessionId,
+    /// What it was sent.
+    pub workspace: &'a Workspace,
+    /// The folder it works in.
+    pub folder: &'a Path,
+}
+
 /// A worker's repositories of the bundles it was sent, one per run (so a
 /// run's tasks reach only what their own lead sent): a run's base stays for
 /// its next tasks, each task's checkout is a clone that shares its objects,
@@ -352,18 +369,18 @@ impl Cache {
         }
     }
 
-    /// Checks task `session`'s `workspace` (of run `run`) out into `folder`
-    /// (empty): the folder its sub-agent works in. Every bundle must be the
-    /// run's and the snapshot one commit on the base.
-    pub async fn check_out(
-        &self,
-        store: &Store,
-        scratch: &Path,
-        run: SessionId,
-        session: SessionId,
-        workspace: &Workspace,
-        folder: &Path,
-    ) -> Result<PathBuf, String> {
+    /// Checks `task`'s workspace out into its folder (empty): the folder its
+    /// sub-agent works in. Every bundle must be the run's and the snapshot
+    /// one commit on the base.
+    pub async fn check_out(&self, task: &Task<'_>) -> Result<PathBuf, String> {
+        let Task {
+            store,
+            scratch,
+            run,
+            session,
+            workspace,
+            folder,
+        } = *task;
         let prefix = below(&workspace.prefix)?;
         let (base, snapshot) = (&workspace.base, &workspace.snapshot);
         let expected = object(run, &format!("base.{}", base.tip));
@@ -407,20 +424,19 @@ impl Cache {
         Ok(workdir)
     }
 
-    /// Sends back the work of task `session` (run `run`) done in `folder`:
-    /// its tree committed on the snapshot by the run's repository's git (the
-    /// clone's, which the model wrote, is not used), as a bundle in the
-    /// store, named apart from any other worker's of the same task; `None`
-    /// when it changed nothing.
-    pub async fn send_back(
-        &self,
-        store: &Store,
-        scratch: &Path,
-        run: SessionId,
-        session: SessionId,
-        workspace: &Workspace,
-        folder: &Path,
-    ) -> Result<Option<Stored>, String> {
+    /// Sends back the work done in `task`'s folder: its tree committed on
+    /// the snapshot by the run's repository's git (the clone's, which the
+    /// model wrote, is not used), as a bundle in the store, named apart from
+    /// any other worker's of the same task; `None` when it changed nothing.
+    pub async fn send_back(&self, task: &Task<'_>) -> Result<Option<Stored>, String> {
+        let Task {
+            store,
+            scratch,
+            run,
+            session,
+            workspace,
+            folder,
+        } = *task;
         let repository = self.of(run);
         let (dir, tree, base, s) = (
             repository.clone(),
