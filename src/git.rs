@@ -147,8 +147,15 @@ fn drivers(dir: &Path) -> Vec<String> {
 
 /// When the config of the repository `dir` is in last changed: its `.git`
 /// folder's `config` (or, for a worktree or submodule, its `.git` file), from
-/// the nearest folder above that has one.
+/// the nearest folder above that has one; a bare repository's own `config`.
 fn config_stamp(dir: &Path) -> Option<SystemTime> {
+    // A bare repository (a worker's of the bundles it was sent) is its own
+    // git folder.
+    if dir.join("HEAD").is_file() && dir.join("objects").is_dir() {
+        return std::fs::metadata(dir.join("config"))
+            .and_then(|m| m.modified())
+            .ok();
+    }
     let dot_git = dir
         .ancestors()
         .map(|d| d.join(".git"))
