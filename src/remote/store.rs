@@ -45,7 +45,7 @@ pub fn object(run: SessionId, what: &str) -> String {
 }
 
 /// The object store of every run's files ([`FILES`]), made with the
-/// streams ([`super::subjects::join`]).
+/// streams (`subjects::join`).
 #[derive(Clone)]
 pub struct Store(object_store::ObjectStore);
 
