@@ -267,20 +267,7 @@ async fn a_worker_runs_its_leads_tasks_once_and_refuses_the_others() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_with_nats_places_a_remote_role_on_a_worker_and_hears_its_result() {
     let server = NatsServer::start();
-    let mock = MockLlm::start_with(|request, _| {
-        let system = request.body["messages"][0]["content"].as_str().unwrap_or_default();
-        let results = crate::support::harness::tool_results(request);
-        match system {
-            "You are far." => Reply::text("far answer"),
-            _ if results.is_empty() => Reply::tool_calls(&[(
-                "t1",
-                "Task",
-                serde_json::json!({"description": "far", "prompt": "go far", "subagent_type": "far"}),
-            )]),
-            _ => Reply::text(crate::support::harness::answer(&results[0].1)),
-        }
-    })
-    .await;
+    let mock = going_far(|| Reply::text("far answer"), false).await;
     let ws = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(ws.path().join("agents")).unwrap();
     std::fs::write(
@@ -309,6 +296,26 @@ async fn a_run_with_nats_places_a_remote_role_on_a_worker_and_hears_its_result()
         );
     }
     let _ = worker.kill().await;
+}
+
+/// A model whose lead sends `far` the task "go far", and answers with the
+/// Task's whole result (`whole`) or the sub-agent's answer alone; `far`
+/// says what the sub-agent answers.
+async fn going_far(far: impl Fn() -> Reply + Send + Sync + 'static, whole: bool) -> MockLlm {
+    MockLlm::start_with(move |request, _| {
+        let results = crate::support::harness::tool_results(request);
+        match request.system() {
+            "You are far." => far(),
+            _ if results.is_empty() => Reply::tool_calls(&[(
+                "t1",
+                "Task",
+                serde_json::json!({"description": "far", "prompt": "go far", "subagent_type": "far"}),
+            )]),
+            _ if whole => Reply::text(results[0].1.clone()),
+            _ => Reply::text(crate::support::harness::answer(&results[0].1)),
+        }
+    })
+    .await
 }
 
 /// The lead's answer to a run with `args` in `ws`, once it exited 0.
@@ -520,21 +527,7 @@ async fn on_a_three_server_cluster_twelve_remote_sub_agents_answer_once_though_a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_no_worker_will_run_fails_its_call_instead_of_waiting_forever() {
     let server = NatsServer::start();
-    let mock = MockLlm::start_with(|request, _| {
-        if request.system() == "You are far." {
-            return Reply::text("far answer");
-        }
-        let results = crate::support::harness::tool_results(request);
-        match results.first() {
-            None => Reply::tool_calls(&[(
-                "t1",
-                "Task",
-                serde_json::json!({"description": "far", "prompt": "go far", "subagent_type": "far"}),
-            )]),
-            Some((_, result)) => Reply::text(result.clone()),
-        }
-    })
-    .await;
+    let mock = going_far(|| Reply::text("far answer"), true).await;
     let ws = far_workspace();
     // A worker of another user: it does not trust this lead, so it never
     // follows its tasks, and the lead is told at once that none will.
@@ -568,22 +561,13 @@ async fn a_task_no_worker_will_run_fails_its_call_instead_of_waiting_forever() {
 async fn a_busy_worker_asked_to_stop_finishes_its_task_then_exits() {
     let server = NatsServer::start();
     let held = Gate::new();
-    let mock = MockLlm::start_with({
-        let held = held.clone();
-        move |request, _| {
-            let system = request.body["messages"][0]["content"].as_str().unwrap_or_default();
-            let results = crate::support::harness::tool_results(request);
-            match system {
-                "You are far." => Reply::text("finished anyway").with_end(End::HoldAfter(1, held.clone())),
-                _ if results.is_empty() => Reply::tool_calls(&[(
-                    "t1",
-                    "Task",
-                    serde_json::json!({"description": "far", "prompt": "go far", "subagent_type": "far"}),
-                )]),
-                _ => Reply::text(crate::support::harness::answer(&results[0].1)),
-            }
-        }
-    })
+    let mock = going_far(
+        {
+            let held = held.clone();
+            move || Reply::text("finished anyway").with_end(End::HoldAfter(1, held.clone()))
+        },
+        false,
+    )
     .await;
     let ws = far_workspace();
     let (mut worker, mut lines) =
@@ -1049,21 +1033,13 @@ async fn work_sent_back_is_refused_unless_it_is_one_commit_on_its_snapshot_and_t
 async fn a_remote_sub_agent_stops_on_its_worker_when_its_lead_gives_up_on_it() {
     let server = NatsServer::start();
     let held = Gate::new();
-    let mock = MockLlm::start_with({
-        let held = held.clone();
-        move |request, _| {
-            let results = crate::support::harness::tool_results(request);
-            match request.system() {
-                "You are far." => Reply::text("never heard").with_end(End::HoldAfter(1, held.clone())),
-                _ if results.is_empty() => Reply::tool_calls(&[(
-                    "t1",
-                    "Task",
-                    serde_json::json!({"description": "far", "prompt": "go far", "subagent_type": "far"}),
-                )]),
-                _ => Reply::text(crate::support::harness::answer(&results[0].1)),
-            }
-        }
-    })
+    let mock = going_far(
+        {
+            let held = held.clone();
+            move || Reply::text("never heard").with_end(End::HoldAfter(1, held.clone()))
+        },
+        false,
+    )
     .await;
     let ws = far_workspace();
     let (mut worker, mut lines) =
@@ -1133,19 +1109,7 @@ async fn on_the_documented_server_each_client_proves_itself_and_a_lead_gives_onl
         .replace("WORKER_USER", &worker_user.public_key())
         .replace("LEAD_KEY", &signing.public_key());
     let server = NatsServer::start_with(&config);
-    let mock = MockLlm::start_with(|request, _| {
-        let results = crate::support::harness::tool_results(request);
-        match request.system() {
-            "You are far." => Reply::text("far answer"),
-            _ if results.is_empty() => Reply::tool_calls(&[(
-                "t1",
-                "Task",
-                serde_json::json!({"description": "far", "prompt": "go far", "subagent_type": "far"}),
-            )]),
-            _ => Reply::text(crate::support::harness::answer(&results[0].1)),
-        }
-    })
-    .await;
+    let mock = going_far(|| Reply::text("far answer"), false).await;
     // Nothing to prove itself with: refused by the server, in one line.
     let out = tokio::time::timeout(
         DEADLINE,
@@ -1301,19 +1265,7 @@ async fn a_server_that_asks_for_a_client_certificate_is_joined_with_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_whose_hooks_fire_for_sub_agents_keeps_them_on_this_machine() {
     let server = NatsServer::start();
-    let mock = MockLlm::start_with(|request, _| {
-        let results = crate::support::harness::tool_results(request);
-        match request.system() {
-            "You are far." => Reply::text("far answer"),
-            _ if results.is_empty() => Reply::tool_calls(&[(
-                "t1",
-                "Task",
-                serde_json::json!({"description": "far", "prompt": "go far", "subagent_type": "far"}),
-            )]),
-            _ => Reply::text(results[0].1.clone()),
-        }
-    })
-    .await;
+    let mock = going_far(|| Reply::text("far answer"), true).await;
     let ws = far_workspace();
     // The person's own PreToolUse hook: it runs on this machine only.
     std::fs::create_dir_all(ws.path().join(".claude")).unwrap();

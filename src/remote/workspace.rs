@@ -429,37 +429,35 @@ impl Cache {
     /// model wrote, is not used), as a bundle in the store, named apart from
     /// any other worker's of the same task; `None` when it changed nothing.
     pub async fn send_back(&self, task: &Task<'_>) -> Result<Option<Stored>, String> {
-        let Task {
-            store,
-            scratch,
-            run,
-            session,
-            workspace,
-            folder,
-        } = *task;
-        let repository = self.of(run);
+        let repository = self.of(task.run);
+        let snapshot = &task.workspace.snapshot.tip;
         let (dir, tree, base, s) = (
             repository.clone(),
-            folder.to_owned(),
-            workspace.snapshot.tip.clone(),
-            scratch.to_owned(),
+            task.folder.to_owned(),
+            snapshot.clone(),
+            task.scratch.to_owned(),
         );
         let commit = blocking(move || checkout::commit_work_tree(&dir, &tree, &base, &s)).await?;
-        let (dir, base, c) = (
-            repository.clone(),
-            workspace.snapshot.tip.clone(),
-            commit.clone(),
-        );
+        let (dir, base, c) = (repository.clone(), snapshot.clone(), commit.clone());
         let result = if blocking(move || checkout::same_tree(&dir, &base, &c)).await? {
             Ok(None)
         } else {
-            let name = object(run, &format!("work.{session}.{}", SessionId::new()));
-            let known = workspace.snapshot.tip.as_str();
-            put_bundle(store, &repository, scratch, &name, &commit, Some(known))
-                .await
-                .map(Some)
+            let name = object(
+                task.run,
+                &format!("work.{}.{}", task.session, SessionId::new()),
+            );
+            put_bundle(
+                task.store,
+                &repository,
+                task.scratch,
+                &name,
+                &commit,
+                Some(snapshot),
+            )
+            .await
+            .map(Some)
         };
-        let (dir, name) = (repository, Self::snapshot_ref(session));
+        let (dir, name) = (repository, Self::snapshot_ref(task.session));
         let _ = blocking(move || {
             bundle::delete_ref(&dir, &name);
             Ok(())
