@@ -1284,3 +1284,54 @@ async fn a_run_whose_hooks_fire_for_sub_agents_keeps_them_on_this_machine() {
     assert!(!mock.requests().iter().any(|r| r.system() == "You are far."));
     let _ = worker.kill().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_prune_deletes_what_remote_sub_agents_left_once_old() {
+    use crate::isolation::{git, repository};
+    let mock = MockLlm::start_with(|_, _| Reply::text("unused")).await;
+    let dir = repository();
+    let root = dir.path();
+    // Left by a remote sub-agent whose work could not be brought back: one
+    // long ago (its id's time is the epoch's), one now.
+    let (old, new) = (
+        "00000000-0000-7000-8000-000000000001",
+        SessionId::new().to_string(),
+    );
+    for id in [old, new.as_str()] {
+        for kind in ["remote", "snapshots"] {
+            git(
+                root,
+                &[
+                    "update-ref",
+                    &format!("refs/orchestrate/{kind}/{id}"),
+                    "HEAD",
+                ],
+            );
+        }
+    }
+    let out = crate::cli::run_on(
+        &mock,
+        root,
+        &["sessions", "prune", "--older-than", "1h"],
+        &[],
+    )
+    .await;
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains(&format!("deleted ref refs/orchestrate/remote/{old}")),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("deleted ref refs/orchestrate/snapshots/{old}")),
+        "{said}"
+    );
+    let left = git(
+        root,
+        &["for-each-ref", "--format=%(refname)", "refs/orchestrate/"],
+    );
+    assert_eq!(
+        left,
+        format!("refs/orchestrate/remote/{new}\nrefs/orchestrate/snapshots/{new}\n")
+    );
+}

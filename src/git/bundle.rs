@@ -164,6 +164,18 @@ pub fn init_bare(dir: &Path) -> Result<(), CheckoutError> {
     Ok(())
 }
 
+/// The refs of the repository at `root` below each of `prefixes`
+/// (`refs/orchestrate/remote/`), by full name.
+pub fn refs_below(root: &Path, prefixes: &[&str]) -> Result<Vec<String>, CheckoutError> {
+    let mut args = vec!["for-each-ref", "--format=%(refname)"];
+    args.extend(prefixes);
+    Ok(git(root, &args, &[])?
+        .lines()
+        .map(str::to_owned)
+        .filter(|name| !name.is_empty())
+        .collect())
+}
+
 /// Deletes ref `name` of the repository at `root`, if it is there.
 pub fn delete_ref(root: &Path, name: &str) {
     let _ = git(root, &["update-ref", "-d", name], &[]);

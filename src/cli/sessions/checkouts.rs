@@ -109,9 +109,10 @@ fn kib(bytes: u64) -> String {
 }
 
 /// Removes the branches and checkouts of the runs in `runs` that started
-/// more than `age` ago and are not running, and the folders in `state`'s
-/// checkouts that no journal names (a checkout whose sub-agent never
-/// started) as old; one line for each thing removed.
+/// more than `age` ago and are not running, the refs remote sub-agents left
+/// as old, and the folders in `state`'s checkouts that no journal names (a
+/// checkout whose sub-agent never started) as old; one line for each thing
+/// removed.
 pub(super) fn prune(
     runs: &[Run],
     state: &StateDir,
@@ -157,6 +158,32 @@ pub(super) fn prune(
                     Ok(()) => said.push(format!("deleted branch {}", checkout.branch)),
                     Err(e) => said.push(format!("{}: {e}", checkout.into.display())),
                 }
+            }
+        }
+    }
+    // What a sub-agent on a worker left when its work could not be brought
+    // back (nothing of it is journaled here): its fetched work, and the
+    // snapshot it was sent, pinned; each named by its session, whose id
+    // tells when it began.
+    if let Some(top) = &top {
+        let left = crate::git::bundle::refs_below(
+            top,
+            &["refs/orchestrate/remote/", "refs/orchestrate/snapshots/"],
+        );
+        for name in left.unwrap_or_default() {
+            let id = name.rsplit('/').next().unwrap_or_default();
+            let Ok(session) = id.parse::<crate::protocol::SessionId>() else {
+                continue;
+            };
+            let began = std::time::UNIX_EPOCH + Duration::from_millis(session.timestamp_millis());
+            // A local checkout's pin goes with its checkout, above.
+            let local = state.checkout(session).exists()
+                || named
+                    .iter()
+                    .any(|root| root.file_name() == Some(id.as_ref()));
+            if old(began) && !local {
+                crate::git::bundle::delete_ref(top, &name);
+                said.push(format!("deleted ref {name}"));
             }
         }
     }
