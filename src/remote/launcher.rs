@@ -135,17 +135,11 @@ pub struct Placing {
 pub struct RemoteLauncher {
     local: Handle,
     remote: Arc<Remote>,
-    remote_only: bool,
-    /// Sub-agents this machine runs at once before `any` ones go to workers.
-    room: usize,
+    placing: Placing,
+    /// Sub-agents running on this machine now.
     running_here: Arc<AtomicUsize>,
     /// The bases of workspaces the run has sent.
     bases: Bases,
-    /// The run's hooks fire for sub-agents: they stay here.
-    hooked: bool,
-    /// The person's deny and ask rules, which every remote task carries.
-    deny: Vec<String>,
-    ask: Vec<String>,
 }
 
 impl RemoteLauncher {
@@ -154,13 +148,9 @@ impl RemoteLauncher {
         Self {
             local,
             remote,
-            remote_only: placing.remote_only,
-            room: placing.room,
+            placing,
             running_here: Arc::default(),
             bases: Bases::default(),
-            hooked: placing.hooked,
-            deny: placing.deny,
-            ask: placing.ask,
         }
     }
 
@@ -217,7 +207,7 @@ impl RemoteLauncher {
             .filter(|t| !matches!(*t, "Task" | "TaskOutput" | "TaskStop"))
             .map(str::to_owned)
             .collect();
-        let mut deny = self.deny.clone();
+        let mut deny = self.placing.deny.clone();
         deny.extend(spec.deny_rules.iter().map(ToString::to_string));
         let task = RemoteTask {
             run,
@@ -230,7 +220,7 @@ impl RemoteLauncher {
             prompt,
             permission_mode: spec.permission_mode,
             deny,
-            ask: self.ask.clone(),
+            ask: self.placing.ask.clone(),
             tags: placement_tags,
             bash: spec.bash_rules.iter().map(ToString::to_string).collect(),
             expires: super::envelope::now() + super::subjects::TIME_TO_LIVE.as_secs(),
@@ -455,15 +445,20 @@ impl Launcher for RemoteLauncher {
                 d if d.continues.is_some() => Some("continuing a sub-agent happens"),
                 d if d.resumed => Some("a resumed sub-agent runs"),
                 d if d.isolate.is_none() => Some("a sub-agent of one in a private checkout runs"),
-                _ if self.hooked => Some("the run's hooks run"),
+                _ if self.placing.hooked => Some("the run's hooks run"),
                 _ => None,
             };
-            let room = self.running_here.load(Ordering::SeqCst) < self.room;
-            let mut place = placed(delegation.placement, self.remote_only, room, local_only);
+            let room = self.running_here.load(Ordering::SeqCst) < self.placing.room;
+            let mut place = placed(
+                delegation.placement,
+                self.placing.remote_only,
+                room,
+                local_only,
+            );
             // One that may run anywhere runs here when no worker would take it.
             if place == Ok(Place::Worker)
                 && delegation.placement == Placement::Any
-                && !self.remote_only
+                && !self.placing.remote_only
                 && self.remote.taken(&delegation.placement_tags).await.is_err()
             {
                 place = Ok(Place::Here);
