@@ -125,11 +125,7 @@ fn task(run: SessionId, prompt: String) -> RemoteTask {
         ask: Vec::new(),
         tags: Vec::new(),
         bash: Vec::new(),
-        expires: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-            + 600,
+        expires: orchestrate::remote::envelope::now() + 600,
         workspace: None,
         check: None,
     }

@@ -36,11 +36,7 @@ fn task(run: SessionId, prompt: &str, mode: PermissionMode) -> RemoteTask {
         ask: Vec::new(),
         tags: Vec::new(),
         bash: Vec::new(),
-        expires: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-            + 600,
+        expires: orchestrate::remote::envelope::now() + 600,
         workspace: None,
         check: None,
     }
