@@ -14,7 +14,6 @@ use futures::future::BoxFuture;
 use super::exit;
 use super::flags::{Cli, Command};
 use super::setup;
-use crate::protocol::Outcome;
 use crate::remote::envelope::RemoteTask;
 use crate::remote::store::Store;
 use crate::remote::worker::{Ran, Runner, WorkerConfig};
@@ -329,18 +328,10 @@ impl Runner for Local {
                 Ok(delegated) => (delegated.outcome, delegated.check),
                 Err(e) => return Ran::said("failed", e.to_string()),
             };
-            let ran = match outcome {
-                Some(Outcome::Completed { text, .. }) => Ran::said("completed", text),
-                Some(Outcome::Partial {
-                    reason, partial, ..
-                }) => Ran::said(format!("partial ({reason})"), partial),
-                Some(Outcome::Failed { class, message, .. }) => {
-                    Ran::said(format!("failed ({class})"), message)
-                }
-                Some(Outcome::Cancelled { partial, .. }) => Ran::said("cancelled", partial),
-                Some(Outcome::TimedOut { partial, .. }) => Ran::said("timed_out", partial),
-                None => return Ran::said("failed", "the worker shut down"),
+            let Some(outcome) = outcome else {
+                return Ran::said("failed", "the worker shut down");
             };
+            let ran = Ran::of(outcome);
             let ran = Ran {
                 check: checked,
                 ..ran

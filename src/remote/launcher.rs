@@ -532,6 +532,51 @@ mod tests {
     }
 
     #[test]
+    fn an_outcome_sent_by_a_worker_reads_back_as_itself() {
+        let stats = RunStats::default();
+        let outcomes = [
+            Outcome::Completed {
+                text: "done".into(),
+                truncated: false,
+                stats,
+            },
+            Outcome::Partial {
+                reason: "budget: turns".into(),
+                partial: "so far".into(),
+                stats,
+            },
+            Outcome::Failed {
+                class: "auth".into(),
+                message: "HTTP 401".into(),
+                model: None,
+                partial: String::new(),
+                stats,
+            },
+            Outcome::Cancelled {
+                partial: "half".into(),
+                stats,
+            },
+            Outcome::TimedOut {
+                partial: "late".into(),
+                stats,
+            },
+        ];
+        for outcome in outcomes {
+            let ran = super::super::worker::Ran::of(outcome.clone());
+            let back = outcome_of(Ok(RemoteResult {
+                run: SessionId::new(),
+                session: SessionId::new(),
+                outcome: ran.outcome,
+                text: ran.text,
+                worker: "w".into(),
+                work: None,
+                check: None,
+            }));
+            assert_eq!(back, outcome);
+        }
+    }
+
+    #[test]
     fn a_remote_result_reads_as_the_outcome_a_local_one_would_be() {
         let result = |outcome: &str, text: &str| {
             Ok(RemoteResult {

@@ -74,6 +74,23 @@ pub struct Ran {
 }
 
 impl Ran {
+    /// A local outcome as its lead reads it back
+    /// ([`super::launcher::outcome_of`]).
+    pub fn of(outcome: crate::protocol::Outcome) -> Self {
+        use crate::protocol::Outcome;
+        match outcome {
+            Outcome::Completed { text, .. } => Self::said("completed", text),
+            Outcome::Partial {
+                reason, partial, ..
+            } => Self::said(format!("partial ({reason})"), partial),
+            Outcome::Failed { class, message, .. } => {
+                Self::said(format!("failed ({class})"), message)
+            }
+            Outcome::Cancelled { partial, .. } => Self::said("cancelled", partial),
+            Outcome::TimedOut { partial, .. } => Self::said("timed_out", partial),
+        }
+    }
+
     /// A task that came to `outcome`, with `text` and no work sent back.
     pub fn said(outcome: impl Into<String>, text: impl Into<String>) -> Self {
         Self {
