@@ -30,8 +30,7 @@ use futures::future::BoxFuture;
 use orchestrate::SessionId;
 use orchestrate::remote::envelope::RemoteTask;
 use orchestrate::remote::lead::Remote;
-use orchestrate::remote::store::Store;
-use orchestrate::remote::worker::{Ran, Runner, WorkerConfig, work};
+use orchestrate::remote::worker::{Link, Ran, Runner, WorkerConfig, work};
 use orchestrate::remote::workspace::{Bases, Cache, Sending, fetch_work, fetched_ref};
 use orchestrate::tools::permissions::PermissionMode;
 
@@ -43,8 +42,9 @@ struct Echo {
 }
 
 impl Runner for Echo {
-    fn run(&self, task: RemoteTask, store: Store) -> BoxFuture<'_, Ran> {
+    fn run(&self, task: RemoteTask, link: Link) -> BoxFuture<'_, Ran> {
         Box::pin(async move {
+            let store = link.store;
             let Some(workspace) = &task.workspace else {
                 return Ran::said("completed", task.prompt);
             };
@@ -127,6 +127,7 @@ fn task(run: SessionId, prompt: String) -> RemoteTask {
         bash: Vec::new(),
         expires: orchestrate::remote::envelope::now() + 600,
         workspace: None,
+        hooks: Vec::new(),
         check: None,
     }
 }
@@ -165,9 +166,15 @@ fn main() {
             Arc::new(|_| {}),
         ));
         let run = SessionId::new();
-        let remote = Remote::join(std::slice::from_ref(&url), &Default::default(), run, key)
-            .await
-            .unwrap();
+        let remote = Remote::join(
+            std::slice::from_ref(&url),
+            &Default::default(),
+            run,
+            key,
+            None,
+        )
+        .await
+        .unwrap();
         // The worker's consumer made: a task has somewhere to go.
         while remote.taken(&[]).await.is_err() {
             tokio::time::sleep(Duration::from_millis(20)).await;

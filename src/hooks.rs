@@ -8,10 +8,13 @@
 //!
 //! [`config`] reads them from the settings files, [`run`] runs one,
 //! [`answer`] reads what it answered (pure), and [`Hooks::fire`] runs every
-//! hook an event matches, in parallel, and combines their answers.
+//! hook an event matches, in parallel, and combines their answers. A
+//! sub-agent on another machine asks its lead to run the run's hooks
+//! ([`forward`]).
 
 pub mod answer;
 pub mod config;
+pub mod forward;
 pub mod run;
 
 use std::path::{Path, PathBuf};
@@ -30,6 +33,9 @@ pub struct Hooks {
     groups: Vec<(HookEvent, Group)>,
     /// The workspace (`CLAUDE_PROJECT_DIR`).
     project_dir: PathBuf,
+    /// On a worker, for a task of a run elsewhere: that run's hooks, which
+    /// its lead runs.
+    lead: Option<forward::Lead>,
 }
 
 /// Where an event happens: who, and in which folder.
@@ -46,7 +52,7 @@ pub struct Place {
 }
 
 /// One hook's run and what it answered, for the event that journals it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Fired {
     /// The hook's command.
     pub command: String,
@@ -84,12 +90,14 @@ impl Hooks {
         Self {
             groups,
             project_dir: project_dir.to_owned(),
+            lead: None,
         }
     }
 
     /// Whether any hook is set for `event`.
     pub fn has(&self, event: HookEvent) -> bool {
         self.groups.iter().any(|(e, _)| *e == event)
+            || self.lead.as_ref().is_some_and(|lead| lead.has(event))
     }
 
     /// The hooks `event` runs, for tool `tool` when it concerns one.
@@ -118,9 +126,10 @@ impl Hooks {
     }
 
     /// Runs every hook of `event` (for `tool`) at `place` with `fields` (a
-    /// JSON object) added to the event's JSON, in parallel; tells each run
-    /// (its `hook_ran` event) to `tell`, in declaration order; their answers
-    /// together.
+    /// JSON object) added to the event's JSON, in parallel, with those its
+    /// lead runs when the run is elsewhere; tells each run (its `hook_ran`
+    /// event) to `tell`, in declaration order, this machine's first; their
+    /// answers together.
     pub async fn fire(
         self: &Arc<Self>,
         event: HookEvent,
@@ -129,43 +138,72 @@ impl Hooks {
         fields: Value,
         tell: impl Fn(crate::protocol::EventKind),
     ) -> Answer {
-        let hooks = self.matching(event, tool);
-        if hooks.is_empty() {
+        let lead = (self.lead.as_ref()).filter(|lead| lead.fires(event, tool));
+        if self.matching(event, tool).is_empty() && lead.is_none() {
             return Answer::default();
         }
-        let mut input = serde_json::Map::new();
-        input.insert("hook_event_name".into(), event.name().into());
-        input.insert("session_id".into(), place.session.clone().into());
-        input.insert("cwd".into(), place.cwd.display().to_string().into());
-        if let Some(transcript) = &place.transcript {
-            input.insert(
-                "transcript_path".into(),
-                transcript.display().to_string().into(),
-            );
-        }
-        input.insert(
-            "permission_mode".into(),
-            place.permission_mode.clone().into(),
-        );
-        if let Value::Object(fields) = fields {
-            input.extend(fields);
-        }
-        let input = Value::Object(input);
-        let runs = hooks.iter().map(|hook| {
-            let input = &input;
-            async move {
-                let ran = run::run(hook, input, &place.cwd, &self.project_dir).await;
-                Fired {
-                    command: hook.command.clone(),
-                    answer: answer::read(event, hook, &ran),
-                    exit_code: ran.exit_code,
-                }
+        let here = async {
+            let input = input(event, place, fields.clone());
+            self.run_here(event, tool, &input, &place.cwd).await
+        };
+        let there = async {
+            match lead {
+                Some(lead) => lead.ask(event, tool, place, fields.clone()).await,
+                None => Vec::new(),
             }
-        });
-        let fired = futures::future::join_all(runs).await;
+        };
+        let (mut fired, asked) = futures::join!(here, there);
+        fired.extend(asked);
         for run in &fired {
             tell(run.event(event));
         }
         Answer::combine(fired.into_iter().map(|f| f.answer))
     }
+
+    /// Runs this machine's hooks of `event` (for `tool`) in `cwd`, each given
+    /// `input`, in parallel: each one's run, in declaration order.
+    async fn run_here(
+        &self,
+        event: HookEvent,
+        tool: Option<&str>,
+        input: &Value,
+        cwd: &Path,
+    ) -> Vec<Fired> {
+        let runs = self
+            .matching(event, tool)
+            .into_iter()
+            .map(|hook| async move {
+                let ran = run::run(hook, input, cwd, &self.project_dir).await;
+                Fired {
+                    command: hook.command.clone(),
+                    answer: answer::read(event, hook, &ran),
+                    exit_code: ran.exit_code,
+                }
+            });
+        futures::future::join_all(runs).await
+    }
+}
+
+/// The JSON a hook of `event` at `place` reads: `fields` (an object) with
+/// who, where and what fired it, which `fields` cannot change.
+fn input(event: HookEvent, place: &Place, fields: Value) -> Value {
+    let mut input = match fields {
+        Value::Object(fields) => fields,
+        _ => serde_json::Map::new(),
+    };
+    input.insert("hook_event_name".into(), event.name().into());
+    input.insert("session_id".into(), place.session.clone().into());
+    input.insert("cwd".into(), place.cwd.display().to_string().into());
+    match &place.transcript {
+        Some(transcript) => input.insert(
+            "transcript_path".into(),
+            transcript.display().to_string().into(),
+        ),
+        None => input.remove("transcript_path"),
+    };
+    input.insert(
+        "permission_mode".into(),
+        place.permission_mode.clone().into(),
+    );
+    Value::Object(input)
 }

@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod envelope;
+pub mod hooks;
 mod keys;
 pub mod launcher;
 pub mod lead;

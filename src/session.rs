@@ -88,6 +88,10 @@ pub struct SessionSpec {
     pub fallback: Option<Fallback>,
     /// What narrows it from its start (a slash command's `allowed-tools`).
     pub narrowing: Vec<crate::tools::narrowing::Narrow>,
+    /// The hooks it runs instead of its runtime's: a worker's task, whose
+    /// run's hooks its lead runs. It ends as the sub-agent it is there
+    /// (`SubagentStop`).
+    pub hooks: Option<Arc<crate::hooks::Hooks>>,
 }
 
 /// A model a session falls back to.
@@ -136,6 +140,7 @@ impl SessionSpec {
             checkpoints: None,
             fallback: None,
             narrowing: Vec::new(),
+            hooks: None,
         }
     }
 }

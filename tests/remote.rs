@@ -38,6 +38,7 @@ fn task(run: SessionId, prompt: &str, mode: PermissionMode) -> RemoteTask {
         bash: Vec::new(),
         expires: orchestrate::remote::envelope::now() + 600,
         workspace: None,
+        hooks: Vec::new(),
         check: None,
     }
 }
@@ -1094,7 +1095,15 @@ async fn on_the_documented_server_each_client_proves_itself_and_a_lead_gives_onl
         })
         .collect();
     std::fs::write(ws.path().join("noise.bin"), noise).unwrap();
-    std::fs::write(ws.path().join(".gitignore"), ".local/\n.config/\n").unwrap();
+    std::fs::write(
+        ws.path().join(".gitignore"),
+        ".local/\n.config/\nends.jsonl\n",
+    )
+    .unwrap();
+    // A hook for sub-agents' ends: the worker asks the lead to run it.
+    std::fs::create_dir_all(ws.path().join(".claude")).unwrap();
+    let end_hook = r#"{"hooks": {"SubagentStop": [{"hooks": [{"type": "command", "command": "cat >> \"$CLAUDE_PROJECT_DIR/ends.jsonl\""}]}]}}"#;
+    std::fs::write(ws.path().join(".claude/settings.json"), end_hook).unwrap();
     crate::isolation::git(ws.path(), &["init", "-q", "-b", "main"]);
     crate::isolation::git(ws.path(), &["add", "."]);
     crate::isolation::git(ws.path(), &["commit", "-q", "-m", "noise"]);
@@ -1149,6 +1158,11 @@ async fn on_the_documented_server_each_client_proves_itself_and_a_lead_gives_onl
         String::from_utf8_lossy(&run.stderr)
     );
     let _ = worker.kill().await;
+    // The lead ran its hook for the sub-agent's end (the worker, whose home
+    // this is too, ran its own copy in its own folder).
+    let ends = std::fs::read_to_string(ws.path().join("ends.jsonl")).unwrap();
+    assert_eq!(ends.lines().count(), 1, "{ends}");
+    assert!(ends.contains("\"SubagentStop\""), "{ends}");
     // Neither the worker nor the lead may publish a task under the lead key
     // or any other but the lead's own: the server drops it, and no stream
     // takes it.
@@ -1259,25 +1273,86 @@ async fn a_server_that_asks_for_a_client_certificate_is_joined_with_one() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_whose_hooks_fire_for_sub_agents_keeps_them_on_this_machine() {
+async fn the_runs_hooks_run_on_the_lead_for_a_remote_sub_agents_tools_and_end() {
     let server = NatsServer::start();
-    let mock = going_far(|| Reply::text("far answer"), true).await;
+    // The far sub-agent reads two files in one turn, then answers with what
+    // its reads gave it.
+    let mock = MockLlm::start_with(|request, _| {
+        let results = crate::support::harness::tool_results(request);
+        match (request.system(), results.is_empty()) {
+            ("You are far.", true) => Reply::tool_calls(&[
+                ("r1", "Read", serde_json::json!({"file_path": "secret.txt"})),
+                ("r2", "Read", serde_json::json!({"file_path": "plain.txt"})),
+            ]),
+            ("You are far.", false) => Reply::text(
+                results
+                    .iter()
+                    .map(|(_, r)| r.as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            ),
+            (_, _) => far_lead(request),
+        }
+    })
+    .await;
     let ws = far_workspace();
-    // The person's own PreToolUse hook: it runs on this machine only.
+    // The person's hooks, on this machine only: a guard of reads that keeps
+    // what it was given, and one that notes each sub-agent's end.
     std::fs::create_dir_all(ws.path().join(".claude")).unwrap();
+    let guard = r#"input=$(cat); echo "$input" >> "$CLAUDE_PROJECT_DIR/reads.jsonl"; case "$input" in *secret*) echo "no secrets here" >&2; exit 2;; esac"#;
+    let settings = serde_json::json!({"hooks": {
+        "PreToolUse": [{"matcher": "Read", "hooks": [{"type": "command", "command": guard}]}],
+        "PostToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "echo never >> never.txt"}]}],
+        "SubagentStop": [{"hooks": [{"type": "command", "command": "cat >> ends.jsonl"}]}]
+    }});
     std::fs::write(
         ws.path().join(".claude/settings.json"),
-        r#"{"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "true"}]}]}}"#,
+        settings.to_string(),
     )
     .unwrap();
-    let (mut worker, _lines) = worker(&mock, ws.path(), &server).await;
+    // The worker has a home of its own: none of the person's hooks is there.
+    let home = tempfile::tempdir().unwrap();
+    let lead = orchestrate::remote::lead_key(&state_root(ws.path())).unwrap();
+    let trust = ["--trust-lead", &lead.public_key()].map(str::to_owned);
+    let trust = [trust[0].as_str(), trust[1].as_str()];
+    let (mut worker, _lines) = worker_with(&mock, home.path(), &server.url, &trust).await;
     let answer = lead_answer(&mock, ws.path(), &["--nats", &server.url, "go"]).await;
-    assert!(answer.starts_with("failed (placement)"), "{answer}");
     assert!(
-        answer.contains("it must run on a worker, and the run's hooks run only on this machine"),
+        answer.contains("blocked by a PreToolUse hook: no secrets here"),
         "{answer}"
     );
-    assert!(!mock.requests().iter().any(|r| r.system() == "You are far."));
+    assert!(!answer.contains("plain.txt: blocked"), "{answer}");
+    // Both reads were put to the guard here, with the sub-agent's own ids.
+    let reads = std::fs::read_to_string(ws.path().join("reads.jsonl")).unwrap();
+    let reads: Vec<serde_json::Value> = reads
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(reads.len(), 2, "{reads:?}");
+    let mut files: Vec<&str> = (reads.iter())
+        .map(|r| r["tool_input"]["file_path"].as_str().unwrap())
+        .collect();
+    files.sort_unstable();
+    assert_eq!(files, ["plain.txt", "secret.txt"]);
+    for read in &reads {
+        assert_eq!(read["hook_event_name"], "PreToolUse");
+        assert_eq!(read["tool_name"], "Read");
+        assert!(
+            read["cwd"]
+                .as_str()
+                .unwrap()
+                .contains("orchestrate-worker-"),
+            "{read}"
+        );
+        assert!(read.get("transcript_path").is_none(), "{read}");
+    }
+    assert_eq!(reads[0]["session_id"], reads[1]["session_id"]);
+    // Its end too, as a sub-agent's; the Bash hook never fired.
+    let ends = std::fs::read_to_string(ws.path().join("ends.jsonl")).unwrap();
+    let end: serde_json::Value = serde_json::from_str(ends.trim()).unwrap();
+    assert_eq!(end["hook_event_name"], "SubagentStop");
+    assert_eq!(end["session_id"], reads[0]["session_id"]);
+    assert!(!ws.path().join("never.txt").exists());
     let _ = worker.kill().await;
 }
 

@@ -41,7 +41,7 @@ pub(super) async fn launcher(
     let note = (!servers.iter().all(|s| crate::remote::subjects::on_this_machine(s))).then(|| {
         format!("tasks are signed with lead key {public}: a worker on another machine runs them with --trust-lead {public}")
     });
-    let remote = Remote::join(&servers, &auth, run, key)
+    let remote = Remote::join(&servers, &auth, run, key, Some(plan.hooks.clone()))
         .await
         .map_err(|e| format!("--nats: {e}"))?;
     let remote = Arc::new(remote);
@@ -54,20 +54,7 @@ pub(super) async fn launcher(
         room,
         deny: rules(&plan.rules.deny),
         ask: rules(&plan.rules.ask),
-        hooked: {
-            use crate::hooks::HookEvent::{
-                Notification, PostToolUse, PreCompact, PreToolUse, SubagentStop,
-            };
-            [
-                PreToolUse,
-                PostToolUse,
-                SubagentStop,
-                PreCompact,
-                Notification,
-            ]
-            .into_iter()
-            .any(|event| plan.hooks.has(event))
-        },
+        hooks: plan.hooks.shape(),
     };
     let launcher = RemoteLauncher::new(handle, remote.clone(), placing);
     Ok(Some((Arc::new(launcher), remote, note)))

@@ -15,8 +15,7 @@ use super::exit;
 use super::flags::{Cli, Command};
 use super::setup;
 use crate::remote::envelope::RemoteTask;
-use crate::remote::store::Store;
-use crate::remote::worker::{Ran, Runner, WorkerConfig};
+use crate::remote::worker::{Link, Ran, Runner, WorkerConfig};
 use crate::remote::workspace::Cache;
 use crate::roles::Placement;
 use crate::runtime::Handle;
@@ -253,8 +252,9 @@ struct Local {
 }
 
 impl Runner for Local {
-    fn run(&self, task: RemoteTask, store: Store) -> BoxFuture<'_, Ran> {
+    fn run(&self, task: RemoteTask, link: Link) -> BoxFuture<'_, Ran> {
         Box::pin(async move {
+            let store = link.store;
             // A folder of its own, the worker's user's alone, gone when it ends.
             let folder = self.scratch.join(task.session.to_string());
             let made = std::fs::DirBuilder::new().mode(0o700).create(&folder);
@@ -286,7 +286,7 @@ impl Runner for Local {
                 }
                 None => folder.clone(),
             };
-            let spec = match self.spec(&task, &folder, &workdir) {
+            let spec = match self.spec(&task, &folder, &workdir, link.hooks) {
                 Ok(spec) => spec,
                 Err(why) => return Ran::said("failed", why),
             };
@@ -379,12 +379,14 @@ impl Local {
     /// The task's session in `folder` (working in `workdir`, its parent's
     /// folder in it): its role's prompt (the lead's memory files in it
     /// already; not this machine's), its tools and rules, this machine's
-    /// model.
+    /// model; the run's hooks asked of its lead through `lead`, with this
+    /// machine's own.
     fn spec(
         &self,
         task: &RemoteTask,
         folder: &std::path::Path,
         workdir: &std::path::Path,
+        lead: Option<Arc<dyn crate::hooks::forward::Asker>>,
     ) -> Result<SessionSpec, String> {
         let plan = &self.plan;
         let model = plan.models.lead();
@@ -426,6 +428,9 @@ impl Local {
             return Err(format!("the task's Bash rule {bad:?} does not read"));
         }
         spec.bash_rules = bash.into();
+        if let Some(lead) = lead {
+            spec.hooks = Some(Arc::new(plan.hooks.with_lead(&task.hooks, lead)?));
+        }
         plan.models.describe(&mut spec);
         Ok(spec)
     }

@@ -12,7 +12,8 @@ use serde_json::Value;
 use super::{CommandHook, HookEvent, Ran};
 
 /// What a `PreToolUse` hook decided about a call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Permission {
     /// Run it without asking (rules that deny it still do).
     Allow,
@@ -23,7 +24,8 @@ pub enum Permission {
 }
 
 /// What one hook, or every hook of an event together, answered.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Answer {
     /// It blocks what it guards, for this reason (told to the model).
     pub block: Option<String>,

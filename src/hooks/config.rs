@@ -75,6 +75,11 @@ impl HookEvent {
         matches!(self, Self::PreToolUse | Self::PostToolUse)
     }
 
+    /// The event named `name` in the settings.
+    pub fn named(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.name() == name)
+    }
+
     /// Whether it has a matcher: a tool's name, `SessionStart`'s source
     /// (`startup`, `resume`), `PreCompact`'s trigger (`manual`, `auto`).
     pub fn has_matcher(self) -> bool {
@@ -95,10 +100,21 @@ impl Group {
     /// Whether this group runs for `tool` (events that concern no tool run
     /// every group).
     pub fn matches(&self, tool: Option<&str>) -> bool {
-        match (&self.matcher, tool) {
-            (Some(matcher), Some(tool)) => matcher.is_match(tool),
-            (None, _) | (_, None) => true,
-        }
+        matched(self.matcher.as_ref(), tool)
+    }
+
+    /// Its matcher as a pattern (anchored), when it has one.
+    pub fn matcher(&self) -> Option<&str> {
+        self.matcher.as_ref().map(regex::Regex::as_str)
+    }
+}
+
+/// Whether `matcher` lets a group run for `tool` (events that concern no
+/// tool, and groups without a matcher, run for everything).
+pub fn matched(matcher: Option<&regex::Regex>, tool: Option<&str>) -> bool {
+    match (matcher, tool) {
+        (Some(matcher), Some(tool)) => matcher.is_match(tool),
+        (None, _) | (_, None) => true,
     }
 }
 
@@ -130,7 +146,7 @@ pub fn parse(path: &Path, settings: &Value) -> Result<(Groups, Vec<String>), Str
         other => return Err(format!("{file}: hooks must be an object, not {other}")),
     };
     for (name, list) in events {
-        let Some(event) = HookEvent::ALL.into_iter().find(|e| e.name() == name) else {
+        let Some(event) = HookEvent::named(name) else {
             warnings.push(format!(
                 "{file}: hooks.{name} is not an event orchestrate runs hooks at; it is ignored"
             ));

@@ -12,7 +12,7 @@ use crate::tools::permissions::PermissionMode;
 
 /// The version of what leads and workers say to each other. Binaries that
 /// speak different versions refuse each other's tasks.
-pub const PROTOCOL: u32 = 1;
+pub const PROTOCOL: u32 = 2;
 
 /// What a remote sub-agent needs to run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -57,6 +57,10 @@ pub struct RemoteTask {
     /// The tree it works on (none: it starts in an empty folder).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<super::workspace::Workspace>,
+    /// When the run's hooks fire for it: its worker asks the lead to run
+    /// them then.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<crate::hooks::forward::Shape>,
 }
 
 /// A task's check: a shell command run with its Bash tool (exit 0 passes),
@@ -192,6 +196,7 @@ mod tests {
             bash: Vec::new(),
             expires: NOW + 60,
             workspace: None,
+            hooks: Vec::new(),
             check: None,
         }
     }

@@ -35,9 +35,9 @@ pub enum Place {
 /// Where a sub-agent whose role says `placement` runs: `remote_only` (the
 /// run's `--remote-only`) sends every one it may to a worker; `any` runs here
 /// while this machine has room (`room`), else on a worker; `local_only`
-/// says what keeps it on this machine, as a clause ("the run's hooks run":
-/// a resumed or continued sub-agent, one of an isolated one, the run's
-/// hooks), refusing a sub-agent that must run remotely.
+/// says what keeps it on this machine, as a clause ("a resumed sub-agent
+/// runs": a resumed or continued sub-agent, one of an isolated one),
+/// refusing a sub-agent that must run remotely.
 pub fn placed(
     placement: Placement,
     remote_only: bool,
@@ -124,10 +124,10 @@ pub struct Placing {
     pub deny: Vec<String>,
     /// The person's ask rules, which every remote task carries.
     pub ask: Vec<String>,
-    /// The run has hooks that fire for sub-agents (their tools, their
-    /// ends, their compactions, their questions): they run on this machine
-    /// only, and so do its sub-agents.
-    pub hooked: bool,
+    /// When the run's hooks fire for a sub-agent (its tools, its end, its
+    /// compactions, its questions): a remote one's worker asks this machine
+    /// to run them then.
+    pub hooks: Vec<crate::hooks::forward::Shape>,
 }
 
 /// Task calls on this machine or on workers.
@@ -229,7 +229,11 @@ impl RemoteLauncher {
                 attempts: check.attempts,
             }),
             workspace: sent.as_ref().map(|sent| sent.workspace.clone()),
+            hooks: self.placing.hooks.clone(),
         };
+        // The run's hooks run here for it while it runs there.
+        let _hooks =
+            (!task.hooks.is_empty()).then(|| self.remote.hooks_for(session, events.clone()));
         let placed = tokio::select! {
             result = self.remote.place(task) => Some(result),
             () = cancel.cancelled() => None,
@@ -445,7 +449,6 @@ impl Launcher for RemoteLauncher {
                 d if d.continues.is_some() => Some("continuing a sub-agent happens"),
                 d if d.resumed => Some("a resumed sub-agent runs"),
                 d if d.isolate.is_none() => Some("a sub-agent of one in a private checkout runs"),
-                _ if self.placing.hooked => Some("the run's hooks run"),
                 _ => None,
             };
             let room = self.running_here.load(Ordering::SeqCst) < self.placing.room;
@@ -521,13 +524,13 @@ mod tests {
         assert_eq!(placed(Any, true, true, None), Ok(Place::Worker));
         // What only this machine can do keeps `any` here, and refuses `remote`.
         assert_eq!(
-            placed(Any, false, false, Some("the run's hooks run")),
+            placed(Any, false, false, Some("a resumed sub-agent runs")),
             Ok(Place::Here)
         );
-        let why = placed(Remote, false, true, Some("the run's hooks run")).unwrap_err();
+        let why = placed(Remote, false, true, Some("a resumed sub-agent runs")).unwrap_err();
         assert_eq!(
             why,
-            "it must run on a worker, and the run's hooks run only on this machine"
+            "it must run on a worker, and a resumed sub-agent runs only on this machine"
         );
     }
 

@@ -15,6 +15,7 @@ use super::envelope::{RemoteTask, seal};
 use super::store::Store;
 use super::subjects;
 use super::worker::RemoteResult;
+use crate::events::Publisher;
 use crate::protocol::SessionId;
 
 /// How long a worker seen to follow a subject is taken to still follow
@@ -36,7 +37,11 @@ pub struct Remote {
     tasks: jetstream::stream::Stream,
     /// Task subjects some worker was seen to follow, and when.
     followed: Mutex<HashMap<String, std::time::Instant>>,
+    /// The remote sub-agents whose hooks this machine runs now.
+    asking: super::hooks::Asking,
     _results: crate::actors::AbortOnDrop,
+    /// Answers the hook requests of its workers, when it has hooks for them.
+    _hooks: Option<crate::actors::AbortOnDrop>,
 }
 
 impl std::fmt::Debug for Remote {
@@ -108,12 +113,13 @@ impl Waiting {
 
 impl Remote {
     /// Joins `servers` for run `run`, its tasks sealed with `key`, proving
-    /// itself with `auth`.
+    /// itself with `auth`; runs `hooks` for its sub-agents on workers.
     pub async fn join(
         servers: &[String],
         auth: &super::auth::Auth,
         run: SessionId,
         key: KeyPair,
+        hooks: Option<Arc<crate::hooks::Hooks>>,
     ) -> Result<Self, String> {
         // A server that cannot be reached ends the run before it starts.
         let name = format!("orchestrate lead {run}");
@@ -149,6 +155,14 @@ impl Remote {
             );
         }
         let mut given_up = futures::stream::select_all(given_up);
+        let asking = super::hooks::Asking::default();
+        let hooks = match hooks.filter(|h| !h.shape().is_empty()) {
+            Some(hooks) => {
+                let lead = key.public_key();
+                Some(super::hooks::serve(&client, &lead, run, hooks, asking.clone()).await?)
+            }
+            None => None,
+        };
         let waiting = Arc::new(Waiting::default());
         let deliver = waiting.clone();
         let looked_up = js.clone();
@@ -208,7 +222,9 @@ impl Remote {
             follower,
             tasks,
             followed: Mutex::default(),
+            asking,
             _results: crate::actors::AbortOnDrop(task),
+            _hooks: hooks,
         })
     }
 
@@ -233,6 +249,12 @@ impl Remote {
     /// Its lead's public key, which signs its tasks.
     pub fn lead(&self) -> String {
         self.key.public_key()
+    }
+
+    /// Runs the run's hooks for remote sub-agent `session` while the guard
+    /// is held, telling each run to `events`.
+    pub fn hooks_for(&self, session: SessionId, events: Publisher) -> super::hooks::Open {
+        self.asking.open(session, events)
     }
 
     /// Gives up on sub-agent `session`: a worker running it is told to stop

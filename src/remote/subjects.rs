@@ -42,6 +42,9 @@ pub const DUPLICATES_WITHIN: Duration = Duration::from_secs(10 * 60);
 
 pub use crate::roles::{MAX_TAGS, valid_tag};
 
+/// The first token of the subjects of hook requests.
+pub const HOOKS_PREFIX: &str = "orchestrate.hooks";
+
 /// The first tokens of every task's subject that workers of this protocol
 /// follow: `orchestrate.tasks.v<protocol>`.
 fn tasks_here() -> String {
@@ -163,6 +166,23 @@ pub fn results(lead: &str, run: SessionId) -> String {
 /// that takes the task later sees it too.
 pub fn cancel(lead: &str, run: SessionId, session: SessionId) -> String {
     format!("{RESULTS_PREFIX}.{lead}.{run}.{session}.cancel")
+}
+
+/// Where a worker asks lead `lead` to run its run `run`'s hooks for
+/// sub-agent `session`: a request and its reply, kept nowhere.
+pub fn hooks(lead: &str, run: SessionId, session: SessionId) -> String {
+    format!("{HOOKS_PREFIX}.{lead}.{run}.{session}")
+}
+
+/// The subjects of every hook request of run `run` of lead `lead`.
+pub fn run_hooks(lead: &str, run: SessionId) -> String {
+    format!("{HOOKS_PREFIX}.{lead}.{run}.*")
+}
+
+/// The sub-agent a hook request's `subject` is for.
+pub fn hooks_session(subject: &str) -> Option<SessionId> {
+    let (_, session) = subject.rsplit_once('.')?;
+    session.parse().ok()
 }
 
 /// Every subject of run `run` of lead `lead` in the results' stream:

@@ -104,9 +104,26 @@ impl Ran {
 
 /// Runs the tasks a worker takes: the same session code as a local run.
 pub trait Runner: Send + Sync + 'static {
-    /// Runs `task` to its result, its workspace fetched from and its work
-    /// sent back through `store`.
-    fn run(&self, task: RemoteTask, store: Store) -> BoxFuture<'_, Ran>;
+    /// Runs `task` to its result, reaching its lead through `link`.
+    fn run(&self, task: RemoteTask, link: Link) -> BoxFuture<'_, Ran>;
+}
+
+/// What a running task reaches its lead through.
+#[derive(Clone)]
+pub struct Link {
+    /// The files its workspace comes in and its work goes back in.
+    pub store: Store,
+    /// Its lead, asked to run the run's hooks when they fire for it (none:
+    /// the run has no such hooks).
+    pub hooks: Option<Arc<dyn crate::hooks::forward::Asker>>,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link")
+            .field("hooks", &self.hooks)
+            .finish_non_exhaustive()
+    }
 }
 
 /// How a worker works.
@@ -577,7 +594,15 @@ impl Job {
             return;
         }
         (self.say)(format!("running task {session} ({})", task.role));
-        let run = self.runner.run(task.clone(), self.records.store.clone());
+        let hooks = (!task.hooks.is_empty()).then(|| {
+            let ask = super::hooks::AskLead::new(self.js.client(), &lead, task.run, session);
+            Arc::new(ask) as Arc<dyn crate::hooks::forward::Asker>
+        });
+        let link = Link {
+            store: self.records.store.clone(),
+            hooks,
+        };
+        let run = self.runner.run(task.clone(), link);
         tokio::pin!(run);
         let mut progress = tokio::time::interval(self.extend);
         progress.tick().await;
@@ -688,6 +713,7 @@ mod tests {
             bash: Vec::new(),
             expires: 2_000,
             workspace: None,
+            hooks: Vec::new(),
             check: None,
         }
     }

@@ -247,11 +247,11 @@ impl SessionState {
     /// compaction up); their runs are told as the session's events.
     fn pre_compact(&self) {
         use crate::hooks::HookEvent;
-        if !self.env.hooks.has(HookEvent::PreCompact) {
+        if !self.hooks().has(HookEvent::PreCompact) {
             return;
         }
         let (hooks, publisher, place) = (
-            self.env.hooks.clone(),
+            self.hooks().clone(),
             self.publisher.clone(),
             self.hook_place(),
         );
@@ -260,6 +260,11 @@ impl SessionState {
             let tell = |kind| publisher.publish(kind);
             (hooks.fire(HookEvent::PreCompact, Some("auto"), &place, fields, tell)).await;
         });
+    }
+
+    /// The hooks this session runs: its runtime's, or those its spec brings.
+    fn hooks(&self) -> &std::sync::Arc<crate::hooks::Hooks> {
+        self.spec.hooks.as_ref().unwrap_or(&self.env.hooks)
     }
 
     /// Where this session's hooks run, as their input says.
@@ -277,14 +282,14 @@ impl SessionState {
     /// are none.
     fn stop_hooks(&self, myself: &ActorRef<SessionMsg>, run: u64, active: bool) -> Option<Input> {
         use crate::hooks::HookEvent;
-        let event = match self.spec.parent {
-            Some(_) => HookEvent::SubagentStop,
-            None => HookEvent::Stop,
+        let event = match (self.spec.parent, &self.spec.hooks) {
+            (Some(_), _) | (_, Some(_)) => HookEvent::SubagentStop,
+            (None, None) => HookEvent::Stop,
         };
-        if !self.env.hooks.has(event) {
+        if !self.hooks().has(event) {
             return Some(Input::StopHooked { run, block: None });
         }
-        let hooks = self.env.hooks.clone();
+        let hooks = self.hooks().clone();
         let place = self.hook_place();
         let publisher = self.publisher.clone();
         let session = myself.clone();
@@ -330,7 +335,7 @@ impl SessionState {
             role_deny: spec.deny_rules.clone(),
             rules: self.place.rules.clone(),
             saver: self.env.saver.clone(),
-            hooks: Some(self.env.hooks.clone()),
+            hooks: Some(self.hooks().clone()),
             transcript: Some(self.journal_path.clone()),
         }
     }
