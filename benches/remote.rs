@@ -75,16 +75,9 @@ impl Runner for Echo {
 /// waits for it.
 #[allow(clippy::zombie_processes)]
 fn server(dir: &Path) -> (std::process::Child, String) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let cache = root.join("target/tmp/nats-server");
-    let status = std::process::Command::new(root.join("tests/support/nats-server.sh"))
-        .arg(&cache)
-        .status()
-        .unwrap();
-    assert!(status.success(), "installing nats-server failed");
     let ports = dir.join("ports");
     std::fs::create_dir_all(&ports).unwrap();
-    let child = std::process::Command::new(cache.join("bin/nats-server"))
+    let child = std::process::Command::new(support::nats_server())
         .args(["-js", "-a", "127.0.0.1", "-p", "-1", "--store_dir"])
         .arg(dir.join("js"))
         .arg("--ports_file_dir")

@@ -1,5 +1,6 @@
 //! What the benches share: this process's CPU from `/proc`, a setting read
-//! from the environment, and plain git for a repository's set-up.
+//! from the environment, plain git for a repository's set-up, and
+//! `nats-server`, installed as the tests install it.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
 use std::path::Path;
@@ -45,4 +46,16 @@ pub fn git(dir: &Path, args: &[&str]) {
         "git {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `nats-server`, installed under the target folder by the tests' script.
+pub fn nats_server() -> std::path::PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cache = root.join("target/tmp/nats-server");
+    let status = std::process::Command::new(root.join("tests/support/nats-server.sh"))
+        .arg(&cache)
+        .status()
+        .unwrap();
+    assert!(status.success(), "installing nats-server failed");
+    cache.join("bin/nats-server")
 }

@@ -381,6 +381,16 @@ fn far_workspace() -> tempfile::TempDir {
 /// answer reached the lead once, and says how many times the sub-agents'
 /// model was asked.
 async fn one_worker_killed_mid_run(urls: &str, n: usize, slots: usize) -> usize {
+    one_worker_killed_and(urls, n, slots, async {}).await
+}
+
+/// The same, with `also` done as the worker is killed.
+async fn one_worker_killed_and(
+    urls: &str,
+    n: usize,
+    slots: usize,
+    also: impl std::future::Future<Output = ()>,
+) -> usize {
     let held = Gate::new();
     let mock = fan_out(n, &held).await;
     let ws = far_workspace();
@@ -409,6 +419,7 @@ async fn one_worker_killed_mid_run(urls: &str, n: usize, slots: usize) -> usize 
     crate::support::harness::wait_until("both workers are full", || far() == 2 * slots).await;
     doomed.start_kill().unwrap();
     let _ = doomed.wait().await;
+    also.await;
     held.open();
     let out = tokio::time::timeout(Duration::from_secs(90), lead.wait_with_output())
         .await
@@ -519,6 +530,30 @@ async fn on_a_three_server_cluster_twelve_remote_sub_agents_answer_once_though_a
     let js = async_nats::jetstream::new(client);
     let mut tasks = js.get_stream(subjects::TASKS).await.unwrap();
     assert_eq!(tasks.info().await.unwrap().config.num_replicas, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_and_the_server_leading_the_streams_die_in_one_run_and_each_result_comes_once() {
+    let cluster = std::sync::Arc::new(std::sync::Mutex::new(NatsCluster::start(3)));
+    let urls = cluster.lock().unwrap().urls.clone();
+    let first = urls.split(',').next().unwrap().to_owned();
+    let doomed = cluster.clone();
+    let kill_leader = async move {
+        // The server that leads the tasks' stream (and so its consumers'
+        // elections) dies with the worker.
+        let client = async_nats::connect(first.as_str()).await.unwrap();
+        let js = async_nats::jetstream::new(client);
+        let mut tasks = js.get_stream(subjects::TASKS).await.unwrap();
+        let info = tasks.info().await.unwrap();
+        let leader = info
+            .cluster
+            .as_ref()
+            .and_then(|c| c.leader.clone())
+            .unwrap();
+        doomed.lock().unwrap().kill(&leader);
+    };
+    let asked = one_worker_killed_and(&urls, 12, 2, kill_leader).await;
+    assert_eq!(asked, 14, "each ran once, but the two the dead worker held");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

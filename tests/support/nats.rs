@@ -143,6 +143,18 @@ impl NatsCluster {
     }
 }
 
+impl NatsCluster {
+    /// Kills server `name` (`s0`, `s1`, …) as a crash would.
+    pub(crate) fn kill(&mut self, name: &str) {
+        let i: usize = name
+            .trim_start_matches('s')
+            .parse()
+            .expect("a server's name");
+        let _ = self.servers[i].kill();
+        let _ = self.servers[i].wait();
+    }
+}
+
 impl Drop for NatsCluster {
     fn drop(&mut self) {
         for server in &mut self.servers {
