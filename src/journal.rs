@@ -6,7 +6,18 @@
 pub(crate) mod recorder;
 mod writer;
 
-pub use self::writer::{Journal, PendingSync};
+pub use self::writer::{Journal, Mirrored, PendingSync};
+
+/// Where a journal is also kept (a remote sub-agent's, in its run's
+/// stream): given its lines in the order its file is, without waiting.
+pub trait Mirror: Send + Sync + std::fmt::Debug {
+    /// Takes lines appended to the journal (whole lines); never blocks.
+    fn append(&self, lines: &[u8]);
+
+    /// Resolves once every line appended before this call is kept there;
+    /// why not, when it cannot be.
+    fn sync(&self) -> futures::future::BoxFuture<'static, Result<(), String>>;
+}
 
 use std::path::{Path, PathBuf};
 

@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod envelope;
 pub mod hooks;
+pub mod journals;
 mod keys;
 pub mod launcher;
 pub mod lead;

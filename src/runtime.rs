@@ -380,6 +380,16 @@ impl Handle {
         self.state.journal(session)
     }
 
+    /// Keeps session `session`'s journal in `mirror` too, from now on and
+    /// while the guard is held: its syncs then wait for the mirror as well.
+    pub fn mirror_journal(
+        &self,
+        session: SessionId,
+        mirror: Arc<dyn crate::journal::Mirror>,
+    ) -> crate::journal::Mirrored {
+        self.journal.mirror(&self.state.journal(session), mirror)
+    }
+
     /// Appends `events`, told as session `session`'s before or after it ran
     /// (the command line's hooks of the lead), to its journal, which must
     /// exist.

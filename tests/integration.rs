@@ -32,6 +32,7 @@ mod providers;
 mod quickstart;
 mod rate_limits;
 mod remote;
+mod remote_journals;
 mod replay;
 mod resume;
 mod retention;

@@ -61,7 +61,7 @@ async fn worker(
 }
 
 /// The same, with `flags`.
-async fn worker_with(
+pub(crate) async fn worker_with(
     mock: &MockLlm,
     home: &Path,
     urls: &str,
@@ -74,7 +74,7 @@ async fn worker_with(
 }
 
 /// The same, with `env` set.
-async fn worker_env(
+pub(crate) async fn worker_env(
     mock: &MockLlm,
     home: &Path,
     urls: &str,
@@ -104,7 +104,10 @@ async fn worker_env(
 }
 
 /// Waits for a line of `lines` holding `text`; the line.
-async fn said(lines: &mut tokio::sync::mpsc::UnboundedReceiver<String>, text: &str) -> String {
+pub(crate) async fn said(
+    lines: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    text: &str,
+) -> String {
     let wait = async {
         while let Some(line) = lines.recv().await {
             if line.contains(text) {
@@ -365,7 +368,7 @@ async fn fan_out(n: usize, held: &Gate) -> MockLlm {
 }
 
 /// A workspace whose `far` role runs on workers.
-fn far_workspace() -> tempfile::TempDir {
+pub(crate) fn far_workspace() -> tempfile::TempDir {
     let ws = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(ws.path().join("agents")).unwrap();
     std::fs::write(
@@ -397,7 +400,7 @@ async fn one_worker_killed_and(
     let slots_flag = slots.to_string();
     let flags = ["--slots", slots_flag.as_str(), "--ack-wait-ms", "2000"];
     let (mut doomed, _a) = worker_with(&mock, ws.path(), urls, &flags).await;
-    let (mut survivor, _b) = worker_with(&mock, ws.path(), urls, &flags).await;
+    let (mut survivor, mut survivor_said) = worker_with(&mock, ws.path(), urls, &flags).await;
     let parallel = (2 * slots).to_string();
     let lead = command_on(
         &mock,
@@ -421,10 +424,19 @@ async fn one_worker_killed_and(
     let _ = doomed.wait().await;
     also.await;
     held.open();
-    let out = tokio::time::timeout(Duration::from_secs(90), lead.wait_with_output())
-        .await
-        .expect("the run did not end")
-        .unwrap();
+    let lead_pid = lead.id().unwrap();
+    let Ok(out) = tokio::time::timeout(Duration::from_secs(90), lead.wait_with_output()).await
+    else {
+        let mut told = Vec::new();
+        while let Ok(line) = survivor_said.try_recv() {
+            told.push(line);
+        }
+        let _ = std::process::Command::new("kill")
+            .arg(lead_pid.to_string())
+            .status();
+        panic!("the run did not end; the survivor said {told:#?}");
+    };
+    let out = out.unwrap();
     assert_eq!(
         out.status.code(),
         Some(0),

@@ -306,12 +306,21 @@ impl Runner for Local {
                 },
                 None => None,
             };
+            // Its journal goes to the run's stream as it is written; what a
+            // worker that ran it before wrote is taken up when it can be.
+            let (resumed, _mirrored) = match link.journal {
+                Some(taken) => match self.take_up(task.session, taken).await {
+                    Ok(taken) => (taken.0, Some(taken.1)),
+                    Err(why) => return Ran::said("failed (journal)", why),
+                },
+                None => (false, None),
+            };
             // Run as a local Task call's sub-agent is, its check with it.
             let delegation = Delegation {
                 spec,
                 prompt: task.prompt.clone(),
                 cancel: CancellationToken::new(),
-                resumed: false,
+                resumed,
                 isolate: None,
                 check,
                 id: Some(task.session),
@@ -356,6 +365,21 @@ impl Runner for Local {
     }
 }
 
+/// Writes `bytes` as a new file at `path` that only this user reads.
+fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
 /// A task's folder, removed when dropped.
 struct Gone(std::path::PathBuf);
 
@@ -376,6 +400,37 @@ impl Drop for Stop {
 }
 
 impl Local {
+    /// Takes up sub-agent `session`'s journal as `taken` holds it: written
+    /// here to resume from when no call that may have changed its folder
+    /// (gone with the worker that ran it) had started, else started over in
+    /// the stream; kept there from now on while the guard is held. Whether
+    /// it resumes.
+    async fn take_up(
+        &self,
+        session: crate::protocol::SessionId,
+        taken: crate::remote::journals::Taken,
+    ) -> Result<(bool, crate::journal::Mirrored), String> {
+        let path = self.handle.journal_path(session);
+        // What this worker may have kept of an earlier run of it is not read.
+        let _ = std::fs::remove_file(&path);
+        let mut resumed = false;
+        if !taken.lines.is_empty() {
+            let read = crate::journal::parse_journal(&path, &taken.lines);
+            let records = read.map_err(|e| e.to_string())?.records;
+            let tools = &self.plan.tools;
+            let changes = |name: &str| tools.get(name).is_none_or(|t| !t.read_only());
+            if crate::remote::journals::resumable(&records, changes) {
+                write_private(&path, &taken.lines)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                resumed = true;
+            } else {
+                taken.journal.restart().await?;
+            }
+        }
+        let mirrored = (self.handle).mirror_journal(session, taken.journal.clone());
+        Ok((resumed, mirrored))
+    }
+
     /// The task's session in `folder` (working in `workdir`, its parent's
     /// folder in it): its role's prompt (the lead's memory files in it
     /// already; not this machine's), its tools and rules, this machine's

@@ -74,6 +74,9 @@ struct Pending {
     /// cut back to their last whole line, they take no more appends until their
     /// session stops, so no record is written after one that was lost.
     broken: HashMap<PathBuf, String>,
+    /// Journals also kept elsewhere: each gets its file's lines in the order
+    /// the file does.
+    mirrors: HashMap<PathBuf, Arc<dyn super::Mirror>>,
 }
 
 /// What a batch must make durable.
@@ -221,6 +224,11 @@ impl Journal {
             pending.since = Some(Instant::now());
         }
         pending.bytes += lines.len();
+        if !pending.mirrors.is_empty()
+            && let Some(mirror) = pending.mirrors.get(path)
+        {
+            mirror.append(&lines);
+        }
         pending.appends.push((path.to_owned(), lines));
         if pending.bytes >= WAKE_AT && pending.idle {
             shared.wake.notify_one();
@@ -231,7 +239,14 @@ impl Journal {
     /// Waits until everything appended so far (by any session) is on disk. Syncs
     /// requested while one is running are served together by the next one.
     pub async fn sync(&self) -> Result<(), String> {
-        self.request(None, None).wait().await
+        let mirrors: Vec<_> = (self.handle.shared.lock().mirrors.values())
+            .map(|m| m.sync())
+            .collect();
+        self.request(None, None).wait().await?;
+        for kept in mirrors {
+            kept.await?;
+        }
+        Ok(())
     }
 
     /// Waits until everything appended so far for `path` is on disk (and its
@@ -239,7 +254,23 @@ impl Journal {
     /// unsynced: a session needs its own journal durable, not every other
     /// session's.
     pub async fn sync_file(&self, path: &Path) -> Result<(), String> {
-        self.request(Some(path.to_owned()), None).wait().await
+        // Asked of its mirror now: after every line appended so far.
+        let mirrored = (self.handle.shared.lock().mirrors.get(path)).map(|m| m.sync());
+        self.request(Some(path.to_owned()), None).wait().await?;
+        match mirrored {
+            Some(kept) => kept.await,
+            None => Ok(()),
+        }
+    }
+
+    /// Keeps `path`'s lines appended from now on in `mirror` too, until the
+    /// guard is dropped: a sync of the file then also waits for the mirror.
+    pub fn mirror(&self, path: &Path, mirror: Arc<dyn super::Mirror>) -> Mirrored {
+        (self.handle.shared.lock().mirrors).insert(path.to_owned(), mirror);
+        Mirrored {
+            shared: self.handle.shared.clone(),
+            path: path.to_owned(),
+        }
     }
 
     /// Asks for `path`'s sync without waiting for it: it may wait up to `SOON` (a
@@ -281,6 +312,26 @@ impl Journal {
             shared.wake.notify_one();
         }
         PendingSync::Waiting(answer)
+    }
+}
+
+/// A journal kept in a mirror while held.
+pub struct Mirrored {
+    shared: Arc<Shared>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Mirrored {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mirrored")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl Drop for Mirrored {
+    fn drop(&mut self) {
+        self.shared.lock().mirrors.remove(&self.path);
     }
 }
 

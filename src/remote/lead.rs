@@ -127,7 +127,10 @@ impl Remote {
         let consumer = subjects::patiently(|| async {
             let results = (js.get_stream(subjects::RESULTS).await)
                 .map_err(|e| format!("cannot find the stream {}: {e}", subjects::RESULTS))?;
+            // Named, so it is kept on as many servers as the stream: an
+            // unnamed consumer lives on one, and dies with it.
             let follow = consumer::pull::Config {
+                durable_name: Some(format!("lead-{run}")),
                 filter_subject: subjects::results(&key.public_key(), run),
                 ack_policy: consumer::AckPolicy::Explicit,
                 inactive_threshold: std::time::Duration::from_secs(3600),
@@ -351,6 +354,11 @@ impl Remote {
         purge(
             subjects::RESULTS,
             subjects::run_results(&self.lead(), self.run),
+        )
+        .await;
+        purge(
+            subjects::JOURNALS,
+            subjects::run_journals(&self.lead(), self.run),
         )
         .await;
         if let Ok(results) = self.js.get_stream(subjects::RESULTS).await {

@@ -25,6 +25,12 @@ pub const RESULTS: &str = "ORCHESTRATE_RESULTS";
 /// Its subjects' prefix.
 pub const RESULTS_PREFIX: &str = "orchestrate.results";
 
+/// The stream of remote sub-agents' journals, one subject each.
+pub const JOURNALS: &str = "ORCHESTRATE_JOURNALS";
+
+/// Its subjects' prefix.
+pub const JOURNALS_PREFIX: &str = "orchestrate.journals";
+
 /// The key-value bucket of the sub-agents whose result was published, by
 /// session id: kept a day, past its run's end, so a task sent again within
 /// the day it may live is never run twice.
@@ -166,6 +172,16 @@ pub fn results(lead: &str, run: SessionId) -> String {
 /// that takes the task later sees it too.
 pub fn cancel(lead: &str, run: SessionId, session: SessionId) -> String {
     format!("{RESULTS_PREFIX}.{lead}.{run}.{session}.cancel")
+}
+
+/// The journal of sub-agent `session` of run `run` of lead `lead`.
+pub fn journal(lead: &str, run: SessionId, session: SessionId) -> String {
+    format!("{JOURNALS_PREFIX}.{lead}.{run}.{session}")
+}
+
+/// The journals of every sub-agent of run `run` of lead `lead`.
+pub fn run_journals(lead: &str, run: SessionId) -> String {
+    format!("{JOURNALS_PREFIX}.{lead}.{run}.>")
 }
 
 /// Where a worker asks lead `lead` to run its run `run`'s hooks for
@@ -349,6 +365,12 @@ async fn make_streams(js: &jetstream::Context, replicas: usize) -> Result<stream
     make(config(
         RESULTS,
         RESULTS_PREFIX,
+        stream::RetentionPolicy::Limits,
+    ))
+    .await?;
+    make(config(
+        JOURNALS,
+        JOURNALS_PREFIX,
         stream::RetentionPolicy::Limits,
     ))
     .await?;

@@ -37,6 +37,9 @@ pub const IDLE_CONSUMER: Duration = Duration::from_secs(600);
 /// How long one pull waits for tasks before it looks for a stop again.
 const PULL_FOR: Duration = Duration::from_millis(250);
 
+/// How long past its expiry a pull is waited for before it is given up.
+const PULL_GRACE: Duration = Duration::from_secs(2);
+
 /// A task's outcome, as the lead reads it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RemoteResult {
@@ -109,19 +112,22 @@ pub trait Runner: Send + Sync + 'static {
 }
 
 /// What a running task reaches its lead through.
-#[derive(Clone)]
 pub struct Link {
     /// The files its workspace comes in and its work goes back in.
     pub store: Store,
     /// Its lead, asked to run the run's hooks when they fire for it (none:
     /// the run has no such hooks).
     pub hooks: Option<Arc<dyn crate::hooks::forward::Asker>>,
+    /// Its journal in the run's stream, claimed by this worker, with what
+    /// earlier workers wrote of it.
+    pub journal: Option<super::journals::Taken>,
 }
 
 impl std::fmt::Debug for Link {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Link")
             .field("hooks", &self.hooks)
+            .field("journal", &self.journal)
             .finish_non_exhaustive()
     }
 }
@@ -386,7 +392,10 @@ impl Pulling {
                 },
             };
             // Each task that came takes one of the slots; the rest are let go.
-            while let Some(message) = batch.next().await {
+            // A pull whose server died never ends on its own: it is given up
+            // (what it would still bring is handed out again).
+            let given_up = tokio::time::Instant::now() + PULL_FOR + PULL_GRACE;
+            while let Ok(Some(message)) = tokio::time::timeout_at(given_up, batch.next()).await {
                 let Ok(message) = message else { continue };
                 let Some(permit) = permits.pop() else {
                     // More came than asked for: back for another.
@@ -593,7 +602,24 @@ impl Job {
             let _ = message.ack_with(AckKind::Term).await;
             return;
         }
-        (self.say)(format!("running task {session} ({})", task.role));
+        // Its journal: what a worker that ran it before wrote, and from now
+        // on this worker's alone to write.
+        let taken = super::journals::take(&self.js, &lead, task.run, session, &self.config.name);
+        let taken = match taken.await {
+            Ok(taken) => taken,
+            Err(why) => {
+                (self.say)(format!("cannot take task {session}'s journal: {why}"));
+                let _ = message.ack_with(AckKind::Nak(Some(self.extend))).await;
+                return;
+            }
+        };
+        let journal = taken.journal.clone();
+        let fenced = journal.fenced();
+        let again = match taken.lines.is_empty() {
+            true => "",
+            false => ", from its journal",
+        };
+        (self.say)(format!("running task {session} ({}){again}", task.role));
         let hooks = (!task.hooks.is_empty()).then(|| {
             let ask = super::hooks::AskLead::new(self.js.client(), &lead, task.run, session);
             Arc::new(ask) as Arc<dyn crate::hooks::forward::Asker>
@@ -601,6 +627,7 @@ impl Job {
         let link = Link {
             store: self.records.store.clone(),
             hooks,
+            journal: Some(taken),
         };
         let run = self.runner.run(task.clone(), link);
         tokio::pin!(run);
@@ -623,8 +650,21 @@ impl Job {
                     let _ = message.ack_with(AckKind::Term).await;
                     return;
                 }
+                () = fenced.cancelled() => {
+                    // Another worker has it now: this one neither answers
+                    // nor acks (the delivery is not its own any more).
+                    (self.say)(format!("task {session} moved to another worker: giving it up"));
+                    return;
+                }
             }
         };
+        // Answered only by the worker that still holds its journal.
+        if let Err(why) = journal.kept().await {
+            (self.say)(format!(
+                "task {session} is not this worker's to answer: {why}"
+            ));
+            return;
+        }
         // Published once; tried again while a cluster elects, so a worker
         // that did the work does not hand it back for another to do again.
         let answer = RemoteResult {

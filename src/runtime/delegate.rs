@@ -349,8 +349,13 @@ impl Handle {
             isolate,
             id,
         } = start;
-        let found = match (resumed, spec.parent, &spec.tool_call_id) {
-            (true, Some(parent), Some(call)) => self.find_child(parent, call).await,
+        let found = match (resumed, spec.parent, &spec.tool_call_id, id) {
+            (true, Some(parent), Some(call), _) => self.find_child(parent, call).await,
+            // One that names its sub-agent (a worker's task taken up again)
+            // finds it in its journal.
+            (true, None, _, Some(id)) if self.state.journal(id).exists() => {
+                Some((id, Whereabouts::Journaled))
+            }
             _ => None,
         };
         let (child, events, sent) = match found {
