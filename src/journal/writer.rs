@@ -239,14 +239,7 @@ impl Journal {
     /// Waits until everything appended so far (by any session) is on disk. Syncs
     /// requested while one is running are served together by the next one.
     pub async fn sync(&self) -> Result<(), String> {
-        let mirrors: Vec<_> = (self.handle.shared.lock().mirrors.values())
-            .map(|m| m.sync())
-            .collect();
-        self.request(None, None).wait().await?;
-        for kept in mirrors {
-            kept.await?;
-        }
-        Ok(())
+        self.request(None, None).wait().await
     }
 
     /// Waits until everything appended so far for `path` is on disk (and its
@@ -264,7 +257,9 @@ impl Journal {
     }
 
     /// Keeps `path`'s lines appended from now on in `mirror` too, until the
-    /// guard is dropped: a sync of the file then also waits for the mirror.
+    /// guard is dropped: a sync of the file (not a sync of everything, which
+    /// is for the files) then also waits for the mirror, and hears its
+    /// failure.
     pub fn mirror(&self, path: &Path, mirror: Arc<dyn super::Mirror>) -> Mirrored {
         (self.handle.shared.lock().mirrors).insert(path.to_owned(), mirror);
         Mirrored {

@@ -29,7 +29,8 @@ const CLAIM: &str = "Orchestrate-Claim";
 /// The header of a claim that starts the task over.
 const RESTART: &str = "Orchestrate-Restart";
 
-/// The most bytes of lines one append carries (a line longer goes alone).
+/// The most bytes of lines one append carries: a longer line goes in
+/// pieces of this size.
 const BATCH: usize = 256 << 10;
 
 /// Why a fenced journal takes no more.
@@ -111,16 +112,29 @@ async fn read(stream: &jetstream::stream::Stream, subject: &str) -> Result<(Vec<
         })
         .await?;
         let Some(message) = next else {
+            whole(&mut lines);
             return Ok((lines, at));
         };
         at = message.sequence;
         let headers = &message.headers;
         if headers.get(RESTART).is_some() {
             lines.clear();
-        } else if headers.get(CLAIM).is_none() {
+        } else if headers.get(CLAIM).is_some() {
+            // A writer that died within a long line left part of it.
+            whole(&mut lines);
+        } else {
             lines.extend_from_slice(&message.payload);
         }
     }
+}
+
+/// `lines` without a last line cut short.
+fn whole(lines: &mut Vec<u8>) {
+    let kept = lines
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(0, |at| at + 1);
+    lines.truncate(kept);
 }
 
 /// Appends `body` with `headers` to the journal at `subject` if its last
@@ -304,8 +318,10 @@ impl Writer {
                 true => Err(FENCED.to_owned()),
                 false => Ok(()),
             };
-            if !body.is_empty() && said.is_ok() {
-                said = self.write(HeaderMap::new(), body).await;
+            for piece in body.chunks(BATCH) {
+                if said.is_ok() {
+                    said = self.write(HeaderMap::new(), piece.to_vec()).await;
+                }
             }
             if let Some((restart, answer)) = claim {
                 let mut headers = HeaderMap::new();
@@ -395,6 +411,16 @@ mod tests {
 
     fn started(id: &str) -> Record {
         Record::ToolStarted { call_id: id.into() }
+    }
+
+    #[test]
+    fn a_line_cut_short_by_a_writer_that_died_is_not_read() {
+        let mut lines = b"{\"a\":1}\n{\"b\":2}\n{\"c\"".to_vec();
+        whole(&mut lines);
+        assert_eq!(lines, b"{\"a\":1}\n{\"b\":2}\n");
+        let mut part = b"{\"c\"".to_vec();
+        whole(&mut part);
+        assert!(part.is_empty());
     }
 
     #[test]
