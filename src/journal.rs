@@ -54,6 +54,10 @@ pub enum Record {
         /// An isolated sub-agent's private checkout.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         checkout: Option<Checkout>,
+        /// It runs on a worker: this journal is its lead's record of it (its
+        /// start and its end), not its conversation.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        remote: bool,
     },
     /// A run began; the next message is its prompt.
     RunStarted {

@@ -1385,7 +1385,7 @@ async fn the_runs_hooks_run_on_the_lead_for_a_remote_sub_agents_tools_and_end() 
         assert_eq!(read["hook_event_name"], "PreToolUse");
         assert_eq!(read["tool_name"], "Read");
         assert!(
-            read["cwd"]
+            read["worker_cwd"]
                 .as_str()
                 .unwrap()
                 .contains("orchestrate-worker-"),

@@ -483,9 +483,12 @@ impl Local {
             return Err(format!("the task's Bash rule {bad:?} does not read"));
         }
         spec.bash_rules = bash.into();
-        if let Some(lead) = lead {
-            spec.hooks = Some(Arc::new(plan.hooks.with_lead(&task.hooks, lead)?));
-        }
+        // A sub-agent, whatever hooks its run has: it ends as one
+        // (`SubagentStop`), with its lead's hooks when there are.
+        spec.hooks = Some(match lead {
+            Some(lead) => Arc::new(plan.hooks.with_lead(&task.hooks, lead)?),
+            None => plan.hooks.clone(),
+        });
         plan.models.describe(&mut spec);
         Ok(spec)
     }

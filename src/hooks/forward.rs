@@ -206,9 +206,10 @@ impl Hooks {
 
     /// Runs, for sub-agent `session` of this run on another machine, the
     /// hooks `request` asks for, in this workspace; tells each run to
-    /// `tell`. Their input is the sub-agent's (its folder there as `cwd`,
-    /// no transcript here); what a worker sends cannot change who or what
-    /// fired them.
+    /// `tell`. Their input says where they run (`cwd`: this workspace) and
+    /// where the sub-agent works there (`worker_cwd`); no transcript here.
+    /// What a worker sends cannot change who or what fired them, nor name a
+    /// folder of this machine as theirs.
     pub async fn answer(
         self: &Arc<Self>,
         session: &str,
@@ -226,11 +227,14 @@ impl Hooks {
             let tool = tool.ok_or("a tool's event names no tool")?;
             fields.insert("tool_name".into(), tool.into());
         }
+        let mode: crate::tools::permissions::PermissionMode = (request.permission_mode.parse())
+            .map_err(|_| format!("no permission mode is named {:?}", request.permission_mode))?;
+        fields.insert("worker_cwd".into(), request.cwd.into());
         let place = Place {
             session: session.to_owned(),
-            cwd: request.cwd.into(),
+            cwd: self.project_dir.clone(),
             transcript: None,
-            permission_mode: request.permission_mode,
+            permission_mode: mode.name().to_owned(),
         };
         let input = super::input(event, &place, Value::Object(fields));
         let fired = self.run_here(event, tool, &input, &self.project_dir).await;
@@ -470,7 +474,8 @@ mod tests {
         assert_eq!(input["session_id"], "s9");
         assert_eq!(input["tool_name"], "Bash");
         assert_eq!(input["hook_event_name"], "PostToolUse");
-        assert_eq!(input["cwd"], "/tmp/orchestrate-worker-1/s1");
+        assert_eq!(input["cwd"], dir.path().display().to_string());
+        assert_eq!(input["worker_cwd"], "/tmp/orchestrate-worker-1/s1");
         assert!(input.get("transcript_path").is_none());
         assert_eq!(input["tool_input"]["command"], "ls");
         let ran_in = std::fs::read_to_string(dir.path().join("where")).unwrap();
@@ -483,7 +488,17 @@ mod tests {
             event: "UserPromptSubmit".into(),
             ..request
         };
-        let refused = hooks.answer("s9", lead_only, |_| {}).await.unwrap_err();
+        let refused = hooks
+            .answer("s9", lead_only.clone(), |_| {})
+            .await
+            .unwrap_err();
         assert!(refused.contains("UserPromptSubmit"), "{refused}");
+        let unknown_mode = Request {
+            event: "PostToolUse".into(),
+            permission_mode: "godMode".into(),
+            ..lead_only
+        };
+        let refused = hooks.answer("s9", unknown_mode, |_| {}).await.unwrap_err();
+        assert!(refused.contains("godMode"), "{refused}");
     }
 }

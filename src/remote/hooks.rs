@@ -66,13 +66,16 @@ pub(super) async fn serve(
     let client = client.clone();
     let at_once = Arc::new(tokio::sync::Semaphore::new(AT_ONCE));
     let task = tokio::spawn(async move {
+        // The hooks still running go with the link.
+        let mut running = tokio::task::JoinSet::new();
         while let Some(message) = requests.next().await {
+            while running.try_join_next().is_some() {}
             let Some(reply) = message.reply.clone() else {
                 continue;
             };
             let (client, hooks, asking) = (client.clone(), hooks.clone(), asking.clone());
             let permit = at_once.clone().try_acquire_owned();
-            tokio::spawn(async move {
+            running.spawn(async move {
                 let answer = match permit {
                     Ok(_permit) => answer(&hooks, &asking, &message).await,
                     Err(_) => Reply::Refused(format!(

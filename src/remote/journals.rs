@@ -79,7 +79,9 @@ pub async fn take(
         let (lines, last) = read(&stream, &subject).await?;
         let mut claim = HeaderMap::new();
         claim.insert(CLAIM, worker);
-        let id = format!("{subject}.{nonce}.0");
+        // Each try its own id: one refused must not answer the next as a
+        // copy of itself.
+        let id = format!("{subject}.{nonce}.0.{last}");
         match append(js, &subject, last, &id, claim, Vec::new()).await {
             Ok(at) => {
                 let journal = StreamJournal::start(js.clone(), subject, at, nonce, worker);

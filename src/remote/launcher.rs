@@ -232,12 +232,14 @@ impl RemoteLauncher {
             hooks: self.placing.hooks.clone(),
         };
         // The run's hooks run here for it while it runs there.
-        let _hooks =
+        let hooks_here =
             (!task.hooks.is_empty()).then(|| self.remote.hooks_for(session, events.clone()));
         let placed = tokio::select! {
             result = self.remote.place(task) => Some(result),
             () = cancel.cancelled() => None,
         };
+        // Its hooks run here no longer: its result is in.
+        drop(hooks_here);
         if placed.is_none() {
             // Its worker stops it.
             self.remote.cancel(session).await;

@@ -604,8 +604,21 @@ impl Job {
         }
         // Its journal: what a worker that ran it before wrote, and from now
         // on this worker's alone to write.
+        // A long journal takes a while to read: the task stays this worker's
+        // meanwhile.
+        let mut progress = tokio::time::interval(self.extend);
+        progress.tick().await;
         let taken = super::journals::take(&self.js, &lead, task.run, session, &self.config.name);
-        let taken = match taken.await {
+        tokio::pin!(taken);
+        let taken = loop {
+            tokio::select! {
+                taken = &mut taken => break taken,
+                _ = progress.tick() => {
+                    let _ = message.ack_with(AckKind::Progress).await;
+                }
+            }
+        };
+        let taken = match taken {
             Ok(taken) => taken,
             Err(why) => {
                 (self.say)(format!("cannot take task {session}'s journal: {why}"));
@@ -631,8 +644,6 @@ impl Job {
         };
         let run = self.runner.run(task.clone(), link);
         tokio::pin!(run);
-        let mut progress = tokio::time::interval(self.extend);
-        progress.tick().await;
         let ran = loop {
             tokio::select! {
                 ran = &mut run => break ran,

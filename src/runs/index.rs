@@ -349,6 +349,7 @@ mod tests {
                 run: Some(run),
                 format: crate::journal::FORMAT,
                 checkout: None,
+                remote: false,
             },
             Record::RunStarted {
                 prompt: 1,

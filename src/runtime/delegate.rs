@@ -371,8 +371,13 @@ impl Handle {
                     Ok(Ok(read)) => read.records,
                     _ => Vec::new(),
                 };
-                *work = isolated::work(&records);
-                spec.checkout = work.checkout.clone();
+                // A sub-agent named by its caller (a worker's task) works
+                // where its caller put it, whatever its journal, written
+                // on another machine, says.
+                if id.is_none() {
+                    *work = isolated::work(&records);
+                    spec.checkout = work.checkout.clone();
+                }
                 match (recorded(&records, prompt), whereabouts) {
                     (Recorded::Ended(outcome), whereabouts) => {
                         guard.child = None;

@@ -258,6 +258,7 @@ impl Machine {
                     run: Some(args.run),
                     format: crate::journal::FORMAT,
                     checkout: spec.checkout.clone(),
+                    remote: false,
                 }];
                 for message in &spec.history {
                     records.push(Record::Message {

@@ -461,6 +461,7 @@ mod tests {
             run: None,
             format: crate::journal::FORMAT,
             checkout: Some(checkout.clone()),
+            remote: false,
         };
         let mut records = vec![header];
         assert_eq!(work(&records).checkout, Some(checkout));
