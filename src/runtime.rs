@@ -380,6 +380,33 @@ impl Handle {
         self.state.journal(session)
     }
 
+    /// Starts the lead's journal of a sub-agent on a worker, `header` (its
+    /// `Header`, `remote`) made durable; a publisher that keeps its events
+    /// there.
+    pub async fn remote_journal(
+        &self,
+        session: SessionId,
+        header: crate::journal::Record,
+    ) -> Result<Publisher, String> {
+        let (parent, agent) = match &header {
+            crate::journal::Record::Header { parent, agent, .. } => (*parent, agent.clone()),
+            _ => return Err("a journal starts with its header".into()),
+        };
+        self.journal_record(session, header).await?;
+        Ok(self.journaling_publisher(session, parent, &agent))
+    }
+
+    /// Appends `record` to session `session`'s journal and makes it durable.
+    pub async fn journal_record(
+        &self,
+        session: SessionId,
+        record: crate::journal::Record,
+    ) -> Result<(), String> {
+        let path = self.state.journal(session);
+        self.journal.append(&path, &record)?;
+        self.journal.sync_file(&path).await
+    }
+
     /// Keeps session `session`'s journal in `mirror` too, from now on and
     /// while the guard is held: its syncs then wait for the mirror as well.
     pub fn mirror_journal(

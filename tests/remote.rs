@@ -280,14 +280,24 @@ async fn a_run_with_nats_places_a_remote_role_on_a_worker_and_hears_its_result()
         lead_answer(&mock, ws.path(), &["--nats", &server.url, "go"]).await,
         "far answer\n"
     );
-    // It ran on the worker: the lead's state holds only the lead's journal.
+    // It ran on the worker: the lead keeps only its record of it (who it
+    // was and how it ended), not its conversation.
     let sessions = crate::support::harness::state(ws.path()).sessions();
-    let journals = std::fs::read_dir(sessions).unwrap().count();
-    assert_eq!(journals, 1, "the far sub-agent's journal is the worker's");
+    let journals: Vec<String> = std::fs::read_dir(sessions)
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    assert_eq!(journals.len(), 2);
+    let far = journals
+        .iter()
+        .find(|j| j.contains("\"remote\":true"))
+        .unwrap();
+    assert!(far.contains("\"record\":\"terminal\""), "{far}");
+    assert!(!far.contains("\"record\":\"message\""), "{far}");
     // The run took away what it left on the server.
     let client = async_nats::connect(&server.url).await.unwrap();
     let js = async_nats::jetstream::new(client);
-    for name in [subjects::TASKS, subjects::RESULTS] {
+    for name in [subjects::TASKS, subjects::RESULTS, subjects::JOURNALS] {
         let mut stream = js.get_stream(name).await.unwrap();
         let info = stream.info().await.unwrap();
         assert_eq!(
@@ -331,7 +341,7 @@ async fn lead_answer(mock: &MockLlm, ws: &Path, args: &[&str]) -> String {
 
 /// A model for a lead that fans out to `n` `far` sub-agents (`n1`…), each
 /// answering `<nI>` once `held` opens; the lead answers with theirs.
-async fn fan_out(n: usize, held: &Gate) -> MockLlm {
+pub(crate) async fn fan_out(n: usize, held: &Gate) -> MockLlm {
     let held = held.clone();
     MockLlm::start_with(move |request, _| {
         let messages = request.body["messages"].as_array().cloned().unwrap_or_default();

@@ -1,7 +1,8 @@
-//! A remote sub-agent's journal in the run's stream: a worker stopped past
-//! its ack wait loses its task to another, which takes it up from the
-//! journal (its finished turns not asked again), and the first, let go on,
-//! can no longer write it and gives the task up.
+//! Remote sub-agents that outlive what ran them: a worker stopped past its
+//! ack wait loses its task to another, which takes it up from the journal in
+//! the run's stream (its finished turns not asked again), and the first, let
+//! go on, can no longer write it and gives the task up; a lead killed mid
+//! fan-out is resumed and follows its sub-agents again, none run twice.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,7 +11,7 @@ use orchestrate::remote::subjects;
 use rustix::process::{Pid, Signal, kill_process};
 
 use crate::cli::command_on;
-use crate::remote::{far_workspace, said, worker_with};
+use crate::remote::{fan_out, far_workspace, said, worker_with};
 use crate::support::harness::{DEADLINE, tool_results, wait_until};
 use crate::support::mock_llm::{End, Gate, MockLlm, Reply};
 use crate::support::nats::NatsServer;
@@ -134,4 +135,82 @@ async fn a_worker_stopped_past_its_ack_wait_loses_its_task_to_one_that_resumes_f
         "one first turn, two second ones"
     );
     let _ = (first.kill().await, second.kill().await);
+}
+
+/// A lead of a fan-out to four remote sub-agents, killed (SIGKILL) while
+/// they run; then `orchestrate resume`, with their answers let go before it
+/// starts (`early`: waiting in the stream) or once it follows them again.
+async fn a_lead_killed_mid_fan_out(early: bool) {
+    let server = NatsServer::start();
+    let held = Gate::new();
+    let mock = fan_out(4, &held).await;
+    let ws = far_workspace();
+    let (mut worker, _said) = worker_with(&mock, ws.path(), &server.url, &["--slots", "4"]).await;
+    let mut lead = command_on(&mock, ws.path(), &["--nats", &server.url, "fan out"], &[])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let far = || {
+        (mock.requests().iter())
+            .filter(|r| r.system() == "You are far.")
+            .count()
+    };
+    wait_until("all four run on the worker", || far() == 4).await;
+    lead.start_kill().unwrap();
+    let _ = lead.wait().await;
+    if early {
+        held.open();
+    }
+    let resumed = command_on(&mock, ws.path(), &["--nats", &server.url, "resume"], &[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    if !early {
+        // Each is followed again (its record here says so) before it ends.
+        let sessions = crate::support::harness::state(ws.path()).sessions();
+        let followed = || {
+            let journals = std::fs::read_dir(&sessions).unwrap();
+            (journals.filter_map(|e| std::fs::read_to_string(e.unwrap().path()).ok()))
+                .filter(|j| j.contains("\"remote\":true") && j.contains("\"resumed\":true"))
+                .count()
+        };
+        wait_until("the four followed again", || followed() == 4).await;
+        held.open();
+    }
+    let out = tokio::time::timeout(DEADLINE, resumed.wait_with_output())
+        .await
+        .expect("the resumed run did not end")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for i in 1..=4 {
+        assert_eq!(
+            answer.matches(&format!("<n{i}>")).count(),
+            1,
+            "n{i}: {answer}"
+        );
+    }
+    assert_eq!(far(), 4, "no sub-agent ran twice");
+    let fan_outs = (mock.requests().iter())
+        .filter(|r| r.system() != "You are far." && tool_results(r).is_empty())
+        .count();
+    assert_eq!(fan_outs, 1, "the lead's finished turn was not asked again");
+    let _ = worker.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lead_killed_mid_fan_out_collects_the_results_that_came_meanwhile() {
+    a_lead_killed_mid_fan_out(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lead_killed_mid_fan_out_follows_its_sub_agents_still_running() {
+    a_lead_killed_mid_fan_out(false).await;
 }

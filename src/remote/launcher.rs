@@ -18,6 +18,7 @@ use super::workspace::{Bases, Sending, Sent, fetch_work, fetched_ref};
 use crate::error::{SessionError, ToolError};
 use crate::events::Publisher;
 use crate::isolation::Isolate;
+use crate::journal::Record;
 use crate::protocol::{Changes, EventKind, Outcome, RunStats, SessionId};
 use crate::roles::Placement;
 use crate::runtime::Handle;
@@ -167,12 +168,6 @@ impl RemoteLauncher {
         } = delegation;
         let session = SessionId::new();
         let run = self.remote.run();
-        let events = self.local.publisher(session, spec.parent, &spec.agent);
-        events.publish(EventKind::SessionStarted {
-            model: spec.model.clone(),
-            resumed: false,
-            memory: Vec::new(),
-        });
         // A call given up on in any way (not only cancelled: its caller
         // stopped, the run cut short) stops its sub-agent on its worker and
         // lets its snapshot go.
@@ -185,6 +180,12 @@ impl RemoteLauncher {
         if let Err(why) = self.remote.taken(&placement_tags).await {
             pending.remote = None;
             drop(slot);
+            let events = self.local.publisher(session, spec.parent, &spec.agent);
+            events.publish(EventKind::SessionStarted {
+                model: spec.model.clone(),
+                resumed: false,
+                memory: Vec::new(),
+            });
             let outcome = outcome_of(Err(why));
             events.publish(EventKind::Terminal {
                 prompts: Vec::new(),
@@ -197,11 +198,46 @@ impl RemoteLauncher {
             };
         }
         // Its parent's tree goes with it.
-        let sent = match &isolate {
-            Some(isolate) => self.send(isolate, session, &spec.agent, &events).await,
-            None => None,
+        let (sent, unsent) = match &isolate {
+            Some(isolate) => match self.send(isolate, session, &spec.agent).await {
+                Ok(sent) => (Some(sent), None),
+                Err(why) => (None, Some(why)),
+            },
+            None => (None, None),
         };
         pending.snapshot = sent.as_ref().map(|sent| sent.checkout.clone());
+        // This machine's record of it: a lead resumed after it died follows
+        // it again, and never starts it twice.
+        let header = Record::Header {
+            session,
+            agent: spec.agent.clone(),
+            model: spec.model.clone(),
+            parent: spec.parent,
+            tool_call_id: spec.tool_call_id.clone(),
+            run: Some(run),
+            format: crate::journal::FORMAT,
+            checkout: sent.as_ref().map(|sent| sent.checkout.clone()),
+            remote: true,
+        };
+        let events = match self.local.remote_journal(session, header).await {
+            Ok(events) => events,
+            Err(e) => {
+                tracing::warn!(%session, error = %e, "a remote sub-agent is not journaled here");
+                self.local.publisher(session, spec.parent, &spec.agent)
+            }
+        };
+        events.publish(EventKind::SessionStarted {
+            model: spec.model.clone(),
+            resumed: false,
+            memory: Vec::new(),
+        });
+        if let Some(why) = unsent {
+            events.publish(EventKind::Shared {
+                reason: format!(
+                    "no workspace sent to its worker ({why}): it starts in an empty folder"
+                ),
+            });
+        }
         // Delegation does not cross machines: a remote sub-agent has no Task.
         let tools = (spec.tools.names().into_iter())
             .filter(|t| !matches!(*t, "Task" | "TaskOutput" | "TaskStop"))
@@ -238,7 +274,6 @@ impl RemoteLauncher {
             result = self.remote.place(task) => Some(result),
             () = cancel.cancelled() => None,
         };
-        // Its hooks run here no longer: its result is in.
         drop(hooks_here);
         if placed.is_none() {
             // Its worker stops it.
@@ -248,6 +283,96 @@ impl RemoteLauncher {
         pending.remote = None;
         pending.snapshot = None;
         drop(slot);
+        let call = Call {
+            session,
+            agent: &spec.agent,
+            parent: spec.parent,
+            isolate: isolate.as_ref(),
+            checked: check.is_some(),
+            checkout: sent.map(|sent| sent.checkout),
+            events: &events,
+        };
+        self.ended(call, placed).await
+    }
+
+    /// Follows again sub-agent `child`, placed on a worker by this run
+    /// before its lead died, as `records` (this machine's journal of it)
+    /// say: its recorded outcome when it ended, else its result when it
+    /// comes (waiting in the stream, or still running), brought back as
+    /// any remote sub-agent's is.
+    async fn reattach(
+        &self,
+        delegation: Delegation,
+        child: SessionId,
+        records: &[Record],
+    ) -> Delegated {
+        let Delegation {
+            spec,
+            cancel,
+            slot,
+            isolate,
+            check,
+            ..
+        } = delegation;
+        let ended = records.iter().rev().find_map(|r| match r {
+            Record::Terminal { outcome } => Some(outcome.clone()),
+            _ => None,
+        });
+        if let Some(outcome) = ended {
+            return Delegated {
+                outcome: Some(outcome),
+                session: Some(child),
+                ..Delegated::default()
+            };
+        }
+        let checkout = match records.first() {
+            Some(Record::Header { checkout, .. }) => checkout.clone(),
+            _ => None,
+        };
+        let mut pending = Pending {
+            remote: Some(self.remote.clone()),
+            session: child,
+            snapshot: checkout.clone(),
+        };
+        let events = (self.local).journaling_publisher(child, spec.parent, &spec.agent);
+        events.publish(EventKind::SessionStarted {
+            model: spec.model.clone(),
+            resumed: true,
+            memory: Vec::new(),
+        });
+        let hooks_here =
+            (!self.placing.hooks.is_empty()).then(|| self.remote.hooks_for(child, events.clone()));
+        let placed = tokio::select! {
+            result = self.remote.follow(child) => Some(result),
+            () = cancel.cancelled() => None,
+        };
+        drop(hooks_here);
+        if placed.is_none() {
+            self.remote.cancel(child).await;
+        }
+        pending.remote = None;
+        pending.snapshot = None;
+        drop(slot);
+        let call = Call {
+            session: child,
+            agent: &spec.agent,
+            parent: spec.parent,
+            isolate: isolate.as_ref(),
+            checked: check.is_some(),
+            checkout,
+            events: &events,
+        };
+        self.ended(call, placed).await
+    }
+
+    /// What a remote sub-agent's call comes to once its result is in
+    /// (`None`: it was cancelled): its outcome told and journaled here, and
+    /// its work brought back when it passed its check.
+    async fn ended(
+        &self,
+        call: Call<'_>,
+        placed: Option<Result<RemoteResult, String>>,
+    ) -> Delegated {
         let (outcome, work, checked) = match placed {
             Some(Ok(mut result)) => {
                 let (work, checked) = (result.work.take(), result.check.take());
@@ -264,21 +389,28 @@ impl RemoteLauncher {
             ),
         };
         // With a check, only work that passed it merges.
-        let gated = check.is_some() && !checked.is_some_and(|c| c.passed);
-        events.publish(EventKind::Terminal {
+        let gated = call.checked && !checked.as_ref().is_some_and(|c| c.passed);
+        call.events.publish(EventKind::Terminal {
             prompts: Vec::new(),
             outcome: outcome.clone(),
         });
-        let changes = match (sent, &isolate) {
-            (Some(sent), Some(isolate)) => {
+        let terminal = Record::Terminal {
+            outcome: outcome.clone(),
+        };
+        if let Err(e) = self.local.journal_record(call.session, terminal).await {
+            tracing::warn!(session = %call.session, error = %e, "a remote sub-agent's end is not journaled here");
+        }
+        let changes = match (call.checkout, call.isolate) {
+            (Some(checkout), Some(isolate)) => {
                 let back = Back {
-                    session,
-                    agent: &spec.agent,
-                    parent: spec.parent,
+                    session: call.session,
+                    agent: call.agent,
+                    parent: call.parent,
                     isolate,
                 };
                 let merges = (!gated).then_some(&outcome);
-                self.bring_back(back, sent, work, merges, &events).await
+                self.bring_back(back, checkout, work, merges, call.events)
+                    .await
             }
             _ => None,
         };
@@ -286,20 +418,18 @@ impl RemoteLauncher {
             outcome: Some(outcome),
             changes,
             check: checked,
-            session: Some(session),
+            session: Some(call.session),
         }
     }
 
-    /// Sends the tree `isolate` names for sub-agent `session`; when it
-    /// cannot be sent (no repository, no commit), says why as the sub-agent,
-    /// which starts in an empty folder.
+    /// Sends the tree `isolate` names for sub-agent `session`; why it
+    /// cannot be sent (no repository, no commit).
     async fn send(
         &self,
         isolate: &Isolate,
         session: SessionId,
         agent: &str,
-        events: &Publisher,
-    ) -> Option<Sent> {
+    ) -> Result<Sent, String> {
         let sending = Sending {
             store: self.remote.store(),
             bases: &self.bases,
@@ -309,17 +439,7 @@ impl RemoteLauncher {
         };
         let branch = crate::isolation::branch_name(isolate.run, agent, session);
         let dest = self.local.state().checkout(session);
-        match sending.send(&isolate.from, session, dest, branch).await {
-            Ok(sent) => Some(sent),
-            Err(why) => {
-                events.publish(EventKind::Shared {
-                    reason: format!(
-                        "no workspace sent to its worker ({why}): it starts in an empty folder"
-                    ),
-                });
-                None
-            }
-        }
+        sending.send(&isolate.from, session, dest, branch).await
     }
 
     /// Brings a remote sub-agent's work back: fetched from its worker's
@@ -329,7 +449,7 @@ impl RemoteLauncher {
     async fn bring_back(
         &self,
         back: Back<'_>,
-        sent: Sent,
+        checkout: crate::protocol::Checkout,
         work: Option<Stored>,
         outcome: Option<&Outcome>,
         events: &Publisher,
@@ -345,34 +465,36 @@ impl RemoteLauncher {
             Some(work) => {
                 let store = self.remote.store();
                 let run = self.remote.run();
-                match fetch_work(store, &scratch, run, session, work, &sent.checkout).await {
+                match fetch_work(store, &scratch, run, session, work, &checkout).await {
                     Ok(commit) => Some(commit),
                     Err(reason) => {
-                        let checkout = format!("{} on the servers until the run ends", work.object);
+                        let kept = format!("{} on the servers until the run ends", work.object);
                         events.publish(EventKind::Unmerged {
                             reason: reason.clone(),
-                            checkout: checkout.clone(),
+                            checkout: kept.clone(),
                         });
                         // Its snapshot is let go all the same.
-                        let c = sent.checkout.clone();
                         let _ = tokio::task::spawn_blocking(move || {
-                            crate::isolation::steps::remove(&c)
+                            crate::isolation::steps::remove(&checkout)
                         })
                         .await;
-                        return Some(Changes::Unmerged { reason, checkout });
+                        return Some(Changes::Unmerged {
+                            reason,
+                            checkout: kept,
+                        });
                     }
                 }
             }
             None => None,
         };
-        let into = sent.checkout.into.clone();
+        let into = checkout.into.clone();
         let changes = self
             .local
             .bring_back_fetched(
                 session,
                 agent,
                 parent,
-                sent.checkout,
+                checkout,
                 (
                     commit,
                     format!("{} in {}", fetched_ref(session), into.display()),
@@ -427,6 +549,19 @@ impl Drop for Pending {
     }
 }
 
+/// A remote sub-agent's call, as its end needs it.
+struct Call<'a> {
+    session: SessionId,
+    agent: &'a str,
+    parent: Option<SessionId>,
+    isolate: Option<&'a Isolate>,
+    /// It has a check: only work that passed it merges.
+    checked: bool,
+    /// Its snapshot, when its tree was sent.
+    checkout: Option<crate::protocol::Checkout>,
+    events: &'a Publisher,
+}
+
 /// Whose work is brought back.
 struct Back<'a> {
     session: SessionId,
@@ -447,6 +582,15 @@ impl Drop for Here {
 impl Launcher for RemoteLauncher {
     fn delegate(&self, delegation: Delegation) -> BoxFuture<'_, Result<Delegated, SessionError>> {
         Box::pin(async move {
+            // A call made again by a resumed lead follows the sub-agent it
+            // had placed on a worker.
+            if delegation.resumed
+                && let (Some(parent), Some(call)) =
+                    (delegation.spec.parent, delegation.spec.tool_call_id.clone())
+                && let Some((child, records)) = self.local.remote_child(parent, &call).await
+            {
+                return Ok(self.reattach(delegation, child, &records).await);
+            }
             let local_only = match &delegation {
                 d if d.continues.is_some() => Some("continuing a sub-agent happens"),
                 d if d.resumed => Some("a resumed sub-agent runs"),

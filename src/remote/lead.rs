@@ -405,9 +405,35 @@ impl Remote {
             .unwrap_or_else(PoisonError::into_inner))
         .insert(ack.sequence, session);
         forget.queued = Some((self.js.clone(), ack.sequence));
-        // While it waits, some worker must still follow its subject: a pool
-        // gone for good (its consumers removed when idle) fails the call.
-        let mut rx = rx;
+        self.wait(rx, Some(&subject)).await
+    }
+
+    /// Follows sub-agent `session`, placed by an earlier process of this run
+    /// (its lead died and was resumed): its result, kept in the stream while
+    /// no process waited for it, or still to come.
+    pub async fn follow(&self, session: SessionId) -> Result<RemoteResult, String> {
+        let Some(rx) = self.waiting.wait(session) else {
+            return Err("the run's link to its workers closed".into());
+        };
+        let _forget = Forget {
+            waiting: &self.waiting,
+            session,
+            queued: None,
+        };
+        if let Some(result) = published(&self.js, &self.lead(), self.run, session).await {
+            return Ok(result);
+        }
+        self.wait(rx, None).await
+    }
+
+    /// Waits for the result `rx` brings. While it waits, some worker must
+    /// still follow its task's `subject`: a pool gone for good (its
+    /// consumers removed when idle) fails the call.
+    async fn wait(
+        &self,
+        mut rx: oneshot::Receiver<RemoteResult>,
+        subject: Option<&str>,
+    ) -> Result<RemoteResult, String> {
         let mut watch = tokio::time::interval(FOLLOWED_FOR);
         watch.tick().await;
         loop {
@@ -415,8 +441,10 @@ impl Remote {
                 result = &mut rx => {
                     return result.map_err(|_| "the run's link to its workers closed".to_owned());
                 }
-                _ = watch.tick() => {
-                    if let Ok(false) = self.follows_now(&subject).await {
+                _ = watch.tick(), if subject.is_some() => {
+                    if let Some(subject) = subject
+                        && let Ok(false) = self.follows_now(subject).await
+                    {
                         return Err("no worker takes it any more: every worker that followed this run's tasks has left".into());
                     }
                 }

@@ -481,6 +481,22 @@ impl Handle {
     }
 
     /// The session that session `parent`'s call `call` started, and where it is.
+    /// The sub-agent that call `call` of `parent` placed on a worker, with
+    /// this machine's journal of it; `None` when it placed none there.
+    pub(crate) async fn remote_child(
+        &self,
+        parent: SessionId,
+        call: &str,
+    ) -> Option<(SessionId, Vec<Record>)> {
+        let (child, _) = self.find_child(parent, call).await?;
+        self.journal.sync().await.ok()?;
+        let path = self.state.journal(child);
+        let read = tokio::task::spawn_blocking(move || read_journal(&path));
+        let records = read.await.ok()?.ok()?.records;
+        matches!(records.first(), Some(Record::Header { remote: true, .. }))
+            .then_some((child, records))
+    }
+
     pub(super) async fn find_child(
         &self,
         parent: SessionId,
