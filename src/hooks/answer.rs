@@ -52,6 +52,22 @@ impl Answer {
         }
     }
 
+    /// The answer of a hook that did not run to an answer of its own (it
+    /// crashed, timed out, or could not be asked), for `why`: it blocks what
+    /// it guards when `blocks`, else it is told to the person.
+    pub fn failed(why: String, blocks: bool) -> Self {
+        match blocks {
+            true => Answer {
+                block: Some(why),
+                ..Answer::default()
+            },
+            false => Answer {
+                notice: Some(why),
+                ..Answer::default()
+            },
+        }
+    }
+
     /// The answers of every hook of one event together: any block blocks
     /// (every reason told), a deny beats an ask beats an allow, every context
     /// is kept, the first stop stops.
@@ -81,16 +97,7 @@ pub fn read(event: HookEvent, hook: &CommandHook, ran: &Ran) -> Answer {
     let name = || format!("the {} hook `{}`", event.name(), short(&hook.command));
     if let Some(failure) = &ran.failure {
         let why = format!("{} failed: {failure}", name());
-        return match hook.block_on_failure {
-            true => Answer {
-                block: Some(why),
-                ..Answer::default()
-            },
-            false => Answer {
-                notice: Some(why),
-                ..Answer::default()
-            },
-        };
+        return Answer::failed(why, hook.block_on_failure);
     }
     match ran.exit_code {
         Some(0) => from_output(event, &ran.stdout),
@@ -112,16 +119,7 @@ pub fn read(event: HookEvent, hook: &CommandHook, ran: &Ran) -> Answer {
                 short(ran.stderr.trim())
             );
             // A guard that crashes (exit 1, 127) blocks when it says so.
-            match hook.block_on_failure {
-                true => Answer {
-                    block: Some(why),
-                    ..Answer::default()
-                },
-                false => Answer {
-                    notice: Some(why),
-                    ..Answer::default()
-                },
-            }
+            Answer::failed(why, hook.block_on_failure)
         }
     }
 }

@@ -136,16 +136,7 @@ impl Lead {
             Ok(fired) => fired,
             Err(why) => {
                 let why = format!("the lead's {} hooks did not run: {why}", event.name());
-                let answer = match blocks {
-                    true => Answer {
-                        block: Some(why),
-                        ..Answer::default()
-                    },
-                    false => Answer {
-                        notice: Some(why),
-                        ..Answer::default()
-                    },
-                };
+                let answer = Answer::failed(why, blocks);
                 vec![Fired {
                     command: "(the lead's hooks)".into(),
                     answer,

@@ -1,7 +1,7 @@
 //! The run's hooks for its sub-agents on workers, run on the lead's
 //! machine: a worker asks on `orchestrate.hooks.<lead>.<run>.<session>`
 //! ([`AskLead`]), and the lead runs them for a sub-agent it is waiting for
-//! now, and for nobody else ([`serve`]), telling each run on that
+//! now, and for nobody else (`serve`), telling each run on that
 //! sub-agent's row as it would a local one's, and answers with what they
 //! answered.
 
