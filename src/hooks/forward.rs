@@ -198,7 +198,8 @@ impl Hooks {
     /// Runs, for sub-agent `session` of this run on another machine, the
     /// hooks `request` asks for, in this workspace; tells each run to
     /// `tell`. Their input says where they run (`cwd`: this workspace) and
-    /// where the sub-agent works there (`worker_cwd`); no transcript here.
+    /// where the sub-agent works there (`worker_cwd`); no transcript here;
+    /// its permission mode as the caller read it.
     /// What a worker sends cannot change who or what fired them, nor name a
     /// folder of this machine as theirs.
     pub async fn answer(
@@ -218,14 +219,12 @@ impl Hooks {
             let tool = tool.ok_or("a tool's event names no tool")?;
             fields.insert("tool_name".into(), tool.into());
         }
-        let mode: crate::tools::permissions::PermissionMode = (request.permission_mode.parse())
-            .map_err(|_| format!("no permission mode is named {:?}", request.permission_mode))?;
         fields.insert("worker_cwd".into(), request.cwd.into());
         let place = Place {
             session: session.to_owned(),
             cwd: self.project_dir.clone(),
             transcript: None,
-            permission_mode: mode.name().to_owned(),
+            permission_mode: request.permission_mode,
         };
         let input = super::input(event, &place, Value::Object(fields));
         let fired = self.run_here(event, tool, &input, &self.project_dir).await;
@@ -479,17 +478,7 @@ mod tests {
             event: "UserPromptSubmit".into(),
             ..request
         };
-        let refused = hooks
-            .answer("s9", lead_only.clone(), |_| {})
-            .await
-            .unwrap_err();
+        let refused = hooks.answer("s9", lead_only, |_| {}).await.unwrap_err();
         assert!(refused.contains("UserPromptSubmit"), "{refused}");
-        let unknown_mode = Request {
-            event: "PostToolUse".into(),
-            permission_mode: "godMode".into(),
-            ..lead_only
-        };
-        let refused = hooks.answer("s9", unknown_mode, |_| {}).await.unwrap_err();
-        assert!(refused.contains("godMode"), "{refused}");
     }
 }

@@ -98,10 +98,21 @@ async fn answer(hooks: &Arc<Hooks>, asking: &Asking, message: &async_nats::Messa
     let Some((session, events)) = session.and_then(|s| Some((s, asking.events(s)?))) else {
         return Reply::Refused("no sub-agent of this run waits for that one".into());
     };
-    let request: Request = match serde_json::from_slice(&message.payload) {
+    let mut request: Request = match serde_json::from_slice(&message.payload) {
         Ok(request) => request,
         Err(e) => return Reply::Refused(format!("the request does not read: {e}")),
     };
+    // Only a mode there is goes into the hooks' input.
+    match request
+        .permission_mode
+        .parse::<crate::tools::permissions::PermissionMode>()
+    {
+        Ok(mode) => request.permission_mode = mode.name().to_owned(),
+        Err(_) => {
+            let why = format!("no permission mode is named {:?}", request.permission_mode);
+            return Reply::Refused(why);
+        }
+    }
     let tell = |kind| events.publish(kind);
     match hooks.answer(&session.to_string(), request, tell).await {
         Ok(fired) => Reply::Fired(fired),
@@ -219,6 +230,16 @@ mod tests {
         );
         let told = seen.recv().await.unwrap();
         assert!(matches!(&told.kind, EventKind::HookRan { event, .. } if event == "SubagentStop"));
+        // A mode there is not is refused.
+        let mut godly = asked.clone();
+        godly["permission_mode"] = "godMode".into();
+        let refused = answer(
+            &hooks,
+            &asking,
+            &request(subjects::hooks("L", run, waited), &godly),
+        )
+        .await;
+        assert!(matches!(&refused, Reply::Refused(why) if why.contains("godMode")));
         // Once its call has its result, it is nobody's.
         drop(open);
         let late = answer(
