@@ -392,18 +392,19 @@ impl Handle {
             crate::journal::Record::Header { parent, agent, .. } => (*parent, agent.clone()),
             _ => return Err("a journal starts with its header".into()),
         };
-        self.journal_record(session, header).await?;
+        self.journal_records(session, &[header]).await?;
         Ok(self.journaling_publisher(session, parent, &agent))
     }
 
-    /// Appends `record` to session `session`'s journal and makes it durable.
-    pub async fn journal_record(
+    /// Appends `records` to session `session`'s journal, together, and
+    /// makes them durable.
+    pub async fn journal_records(
         &self,
         session: SessionId,
-        record: crate::journal::Record,
+        records: &[crate::journal::Record],
     ) -> Result<(), String> {
         let path = self.state.journal(session);
-        self.journal.append(&path, &record)?;
+        self.journal.append_all(&path, records)?;
         self.journal.sync_file(&path).await
     }
 

@@ -280,8 +280,8 @@ async fn a_run_with_nats_places_a_remote_role_on_a_worker_and_hears_its_result()
         lead_answer(&mock, ws.path(), &["--nats", &server.url, "go"]).await,
         "far answer\n"
     );
-    // It ran on the worker: the lead keeps only its record of it (who it
-    // was and how it ended), not its conversation.
+    // It ran on the worker: the lead keeps its record of it (who it was,
+    // its conversation as its worker journaled it, how it ended).
     let sessions = crate::support::harness::state(ws.path()).sessions();
     let journals: Vec<String> = std::fs::read_dir(sessions)
         .unwrap()
@@ -292,8 +292,10 @@ async fn a_run_with_nats_places_a_remote_role_on_a_worker_and_hears_its_result()
         .iter()
         .find(|j| j.contains("\"remote\":true"))
         .unwrap();
-    assert!(far.contains("\"record\":\"terminal\""), "{far}");
-    assert!(!far.contains("\"record\":\"message\""), "{far}");
+    assert_eq!(far.matches("\"record\":\"header\"").count(), 1, "{far}");
+    assert!(far.contains("\"content\":\"go far\""), "{far}");
+    let last = far.trim_end().lines().last().unwrap();
+    assert!(last.contains("\"record\":\"terminal\""), "{far}");
     // The run took away what it left on the server.
     let client = async_nats::connect(&server.url).await.unwrap();
     let js = async_nats::jetstream::new(client);

@@ -134,6 +134,20 @@ async fn a_worker_stopped_past_its_ack_wait_loses_its_task_to_one_that_resumes_f
         (1, 3),
         "one first turn, two second ones"
     );
+    // The lead kept its conversation: one read, one result, nothing lost
+    // or twice.
+    let sessions = crate::support::harness::state(ws.path()).sessions();
+    let record = (std::fs::read_dir(sessions).unwrap())
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .find(|j| j.contains("\"remote\":true"))
+        .unwrap();
+    assert_eq!(
+        record.matches("\"record\":\"tool_started\"").count(),
+        1,
+        "{record}"
+    );
+    assert_eq!(record.matches("\"role\":\"tool\"").count(), 1, "{record}");
+    assert!(record.contains("far answer") && !record.contains("held answer"));
     let _ = (first.kill().await, second.kill().await);
 }
 

@@ -94,6 +94,40 @@ pub async fn take(
     Err("other workers kept writing its journal while this one read it".into())
 }
 
+/// The lines of sub-agent `session`'s journal (of run `run` of lead
+/// `lead`) since its last start over: what its workers wrote of it.
+pub async fn lines_of(
+    js: &jetstream::Context,
+    lead: &str,
+    run: SessionId,
+    session: SessionId,
+) -> Result<Vec<u8>, String> {
+    let stream = (js.get_stream(subjects::JOURNALS).await)
+        .map_err(|e| format!("cannot find the stream {}: {e}", subjects::JOURNALS))?;
+    let (lines, _) = read(&stream, &subjects::journal(lead, run, session)).await?;
+    Ok(lines)
+}
+
+/// The records of a remote sub-agent's journal its lead keeps beside its
+/// own record of it: its conversation and its tools' runs, never what says
+/// who it is, how it ended or what became of its work (the lead's own
+/// say that).
+pub fn kept_here(records: Vec<Record>) -> Vec<Record> {
+    (records.into_iter())
+        .filter(|r| {
+            matches!(
+                r,
+                Record::RunStarted { .. }
+                    | Record::PromptJoined { .. }
+                    | Record::ToolStarted { .. }
+                    | Record::Message { .. }
+                    | Record::Compacted { .. }
+                    | Record::Event { .. }
+            )
+        })
+        .collect()
+}
+
 /// The lines of the journal at `subject` since its last start over, and the
 /// sequence of its last message (0: none).
 async fn read(stream: &jetstream::stream::Stream, subject: &str) -> Result<(Vec<u8>, u64), String> {

@@ -24,6 +24,9 @@ use crate::roles::Placement;
 use crate::runtime::Handle;
 use crate::task::{Delegated, Delegation, Job, Launcher};
 
+/// The most of a remote sub-agent's journal its lead keeps.
+const MAX_KEPT: usize = 64 << 20;
+
 /// Where a sub-agent runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Place {
@@ -394,10 +397,13 @@ impl RemoteLauncher {
             prompts: Vec::new(),
             outcome: outcome.clone(),
         });
-        let terminal = Record::Terminal {
+        // Its conversation, as its workers journaled it, is kept here with
+        // its end, together: a lead that dies between them keeps neither.
+        let mut records = self.conversation(call.session).await;
+        records.push(Record::Terminal {
             outcome: outcome.clone(),
-        };
-        if let Err(e) = self.local.journal_record(call.session, terminal).await {
+        });
+        if let Err(e) = self.local.journal_records(call.session, &records).await {
             tracing::warn!(session = %call.session, error = %e, "a remote sub-agent's end is not journaled here");
         }
         let changes = match (call.checkout, call.isolate) {
@@ -420,6 +426,24 @@ impl RemoteLauncher {
             check: checked,
             session: Some(call.session),
         }
+    }
+
+    /// Sub-agent `session`'s conversation, as its workers journaled it in
+    /// the run's stream: what this machine's journal of it keeps.
+    async fn conversation(&self, session: SessionId) -> Vec<Record> {
+        let kept = async {
+            let lines = self.remote.journal_of(session).await?;
+            if lines.len() > MAX_KEPT {
+                return Err(format!("its journal is over {MAX_KEPT} bytes"));
+            }
+            let path = self.local.journal_path(session);
+            let read = crate::journal::parse_journal(&path, &lines).map_err(|e| e.to_string())?;
+            Ok(super::journals::kept_here(read.records))
+        };
+        kept.await.unwrap_or_else(|e: String| {
+            tracing::warn!(%session, error = %e, "a remote sub-agent's conversation is not kept here");
+            Vec::new()
+        })
     }
 
     /// Sends the tree `isolate` names for sub-agent `session`; why it

@@ -408,6 +408,11 @@ impl Remote {
         self.wait(rx, Some(&subject)).await
     }
 
+    /// What the workers of sub-agent `session` wrote of its journal.
+    pub async fn journal_of(&self, session: SessionId) -> Result<Vec<u8>, String> {
+        super::journals::lines_of(&self.js, &self.lead(), self.run, session).await
+    }
+
     /// Follows sub-agent `session`, placed by an earlier process of this run
     /// (its lead died and was resumed): its result, kept in the stream while
     /// no process waited for it, or still to come.
