@@ -270,18 +270,9 @@ impl RemoteLauncher {
             workspace: sent.as_ref().map(|sent| sent.workspace.clone()),
             hooks: self.placing.hooks.clone(),
         };
-        // The run's hooks run here for it while it runs there.
-        let hooks_here =
-            (!task.hooks.is_empty()).then(|| self.remote.hooks_for(session, events.clone()));
-        let placed = tokio::select! {
-            result = self.remote.place(task) => Some(result),
-            () = cancel.cancelled() => None,
-        };
-        drop(hooks_here);
-        if placed.is_none() {
-            // Its worker stops it.
-            self.remote.cancel(session).await;
-        }
+        let placed = self
+            .waited(session, &events, &cancel, self.remote.place(task))
+            .await;
         // From here its result is in hand: nothing is left to give up.
         pending.remote = None;
         pending.snapshot = None;
@@ -343,16 +334,9 @@ impl RemoteLauncher {
             resumed: true,
             memory: Vec::new(),
         });
-        let hooks_here =
-            (!self.placing.hooks.is_empty()).then(|| self.remote.hooks_for(child, events.clone()));
-        let placed = tokio::select! {
-            result = self.remote.follow(child) => Some(result),
-            () = cancel.cancelled() => None,
-        };
-        drop(hooks_here);
-        if placed.is_none() {
-            self.remote.cancel(child).await;
-        }
+        let placed = self
+            .waited(child, &events, &cancel, self.remote.follow(child))
+            .await;
         pending.remote = None;
         pending.snapshot = None;
         drop(slot);
@@ -366,6 +350,30 @@ impl RemoteLauncher {
             events: &events,
         };
         self.ended(call, placed).await
+    }
+
+    /// Sub-agent `session`'s `result` (its placement, or following it
+    /// again), the run's hooks run here for it meanwhile (told to
+    /// `events`); `None` when its call was cancelled first, and its worker
+    /// told to stop it.
+    async fn waited(
+        &self,
+        session: SessionId,
+        events: &Publisher,
+        cancel: &tokio_util::sync::CancellationToken,
+        result: impl std::future::Future<Output = Result<RemoteResult, String>>,
+    ) -> Option<Result<RemoteResult, String>> {
+        let hooks_here = (!self.placing.hooks.is_empty())
+            .then(|| self.remote.hooks_for(session, events.clone()));
+        let placed = tokio::select! {
+            result = result => Some(result),
+            () = cancel.cancelled() => None,
+        };
+        drop(hooks_here);
+        if placed.is_none() {
+            self.remote.cancel(session).await;
+        }
+        placed
     }
 
     /// What a remote sub-agent's call comes to once its result is in
