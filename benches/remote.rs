@@ -43,21 +43,14 @@ struct Echo {
 impl Runner for Echo {
     fn run(&self, task: RemoteTask, link: Link) -> BoxFuture<'_, Ran> {
         Box::pin(async move {
-            let store = link.store;
-            let Some(workspace) = &task.workspace else {
+            let folder = self.scratch.join(task.session.to_string());
+            let indexes = self.scratch.join(".scratch");
+            let tree =
+                orchestrate::remote::workspace::Task::of(&task, &link.store, &indexes, &folder);
+            let Some(tree) = tree else {
                 return Ran::said("completed", task.prompt);
             };
-            let folder = self.scratch.join(task.session.to_string());
             std::fs::create_dir_all(&folder).unwrap();
-            let indexes = self.scratch.join(".scratch");
-            let tree = orchestrate::remote::workspace::Task {
-                store: &store,
-                scratch: &indexes,
-                run: task.run,
-                session: task.session,
-                workspace,
-                folder: &folder,
-            };
             let workdir = self.cache.check_out(&tree).await.unwrap();
             std::fs::write(workdir.join("echo.txt"), &task.prompt).unwrap();
             let work = self.cache.send_back(&tree).await.unwrap();

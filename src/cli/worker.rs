@@ -264,18 +264,10 @@ impl Runner for Local {
             let _gone = Gone(folder.clone());
             // Its parent's tree, checked out as a private checkout is.
             let indexes = self.scratch.join(".scratch");
-            let tree = |task: &RemoteTask, workspace| crate::remote::workspace::Task {
-                store: &store,
-                scratch: &indexes,
-                run: task.run,
-                session: task.session,
-                workspace,
-                folder: &folder,
-            };
-            let workdir = match &task.workspace {
-                Some(workspace) => {
-                    let tree = tree(&task, workspace);
-                    let out = self.cache.check_out(&tree).await;
+            let tree = crate::remote::workspace::Task::of(&task, &store, &indexes, &folder);
+            let workdir = match &tree {
+                Some(tree) => {
+                    let out = self.cache.check_out(tree).await;
                     match out {
                         Ok(workdir) => workdir,
                         Err(why) => {
@@ -308,12 +300,9 @@ impl Runner for Local {
             };
             // Its journal goes to the run's stream as it is written; what a
             // worker that ran it before wrote is taken up when it can be.
-            let (resumed, _mirrored) = match link.journal {
-                Some(taken) => match self.take_up(task.session, taken).await {
-                    Ok(taken) => (taken.0, Some(taken.1)),
-                    Err(why) => return Ran::said("failed (journal)", why),
-                },
-                None => (false, None),
+            let (resumed, _mirrored) = match self.take_up(task.session, link.journal).await {
+                Ok(taken) => taken,
+                Err(why) => return Ran::said("failed (journal)", why),
             };
             // Run as a local Task call's sub-agent is, its check with it.
             let delegation = Delegation {
@@ -345,12 +334,12 @@ impl Runner for Local {
                 check: checked,
                 ..ran
             };
-            let Some(workspace) = &task.workspace else {
+            let Some(tree) = &tree else {
                 return ran;
             };
             // What it changed goes back, whatever its outcome: its lead
             // keeps the work of one that did not finish on a branch.
-            let sent = self.cache.send_back(&tree(&task, workspace)).await;
+            let sent = self.cache.send_back(tree).await;
             match sent {
                 Ok(work) => Ran { work, ..ran },
                 Err(why) => Ran::said(

@@ -120,7 +120,7 @@ pub struct Link {
     pub hooks: Option<Arc<dyn crate::hooks::forward::Asker>>,
     /// Its journal in the run's stream, claimed by this worker, with what
     /// earlier workers wrote of it.
-    pub journal: Option<super::journals::Taken>,
+    pub journal: super::journals::Taken,
 }
 
 impl std::fmt::Debug for Link {
@@ -640,7 +640,7 @@ impl Job {
         let link = Link {
             store: self.records.store.clone(),
             hooks,
-            journal: Some(taken),
+            journal: taken,
         };
         let run = self.runner.run(task.clone(), link);
         tokio::pin!(run);
