@@ -380,20 +380,30 @@ impl Handle {
         self.state.journal(session)
     }
 
-    /// Starts the lead's journal of a sub-agent on a worker, `header` (its
-    /// `Header`, `remote`) made durable; a publisher that keeps its events
-    /// there.
+    /// Starts the lead's journal of sub-agent `session` of run `run`, which
+    /// `spec` describes and which runs on a worker on the tree `checkout`
+    /// holds: its header (`remote`), made durable; a publisher that keeps
+    /// its events there.
     pub async fn remote_journal(
         &self,
         session: SessionId,
-        header: crate::journal::Record,
+        run: SessionId,
+        spec: &SessionSpec,
+        checkout: Option<crate::protocol::Checkout>,
     ) -> Result<Publisher, String> {
-        let (parent, agent) = match &header {
-            crate::journal::Record::Header { parent, agent, .. } => (*parent, agent.clone()),
-            _ => return Err("a journal starts with its header".into()),
+        let header = crate::journal::Record::Header {
+            session,
+            agent: spec.agent.clone(),
+            model: spec.model.clone(),
+            parent: spec.parent,
+            tool_call_id: spec.tool_call_id.clone(),
+            run: Some(run),
+            format: crate::journal::FORMAT,
+            checkout,
+            remote: true,
         };
         self.journal_records(session, &[header]).await?;
-        Ok(self.journaling_publisher(session, parent, &agent))
+        Ok(self.journaling_publisher(session, spec.parent, &spec.agent))
     }
 
     /// Appends `records` to session `session`'s journal, together, and

@@ -211,18 +211,12 @@ impl RemoteLauncher {
         pending.snapshot = sent.as_ref().map(|sent| sent.checkout.clone());
         // This machine's record of it: a lead resumed after it died follows
         // it again, and never starts it twice.
-        let header = Record::Header {
-            session,
-            agent: spec.agent.clone(),
-            model: spec.model.clone(),
-            parent: spec.parent,
-            tool_call_id: spec.tool_call_id.clone(),
-            run: Some(run),
-            format: crate::journal::FORMAT,
-            checkout: sent.as_ref().map(|sent| sent.checkout.clone()),
-            remote: true,
-        };
-        let events = match self.local.remote_journal(session, header).await {
+        let checkout = sent.as_ref().map(|sent| sent.checkout.clone());
+        let events = match self
+            .local
+            .remote_journal(session, run, &spec, checkout)
+            .await
+        {
             Ok(events) => events,
             Err(e) => {
                 tracing::warn!(%session, error = %e, "a remote sub-agent is not journaled here");

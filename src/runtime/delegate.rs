@@ -302,13 +302,7 @@ impl Handle {
     ) -> Result<Reached, SessionError> {
         let child = continues.agent;
         let events = self.bus.subscribe_session_terminal(child);
-        self.journal.sync().await.map_err(SessionError::Journal)?;
-        let path = self.state.journal(child);
-        let read = tokio::task::spawn_blocking(move || read_journal(&path)).await;
-        let records = match read {
-            Ok(Ok(read)) => read.records,
-            _ => Vec::new(),
-        };
+        let records = self.records_of(child).await?;
         let refuse = |why: String| Err(SessionError::Spawn(format!("resume {child}: {why}")));
         match records.first() {
             Some(Record::Header {
@@ -364,13 +358,7 @@ impl Handle {
                 // Subscribed before the journal is read: a run that ends after the
                 // read is seen as an event, one that ended before is in the journal.
                 let events = self.bus.subscribe_session_terminal(child);
-                self.journal.sync().await.map_err(SessionError::Journal)?;
-                let path = self.state.journal(child);
-                let read = tokio::task::spawn_blocking(move || read_journal(&path));
-                let records = match read.await {
-                    Ok(Ok(read)) => read.records,
-                    _ => Vec::new(),
-                };
+                let records = self.records_of(child).await?;
                 // A sub-agent named by its caller (a worker's task) works
                 // where its caller put it, whatever its journal, written
                 // on another machine, says.
@@ -489,12 +477,21 @@ impl Handle {
         call: &str,
     ) -> Option<(SessionId, Vec<Record>)> {
         let (child, _) = self.find_child(parent, call).await?;
-        self.journal.sync().await.ok()?;
-        let path = self.state.journal(child);
-        let read = tokio::task::spawn_blocking(move || read_journal(&path));
-        let records = read.await.ok()?.ok()?.records;
+        let records = self.records_of(child).await.ok()?;
         matches!(records.first(), Some(Record::Header { remote: true, .. }))
             .then_some((child, records))
+    }
+
+    /// Sub-agent `child`'s journal, everything appended so far written
+    /// first; none when it cannot be read.
+    async fn records_of(&self, child: SessionId) -> Result<Vec<Record>, SessionError> {
+        self.journal.sync().await.map_err(SessionError::Journal)?;
+        let path = self.state.journal(child);
+        let read = tokio::task::spawn_blocking(move || read_journal(&path)).await;
+        Ok(match read {
+            Ok(Ok(read)) => read.records,
+            _ => Vec::new(),
+        })
     }
 
     pub(super) async fn find_child(
