@@ -139,12 +139,18 @@ impl Hooks {
         tell: impl Fn(crate::protocol::EventKind),
     ) -> Answer {
         let lead = (self.lead.as_ref()).filter(|lead| lead.fires(event, tool));
-        if self.matching(event, tool).is_empty() && lead.is_none() {
+        let mine = !self.matching(event, tool).is_empty();
+        if !mine && lead.is_none() {
             return Answer::default();
         }
         let here = async {
-            let input = input(event, place, fields.clone());
-            self.run_here(event, tool, &input, &place.cwd).await
+            match mine {
+                true => {
+                    let input = input(event, place, fields.clone());
+                    self.run_here(event, tool, &input, &place.cwd).await
+                }
+                false => Vec::new(),
+            }
         };
         let there = async {
             match lead {

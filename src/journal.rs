@@ -55,7 +55,8 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         checkout: Option<Checkout>,
         /// It runs on a worker: this journal is its lead's record of it (its
-        /// start and its end), not its conversation.
+        /// start and events, then its conversation as its workers journaled
+        /// it, with its end).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         remote: bool,
     },

@@ -41,7 +41,11 @@ pub(super) async fn launcher(
     let note = (!servers.iter().all(|s| crate::remote::subjects::on_this_machine(s))).then(|| {
         format!("tasks are signed with lead key {public}: a worker on another machine runs them with --trust-lead {public}")
     });
-    let remote = Remote::join(&servers, &auth, run, key, Some(plan.hooks.clone()))
+    // The run's hooks that fire for sub-agents: workers are told when, and
+    // ask this machine to run them.
+    let hooks = plan.hooks.shape();
+    let asked = (!hooks.is_empty()).then(|| plan.hooks.clone());
+    let remote = Remote::join(&servers, &auth, run, key, asked)
         .await
         .map_err(|e| format!("--nats: {e}"))?;
     let remote = Arc::new(remote);
@@ -54,7 +58,7 @@ pub(super) async fn launcher(
         room,
         deny: rules(&plan.rules.deny),
         ask: rules(&plan.rules.ask),
-        hooks: plan.hooks.shape(),
+        hooks,
     };
     let launcher = RemoteLauncher::new(handle, remote.clone(), placing);
     Ok(Some((Arc::new(launcher), remote, note)))

@@ -68,11 +68,7 @@ pub async fn take(
     session: SessionId,
     worker: &str,
 ) -> Result<Taken, String> {
-    let stream = subjects::patiently(|| async {
-        (js.get_stream(subjects::JOURNALS).await)
-            .map_err(|e| format!("cannot find the stream {}: {e}", subjects::JOURNALS))
-    })
-    .await?;
+    let stream = stream(js).await?;
     let subject = subjects::journal(lead, run, session);
     let nonce = uuid::Uuid::new_v4().simple().to_string();
     for _ in 0..TRIES {
@@ -102,10 +98,18 @@ pub async fn lines_of(
     run: SessionId,
     session: SessionId,
 ) -> Result<Vec<u8>, String> {
-    let stream = (js.get_stream(subjects::JOURNALS).await)
-        .map_err(|e| format!("cannot find the stream {}: {e}", subjects::JOURNALS))?;
+    let stream = stream(js).await?;
     let (lines, _) = read(&stream, &subjects::journal(lead, run, session)).await?;
     Ok(lines)
+}
+
+/// The stream of the journals, found while a cluster elects.
+async fn stream(js: &jetstream::Context) -> Result<jetstream::stream::Stream, String> {
+    subjects::patiently(|| async {
+        (js.get_stream(subjects::JOURNALS).await)
+            .map_err(|e| format!("cannot find the stream {}: {e}", subjects::JOURNALS))
+    })
+    .await
 }
 
 /// The records of a remote sub-agent's journal its lead keeps beside its
@@ -447,6 +451,41 @@ mod tests {
 
     fn started(id: &str) -> Record {
         Record::ToolStarted { call_id: id.into() }
+    }
+
+    #[test]
+    fn the_lead_keeps_a_workers_conversation_but_never_who_it_is_or_how_it_ended() {
+        let session = SessionId::new();
+        let records = vec![
+            Record::Header {
+                session,
+                agent: "far".into(),
+                model: "m".into(),
+                parent: None,
+                tool_call_id: None,
+                run: None,
+                format: crate::journal::FORMAT,
+                checkout: None,
+                remote: false,
+            },
+            Record::RunStarted {
+                prompt: 1,
+                limits: None,
+            },
+            turn(&[("r1", "Read")]),
+            started("r1"),
+            Record::Committed {
+                commit: "c1".into(),
+            },
+            Record::Terminal {
+                outcome: crate::protocol::Outcome::Cancelled {
+                    partial: String::new(),
+                    stats: crate::protocol::RunStats::default(),
+                },
+            },
+        ];
+        let kept = kept_here(records.clone());
+        assert_eq!(kept, records[1..4]);
     }
 
     #[test]

@@ -113,7 +113,8 @@ impl Waiting {
 
 impl Remote {
     /// Joins `servers` for run `run`, its tasks sealed with `key`, proving
-    /// itself with `auth`; runs `hooks` for its sub-agents on workers.
+    /// itself with `auth`; runs `hooks` for its sub-agents on workers (none:
+    /// none fire for them).
     pub async fn join(
         servers: &[String],
         auth: &super::auth::Auth,
@@ -159,7 +160,7 @@ impl Remote {
         }
         let mut given_up = futures::stream::select_all(given_up);
         let asking = super::hooks::Asking::default();
-        let hooks = match hooks.filter(|h| !h.shape().is_empty()) {
+        let hooks = match hooks {
             Some(hooks) => {
                 let lead = key.public_key();
                 Some(super::hooks::serve(&client, &lead, run, hooks, asking.clone()).await?)
