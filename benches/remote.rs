@@ -45,8 +45,7 @@ impl Runner for Echo {
         Box::pin(async move {
             let folder = self.scratch.join(task.session.to_string());
             let indexes = self.scratch.join(".scratch");
-            let tree =
-                orchestrate::remote::workspace::Task::of(&task, &link.store, &indexes, &folder);
+            let tree = task.tree(&link.store, &indexes, &folder);
             let Some(tree) = tree else {
                 return Ran::said("completed", task.prompt);
             };

@@ -264,7 +264,7 @@ impl Runner for Local {
             let _gone = Gone(folder.clone());
             // Its parent's tree, checked out as a private checkout is.
             let indexes = self.scratch.join(".scratch");
-            let tree = crate::remote::workspace::Task::of(&task, &store, &indexes, &folder);
+            let tree = task.tree(&store, &indexes, &folder);
             let workdir = match &tree {
                 Some(tree) => {
                     let out = self.cache.check_out(tree).await;

@@ -63,6 +63,26 @@ pub struct RemoteTask {
     pub hooks: Vec<crate::hooks::forward::Shape>,
 }
 
+impl RemoteTask {
+    /// Its tree on a worker, fetched through `store` into `folder`
+    /// (temporary files in `scratch`); `None` when it was sent none.
+    pub fn tree<'a>(
+        &'a self,
+        store: &'a super::store::Store,
+        scratch: &'a std::path::Path,
+        folder: &'a std::path::Path,
+    ) -> Option<super::workspace::Task<'a>> {
+        Some(super::workspace::Task {
+            store,
+            scratch,
+            run: self.run,
+            session: self.session,
+            workspace: self.workspace.as_ref()?,
+            folder,
+        })
+    }
+}
+
 /// A task's check: a shell command run with its Bash tool (exit 0 passes),
 /// at most `attempts` times.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

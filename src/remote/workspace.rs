@@ -317,26 +317,6 @@ pub struct Task<'a> {
     pub folder: &'a Path,
 }
 
-impl<'a> Task<'a> {
-    /// The tree `task` was sent, fetched through `store` into `folder`
-    /// (temporary files in `scratch`); `None` when it was sent none.
-    pub fn of(
-        task: &'a super::envelope::RemoteTask,
-        store: &'a Store,
-        scratch: &'a Path,
-        folder: &'a Path,
-    ) -> Option<Self> {
-        Some(Self {
-            store,
-            scratch,
-            run: task.run,
-            session: task.session,
-            workspace: task.workspace.as_ref()?,
-            folder,
-        })
-    }
-}
-
 /// A worker's repositories of the bundles it was sent, one per run (so a
 /// run's tasks reach only what their own lead sent): a run's base stays for
 /// its next tasks, each task's checkout is a clone that shares its objects,
